@@ -1,0 +1,5 @@
+"""`python -m service` runs the ctxd command line."""
+
+from service.cli import main
+
+raise SystemExit(main())

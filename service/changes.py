@@ -1,0 +1,105 @@
+"""Pure comparison of two snapshots: what started, exited, grew, changed or was written."""
+
+from service.collectors.artifacts import describe_change
+from service.models import Change, Narrative, Observations, Signal, Snapshot
+from service.render import human_bytes
+
+
+def compare(before: Snapshot | None, after: Snapshot) -> list[Change]:
+    if before is None:
+        return []
+    return [
+        *processes(before.observations, after.observations),
+        *logs(before.observations, after.observations),
+        *artifacts(before.observations, after.observations),
+        *ports(before.observations, after.observations),
+        *journal(before.narrative, after.narrative),
+        *signals(before.signals, after.signals),
+    ]
+
+
+def processes(before: Observations, after: Observations) -> list[Change]:
+    old = {p.key: p for p in before.processes.items}
+    new = {p.key: p for p in after.processes.items}
+    changes = [
+        Change(kind="process_exited", text=f"exited: {p.pid} {p.name} (was {p.state})")
+        for k, p in old.items()
+        if k not in new
+    ]
+    changes += [
+        Change(kind="process_started", text=f"started: {p.pid} {p.name}")
+        for k, p in new.items()
+        if k not in old
+    ]
+    for k, p in new.items():
+        if k in old and old[k].state != p.state:
+            text = f"state of {p.pid} {p.name}: {old[k].state} -> {p.state}"
+            changes.append(Change(kind="process_state", text=text))
+    return changes
+
+
+def logs(before: Observations, after: Observations) -> list[Change]:
+    old = {(log.watch_id, log.path): log for log in before.logs.items}
+    changes = []
+    for log in after.logs.items:
+        prev = old.get((log.watch_id, log.path))
+        if prev is None:
+            changes.append(Change(kind="log_new", text=f"log {log.path}: now watched"))
+        elif prev.inode is not None and log.inode is not None and prev.inode != log.inode:
+            changes.append(Change(kind="log_rotated", text=f"log {log.path}: replaced (rotated)"))
+        elif log.size < prev.size:
+            text = f"log {log.path}: truncated {human_bytes(prev.size)} -> {human_bytes(log.size)}"
+            changes.append(Change(kind="log_truncated", text=text))
+        elif log.size > prev.size:
+            text = f"log {log.path}: grew by {human_bytes(log.size - prev.size)}"
+            changes.append(Change(kind="log_grew", text=text))
+    return changes
+
+
+def artifacts(before: Observations, after: Observations) -> list[Change]:
+    old = {(a.watch_id, a.path): a for a in before.artifacts.items}
+    new = {(a.watch_id, a.path): a for a in after.artifacts.items}
+    changes = []
+    for key in sorted(old.keys() | new.keys(), key=lambda k: (k[0], k[1])):
+        text = describe_change(old.get(key), new.get(key))
+        if text:
+            changes.append(Change(kind="artifact", text=f"artifact {key[1]}: {text}"))
+    return changes
+
+
+def ports(before: Observations, after: Observations) -> list[Change]:
+    old = {(p.host, p.port): p.listening for p in before.ports.items}
+    changes = []
+    for p in after.ports.items:
+        was = old.get((p.host, p.port))
+        if was is not None and was != p.listening:
+            state = "now listening" if p.listening else "stopped listening"
+            changes.append(Change(kind="port", text=f"{p.host}:{p.port} {state}"))
+    return changes
+
+
+def journal(before: Narrative, after: Narrative) -> list[Change]:
+    entries = [
+        *after.attempts,
+        *after.findings,
+        *after.decisions,
+        *after.next_steps,
+        *after.questions,
+        *after.notes,
+    ]
+    fresh = sorted((e for e in entries if e.id > before.last_entry_id), key=lambda e: e.id)
+    changes = [Change(kind="journal", text=f"new {e.kind}: {e.text[:200]}") for e in fresh]
+    if after.objective != before.objective:
+        changes.append(Change(kind="journal", text="objective changed"))
+    for key, value in after.facts.items():
+        if before.facts.get(key) != value:
+            changes.append(Change(kind="journal", text=f"fact {key} = {value[:200]}"))
+    return changes
+
+
+def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
+    old = {s.key: s for s in before}
+    new = {s.key: s for s in after}
+    raised = [Change(kind="signal_raised", text=s.text) for k, s in new.items() if k not in old]
+    cleared = [Change(kind="signal_cleared", text=s.text) for k, s in old.items() if k not in new]
+    return raised + cleared

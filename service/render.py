@@ -1,0 +1,124 @@
+"""Jinja2 rendering: a Snapshot to its Markdown dump, and a dump cut to fit a budget."""
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+import jinja2
+
+from service.models import Flag, ProcessInfo, Snapshot
+from service.signals import human_duration
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+def human_bytes(size: int | float | None) -> str:
+    if size is None:
+        return "?"
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1024 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
+
+
+def fence(lines: list[str], info: str = "text") -> str:
+    """A code fence longer than any backtick run inside, so log text cannot close it early."""
+    body = "\n".join(lines)
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{info}\n{body}\n{ticks}"
+
+
+def cell(value: object) -> str:
+    """Text safe inside one Markdown table cell."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def inline(value: object) -> str:
+    """Text safe inside an inline code span."""
+    text = "" if value is None else str(value).replace("\n", " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def utc(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
+
+
+def flag_text(flag: Flag) -> str:
+    if flag.name is None:
+        return flag.value or ""
+    return flag.name if flag.value is None else f"{flag.name} {flag.value}"
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=False,  # Markdown, not HTML: unsafe text is fenced or cell-escaped instead
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(
+        bytes=human_bytes,
+        duration=human_duration,
+        fence=fence,
+        cell=cell,
+        inline=inline,
+        utc=utc,
+        flag=flag_text,
+    )
+    return env
+
+
+_ENV = environment()
+
+
+def roots_first(processes: list[ProcessInfo]) -> list[ProcessInfo]:
+    return [p for p in processes if p.root]
+
+
+def render_dump(
+    snapshot: Snapshot, *, location: str = "", latest_message: str | None = None
+) -> str:
+    template = _ENV.get_template("dump.md.j2")
+    return template.render(
+        s=snapshot,
+        h=snapshot.header,
+        n=snapshot.narrative,
+        o=snapshot.observations,
+        roots=roots_first(snapshot.observations.processes.items),
+        location=location,
+        latest_message=latest_message,
+    )
+
+
+def fit(markdown: str, max_chars: int | None) -> str:
+    """Cut a dump to `max_chars`, dropping the last (biggest) sections first.
+
+    The title line and the objective come first in the dump, so they survive any cut; the
+    final "Where this dump lives" section is kept so the reader can fetch the rest.
+    """
+    if max_chars is None or len(markdown) <= max_chars:
+        return markdown
+    parts = re.split(r"(?m)^(?=## )", markdown)
+    footer = parts.pop() if parts and parts[-1].startswith("## Where") else ""
+    kept: list[str] = []
+    dropped: list[str] = []
+    budget = max_chars - len(footer) - 200
+    for part in parts:
+        if not dropped and len(part) <= budget:
+            kept.append(part)
+            budget -= len(part)
+        else:
+            dropped.append(part.splitlines()[0].lstrip("# ").strip())
+    if dropped:
+        note = f"> Cut to fit {max_chars} characters; left out: {', '.join(dropped)}.\n\n"
+        kept.append(note)
+    return ("".join(kept) + footer)[:max_chars]

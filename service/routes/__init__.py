@@ -1,0 +1,1 @@
+"""HTTP route handlers: thin wrappers over one domain call each."""

@@ -1,0 +1,108 @@
+"""Shared fixtures: a real ctxd server on a free port, and real child processes."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    data_dir: Path
+    process: subprocess.Popen
+    log_path: Path
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "serve",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+    ]
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ctxd exited with {process.returncode}: {log_path.read_text()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return Server(url, data_dir, process, log_path)
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("ctxd did not answer /health within 30 s")
+
+
+def stop_server(server: Server) -> None:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log")
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture
+def spawn() -> Iterator:
+    """Start real child processes; every one is killed and reaped when the test ends."""
+    children: list[subprocess.Popen] = []
+
+    def start(*args: str, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(list(args), **kwargs)
+        children.append(proc)
+        return proc
+
+    yield start
+    for proc in children:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

@@ -1,0 +1,111 @@
+"""Bad input gets a clear 4xx or an `unavailable` section: never a 500, never a hang."""
+
+import os
+
+import httpx
+import pytest
+
+from tests.conftest import Server
+
+
+@pytest.fixture
+def session(client: httpx.Client) -> str:
+    assert client.put("/api/sessions/bad", json={"title": "bad input"}).status_code == 201
+    return "/api/sessions/bad"
+
+
+def test_unknown_session_is_404(client: httpx.Client):
+    for method, path in (
+        ("GET", "/api/sessions/nope"),
+        ("GET", "/api/sessions/nope/watches"),
+        ("POST", "/api/sessions/nope/snapshots"),
+        ("GET", "/api/sessions/nope/snapshots/1"),
+        ("GET", "/api/sessions/nope/resume"),
+        ("POST", "/api/sessions/nope/heartbeat"),
+    ):
+        r = client.request(method, path)
+        assert r.status_code == 404, (method, path, r.text)
+        assert "nope" in r.json()["detail"]
+
+
+def test_unknown_version_and_watch_are_404(client: httpx.Client, session: str):
+    assert client.get(f"{session}/snapshots/7").status_code == 404
+    assert client.delete(f"{session}/watches/99").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"kind": "gpu-magic", "path": "/x"}, "kind"),
+        ({"kind": "process", "match": "(unclosed"}, "regular expression"),
+        ({"kind": "process"}, "pid"),
+        ({"kind": "process", "pid": -4}, "pid"),
+        ({"kind": "log", "path": "/tmp/x", "lines": 10**9}, "lines"),
+        ({"kind": "port", "port": 70000}, "port"),
+        ({"kind": "log", "path": "/tmp/x", "surprise": 1}, "surprise"),
+    ],
+)
+def test_invalid_watch_is_400_naming_the_field(client: httpx.Client, session: str, body, field):
+    r = client.post(f"{session}/watches", json=body)
+    assert r.status_code == 400, r.text
+    assert field in r.json()["detail"]
+
+
+def test_invalid_session_bodies_and_ids(client: httpx.Client):
+    r = client.put("/api/sessions/ok", json={"quiet_after_s": "soon"})
+    assert r.status_code == 400 and "quiet_after_s" in r.json()["detail"]
+    assert client.put("/api/sessions/Bad..ID!", json={}).status_code == 400
+    assert client.put("/api/sessions/ok", content=b"{not json").status_code == 400
+    r = client.post("/api/sessions/ok/journal", json={"kind": "fact", "text": "x"})
+    assert r.status_code in (400, 404)
+
+
+def test_oversized_body_is_413(client: httpx.Client, session: str):
+    r = client.post(f"{session}/journal", json={"kind": "note", "text": "x" * 2_000_000})
+    assert r.status_code == 413, r.text
+
+
+def test_unobservable_targets_become_unavailable_sections(
+    client: httpx.Client, session: str, tmp_path
+):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    unused_pid = 4_000_000
+    for spec in (
+        {"kind": "log", "path": str(tmp_path / "missing.log")},
+        {"kind": "log", "path": str(folder)},
+        {"kind": "log", "path": str(fifo)},
+        {"kind": "artifact", "path": str(tmp_path / "missing.whl")},
+        {"kind": "process", "pid": unused_pid},
+        {"kind": "process", "match": "no-such-process-[0-9]{40}"},
+    ):
+        assert client.post(f"{session}/watches", json=spec).status_code == 201
+    r = client.post(f"{session}/snapshots", timeout=20)
+    assert r.status_code == 201, r.text
+    obs = r.json()["observations"]
+    log_reasons = " / ".join(u["reason"] for u in obs["logs"]["unavailable"])
+    assert len(obs["logs"]["unavailable"]) == 3, log_reasons
+    assert "directory" in log_reasons and "fifo" in log_reasons.lower()
+    assert len(obs["artifacts"]["unavailable"]) == 1
+    assert len(obs["processes"]["unavailable"]) == 2
+    markdown = client.get(f"{session}/snapshots/1/markdown").text
+    assert markdown.count("unavailable:") >= 6
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway")
+def test_unreadable_log_is_unavailable(client: httpx.Client, session: str, tmp_path):
+    secret = tmp_path / "secret.log"
+    secret.write_text("hidden\n")
+    secret.chmod(0)
+    client.post(f"{session}/watches", json={"kind": "log", "path": str(secret)})
+    obs = client.post(f"{session}/snapshots").json()["observations"]
+    assert "permission" in obs["logs"]["unavailable"][0]["reason"]
+
+
+def test_errors_never_leak_a_stack_trace(server: Server, client: httpx.Client, session: str):
+    r = client.get(f"{session}/diff", params={"from": "one", "to": 2})
+    assert r.status_code == 400
+    assert "Traceback" not in r.text
+    assert "Traceback" not in server.log()

@@ -1,0 +1,70 @@
+import platform
+import socket
+from pathlib import Path
+
+import pytest
+
+from service.collectors import CollectContext, host
+from service.collectors.host import parse_os_release
+from service.settings import Settings
+
+
+def context() -> CollectContext:
+    return CollectContext(settings=Settings())
+
+
+def test_collect_reports_this_machine(tmp_path: Path) -> None:
+    release = tmp_path / "os-release"
+    release.write_text('NAME="Debian GNU/Linux"\nPRETTY_NAME="Debian GNU/Linux 13 (trixie)"\n')
+    info = host.collect([], context(), os_release=release)
+    assert info.unavailable == []
+    assert info.hostname == socket.gethostname()
+    assert info.os == "Debian GNU/Linux 13 (trixie)"
+    assert info.kernel == platform.release()
+    assert info.cpu_count and info.cpu_count >= 1
+    assert len(info.load_avg) == 3
+    assert info.memory_total_bytes and info.memory_available_bytes
+    assert 0 < info.memory_available_bytes <= info.memory_total_bytes
+    assert platform.python_version() in info.python
+
+
+def test_missing_os_release_falls_back_to_platform(tmp_path: Path) -> None:
+    info = host.collect([], context(), os_release=tmp_path / "absent")
+    assert info.os == platform.platform(terse=True)
+
+
+def test_static_facts_are_cached(tmp_path: Path) -> None:
+    release = tmp_path / "os-release"
+    release.write_text("PRETTY_NAME=First\n")
+    ctx = context()
+    assert host.collect([], ctx, os_release=release).os == "First"
+    release.write_text("PRETTY_NAME=Second\n")
+    assert host.collect([], ctx, os_release=release).os == "First"
+
+
+def test_failing_probe_becomes_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> tuple[float, float, float]:
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(host.os, "getloadavg", broken)
+    info = host.collect([], context())
+    assert info.load_avg == []
+    assert [(u.target, u.reason) for u in info.unavailable] == [
+        ("load_avg", "OSError: no load average here")
+    ]
+    assert info.hostname
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('PRETTY_NAME="Ubuntu 24.04.1 LTS"\n', "Ubuntu 24.04.1 LTS"),
+        ("ID=alpine\nPRETTY_NAME='Alpine Linux v3.20'\n", "Alpine Linux v3.20"),
+        ("PRETTY_NAME=Plain\n", "Plain"),
+        ('PRETTY_NAME="Unbalanced\n', "Unbalanced"),
+        ("# comment\nNAME=x\n", ""),
+        ("", ""),
+    ],
+)
+def test_parse_os_release(text: str, expected: str) -> None:
+    assert parse_os_release(text) == expected

@@ -1,0 +1,122 @@
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from service.collectors import CollectContext, ports
+from service.models import PortWatch, ProcessWatch, Watch
+from service.settings import Settings
+
+
+def watch(wid: int, spec: PortWatch | ProcessWatch) -> Watch:
+    return Watch(id=wid, session="t", created_at=datetime.now(UTC), spec=spec)
+
+
+def context() -> CollectContext:
+    return CollectContext(settings=Settings())
+
+
+def closed_port() -> int:
+    """A port that was free a moment ago; nothing listens on it once the socket is closed."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 503)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass  # keep pytest output clean
+
+
+@pytest.fixture
+def server() -> Iterator[int]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(httpd.server_address[1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+def test_listening_and_closed_ports(listener) -> None:
+    closed = closed_port()
+    watches = [watch(1, PortWatch(port=listener)), watch(2, PortWatch(port=closed))]
+    section = ports.collect(watches, context())
+    state = {row.port: (row.watch_id, row.listening) for row in section.items}
+    assert state == {listener: (1, True), closed: (2, False)}
+    assert section.unavailable == []
+
+
+def test_expected_ports_of_process_watches(listener) -> None:
+    closed = closed_port()
+    spec = ProcessWatch(match="sglang", expect_ports=[listener, closed])
+    watches = [watch(7, spec), watch(8, PortWatch(port=listener))]
+    section = ports.collect(watches, context())
+    rows = {row.port: row for row in section.items}
+    assert len(section.items) == 2
+    assert rows[listener].expected_by == 7 and rows[listener].watch_id == 8
+    assert rows[listener].listening
+    assert rows[closed].expected_by == 7 and rows[closed].watch_id is None
+    assert not rows[closed].listening
+
+
+def test_health_url_status(server) -> None:
+    good = PortWatch(port=server, url=f"http://127.0.0.1:{server}/health")
+    section = ports.collect([watch(1, good)], context())
+    row = section.items[0]
+    assert row.listening and row.health_status == 200 and row.health_error is None
+
+
+def test_unreachable_health_url_is_an_error() -> None:
+    port = closed_port()
+    spec = PortWatch(port=port, url=f"http://127.0.0.1:{port}/health")
+    row = ports.collect([watch(1, spec)], context()).items[0]
+    assert not row.listening
+    assert row.health_status is None
+    assert row.health_error and "connect" in row.health_error
+
+
+def test_ports_are_checked_concurrently(monkeypatch) -> None:
+    # Every check waits for all ten at a barrier: done one after another, none would pass it.
+    barrier = threading.Barrier(10, timeout=5)
+
+    def meet(host: str, port: int) -> bool:
+        barrier.wait()
+        return False
+
+    monkeypatch.setattr(ports, "is_listening", meet)
+    specs = [PortWatch(port=9000 + i) for i in range(10)]
+    section = ports.collect([watch(i, s) for i, s in enumerate(specs)], context())
+    assert section.unavailable == []
+    assert [row.listening for row in section.items] == [False] * 10
+
+
+def test_unresolvable_host_is_unavailable() -> None:
+    spec = PortWatch(host="no-such-host.invalid", port=80)
+    section = ports.collect([watch(3, spec)], context())
+    assert section.items == []
+    assert section.unavailable[0].watch_id == 3
+    assert section.unavailable[0].target == "no-such-host.invalid:80"
+
+
+def test_no_port_watches() -> None:
+    assert ports.collect([], context()).items == []

@@ -1,0 +1,244 @@
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psutil
+import pytest
+
+from service.collectors import CollectContext, processes
+from service.collectors.processes import parse_flags
+from service.models import Flag, PortWatch, ProcessWatch, Watch
+from service.settings import Limits, Settings
+
+# The child starts a grandchild and reports its pid, so the test knows the tree is complete.
+PARENT = """
+import subprocess, sys, time
+grand = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(grand.pid, flush=True)
+time.sleep(120)
+"""
+SECRET = "sk-test-0123456789abcdefghij"
+
+
+def watch(wid: int = 1, **spec: Any) -> Watch:
+    return Watch(id=wid, session="t", created_at=datetime.now(UTC), spec=ProcessWatch(**spec))
+
+
+def context(**limits: Any) -> CollectContext:
+    return CollectContext(settings=Settings(limits=Limits(**limits)))
+
+
+@pytest.fixture
+def tree() -> Iterator[tuple[subprocess.Popen[str], int, str]]:
+    """A server-like child with flags and environment, and its grandchild; both reaped after."""
+    tag = f"ctxd-test-{uuid.uuid4().hex}"
+    argv = [sys.executable, "-c", PARENT, "--tp", "2", "--port", "8000"]
+    argv += ["--disable-cuda-graph", "--api-key", SECRET, "--tag", tag]
+    env = {**os.environ, "HF_TOKEN": "hf_secretvalue123456", "NCCL_DEBUG": "INFO"}
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    grand = 0
+    try:
+        assert child.stdout is not None
+        grand = int(child.stdout.readline())
+        yield child, grand, tag
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            leaf = psutil.Process(grand)
+            if leaf.ppid() == child.pid:  # not a stranger that reused the pid
+                leaf.kill()
+        child.kill()
+        child.wait(timeout=10)
+        child.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_match_finds_root_with_flags_env_and_descendant(tree) -> None:
+    child, grand, tag = tree
+    section = processes.collect([watch(match=re.escape(tag))], context())
+
+    assert section.unavailable == []
+    by_pid = {row.pid: row for row in section.items}
+    assert set(by_pid) == {child.pid, grand}
+    root, leaf = by_pid[child.pid], by_pid[grand]
+    assert root.root and not leaf.root
+    assert leaf.ppid == child.pid
+    assert root.state in ("sleeping", "running")
+    assert root.user == psutil.Process().username()
+    assert root.rss_bytes and root.threads
+    assert root.started_at.tzinfo is not None and root.age_s >= 0
+    assert Flag(name="--tp", value="2") in root.flags
+    assert Flag(name="--port", value="8000") in root.flags
+    assert Flag(name="--disable-cuda-graph", value=None) in root.flags
+    assert root.env["NCCL_DEBUG"] == "INFO"
+    assert root.env["HF_TOKEN"] == "[REDACTED]"
+    assert leaf.env == {}
+
+
+def test_env_patterns_select_variables(tree) -> None:
+    child, _, _ = tree
+    section = processes.collect([watch(pid=child.pid, env=["NCCL_*"])], context())
+    assert section.items[0].env == {"NCCL_DEBUG": "INFO"}
+
+
+def test_pid_watch_without_children(tree) -> None:
+    child, _, _ = tree
+    section = processes.collect([watch(pid=child.pid, children=False)], context())
+    assert [(row.pid, row.root) for row in section.items] == [(child.pid, True)]
+
+
+def test_overlapping_watches_do_not_duplicate(tree) -> None:
+    child, grand, tag = tree
+    watches = [watch(1, pid=child.pid), watch(2, match=re.escape(tag))]
+    section = processes.collect(watches, context())
+    assert sorted(row.pid for row in section.items) == sorted([child.pid, grand])
+    assert {row.watch_id for row in section.items} == {1}
+    assert section.unavailable == []
+
+
+def test_rows_bounded_per_watch(tree) -> None:
+    child, _, tag = tree
+    section = processes.collect([watch(match=re.escape(tag))], context(processes_per_watch_max=1))
+    assert [row.pid for row in section.items] == [child.pid]
+    assert "first 1 of 2" in section.unavailable[0].reason
+
+
+def test_missing_pid_and_unmatched_pattern_are_unavailable() -> None:
+    pattern = f"no-such-process-{uuid.uuid4().hex}"
+    section = processes.collect([watch(1, pid=2**22), watch(2, match=pattern)], context())
+    assert section.items == []
+    reasons = {u.watch_id: u.reason for u in section.unavailable}
+    assert reasons == {1: f"no process with pid {2**22}", 2: f"no process matches /{pattern}/"}
+
+
+def test_own_process_and_ancestors_are_not_matched() -> None:
+    own = psutil.Process()
+    excluded = {own.pid, *(p.pid for p in own.parents())}
+    section = processes.collect([watch(match=re.escape(" ".join(own.cmdline())))], context())
+    assert not excluded.intersection(row.pid for row in section.items if row.root)
+
+
+def test_busy_process_has_meaningful_cpu() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        ctx = context()
+        first = processes.collect([watch(pid=busy.pid)], ctx)
+        assert first.items[0].cpu_percent is not None and first.items[0].cpu_percent > 10
+        handle = next(iter(ctx.memory[processes.NAME].values()))
+        time.sleep(0.3)
+        second = processes.collect([watch(pid=busy.pid)], ctx)
+        assert second.items[0].cpu_percent is not None and second.items[0].cpu_percent > 10
+        assert next(iter(ctx.memory[processes.NAME].values())) is handle
+    finally:
+        busy.kill()
+        busy.wait(timeout=10)
+
+
+def test_zombie_is_reported_not_raised() -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(dead.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "child never became a zombie"
+            time.sleep(0.02)
+        section = processes.collect([watch(pid=dead.pid)], context())
+        assert [row.state for row in section.items] == ["zombie"]
+        assert section.items[0].name
+        assert section.unavailable == []
+    finally:
+        dead.wait(timeout=10)
+
+
+def test_process_vanishing_between_collects(sleeper) -> None:
+    ctx = context()
+    assert len(processes.collect([watch(pid=sleeper.pid)], ctx).items) == 1
+    assert len(ctx.memory[processes.NAME]) == 1
+    sleeper.kill()
+    sleeper.wait(timeout=10)
+    section = processes.collect([watch(pid=sleeper.pid)], ctx)
+    assert section.items == []
+    assert section.unavailable[0].reason == f"no process with pid {sleeper.pid}"
+    assert ctx.memory[processes.NAME] == {}
+
+
+def test_process_vanishing_mid_collection(sleeper, monkeypatch) -> None:
+    def vanish(proc: psutil.Process, *args: Any) -> Any:
+        raise psutil.NoSuchProcess(proc.pid)
+
+    monkeypatch.setattr(processes, "_describe", vanish)
+    section = processes.collect([watch(pid=sleeper.pid)], context())
+    assert section.items == []
+    assert section.unavailable[0].reason == f"no process with pid {sleeper.pid}"
+
+
+def test_unexpected_error_becomes_unavailable(sleeper, monkeypatch) -> None:
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(processes, "_describe", broken)
+    section = processes.collect([watch(pid=sleeper.pid)], context())
+    assert "boom" in section.unavailable[0].reason
+
+
+def test_other_watch_kinds_are_ignored() -> None:
+    port = Watch(id=1, session="t", created_at=datetime.now(UTC), spec=PortWatch(port=8000))
+    assert processes.collect([port], context()).model_dump() == {"items": [], "unavailable": []}
+
+
+def F(name: str | None, value: str | None = None) -> Flag:
+    return Flag(name=name, value=value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], []),
+        (["server"], []),
+        (["server", "--a=b"], [F("--a", "b")]),
+        (["server", "--a", "b"], [F("--a", "b")]),
+        (["server", "--flag", "--other"], [F("--flag"), F("--other")]),
+        (["server", "--flag"], [F("--flag")]),
+        (["server", "--offset", "-1"], [F("--offset", "-1")]),
+        (["server", "--lr", "-1e-5"], [F("--lr", "-1e-5")]),
+        (["server", "-a", "b"], [F("-a", "b")]),
+        (["server", "-v", "-v"], [F("-v"), F("-v")]),
+        (["server", "--x", "1", "--x", "2"], [F("--x", "1"), F("--x", "2")]),
+        (["server", "model.bin"], [F(None, "model.bin")]),
+        (["server", "--a", "--", "--b", "c"], [F("--a"), F(None, "--b"), F(None, "c")]),
+        (["server", "--url=http://x/?a=b"], [F("--url", "http://x/?a=b")]),
+        (["server", "-"], [F(None, "-")]),
+        (
+            ["/usr/bin/python3", "-m", "sglang.launch_server", "--tp", "8", "--log-level", "debug"],
+            [F(None, "sglang.launch_server"), F("--tp", "8"), F("--log-level", "debug")],
+        ),
+        (
+            ["python3.12", "-u", "-X", "dev", "train.py", "--epochs", "3"],
+            [F("-u"), F("-X", "dev"), F(None, "train.py"), F("--epochs", "3")],
+        ),
+        (
+            ["python", "-msglang.launch_server", "--port", "8000"],
+            [F(None, "sglang.launch_server"), F("--port", "8000")],
+        ),
+        (["python", "-c", "print(1)", "--tp", "2"], [F("-c", "print(1)"), F("--tp", "2")]),
+        (["python", "script.py", "-m", "x"], [F(None, "script.py"), F("-m", "x")]),
+        (["python"], []),
+        (["torchrun", "-m", "x"], [F("-m", "x")]),
+    ],
+)
+def test_parse_flags(argv: list[str], expected: list[Flag]) -> None:
+    assert parse_flags(argv) == expected
