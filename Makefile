@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,15 +18,12 @@ run: $(STAMP)
 	$(BIN)/ctxd serve --host 127.0.0.1 --port 8765 --data-dir ./snapshots
 
 lint: $(STAMP)
-	$(BIN)/ruff check service tests bench
-	$(BIN)/ruff format --check service tests bench
+	$(BIN)/ruff check service tests
+	$(BIN)/ruff format --check service tests
 	$(BIN)/mypy service
 
 test: lint
 	$(BIN)/python -m pytest -q
-
-bench: $(STAMP)
-	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
