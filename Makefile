@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint clean
+.PHONY: run test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,12 +18,16 @@ run: $(STAMP)
 	$(BIN)/ctxd serve --host 127.0.0.1 --port 8765 --data-dir ./snapshots
 
 lint: $(STAMP)
-	$(BIN)/ruff check service tests
-	$(BIN)/ruff format --check service tests
+	$(BIN)/ruff check service tests bench
+	$(BIN)/ruff format --check service tests bench
 	$(BIN)/mypy service
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	command -v wrk >/dev/null || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

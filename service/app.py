@@ -1,6 +1,8 @@
 """create_app(settings) -> Litestar: wiring of store, snapshotter, routes and error handling."""
 
+import asyncio
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -9,20 +11,26 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from service import __version__, redact
-from service.routes.api import SessionController, health
+from service import __version__, access, errors, page_engine, redact, sampler
+from service.models import Invalid
+from service.routes.api import health, prune, sessions_router
+from service.routes.mcp import McpEndpoint
+from service.routes.pages import PageController
 from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import NotFound, Store
+from service.watcher import Activity, Watcher
 
 log = logging.getLogger("ctxd")
 
 
-def _error(status: int, detail: str) -> Response[dict[str, str]]:
-    return Response({"detail": detail}, status_code=status, media_type=MediaType.JSON)
+def _error(status: int, detail: str) -> Response[dict[str, str | int]]:
+    # status_code too: the OpenAPI schema Litestar publishes for errors requires it.
+    body: dict[str, str | int] = {"status_code": status, "detail": detail}
+    return Response(body, status_code=status, media_type=MediaType.JSON)
 
 
-def _validation(_: Request, exc: ValidationException) -> Response[dict[str, str]]:
+def _validation(_: Request, exc: ValidationException) -> Response[dict[str, str | int]]:
     """Name the offending field in `detail` itself, so a terse client still sees it."""
     problems = []
     for item in exc.extra if isinstance(exc.extra, list) else []:
@@ -33,22 +41,32 @@ def _validation(_: Request, exc: ValidationException) -> Response[dict[str, str]
     return _error(400, redact.text(detail)[:2000])
 
 
-def _http(_: Request, exc: HTTPException) -> Response[dict[str, str]]:
+def _http(_: Request, exc: HTTPException) -> Response[dict[str, str | int]]:
     return _error(exc.status_code, redact.text(str(exc.detail))[:2000])
 
 
-def _not_found(_: Request, exc: NotFound) -> Response[dict[str, str]]:
+def _not_found(_: Request, exc: NotFound) -> Response[dict[str, str | int]]:
     return _error(404, redact.text(str(exc)))
 
 
-def _conflict(_: Request, exc: OverflowError) -> Response[dict[str, str]]:
+def _invalid(_: Request, exc: Invalid) -> Response[dict[str, str | int]]:
+    return _error(400, redact.text(str(exc)))
+
+
+def _conflict(_: Request, exc: OverflowError) -> Response[dict[str, str | int]]:
     return _error(409, redact.text(str(exc)))
 
 
-def _unexpected(request: Request, exc: Exception) -> Response[dict[str, str]]:
+def _unexpected(request: Request, exc: Exception) -> Response[dict[str, str | int]]:
     # Exception text may hold an observed secret: log it redacted, answer without it.
     log.error("unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path)
     return _error(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; see the ctxd log")
+
+
+def _filter_server_logs() -> None:
+    # uvicorn configures its loggers after create_app ran: filter them once they exist.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        redact.install_log_filter(logging.getLogger(name))
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
@@ -58,25 +76,43 @@ def create_app(settings: Settings | None = None) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         store = Store(settings.db_path)
         snapshotter = Snapshotter(settings, store)
+        sampler.shared(settings.sample_interval_s)  # watched processes are sampled from now on
         rebuilt = snapshotter.rebuild_files()
         if rebuilt:
             log.info("rewrote %d Markdown file(s) from the database", rebuilt)
         app.state.snapshotter = snapshotter
+        app.state.activity = Activity()
+        watcher = Watcher(snapshotter, app.state.activity)
+        triggers = asyncio.create_task(watcher.run())
         try:
             yield
         finally:
+            triggers.cancel()
+            await asyncio.to_thread(watcher.stop)
             snapshotter.close()
+            sampler.stop_all()
             store.close()
 
+    # Before the log filter: the MCP SDK may add a root log handler, which must be filtered too.
+    # Its lifespan comes second: it needs the snapshotter the first one sets up.
+    mcp = McpEndpoint(settings.limits.max_body_bytes, settings.host, settings.token)
     redact.install_log_filter(log)
+    redact.learn_own_env()
     return Litestar(
-        route_handlers=[health, SessionController],
-        lifespan=[lifespan],
+        route_handlers=[health, prune, sessions_router, PageController, mcp.handler],
+        template_config=page_engine.template_config(),
+        lifespan=[lifespan, mcp.lifespan],
+        on_startup=[_filter_server_logs],
+        middleware=[access.middleware(settings)],
         request_max_body_size=settings.limits.max_body_bytes,
         exception_handlers={
             ValidationException: _validation,
             NotFound: _not_found,
+            Invalid: _invalid,
             OverflowError: _conflict,
+            PermissionError: errors.permission,
+            OSError: errors.storage,
+            sqlite3.Error: errors.storage,
             HTTPException: _http,
             Exception: _unexpected,
         },

@@ -1,5 +1,10 @@
 """Pure comparison of two snapshots: what started, exited, grew, changed or was written."""
 
+import hashlib
+import json
+import math
+from typing import Any
+
 from service.collectors.artifacts import describe_change
 from service.models import Change, Narrative, Observations, Signal, Snapshot
 from service.render import human_bytes
@@ -45,14 +50,19 @@ def logs(before: Observations, after: Observations) -> list[Change]:
         prev = old.get((log.watch_id, log.path))
         if prev is None:
             changes.append(Change(kind="log_new", text=f"log {log.path}: now watched"))
-        elif prev.inode is not None and log.inode is not None and prev.inode != log.inode:
-            changes.append(Change(kind="log_rotated", text=f"log {log.path}: replaced (rotated)"))
-        elif log.size < prev.size:
+        elif log.rotated or (prev.inode and log.inode and prev.inode != log.inode):
+            where = f"; old file now {log.rotated_from}" if log.rotated_from else ""
+            text = f"log {log.path}: replaced (rotated){where}"
+            changes.append(Change(kind="log_rotated", text=text))
+        elif log.truncated or log.size < prev.size:
             text = f"log {log.path}: truncated {human_bytes(prev.size)} -> {human_bytes(log.size)}"
             changes.append(Change(kind="log_truncated", text=text))
         elif log.size > prev.size:
             text = f"log {log.path}: grew by {human_bytes(log.size - prev.size)}"
             changes.append(Change(kind="log_grew", text=text))
+        if log.error_new and log.error_summary:
+            text = f"log {log.path}: error: {log.error_summary[:200]}"
+            changes.append(Change(kind="log_error", text=text))
     return changes
 
 
@@ -103,3 +113,39 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
     raised = [Change(kind="signal_raised", text=s.text) for k, s in new.items() if k not in old]
     cleared = [Change(kind="signal_cleared", text=s.text) for k, s in old.items() if k not in new]
     return raised + cleared
+
+
+# Readings that move on their own while nothing happens: never a reason for a new version.
+_VOLATILE_KEYS = {"load_avg", "memory_available_bytes", "seen_at", "confirmed_at"}
+_VOLATILE_SUFFIXES = ("_s", "_ms", "_bps", "_c", "_w")
+
+
+def content_key(snapshot: Snapshot) -> str:
+    """What makes two snapshots "the same" for dedup: everything but times, ages and jitter.
+
+    Percentages and byte counts are compared in coarse bands, so a sleeping process whose
+    RSS moves by a page does not make a new version, while one that wakes up or doubles its
+    memory does.
+    """
+    data = snapshot.model_dump(mode="json", exclude={"header": True, "changes": True})
+    data["note"] = snapshot.header.note
+    # a signal's wording carries durations ("silent for 4 min"); its identity does not
+    data["signals"] = [(s.severity, s.key) for s in snapshot.signals]
+    raw = json.dumps(_stable(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _volatile(key: str) -> bool:
+    return key in _VOLATILE_KEYS or key.endswith(_VOLATILE_SUFFIXES)
+
+
+def _stable(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _stable(v, k) for k, v in value.items() if not _volatile(k)}
+    if isinstance(value, list):
+        return [_stable(v, key) for v in value]
+    if key.endswith("_percent") and isinstance(value, int | float):
+        return 0 if value < 1 else 1 if value < 25 else 2 if value < 75 else 3
+    if key.endswith("_bytes") and isinstance(value, int) and value > 0:
+        return round(math.log2(value) * 4)  # about 19 % steps
+    return value

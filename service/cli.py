@@ -13,8 +13,16 @@ DEFAULT_URL = os.environ.get("CTXD_URL", "http://127.0.0.1:8765")
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
+# Exit statuses a script can branch on (argparse itself exits 2 on a bad command line).
+EXIT_SERVICE, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
+
+
 class CliError(Exception):
-    """A failure the user can act on: printed as one line, exit status 1 (2 for usage)."""
+    """A failure the user can act on: printed as one line; `code` is the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_SERVICE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except CliError as exc:
         print(f"ctxd: {exc}", file=sys.stderr)
-        return 1
+        return exc.code
+    except BrokenPipeError:
+        # A reader such as `head` stopped early; keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_SERVICE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,11 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path)
     p.set_defaults(func=serve)
 
+    p = sub.add_parser("token", help="write a new bearer token into a 0600 file")
+    p.add_argument("--new", action="store_true", required=True)
+    p.add_argument("--data-dir", type=Path)
+    p.set_defaults(func=token)
+
     p = sub.add_parser("session", help="create or update a session")
     p.add_argument("session")
     p.add_argument("--title")
     p.add_argument("--objective")
     p.add_argument("--quiet-after", type=int, dest="quiet_after_s")
+    p.add_argument("--schedule-every", type=int, dest="schedule_every_s")
+    p.add_argument("--cwd", help="scope the session to this directory (e.g. the git top-level)")
     p.set_defaults(func=session)
 
     p = sub.add_parser("snapshot", help="take a snapshot now and print its version")
@@ -86,7 +105,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status")
     p.add_argument("--key", help="for a 'fact': its name")
     p.set_defaults(func=note)
+
+    p = sub.add_parser("update", help="update a journal entry (status, outcome, text)")
+    p.add_argument("session")
+    p.add_argument("entry", type=int)
+    p.add_argument("--status")
+    p.add_argument("--outcome")
+    p.add_argument("--text")
+    p.set_defaults(func=update)
+
+    p = sub.add_parser("continue", help="send the empty 'continue' message; print the fresh dump")
+    p.add_argument("session")
+    p.set_defaults(func=continue_)
+
+    p = sub.add_parser("sessions", help="list sessions (those scoped to a directory with --cwd)")
+    p.add_argument("--cwd")
+    p.set_defaults(func=sessions)
+
+    p = sub.add_parser("prune", help="thin out versions older than --keep-days (default: server's)")
+    p.add_argument("--keep-days", type=int)
+    p.set_defaults(func=prune)
+
+    p = sub.add_parser("health", help="is the service up, and its version")
+    p.set_defaults(func=simple, method="GET", path="/health")
+    for name, text, method, path in SIMPLE:
+        p = sub.add_parser(name, help=text)
+        p.add_argument("session")
+        if "{watch_id}" in path:
+            p.add_argument("watch_id", type=int)
+        p.set_defaults(func=simple, method=method, path="/api/sessions/{session}/" + path)
+
+    p = sub.add_parser("show", help="print one version's dump (Markdown; JSON with --json)")
+    p.add_argument("session")
+    p.add_argument("version", type=int)
+    p.set_defaults(func=show)
+
+    p = sub.add_parser("diff", help="what changed between two versions, then a unified diff")
+    p.add_argument("session")
+    p.add_argument("from_version", type=int)
+    p.add_argument("to_version", type=int)
+    p.set_defaults(func=diff)
+
+    p = sub.add_parser("message", help="post a user message ('' = continue: prints a fresh dump)")
+    p.add_argument("session")
+    p.add_argument("text")
+    p.set_defaults(func=message)
+
+    p = sub.add_parser("hook", help="be an agent harness's hook command (reads its JSON on stdin)")
+    p.add_argument("harness", choices=["claude"])
+    p.add_argument("--print-config", action="store_true", help="print the settings block")
+    p.set_defaults(func=hook)
+
+    for name, p in sub.choices.items():
+        if name not in ("serve", "hook", "snapshot"):
+            p.add_argument("--json", action="store_true", help="print JSON, for scripts")
     return parser
+
+
+# Thin calls about one session: name, help, method, path under /api/sessions/SESSION/.
+SIMPLE = (
+    ("watches", "list a session's watches", "GET", "watches"),
+    ("unwatch", "remove a watch by its id (see `ctxd watches`)", "DELETE", "watches/{watch_id}"),
+    ("journal", "list a session's journal entries", "GET", "journal"),
+    ("versions", "list a session's versions, newest first", "GET", "snapshots"),
+    ("heartbeat", "mark a session active without content", "POST", "heartbeat"),
+)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -98,13 +181,28 @@ def serve(args: argparse.Namespace) -> int:
     overrides = {k: v for k in ("host", "port", "data_dir") if (v := getattr(args, k)) is not None}
     settings = Settings(**overrides)
     if settings.host not in LOOPBACK and not settings.token:
-        raise CliError(f"refusing to listen on {settings.host} without CTXD_TOKEN set")
+        raise CliError(
+            f"refusing to listen on {settings.host} without a token: "
+            "run `ctxd token --new` and set CTXD_TOKEN_FILE (or CTXD_TOKEN)"
+        )
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
     return 0
 
 
+def token(args: argparse.Namespace) -> int:
+    from service.access import new_token_file
+    from service.settings import Settings
+
+    data_dir = args.data_dir or Settings().data_dir
+    path = (data_dir / "token").resolve()
+    new_token_file(path)
+    print(f"wrote a new token to {path}; start ctxd with CTXD_TOKEN_FILE={path}")
+    return 0
+
+
 def session(args: argparse.Namespace) -> int:
-    body = {k: v for k in ("title", "objective", "quiet_after_s") if (v := getattr(args, k))}
+    keys = ("title", "objective", "quiet_after_s", "schedule_every_s", "cwd")
+    body = {k: v for k in keys if (v := getattr(args, k))}
     _print_json(_call(args, "PUT", f"/api/sessions/{args.session}", json=body))
     return 0
 
@@ -126,7 +224,7 @@ def resume(args: argparse.Namespace) -> int:
         params["max_chars"] = args.max_chars
     if args.since:
         params["since"] = args.since
-    print(_call(args, "GET", f"/api/sessions/{args.session}/resume", params=params), end="")
+    _markdown(args, _call(args, "GET", f"/api/sessions/{args.session}/resume", params=params))
     return 0
 
 
@@ -156,6 +254,77 @@ def note(args: argparse.Namespace) -> int:
     return 0
 
 
+def update(args: argparse.Namespace) -> int:
+    body = {k: v for k in ("status", "outcome", "text") if (v := getattr(args, k)) is not None}
+    path = f"/api/sessions/{args.session}/journal/{args.entry}"
+    _print_json(_call(args, "PATCH", path, json=body))
+    return 0
+
+
+def continue_(args: argparse.Namespace) -> int:
+    dump = _call(args, "POST", f"/api/sessions/{args.session}/messages", json={"text": ""})
+    _markdown(args, dump)
+    return 0
+
+
+def message(args: argparse.Namespace) -> int:
+    result = _call(args, "POST", f"/api/sessions/{args.session}/messages", json={"text": args.text})
+    if isinstance(result, str):
+        _markdown(args, result)  # a blank message was the continue signal: a dump came back
+    elif args.json:
+        _print_json(result)
+    return 0
+
+
+def simple(args: argparse.Namespace) -> int:
+    result = _call(args, args.method, args.path.format(**vars(args)))
+    if args.json or result != "":
+        _print_json(result if result != "" else {"status": "ok"})
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    path = f"/api/sessions/{args.session}/snapshots/{args.version}"
+    if args.json:
+        _print_json(_call(args, "GET", path))
+    else:
+        print(_call(args, "GET", f"{path}/markdown"), end="")
+    return 0
+
+
+def diff(args: argparse.Namespace) -> int:
+    params = {"from": args.from_version, "to": args.to_version}
+    result = _call(args, "GET", f"/api/sessions/{args.session}/diff", params=params)
+    if args.json:
+        _print_json(result)
+        return 0
+    for change in result["changes"]:
+        print(f"- {change['text']}")
+    print(("\n" if result["changes"] else "") + result["markdown_diff"])
+    return 0
+
+
+def hook(args: argparse.Namespace) -> int:
+    from service import hooks
+
+    if args.print_config:
+        _print_json(hooks.claude_config(hooks.hook_command(args.url, DEFAULT_URL)))
+        return 0
+    return hooks.run_claude(args.url, sys.stdin, sys.stdout, sys.stderr)
+
+
+def sessions(args: argparse.Namespace) -> int:
+    params = {"cwd": args.cwd} if args.cwd else None
+    _print_json(_call(args, "GET", "/api/sessions", params=params))
+    return 0
+
+
+def prune(args: argparse.Namespace) -> int:
+    params = {"keep_days": args.keep_days} if args.keep_days else None
+    _print_json(_call(args, "POST", "/api/prune", params=params))
+    return 0
+
+
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
     url = args.url.rstrip("/") + path
     headers = (
@@ -173,11 +342,29 @@ def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> An
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise CliError(f"{method} {path}: HTTP {response.status_code}: {detail}")
+        status = response.status_code
+        code, hint = HINTS.get(status, (EXIT_SERVICE, "see the service log"))
+        raise CliError(f"{method} {path}: HTTP {status}: {detail} ({hint})", code)
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()
     return response.text
 
 
+HINTS = {
+    400: (EXIT_USAGE, "fix the input; see `ctxd COMMAND --help`"),
+    403: (EXIT_USAGE, "the server's configuration does not allow it"),
+    404: (EXIT_NOT_FOUND, "see what exists: `ctxd sessions`, `ctxd watches|journal|versions SID`"),
+    409: (EXIT_SERVICE, "a limit was reached; remove something first"),
+    413: (EXIT_USAGE, "the request is larger than the server accepts"),
+}
+
+
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2))
+
+
+def _markdown(args: argparse.Namespace, markdown: str) -> None:
+    if args.json:
+        _print_json({"session": args.session, "markdown": markdown})
+    else:
+        print(markdown, end="")

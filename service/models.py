@@ -25,7 +25,16 @@ class Strict(BaseModel):
 class SessionIn(Strict):
     title: ShortText | None = None
     objective: LongText | None = None
-    quiet_after_s: int | None = Field(None, ge=10, le=7 * 24 * 3600)
+    quiet_after_s: int | None = Field(None, ge=1, le=7 * 24 * 3600)
+    schedule_every_s: int | None = Field(None, ge=0, le=7 * 24 * 3600)
+    cwd: PathText | None = None
+
+    @field_validator("cwd")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError("cwd must be an absolute path")
+        return value
 
 
 class Session(BaseModel):
@@ -33,6 +42,8 @@ class Session(BaseModel):
     title: str = ""
     objective: str = ""
     quiet_after_s: int = 300
+    schedule_every_s: int | None = None
+    cwd: str | None = None
     created_at: datetime
     last_activity_at: datetime
     versions: int = 0
@@ -45,10 +56,14 @@ class ProcessWatch(Strict):
     kind: Literal["process"] = "process"
     pid: int | None = Field(None, ge=1, le=2**22)
     match: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     children: bool = True
     expect_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default=[], max_length=32)
     env: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
         default=[], max_length=64
+    )
+    packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]] = Field(
+        default=[], max_length=32
     )
 
     @field_validator("match")
@@ -63,8 +78,8 @@ class ProcessWatch(Strict):
 
     @model_validator(mode="after")
     def _one_target(self) -> "ProcessWatch":
-        if (self.pid is None) == (self.match is None):
-            raise ValueError("give exactly one of 'pid' or 'match'")
+        if [self.pid, self.match, self.name].count(None) != 2:
+            raise ValueError("give exactly one of 'pid', 'match' or 'name'")
         return self
 
 
@@ -72,11 +87,43 @@ class LogWatch(Strict):
     kind: Literal["log"] = "log"
     path: PathText
     lines: int = Field(40, ge=1, le=500)
+    files: int = Field(5, ge=1, le=20, description="newest files shown when path is a glob")
+    errors: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
+        default=[], max_length=20, description="extra regular expressions of error lines"
+    )
+
+    @field_validator("errors")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression {pattern!r}: {exc}") from None
+        return value
 
 
 class ArtifactWatch(Strict):
     kind: Literal["artifact"] = "artifact"
     path: PathText
+
+
+class CommandWatch(Strict):
+    """A command from the server's allowlist, by its configured name or its exact argv."""
+
+    kind: Literal["command"] = "command"
+    name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, min_length=1, max_length=64
+    )
+    timeout_s: float = Field(10.0, gt=0, le=60)
+    cwd: PathText | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "CommandWatch":
+        if (self.name is None) == (self.argv is None):
+            raise ValueError("give exactly one of 'name' or 'argv'")
+        return self
 
 
 class PortWatch(Strict):
@@ -87,7 +134,8 @@ class PortWatch(Strict):
 
 
 WatchSpec = Annotated[
-    ProcessWatch | LogWatch | ArtifactWatch | PortWatch, Field(discriminator="kind")
+    ProcessWatch | LogWatch | ArtifactWatch | PortWatch | CommandWatch,
+    Field(discriminator="kind"),
 ]
 
 
@@ -109,18 +157,49 @@ JournalKind = Literal[
 ]
 
 
+STATUSES: dict[str, tuple[str, ...]] = {
+    "attempt": ("running", "failed", "succeeded", "abandoned"),
+    "hypothesis": ("open", "confirmed", "refuted"),
+    "next": ("open", "done"),
+    "question": ("open", "answered"),
+}
+
+
+class Invalid(ValueError):
+    """Input that fits the schema but not the rules (answered with 400 and the reason)."""
+
+
+def check_status(kind: str | None, status: str | None) -> None:
+    allowed = STATUSES.get(kind or "")
+    if status is not None and allowed and status not in allowed:
+        raise Invalid(f"status of a '{kind}' is one of {', '.join(allowed)}; got '{status}'")
+    if status is not None and not allowed and kind is not None:
+        raise Invalid(f"a '{kind}' entry has no status")
+
+
 class JournalIn(Strict):
     kind: JournalKind
     text: Annotated[str, Field(min_length=1, max_length=20_000)]
     outcome: LongText | None = None
     status: ShortText | None = None
     key: ShortText | None = None
+    concerns: list[Annotated[int, Field(ge=1)]] = Field(default=[], max_length=50)
 
     @model_validator(mode="after")
-    def _fact_has_key(self) -> "JournalIn":
+    def _consistent(self) -> "JournalIn":
         if self.kind == "fact" and not self.key:
             raise ValueError("a 'fact' entry needs a 'key' (its value goes in 'text')")
+        check_status(self.kind, self.status)
         return self
+
+
+class JournalUpdate(Strict):
+    """Fields of an entry that can change as work goes on; omitted fields stay as they are."""
+
+    text: Annotated[str, Field(min_length=1, max_length=20_000)] | None = None
+    outcome: LongText | None = None
+    status: ShortText | None = None
+    concerns: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, max_length=50)
 
 
 class JournalEntry(BaseModel):
@@ -131,13 +210,16 @@ class JournalEntry(BaseModel):
     outcome: str | None = None
     status: str | None = None
     key: str | None = None
+    concerns: list[int] = []
     created_at: datetime
+    updated_at: datetime | None = None
 
 
 class Narrative(BaseModel):
     """The journal as a dump shows it: current state, grouped by kind."""
 
     objective: str = ""
+    latest_message: str | None = None
     facts: dict[str, str] = {}
     attempts: list[JournalEntry] = []
     findings: list[JournalEntry] = []
@@ -183,6 +265,18 @@ class ProcessInfo(BaseModel):
     flags: list[Flag] = []
     env: dict[str, str] = {}
     root: bool = False
+    tree: int | None = None
+    cwd: str | None = None
+    exe: str | None = None
+    idle_for_s: float | None = None
+    io_read_bps: float | None = None
+    io_write_bps: float | None = None
+    rss_growth_bps: float | None = None
+    open_files: int | None = None
+    listening: list[int] = []
+    packages: dict[str, str] = {}
+    not_permitted: list[str] = []
+    seen_at: datetime | None = None
 
     @property
     def key(self) -> str:
@@ -190,9 +284,31 @@ class ProcessInfo(BaseModel):
         return f"{self.pid}@{self.started_at.timestamp():.2f}"
 
 
+class WorkerGroup(BaseModel):
+    """Children of one root whose command lines differ only in a rank-like part."""
+
+    tree: int
+    count: int
+    command: str
+
+
+class ExitedProcess(BaseModel):
+    watch_id: int
+    pid: int
+    name: str
+    root: bool = False
+    key: str
+    last_seen_at: datetime | None = None
+
+
 class ProcessesSection(BaseModel):
     items: list[ProcessInfo] = []
     unavailable: list[Unavailable] = []
+    matched: int = 0
+    featured: list[int] = []
+    workers: list[WorkerGroup] = []
+    exited: list[ExitedProcess] = []
+    stuck_after_s: float | None = None
 
 
 class LogInfo(BaseModel):
@@ -204,11 +320,35 @@ class LogInfo(BaseModel):
     inode: int | None = None
     binary: bool = False
     lines: list[str] = []
+    growth_bytes: int | None = None  # since the previous snapshot; None: first or replaced
+    rotated: bool = False  # a new file (inode) at the path since the previous snapshot
+    rotated_from: str | None = None  # where the old file went, when found beside it
+    truncated: bool = False  # shrank, or rewritten, since the previous snapshot
+    scanned_bytes: int = 0  # new bytes scanned for errors
+    skipped_bytes: int = 0  # new bytes beyond the scan bound, not scanned
+    errors: list[str] = []  # the first error block (a whole traceback, up to a bound)
+    error_summary: str | None = None  # its most telling line (the exception line)
+    error_new: bool = False  # found in this snapshot's new bytes, not carried over
+    error_lines: int = 0  # error-shaped lines among the new bytes
 
 
 class LogsSection(BaseModel):
     items: list[LogInfo] = []
     unavailable: list[Unavailable] = []
+
+
+class ArtifactFile(BaseModel):
+    path: str  # relative to the directory
+    size: int
+    modified_at: datetime
+
+
+class DistInfo(BaseModel):
+    kind: Literal["wheel", "sdist"]
+    name: str
+    version: str
+    build: str | None = None
+    tags: list[str] = []
 
 
 class ArtifactInfo(BaseModel):
@@ -218,12 +358,34 @@ class ArtifactInfo(BaseModel):
     size: int
     modified_at: datetime
     fingerprint: str
+    fingerprint_kind: Literal["sha256", "sampled", "tree", "pending"] | None = None
     entries: int | None = None
     truncated: bool = False
+    files: int | None = None  # directories: regular files under it
+    newest: list[ArtifactFile] = []  # directories: a few most recently modified files
+    largest: list[ArtifactFile] = []  # directories: a few largest files
+    changes: list[str] = []  # directories: files added, removed, modified since last time
+    dist: DistInfo | None = None  # wheels and sdists: parsed from the file name
 
 
 class ArtifactsSection(BaseModel):
     items: list[ArtifactInfo] = []
+    unavailable: list[Unavailable] = []
+
+
+class CommandInfo(BaseModel):
+    watch_id: int
+    label: str  # the allowlist name
+    argv: list[str]
+    exit_code: int | None = None  # None: timed out or could not start
+    timed_out: bool = False
+    duration_s: float = 0.0
+    output: list[str] = []  # stdout then stderr, cleaned, bounded
+    output_cut: bool = False
+
+
+class CommandsSection(BaseModel):
+    items: list[CommandInfo] = []
     unavailable: list[Unavailable] = []
 
 
@@ -236,6 +398,9 @@ class PortInfo(BaseModel):
     url: str | None = None
     health_status: int | None = None
     health_error: str | None = None
+    health_latency_ms: float | None = None
+    health_body: str | None = None
+    owner_pid: int | None = None
 
 
 class PortsSection(BaseModel):
@@ -252,6 +417,49 @@ class HostInfo(BaseModel):
     memory_total_bytes: int | None = None
     memory_available_bytes: int | None = None
     python: str = ""
+    cpu_model: str = ""
+    swap_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    uptime_s: float | None = None
+    disks: list["DiskInfo"] = []
+    unavailable: list[Unavailable] = []
+
+
+class DiskInfo(BaseModel):
+    """Free space of the filesystem holding `path` (the data dir or a watched path)."""
+
+    path: str
+    total_bytes: int
+    free_bytes: int
+
+
+class GpuProcess(BaseModel):
+    pid: int
+    name: str = ""
+    used_memory_bytes: int | None = None
+    watched: bool = False
+
+
+class GpuInfo(BaseModel):
+    index: int
+    name: str = ""
+    uuid: str | None = None
+    compute_capability: str | None = None
+    utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    processes: list[GpuProcess] = []
+
+
+class GpusSection(BaseModel):
+    source: Literal["nvml", "nvidia-smi", "none"] = "none"
+    reason: str = ""
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    items: list[GpuInfo] = []
     unavailable: list[Unavailable] = []
 
 
@@ -261,6 +469,8 @@ class Observations(BaseModel):
     artifacts: ArtifactsSection = ArtifactsSection()
     ports: PortsSection = PortsSection()
     host: HostInfo = HostInfo()
+    gpus: GpusSection = GpusSection()
+    commands: CommandsSection = CommandsSection()
 
 
 # --- signals, changes, snapshots ------------------------------------------------------------
@@ -296,6 +506,9 @@ class SnapshotHeader(BaseModel):
     host: str = ""
     note: str | None = None
     duration_ms: float = 0.0
+    confirmed_at: datetime | None = None
+    confirmations: int = 0
+    data_dir_bytes: int | None = None
 
 
 class Snapshot(BaseModel):
@@ -314,10 +527,12 @@ class SnapshotSummary(BaseModel):
     trigger: str
     signals: int
     changes: int
+    confirmed_at: datetime | None = None
 
 
 class SnapshotIn(Strict):
     note: LongText | None = None
+    force: bool = False
 
 
 class MessageIn(Strict):

@@ -1,69 +1,35 @@
 """The one choke point every observed string passes before it is kept, served or logged.
 
-Two kinds of rule: by name (an env var, flag or key that says it holds a secret has its value
-replaced whatever the value is) and by content (token shapes, PEM blocks, URL passwords,
-auth headers, `name=value` in free text). Everything fails closed: if a rule raises, the
-value is withheld. Every regex is linear: starts are pinned by a lookbehind to the start of a
-run, and runs that must be followed by something are bounded, so 1 MB of log costs ~1 MB.
+Three kinds of rule: by name (an env var, flag or key that says it holds a secret has its value
+replaced whatever the value is), by content (token shapes from redact_shapes, PEM blocks, URL
+passwords, auth headers, `name=value` in free text) and known values (a value once seen under
+a secret name, see redact_known). Everything fails closed: if a rule raises or the time budget
+runs out, the value is withheld. Every regex is linear: starts are pinned by a lookbehind to
+the start of a run, and runs that must be followed by something are bounded, so 1 MB of log
+costs ~1 MB.
 """
 
 import logging
+import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from itertools import pairwise
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
+from service import redact_known, redact_shapes
+from service.redact_names import is_secret_name
+
 REDACTED = "[REDACTED]"
 WITHHELD = "[WITHHELD]"
 MAX_CHARS = 2_000_000
+# Rules are linear, so this is never reached by honest input; it bounds a regression.
+TIME_BUDGET_S = 2.0
 
 T = TypeVar("T")
-
-# --- by name ----------------------------------------------------------------------------------
-
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_NON_ALNUM = re.compile(r"[^a-z0-9]+")
-# Substrings that say secret even glued to other words: PGPASSWORD, OPENAI_APIKEY, clientsecret.
-_GLUED = (
-    "password", "passwd", "passphrase", "secret", "credential", "cookie",
-    "apikey", "privatekey", "accesskey", "secretkey", "sessionkey", "signingkey",
-)  # fmt: skip
-_WORDS = frozenset({"pass", "pwd", "creds", "cred", "passcode"})
-_KEY_QUALIFIERS = frozenset(
-    {"api", "access", "private", "session", "secret", "signing", "encryption", "master"}
-    | {"auth", "client", "license", "account", "shared", "storage"}
-)
-# "token" and "auth" also name counts and settings: --max-total-tokens, pad_token, --auth-mode.
-_NOT_TOKEN = frozenset(
-    {"max", "min", "num", "total", "count", "limit", "len", "length", "size", "budget", "per"}
-    | {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "special", "id", "ids", "type", "usage"}
-)
-_AUTH = frozenset({"auth", "authz", "authn", "authorization", "authentication", "oauth", "oauth2"})
-_NOT_AUTH = frozenset(
-    {"mode", "type", "method", "methods", "enabled", "enable", "disable", "disabled", "required"}
-    | {"url", "uri", "host", "port", "endpoint", "provider", "scheme", "domain", "backend"}
-    | {"plugin", "server", "sock", "socket", "level", "timeout"}
-)
-_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})  # the shell's working directories
-
-
-@lru_cache(maxsize=8192)
-def is_secret_name(name: str) -> bool:
-    if name.strip() in _NOT_SECRET_NAMES:
-        return False
-    words = [w for w in _NON_ALNUM.split(_CAMEL.sub("_", name).lower()) if w]
-    if any(g in w for w in words for g in _GLUED) or _WORDS.intersection(words):
-        return True
-    if any(w == "key" and p in _KEY_QUALIFIERS for p, w in pairwise(words)):
-        return True
-    if any(w.endswith("token") for w in words) and not _NOT_TOKEN.intersection(words):
-        return True
-    authish = any(w in _AUTH or w.endswith("auth") for w in words)
-    return authish and not _NOT_AUTH.intersection(words)
-
+log = logging.getLogger(__name__)
 
 # --- by content -------------------------------------------------------------------------------
 
@@ -71,16 +37,6 @@ _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_BLOCK = re.compile(
     rf"(?P<begin>{_PEM_BEGIN.pattern})(?:.*?(?P<end>{_PEM_END.pattern})|.*)", re.DOTALL
-)
-_TOKENS = re.compile(
-    r"(?<![A-Za-z0-9_-])(?:"
-    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"
-    r"|gh[pousr]_[A-Za-z0-9]{30,}+|github_pat_[A-Za-z0-9_]{20,}+|glpat-[A-Za-z0-9_-]{20,}+"
-    r"|sk-[A-Za-z0-9_-]{20,}+|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}+"
-    r"|hf_[A-Za-z0-9]{30,}+|xox[abposr]-[A-Za-z0-9-]{10,}+|xapp-[A-Za-z0-9-]{10,}+"
-    r"|AIza[A-Za-z0-9_-]{35}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}+"
-    r"|eyJ[A-Za-z0-9_-]{5,}+\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]*+"
-    r")"
 )
 _URL_PASSWORD = re.compile(
     r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,31}+://[^\s:/@?#]{0,256}+:)"
@@ -110,8 +66,7 @@ _FLAG_SPACE = re.compile(
 # Cheap gate: a string none of the rules could touch is returned as is, which is most of them.
 _TRIGGER = re.compile(
     r"[=:]|PRIVATE KEY|(?i:bearer|basic)|(?<!\S)--?[A-Za-z][\w.-]{0,63}+[ \t]"
-    r"|AKIA|ASIA|A[GIRNB][A-Z]A|ACCA|gh[pousr]_|github_pat_|glpat-|sk-|[sr]k_|hf_|xox|xapp-"
-    r"|AIza|npm_|pypi-|eyJ"
+    r"|" + redact_shapes.PREFIXES
 )
 
 
@@ -142,7 +97,7 @@ def _standalone_auth(m: re.Match[str]) -> str:
 
 _RULES: list[Callable[[str], str]] = [
     lambda v: _pem(v) if "PRIVATE KEY" in v else v,
-    lambda v: _TOKENS.sub(REDACTED, v),
+    lambda v: redact_shapes.TOKENS.sub(REDACTED, v),
     lambda v: _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED + "@", v),
     lambda v: _COOKIE.sub(lambda m: m["head"] + REDACTED, v),
     lambda v: _STANDALONE_AUTH.sub(_standalone_auth, v),
@@ -151,41 +106,65 @@ _RULES: list[Callable[[str], str]] = [
 ]
 
 
-def _apply_rules(value: str) -> str:
-    for rule in _RULES:
-        value = rule(value)
-    return value
-
-
 def text(value: str) -> str:
-    """Redact secrets found by content in free text (log lines, paths, command output)."""
+    """Redact secrets found by content or known value in free text (logs, paths, output)."""
     try:
-        return _text_short(value) if len(value) <= 512 else _text(value)
+        if len(value) <= 512:
+            return _text_short(value, redact_known.generation)
+        return _text(value)
     except Exception:
         return WITHHELD
 
 
-def _text(value: str) -> str:
+def _text(value: str, _generation: int = 0) -> str:
     if len(value) > MAX_CHARS:
         return WITHHELD
-    if not _TRIGGER.search(value):
-        return value
+    deadline = time.monotonic() + TIME_BUDGET_S
     # Iterate to a fixpoint so text(text(x)) == text(x) holds by construction.
     for _ in range(4):
-        out = _apply_rules(value)
+        out = redact_known.replace(value, REDACTED)
+        if _TRIGGER.search(out):
+            for rule in _RULES:
+                out = rule(out)
+                if time.monotonic() > deadline:
+                    return WITHHELD
         if out == value:
             return out
         value = out
     return WITHHELD
 
 
-# Snapshots repeat the same argv and env strings every few seconds.
+# Snapshots repeat the same argv and env strings every few seconds. The known-values
+# generation is part of the key: a value learned later must not be served from the cache.
 _text_short = lru_cache(maxsize=16384)(_text)
+
+
+def learn(value: str) -> None:
+    """Remember a secret value so it is redacted wherever it reappears, in any encoding."""
+    try:
+        redact_known.learn(value)
+    except Exception:
+        log.warning("could not remember a secret value; it is still redacted where seen")
+
+
+def learn_env(variables: Mapping[str, str]) -> None:
+    """Remember the values of every secret-named variable of a whole environment."""
+    for name, value in variables.items():
+        if value and is_secret_name(name):
+            learn(value)
+
+
+def learn_own_env() -> None:
+    """ctxd's own environment often holds the same tokens as the processes it watches."""
+    learn_env(os.environ)
 
 
 def _by_name(name: str, value: str) -> str:
     try:
-        return REDACTED if is_secret_name(name) else text(value)
+        if is_secret_name(name):
+            learn(value)
+            return REDACTED
+        return text(value)
     except Exception:
         return WITHHELD
 
@@ -200,9 +179,11 @@ _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}=")
 
 def _arg(arg: str, previous_was_secret_flag: bool) -> str:
     if previous_was_secret_flag and not arg.startswith("-"):
+        learn(arg)
         return REDACTED
-    name, eq, _ = arg.partition("=")
+    name, eq, value = arg.partition("=")
     if eq and (arg.startswith("-") or _ENV_ASSIGNMENT.match(arg)) and is_secret_name(name):
+        learn(value)
         return name + "=" + REDACTED
     return text(arg)
 
@@ -245,6 +226,7 @@ def _scrub_model(obj: BaseModel) -> BaseModel:
     for name_field, value_field in _NAME_VALUE_FIELDS:
         name, value = fields.get(name_field), fields.get(value_field)
         if isinstance(name, str) and isinstance(value, str) and is_secret_name(name):
+            learn(value)
             update[value_field] = REDACTED
     if obj.__pydantic_extra__:
         update.update(_scrub_dict(obj.__pydantic_extra__))
@@ -276,12 +258,20 @@ def scrub(obj: T) -> T:
 class RedactingFilter(logging.Filter):
     """Redacts each record's message, traceback and stack before any handler formats it."""
 
+    # Formatters of these loggers read record.args themselves (uvicorn's access line does):
+    # their args are redacted one by one instead of folded into the message.
+    KEEP_ARGS = frozenset({"uvicorn.access"})
+
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:
-            message = f"{record.msg!s} {record.args!r}"
-        record.msg, record.args = text(message), None
+        if record.name in self.KEEP_ARGS and isinstance(record.args, tuple):
+            record.msg = text(str(record.msg))
+            record.args = tuple(text(a) if isinstance(a, str) else a for a in record.args)
+        else:
+            try:
+                message = record.getMessage()
+            except Exception:
+                message = f"{record.msg!s} {record.args!r}"
+            record.msg, record.args = text(message), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

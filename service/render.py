@@ -1,10 +1,12 @@
-"""Jinja2 rendering: a Snapshot to its Markdown dump, and a dump cut to fit a budget."""
+"""Jinja2 rendering: a Snapshot to its Markdown dump, that dump cut to a budget or made HTML."""
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import jinja2
+from markdown_it import MarkdownIt
 
 from service.models import Flag, ProcessInfo, Snapshot
 from service.signals import human_duration
@@ -84,9 +86,7 @@ def roots_first(processes: list[ProcessInfo]) -> list[ProcessInfo]:
     return [p for p in processes if p.root]
 
 
-def render_dump(
-    snapshot: Snapshot, *, location: str = "", latest_message: str | None = None
-) -> str:
+def render_dump(snapshot: Snapshot, *, location: str = "") -> str:
     template = _ENV.get_template("dump.md.j2")
     return template.render(
         s=snapshot,
@@ -95,7 +95,6 @@ def render_dump(
         o=snapshot.observations,
         roots=roots_first(snapshot.observations.processes.items),
         location=location,
-        latest_message=latest_message,
     )
 
 
@@ -122,3 +121,56 @@ def fit(markdown: str, max_chars: int | None) -> str:
         note = f"> Cut to fit {max_chars} characters; left out: {', '.join(dropped)}.\n\n"
         kept.append(note)
     return ("".join(kept) + footer)[:max_chars]
+
+
+# --- Markdown -> HTML (the version pages) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+    anchor: str
+
+
+@dataclass(frozen=True)
+class HtmlDump:
+    html: str
+    toc: list[Heading]
+
+
+def _markdown_parser() -> MarkdownIt:
+    # Raw HTML off: every observed string renders as text. Images off: a journal or log line
+    # must not make the reader's browser fetch anything.
+    return MarkdownIt("commonmark", {"html": False}).enable("table").disable("image")
+
+
+_MD = _markdown_parser()
+
+
+def slug(text: str) -> str:
+    words = re.sub(r"[^\w\s-]", "", text.lower()).split()
+    return "-".join(words)[:60].strip("-") or "section"
+
+
+def markdown_html(markdown: str) -> HtmlDump:
+    """A dump as HTML: an id on every heading and a table of contents of levels 2 and 3."""
+    tokens = _MD.parse(markdown)
+    toc: list[Heading] = []
+    seen: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        if token.type in ("th_open", "td_open") and token.attrs.get("style"):
+            # The pages' CSP allows no inline style; a class carries the column alignment.
+            align = str(token.attrs.pop("style")).removeprefix("text-align:")
+            token.attrSet("class", f"align-{align}")
+        if token.type != "heading_open":
+            continue
+        text = tokens[i + 1].content if i + 1 < len(tokens) else ""
+        base = slug(text)
+        seen[base] = seen.get(base, 0) + 1
+        anchor = base if seen[base] == 1 else f"{base}-{seen[base]}"
+        token.attrSet("id", anchor)
+        level = int(token.tag[1])
+        if level in (2, 3):
+            toc.append(Heading(level, text, anchor))
+    return HtmlDump(_MD.renderer.render(tokens, _MD.options, {}), toc)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -16,10 +16,25 @@ class Limits(BaseSettings):
     log_lines_max: int = Field(500, ge=1)
     log_tail_bytes_max: int = Field(1_048_576, ge=4096)
     log_line_chars_max: int = Field(2000, ge=80)
-    artifact_entries_max: int = Field(5000, ge=1)
+    artifact_entries_max: int = Field(20_000, ge=1)
     fingerprint_chunk_bytes: int = Field(65_536, ge=1024)
+    # Files up to this size get a full SHA-256; larger ones a sampled fingerprint.
+    fingerprint_full_bytes_max: int = Field(64 * 2**20, ge=0)
+    # Content hashed per collection; files beyond it wait for the next snapshot.
+    fingerprint_budget_bytes: int = Field(512 * 2**20, ge=0)
+    # New log bytes scanned for errors per snapshot: the newest ones when more arrived.
+    log_scan_bytes_max: int = Field(8 * 2**20, ge=4096)
+    command_output_chars_max: int = Field(20_000, ge=100)
     processes_per_watch_max: int = Field(256, ge=1)
     collector_timeout_s: float = Field(10.0, gt=0)
+
+
+# Read-only by design; git's fsmonitor hook is switched off because a repo's config names it.
+DEFAULT_COMMANDS: dict[str, list[str]] = {
+    "nvidia-smi": ["nvidia-smi"],
+    "git-status": ["git", "-c", "core.fsmonitor=", "status", "--short"],
+    "pip-list": ["pip", "list"],
+}
 
 
 class Settings(BaseSettings):
@@ -31,9 +46,43 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     token: str | None = None
+    # Read when `token` is unset (CTXD_TOKEN_FILE); `ctxd token --new` writes one, mode 0600.
+    token_file: Path | None = None
+    # Host header values accepted besides loopback names and `host` (DNS-rebinding defence).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Log, artifact and command-cwd watches must lie under these; empty: home, /tmp and cwd.
+    watch_roots: list[Path] = Field(default_factory=list)
+    # Token bucket per client address: sustained requests per second, and the burst allowed.
+    rate_per_s: float = Field(200.0, gt=0)
+    rate_burst: int = Field(1000, ge=1)
     sample_interval_s: float = Field(2.0, gt=0)
     cpu_sample_s: float = Field(0.1, ge=0, le=5)
+    # A tree idle this long, with its port closed or its log silent, is reported as stuck.
+    stuck_after_s: float = Field(120.0, gt=0)
+    health_timeout_s: float = Field(1.0, gt=0, le=30)
+    # Probing a URL on another host from a debugging daemon is an outbound request: opt in.
+    allow_remote_health: bool = False
+    gpu_probe_timeout_s: float = Field(5.0, gt=0, le=60)
+    # Triggers: how often the watcher looks for quiet sessions and events, and how close
+    # together two event snapshots of one session may come.
+    trigger_interval_s: float = Field(2.0, gt=0, le=3600)
+    event_min_gap_s: float = Field(5.0, ge=0, le=3600)
+    keep_days: int = Field(30, ge=1, le=3650)
+    # The only commands a `command` watch may run (CTXD_COMMANDS, JSON: name -> argv).
+    commands: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_COMMANDS))
     limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _read_token_file(self) -> "Settings":
+        if self.token is None and self.token_file is not None:
+            try:
+                self.token = self.token_file.read_text(encoding="utf-8").strip() or None
+            except OSError as exc:
+                why = exc.strerror or type(exc).__name__
+                raise ValueError(f"cannot read token file {self.token_file}: {why}") from None
+            if self.token is None:
+                raise ValueError(f"token file {self.token_file} is empty")
+        return self
 
     @property
     def db_path(self) -> Path:

@@ -1,48 +1,129 @@
 """Pure functions from observations (and the previous ones) to signals, worst first."""
 
-from service.models import SEVERITY_ORDER, Observations, Signal
+import re
+
+from service.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
 
 LOG_SILENT_AFTER_S = 120.0
 IDLE_CPU_PERCENT = 1.0
+STUCK_AFTER_S = 120.0
+GPU_HELD_BYTES = 1024**3
+MEMORY_GROWTH_BPS = 1024**2
+DISK_FREE_RATIO = 0.05
+DISK_FREE_BYTES = 2 * 1024**3
+_ERROR_LINE = re.compile(
+    r"Traceback|\bERROR\b|\w*Error\b|\berror:|Exception|FATAL|CRITICAL|Killed|Segmentation fault|"
+    r"out of memory|NCCL WARN|core dumped",
+)
 
 
 def derive(current: Observations, previous: Observations | None) -> list[Signal]:
     signals = [
+        *stuck_trees(current),
         *exited_processes(current, previous),
         *idle_processes(current),
         *expected_ports(current),
+        *ports_opened(current, previous),
         *silent_logs(current),
+        *zombies(current),
+        *gpu_held_idle(current),
+        *memory_growing(current),
+        *disks_nearly_full(current),
         *unavailable_watches(current),
     ]
     return sorted(signals, key=lambda s: SEVERITY_ORDER[s.severity])
+
+
+def _trees(current: Observations) -> dict[int, list[ProcessInfo]]:
+    trees: dict[int, list[ProcessInfo]] = {}
+    for p in current.processes.items:
+        trees.setdefault(p.tree if p.tree is not None else p.pid, []).append(p)
+    return trees
+
+
+def _idle_for(members: list[ProcessInfo]) -> float | None:
+    """How long every member has stayed under 1 % CPU; None when unknown or one is busy."""
+    spans = [p.idle_for_s for p in members if p.state != "zombie"]
+    if not spans or any(s is None for s in spans):
+        return None
+    shortest = min(s for s in spans if s is not None)
+    return shortest if shortest > 0 else None
+
+
+def last_error_line(current: Observations) -> tuple[str, str] | None:
+    """(log path, line) of the newest line that looks like an error in any watched log."""
+    for log in sorted(current.logs.items, key=lambda lg: lg.silent_for_s):
+        for line in reversed(log.lines):
+            if _ERROR_LINE.search(line):
+                return log.path, line.strip()[:200]
+    return None
+
+
+def stuck_trees(current: Observations) -> list[Signal]:
+    """A tree alive with every member idle past the threshold, and evidence it should not be."""
+    threshold = current.processes.stuck_after_s or STUCK_AFTER_S
+    signals = []
+    for tree, members in _trees(current).items():
+        idle = _idle_for(members)
+        if idle is None or idle < threshold:
+            continue
+        watch_ids = {p.watch_id for p in members}
+        evidence = []
+        for port in current.ports.items:
+            if port.expected_by in watch_ids and not port.listening:
+                evidence.append(f"port {port.port} expected, not listening")
+        for log in current.logs.items:
+            if log.silent_for_s >= threshold:
+                last = log.lines[-1].strip()[:120] if log.lines else ""
+                tail = f", last line: {last}" if last else ""
+                evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
+        if not evidence:
+            continue  # idle and serving (or nothing expected of it): waiting, not stuck
+        text = f"stuck: all {len(members)} processes in tree {tree} idle for {human_duration(idle)}"
+        signals.append(
+            Signal(severity="critical", code="stuck", subject=str(tree),
+                   text="; ".join([text, *evidence]))
+        )  # fmt: skip
+    return signals
 
 
 def exited_processes(current: Observations, previous: Observations | None) -> list[Signal]:
     if previous is None:
         return []
     alive = {p.key for p in current.processes.items}
-    return [
-        Signal(
-            severity="critical" if p.root else "warning",
-            code="process_exited",
-            subject=p.key,
-            text=f"process {p.pid} ({p.name}) exited since the previous snapshot",
-        )
-        for p in previous.processes.items
-        if p.key not in alive
-    ]
+    last_seen = {e.key: e.last_seen_at for e in current.processes.exited}
+    known = {e.key for e in current.processes.exited}
+    error = last_error_line(current)
+    signals = []
+    for p in previous.processes.items:
+        if p.key in alive or (current.processes.exited and p.key not in known):
+            continue  # still here, or the collector knows it is alive beyond its row limit
+        seen = last_seen.get(p.key) or p.seen_at
+        when = f"; last seen alive {seen:%H:%M:%S} UTC" if seen else ""
+        crashed = f"; last error in {error[0]}: {error[1]}" if error and p.root else ""
+        verb = "crashed" if crashed else "exited"
+        signals.append(
+            Signal(severity="critical" if p.root else "warning", code="process_exited",
+                   subject=p.key,
+                   text=f"process {p.pid} ({p.name}) {verb} since the previous snapshot"
+                   f"{when}{crashed}")
+        )  # fmt: skip
+    return signals
 
 
 def idle_processes(current: Observations) -> list[Signal]:
     """Many idle workers say "stuck" louder than one row each: group them."""
     procs = [p for p in current.processes.items if p.cpu_percent is not None]
     idle = [p for p in procs if p.cpu_percent is not None and p.cpu_percent < IDLE_CPU_PERCENT]
-    if not procs or not idle:
+    if not procs or not idle or len(idle) != len(procs):
         return []
-    if len(idle) == len(procs):
-        text = f"all {len(procs)} watched processes alive at <{IDLE_CPU_PERCENT:g}% CPU"
-        return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
-    return []
+    if stuck_trees(current):
+        return []  # the stuck signal already says it, with its evidence
+    spans = [p.idle_for_s for p in procs]
+    known = [s for s in spans if s is not None]
+    since = f" for {human_duration(min(known))}" if known and len(known) == len(spans) else ""
+    text = f"all {len(procs)} watched processes alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
+    return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
 
 
 def expected_ports(current: Observations) -> list[Signal]:
@@ -52,23 +133,32 @@ def expected_ports(current: Observations) -> list[Signal]:
         if not port.listening:
             who = f" (expected by watch {port.expected_by})" if port.expected_by else ""
             signals.append(
-                Signal(
-                    severity="critical",
-                    code="port_closed",
-                    subject=where,
-                    text=f"{where} not listening{who}",
-                )
-            )
+                Signal(severity="critical", code="port_closed", subject=where,
+                       text=f"{where} not listening{who}")
+            )  # fmt: skip
         elif port.health_error or (port.health_status is not None and port.health_status >= 400):
             why = port.health_error or f"HTTP {port.health_status}"
             signals.append(
-                Signal(
-                    severity="warning",
-                    code="health_failed",
-                    subject=where,
-                    text=f"{port.url}: {why}",
-                )
-            )
+                Signal(severity="warning", code="health_failed", subject=where,
+                       text=f"health {port.url} failing: {why}")
+            )  # fmt: skip
+    return signals
+
+
+def ports_opened(current: Observations, previous: Observations | None) -> list[Signal]:
+    """The thing started: a port closed in the previous snapshot listens now."""
+    if previous is None:
+        return []
+    was = {(p.host, p.port): p.listening for p in previous.ports.items}
+    signals = []
+    for port in current.ports.items:
+        if port.listening and was.get((port.host, port.port)) is False:
+            owner = f" (pid {port.owner_pid})" if port.owner_pid else ""
+            where = f"{port.host}:{port.port}"
+            signals.append(
+                Signal(severity="info", code="port_opened", subject=where,
+                       text=f"{where} now listening{owner}")
+            )  # fmt: skip
     return signals
 
 
@@ -87,6 +177,61 @@ def silent_logs(current: Observations) -> list[Signal]:
                 text=f"log {log.path} silent for {human_duration(log.silent_for_s)}{tail}",
             )
         )
+    return signals
+
+
+def zombies(current: Observations) -> list[Signal]:
+    return [
+        Signal(severity="warning", code="zombie", subject=p.key,
+               text=f"process {p.pid} ({p.name}) is a zombie: parent {p.ppid} has not reaped it")
+        for p in current.processes.items
+        if p.state == "zombie"
+    ]  # fmt: skip
+
+
+def gpu_held_idle(current: Observations) -> list[Signal]:
+    """Memory held at 0 % utilisation: loaded weights waiting on something that never comes."""
+    signals = []
+    for gpu in current.gpus.items:
+        used = gpu.memory_used_bytes or 0
+        if gpu.utilization_percent != 0 or used < GPU_HELD_BYTES or not gpu.processes:
+            continue
+        watched = {p.pid for p in current.processes.items}
+        owners = ", ".join(
+            f"{p.pid}{' (watched)' if p.watched or p.pid in watched else ''}"
+            for p in gpu.processes[:8]
+        )
+        signals.append(
+            Signal(severity="warning", code="gpu_held_idle", subject=f"gpu{gpu.index}",
+                   text=f"GPU {gpu.index}: {used / 1024**3:.1f} GB held at 0% utilisation "
+                   f"by pid {owners}")
+        )  # fmt: skip
+    return signals
+
+
+def memory_growing(current: Observations) -> list[Signal]:
+    return [
+        Signal(severity="warning", code="memory_growing", subject=p.key,
+               text=f"process {p.pid} ({p.name}) memory growing steadily: "
+               f"+{(p.rss_growth_bps or 0) * 60 / 1024**2:.0f} MB/min")
+        for p in current.processes.items
+        if (p.rss_growth_bps or 0) >= MEMORY_GROWTH_BPS
+    ]  # fmt: skip
+
+
+def disks_nearly_full(current: Observations) -> list[Signal]:
+    signals = []
+    for disk in current.host.disks:
+        if disk.total_bytes <= 0:
+            continue
+        ratio = disk.free_bytes / disk.total_bytes
+        if ratio < DISK_FREE_RATIO or disk.free_bytes < DISK_FREE_BYTES:
+            signals.append(
+                Signal(severity="critical" if ratio < 0.01 else "warning", code="disk_full",
+                       subject=disk.path,
+                       text=f"disk holding {disk.path} nearly full: "
+                       f"{disk.free_bytes / 1024**3:.1f} GB free ({ratio:.0%})")
+            )  # fmt: skip
     return signals
 
 

@@ -5,8 +5,9 @@ import os
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ from service.models import (
     Snapshot,
     SnapshotHeader,
     Unavailable,
-    Watch,
 )
 from service.settings import Settings
 from service.store import Store, now
@@ -47,6 +47,7 @@ class Snapshotter:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collector")
+        self._size_cache: tuple[float, int] = (0.0, 0)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -55,100 +56,134 @@ class Snapshotter:
         with self._guard:
             return self._locks.setdefault(sid, threading.Lock())
 
-    def observe(self, sid: str, previous: Observations | None = None) -> Observations:
-        """Run every collector over the session's watches; a failure is a section, not a raise."""
+    def observe(
+        self,
+        sid: str,
+        previous: Observations | None = None,
+        purpose: str = "snapshot",
+        only: frozenset[str] | None = None,
+    ) -> Observations:
+        """Run every collector over the session's watches; a failure is a section, not a raise.
+
+        Collector memory (read offsets, CPU baselines) is kept per purpose, so the watcher's
+        cheap probes never consume what the next real snapshot should report.
+        """
         watches = self.store.list_watches(sid)
-        ctx = CollectContext(
-            settings=self.settings, previous=previous, memory=self._memory.setdefault(sid, {})
-        )
-        sections: dict[str, Any] = {}
-        for collector in registry():
-            sections[collector.NAME] = self._run(collector, watches, ctx)
+        memory = self._memory.setdefault(f"{purpose}:{sid}", {})
+        ctx = CollectContext(settings=self.settings, previous=previous, memory=memory)
+        chosen = [c for c in registry() if only is None or c.NAME in only]
+        # All collectors start at once: most of their time is spent in system calls, so the
+        # snapshot costs about the slowest of them, not their sum. Each has its own deadline.
+        futures = [(c, self._pool.submit(c.collect, watches, ctx)) for c in chosen]
+        deadline = time.monotonic() + self.settings.limits.collector_timeout_s
+        sections = {c.NAME: self._result(c.NAME, f, deadline) for c, f in futures}
         return redact.scrub(Observations.model_validate(sections))
 
-    def _run(self, collector: Any, watches: list[Watch], ctx: CollectContext) -> Any:
-        timeout = self.settings.limits.collector_timeout_s
-        future = self._pool.submit(collector.collect, watches, ctx)
+    def _result(self, name: str, future: Future, deadline: float) -> Any:
         try:
-            return future.result(timeout=timeout)
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
-            reason = f"timed out after {timeout:g} s"
+            reason = f"timed out after {self.settings.limits.collector_timeout_s:g} s"
         except Exception as exc:  # a collector bug must not cost the whole dump
-            log.exception("collector %s failed", collector.NAME)
+            log.exception("collector %s failed", name)
             reason = f"collector failed: {type(exc).__name__}"
-        failed = {"target": collector.NAME, "reason": reason}
-        return {"unavailable": [Unavailable(**failed)]}
+        return {"unavailable": [Unavailable(target=name, reason=reason)]}
 
-    def take(self, sid: str, trigger: str = "manual", note: str | None = None) -> Snapshot:
-        """Take, store and write version N+1; returns only after the commit."""
-        with self._lock(sid):
-            started = time.perf_counter()
-            session = self.store.get_session(sid)
-            latest = self.store.latest_version(sid)
-            previous = self.store.get_snapshot(sid, latest) if latest else None
-            observations = self.observe(sid, previous.observations if previous else None)
-            narrative = build_narrative(session.objective, self.store.list_entries(sid))
-            message, _ = self.store.last_message(sid)
-
-            def build(version: int) -> tuple[Snapshot, str]:
-                snapshot = Snapshot(
-                    header=SnapshotHeader(
-                        session=sid,
-                        version=version,
-                        taken_at=now(),
-                        trigger=trigger,
-                        previous_version=previous.header.version if previous else None,
-                        previous_taken_at=previous.header.taken_at if previous else None,
-                        host=observations.host.hostname or socket.gethostname(),
-                        note=redact.text(note) if note else None,
-                    ),
-                    title=session.title,
-                    narrative=narrative,
-                    signals=signals.derive(
-                        observations, previous.observations if previous else None
-                    ),
-                    observations=observations,
-                )
-                snapshot.changes = changes.compare(previous, snapshot)
-                snapshot.header.duration_ms = (time.perf_counter() - started) * 1000
-                return snapshot, self.render(snapshot, message)
-
-            snapshot = self.store.add_snapshot(sid, build)
-            markdown = self.store.get_markdown(sid, snapshot.header.version)
-            self.write_files(sid, snapshot.header.version, markdown, latest=True)
-            return snapshot
-
-    def preview(self, sid: str, trigger: str = "preview") -> tuple[Snapshot, str]:
-        """A fresh dump that is not stored (for `resume?fresh=true` without a new version)."""
+    def assemble(self, sid: str, trigger: str, note: str | None = None) -> Snapshot:
+        """Observe and describe the session now, as the version after the latest stored one."""
+        started = time.perf_counter()
         session = self.store.get_session(sid)
         latest = self.store.latest_version(sid)
         previous = self.store.get_snapshot(sid, latest) if latest else None
-        observations = self.observe(sid, previous.observations if previous else None)
+        before = previous.observations if previous else None
+        observations = self.observe(sid, before)
+        narrative = build_narrative(session.objective, self.store.list_entries(sid))
+        message, _ = self.store.last_message(sid)
+        narrative.latest_message = redact.text(message) if message else None
         snapshot = Snapshot(
             header=SnapshotHeader(
                 session=sid,
                 version=latest + 1,
                 taken_at=now(),
                 trigger=trigger,
-                host=observations.host.hostname,
+                previous_version=previous.header.version if previous else None,
+                previous_taken_at=previous.header.taken_at if previous else None,
+                host=observations.host.hostname or socket.gethostname(),
+                note=redact.text(note) if note else None,
+                data_dir_bytes=self.data_dir_bytes(),
             ),
             title=session.title,
-            narrative=build_narrative(session.objective, self.store.list_entries(sid)),
-            signals=signals.derive(observations, previous.observations if previous else None),
+            narrative=narrative,
+            signals=signals.derive(observations, before),
             observations=observations,
         )
-        return snapshot, self.render(snapshot, self.store.last_message(sid)[0])
+        snapshot.changes = changes.compare(previous, snapshot)
+        snapshot.header.duration_ms = (time.perf_counter() - started) * 1000
+        return snapshot
 
-    def render(self, snapshot: Snapshot, message: str | None) -> str:
+    def take(
+        self, sid: str, trigger: str = "manual", note: str | None = None, force: bool = False
+    ) -> Snapshot:
+        """Store version N+1, or, when nothing changed (and not `force`), confirm version N.
+
+        Returns only after the commit, and after the Markdown files are written.
+        """
+        with self._lock(sid):
+            snapshot = self.assemble(sid, trigger, note)
+            key = changes.content_key(snapshot)
+            latest = snapshot.header.previous_version
+            if latest and not force and key == self.store.content_key(sid, latest):
+                return self._confirm(sid, latest, snapshot.header.taken_at)
+
+            def build(version: int) -> tuple[Snapshot, str]:
+                snapshot.header.version = version
+                return snapshot, self.render(snapshot)
+
+            self.store.add_snapshot(sid, build, key)
+            version = snapshot.header.version
+            self.write_files(sid, version, self.store.get_markdown(sid, version), latest=True)
+            return snapshot
+
+    def _confirm(self, sid: str, version: int, at: datetime) -> Snapshot:
+        self.store.confirm_snapshot(sid, version, at)
+        stored = self.store.get_snapshot(sid, version)
+        markdown = self.render(stored)
+        self.store.set_markdown(sid, version, markdown)
+        self.write_files(sid, version, markdown, latest=True)
+        return stored
+
+    def preview(self, sid: str) -> tuple[Snapshot, str]:
+        """A fresh dump that is not stored: what a snapshot would say now."""
+        snapshot = self.assemble(sid, trigger="preview")
+        return snapshot, self.render(snapshot)
+
+    def render(self, snapshot: Snapshot) -> str:
         sid, version = snapshot.header.session, snapshot.header.version
+        base = self.settings.base_url
         location = (
-            f"- Markdown: `{self.session_dir(sid).name}/{version_file(version)}` in the data dir\n"
-            f"- JSON: `{self.settings.base_url}/api/sessions/{sid}/snapshots/{version}`\n"
-            f"- Resume: `{self.settings.base_url}/api/sessions/{sid}/resume`"
+            f"- Markdown: `{(self.session_dir(sid) / version_file(version)).resolve()}`\n"
+            f"- JSON: {base}/api/sessions/{sid}/snapshots/{version}\n"
+            f"- Resume: {base}/api/sessions/{sid}/resume"
         )
-        return render.render_dump(
-            snapshot, location=location, latest_message=redact.text(message) if message else None
-        )
+        return render.render_dump(snapshot, location=location)
+
+    def data_dir_bytes(self) -> int:
+        """Database plus Markdown files; cached for a minute, as walking the folder costs."""
+        stamp, size = self._size_cache
+        if time.monotonic() - stamp > 60:
+            size = self.store.size_bytes() + sum(
+                p.stat().st_size for p in self.settings.data_dir.glob("*/*.md") if p.is_file()
+            )
+            self._size_cache = (time.monotonic(), size)
+        return size
+
+    def prune(self, keep_days: int) -> int:
+        """Thin out old versions in the database, then remove their Markdown files."""
+        removed = self.store.prune(keep_days)
+        for sid, version in removed:
+            (self.session_dir(sid) / version_file(version)).unlink(missing_ok=True)
+        self._size_cache = (0.0, 0)
+        return len(removed)
 
     def session_dir(self, sid: str) -> Path:
         return self.settings.data_dir / sid
@@ -158,21 +193,24 @@ class Snapshotter:
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / version_file(version), markdown)
         if latest:
-            write_atomic(folder / "latest.md", markdown)
+            link_atomic(folder / version_file(version), folder / "latest.md")
 
     def rebuild_files(self) -> int:
         """Rewrite any Markdown file missing on disk from the database (the truth)."""
         written = 0
-        for sid, version, markdown, is_latest in self.store.iter_markdown():
+        for sid, version, is_latest in self.store.iter_versions():
             folder = self.session_dir(sid)
             missing = not (folder / version_file(version)).exists()
+            if not (missing or is_latest):
+                continue
+            markdown = self.store.get_markdown(sid, version)
             stale_latest = is_latest and _differs(folder / "latest.md", markdown)
             if missing or stale_latest:
                 folder.mkdir(parents=True, exist_ok=True)
                 if missing:
                     write_atomic(folder / version_file(version), markdown)
                 if stale_latest:
-                    write_atomic(folder / "latest.md", markdown)
+                    link_atomic(folder / version_file(version), folder / "latest.md")
                 written += 1
         return written
 
@@ -206,6 +244,18 @@ def write_atomic(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def link_atomic(target: Path, link: Path) -> None:
+    """`link` becomes another name of `target`'s content, atomically: no second copy to sync."""
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        os.link(target, tmp)
+        os.replace(tmp, link)
+    except OSError:  # a filesystem without hard links gets a copy
+        write_atomic(link, target.read_text(encoding="utf-8"))
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -53,12 +53,14 @@ def start_server(data_dir: Path, log_path: Path, env: dict[str, str] | None = No
         process = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
+    token = (env or {}).get("CTXD_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"ctxd exited with {process.returncode}: {log_path.read_text()}")
         try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/health", headers=headers, timeout=1).status_code == 200:
                 return Server(url, data_dir, process, log_path)
         except httpx.HTTPError:
             time.sleep(0.05)

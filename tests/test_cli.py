@@ -31,10 +31,10 @@ def test_cli_drives_a_session_end_to_end(server: Server, tmp_path):
 
 def test_cli_errors_are_one_line_with_what_to_do(server: Server):
     missing = ctxd(server.url, "snapshot", "no-such-session")
-    assert missing.returncode == 1
+    assert missing.returncode == 3  # not found
     assert "404" in missing.stderr and "no-such-session" in missing.stderr
     bad = ctxd(server.url, "note", "no-such-session", "gossip", "x")
-    assert bad.returncode == 1 and "400" in bad.stderr
+    assert bad.returncode == 2 and "hypothesis" in bad.stderr  # bad input: names what is allowed
 
 
 def test_cli_without_a_service_says_how_to_start_one():
@@ -44,3 +44,22 @@ def test_cli_without_a_service_says_how_to_start_one():
     assert "cannot reach the service" in down.stderr and "ctxd serve" in down.stderr
     assert "Traceback" not in down.stderr
     assert time.monotonic() - started < 30
+
+
+def test_token_new_writes_a_private_file_the_server_then_requires(tmp_path):
+    from tests.conftest import start_server, stop_server
+
+    made = ctxd("http://127.0.0.1:9", "token", "--new", "--data-dir", str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    token_file = tmp_path / "token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    token = token_file.read_text().strip()
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log", env={"CTXD_TOKEN": token})
+    try:
+        import httpx
+
+        assert httpx.get(f"{srv.url}/health").status_code == 401
+        ok = httpx.get(f"{srv.url}/health", headers={"Authorization": f"Bearer {token}"})
+        assert ok.status_code == 200
+    finally:
+        stop_server(srv)

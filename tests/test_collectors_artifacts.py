@@ -2,6 +2,8 @@
 
 import hashlib
 import os
+import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -65,17 +67,20 @@ def test_small_file_is_hashed_whole(tmp_path: Path) -> None:
 
 def test_large_file_is_sampled_and_sees_changes_in_each_sample(tmp_path: Path) -> None:
     chunk = Limits().fingerprint_chunk_bytes
+    ctx = make_ctx(Limits(fingerprint_full_bytes_max=3 * chunk))
     path = tmp_path / "model.safetensors"
     size = 10 * chunk
     path.write_bytes(b"\0" * size)
-    first = only_item(collect(make_watch(path))).fingerprint
-    assert first.startswith("s3:") and len(first) == len("s3:") + 16
+    item = only_item(collect(make_watch(path), ctx=ctx))
+    first = item.fingerprint
+    assert first.startswith("sampled:") and len(first) == len("sampled:") + 16
+    assert item.fingerprint_kind == "sampled"
     seen = {first}
     for offset in (0, (size - chunk) // 2, size - 1):
         with path.open("r+b") as f:
             f.seek(offset)
             f.write(b"\1")
-        seen.add(only_item(collect(make_watch(path))).fingerprint)
+        seen.add(only_item(collect(make_watch(path), ctx=ctx)).fingerprint)
     assert len(seen) == 4
 
 
@@ -85,7 +90,7 @@ def test_sparse_100_gib_file_is_fingerprinted(tmp_path: Path) -> None:
         f.truncate(100 * 2**30)
     item = only_item(collect(make_watch(path)))
     assert item.size == 100 * 2**30
-    assert item.fingerprint.startswith("s3:")
+    assert item.fingerprint.startswith("sampled:")
 
 
 def test_fingerprint_cache_is_kept_in_memory_and_stays_correct(tmp_path: Path) -> None:
@@ -118,6 +123,8 @@ def test_directory_walk(tmp_path: Path) -> None:
     assert item.type == "directory"
     assert item.size == 123
     assert item.entries == 5  # 3 files + 2 directories
+    assert item.files == 3
+    assert [f.path for f in item.largest] == ["a.bin", "sub/b.bin", "sub/deeper/c.bin"]
     assert item.truncated is False
     assert item.fingerprint.startswith("tree:")
     newest = max(p.stat().st_mtime for p in [root, *root.rglob("*")])
@@ -249,9 +256,7 @@ def test_describe_change() -> None:
         )
         == "size 10 MB -> 12 MB, content changed"
     )
-    assert artifacts.describe_change(info(mtime=1.0), info(mtime=2.0)) == (
-        "modified time changed, content same"
-    )
+    assert artifacts.describe_change(info(mtime=1.0), info(mtime=2.0)) == ("rebuilt, same content")
     directory = info().model_copy(update={"type": "directory", "entries": 3})
     assert artifacts.describe_change(info(), directory) == "was a file, now a directory"
 
@@ -269,3 +274,135 @@ def test_format_size() -> None:
     assert artifacts.format_size(12_000_000) == "12 MB"
     assert artifacts.format_size(547 * 10**9) == "547 GB"
     assert artifacts.format_size(3 * 10**15) == "3000 TB"
+
+
+# --- a model-sized directory: cold, warm, and what changed -----------------------------------
+
+AUDIT: list[list[tuple[str, str]]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if AUDIT and event in ("open", "os.scandir") and args and isinstance(args[0], str | Path):
+        for sink in AUDIT:
+            sink.append((event, str(args[0])))
+
+
+sys.addaudithook(_audit)
+
+
+def audited(root: Path, ctx: CollectContext, watch: Watch) -> tuple[ArtifactInfo, list]:
+    """Collect once and return the item with every open/scandir under `root` it caused."""
+    events: list[tuple[str, str]] = []
+    AUDIT.append(events)
+    try:
+        item = only_item(collect(watch, ctx=ctx))
+    finally:
+        AUDIT.remove(events)
+    return item, [(e, p) for e, p in events if p.startswith(str(root))]
+
+
+def wait_until(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_100_gb_sparse_plus_5000_files_cold_then_warm_reads_no_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(artifacts, "WATCH_WORTH_S", 0.0)  # watch this tree however fast its walk
+    root = tmp_path / "model"
+    (root / "shards").mkdir(parents=True)
+    with (root / "model.safetensors").open("wb") as f:
+        f.truncate(100 * 10**9)
+    for i in range(5000):
+        (root / "shards" / f"f{i:04d}.json").write_text(f'{{"i": {i}}}')
+    ctx, watch = make_ctx(), make_watch(root)
+    cold, cold_events = audited(root, ctx, watch)
+    assert cold.files == 5001 and cold.truncated is False and cold.fingerprint_kind == "tree"
+    assert cold.largest[0].path == "model.safetensors" and cold.size > 100 * 10**9
+    assert sum(1 for e, _ in cold_events if e == "open") == 5001
+    assert ctx.memory["artifacts"]["last_opened_files"] == 5001
+
+    warm, warm_events = audited(root, ctx, watch)
+    assert warm.fingerprint == cold.fingerprint and warm.changes == []
+    assert [e for e in warm_events if e[0] == "open"] == []  # stat only: no file opened
+    assert ctx.memory["artifacts"]["last_read_bytes"] == 0
+
+    # Once the watchfiles watcher is up, an unchanged tree is not even walked.
+    watcher = ctx.memory["artifacts"]["trees"][(1, str(root.resolve()))]["watcher"]
+    wait_until(lambda: watcher.ready)
+    audited(root, ctx, watch)  # this walk is the one the watcher vouches for
+    idle, idle_events = audited(root, ctx, watch)
+    assert idle_events == [] and idle.fingerprint == cold.fingerprint
+
+    (root / "shards" / "f0001.json").write_text('{"i": 1001}')  # modified
+    stat = (root / "shards" / "f0002.json").stat()
+    (root / "shards" / "f0002.json").write_text('{"i": 2}')  # rebuilt, same bytes
+    os.utime(root / "shards" / "f0002.json", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    (root / "shards" / "f0003.json").unlink()
+    (root / "shards" / "new.json").write_text("{}")
+    changed, events = audited(root, ctx, watch)
+    assert changed.changes == [
+        "modified shards/f0001.json",
+        "rebuilt, same content: shards/f0002.json",
+        "removed shards/f0003.json",
+        "added shards/new.json",
+    ]
+    assert sorted(p for e, p in events if e == "open") == [
+        str(root / "shards" / name) for name in ("f0001.json", "f0002.json", "new.json")
+    ]
+    assert changed.fingerprint != cold.fingerprint
+    assert artifacts.describe_change(cold, changed) is not None
+    watcher.stop()
+
+
+def test_single_file_rebuilt_with_same_content(tmp_path: Path) -> None:
+    path = tmp_path / "kernel.so"
+    path.write_bytes(b"\x7fELF same")
+    ctx = make_ctx()
+    first = only_item(collect(make_watch(path), ctx=ctx))
+    path.write_bytes(b"\x7fELF same")
+    os.utime(path, ns=(0, first.modified_at.timestamp().__int__() * 10**9 + 5 * 10**9))
+    second = only_item(collect(make_watch(path), ctx=ctx))
+    assert second.fingerprint == first.fingerprint
+    assert artifacts.describe_change(first, second) == "rebuilt, same content"
+
+
+def test_fingerprint_budget_defers_hashing_to_the_next_snapshot(tmp_path: Path) -> None:
+    root = tmp_path / "wheels"
+    root.mkdir()
+    for i in range(4):
+        (root / f"{i}.bin").write_bytes(bytes([i]) * 10_000)
+    ctx = make_ctx(Limits(fingerprint_budget_bytes=15_000))
+    first = only_item(collect(make_watch(root), ctx=ctx))
+    assert first.fingerprint_kind == "pending" and first.fingerprint.startswith("pending:")
+    for _ in range(3):
+        latest = only_item(collect(make_watch(root), ctx=ctx))
+    assert latest.fingerprint_kind == "tree"
+    fresh = only_item(collect(make_watch(root), ctx=make_ctx()))
+    assert latest.fingerprint == fresh.fingerprint
+
+
+def test_wheel_and_sdist_names_are_parsed(tmp_path: Path) -> None:
+    wheel = tmp_path / "sgl_kernel-0.3.9.post2+cu128-cp310-abi3-manylinux2014_x86_64.whl"
+    wheel.write_bytes(b"PK")
+    dist = only_item(collect(make_watch(wheel))).dist
+    assert dist is not None
+    assert (dist.kind, dist.name, dist.version) == ("wheel", "sgl_kernel", "0.3.9.post2+cu128")
+    assert dist.tags == ["cp310-abi3-manylinux2014_x86_64"]
+    multi = artifacts.parse_dist("pkg-1.0-1-py2.py3-none-any.whl")
+    assert multi is not None and multi.build == "1"
+    assert multi.tags == ["py2-none-any", "py3-none-any"]
+    sdist = artifacts.parse_dist("flash_attn-2.8.3.tar.gz")
+    assert sdist is not None and (sdist.kind, sdist.name, sdist.version) == (
+        "sdist",
+        "flash_attn",
+        "2.8.3",
+    )
+    assert artifacts.parse_dist("libfoo.so.1") is None
+    so = tmp_path / "libcuda_kernels.so"
+    so.write_bytes(b"\x7fELF")
+    item = only_item(collect(make_watch(so)))
+    assert item.dist is None and item.size == 4

@@ -68,3 +68,33 @@ def test_failing_probe_becomes_unavailable(monkeypatch: pytest.MonkeyPatch) -> N
 )
 def test_parse_os_release(text: str, expected: str) -> None:
     assert parse_os_release(text) == expected
+
+
+def test_disks_for_data_dir_and_watched_paths(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from service.models import LogWatch, Watch
+
+    log = Watch(id=1, session="t", created_at=datetime.now(UTC),
+                spec=LogWatch(path=str(tmp_path / "not-yet" / "*.log")))  # fmt: skip
+    ctx = CollectContext(settings=Settings(data_dir=tmp_path / "data"))
+    info = host.collect([log], ctx)
+    assert info.disks and info.disks[0].path.endswith("data")
+    assert len(info.disks) == 1  # the same filesystem is listed once
+    assert 0 < info.disks[0].free_bytes <= info.disks[0].total_bytes
+    assert info.uptime_s and info.uptime_s > 0 and info.swap_total_bytes is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\n",
+            "AMD EPYC 9654 96-Core Processor",
+        ),
+        ("processor : 0\nBogoMIPS : 50\nModel : Raspberry Pi 4\n", "Raspberry Pi 4"),
+        ("", ""),
+    ],
+)
+def test_parse_cpu_model(text: str, expected: str) -> None:
+    assert host.parse_cpu_model(text) == expected

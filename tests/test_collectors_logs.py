@@ -1,6 +1,8 @@
 """Tests of the log collector: tails of real files, fifos, loops, globs and real server logs."""
 
 import os
+import socket
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -9,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.collectors import CollectContext, logs
+from service.collectors import _logtext as logtext
 from service.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
 from service.settings import Limits, Settings
 
@@ -54,36 +57,36 @@ def write_fixture(tmp_path: Path, name: str) -> Path:
 
 
 def test_parse_tail_keeps_last_lines_and_final_line_without_newline() -> None:
-    assert logs.parse_tail(b"a\nb\nc\nd", 2, 100) == ["c", "d"]
-    assert logs.parse_tail(b"a\nb\nc\n", 2, 100) == ["b", "c"]
-    assert logs.parse_tail(b"", 5, 100) == []
-    assert logs.parse_tail(b"a\n\nb\n", 5, 100) == ["a", "", "b"]
+    assert logtext.parse_tail(b"a\nb\nc\nd", 2, 100) == ["c", "d"]
+    assert logtext.parse_tail(b"a\nb\nc\n", 2, 100) == ["b", "c"]
+    assert logtext.parse_tail(b"", 5, 100) == []
+    assert logtext.parse_tail(b"a\n\nb\n", 5, 100) == ["a", "", "b"]
 
 
 def test_parse_tail_drops_the_partial_first_line() -> None:
-    assert logs.parse_tail(b"ial line\nwhole\n", 5, 100, partial=True) == ["whole"]
-    assert logs.parse_tail(b"ial line\nwhole\n", 5, 100) == ["ial line", "whole"]
+    assert logtext.parse_tail(b"ial line\nwhole\n", 5, 100, partial=True) == ["whole"]
+    assert logtext.parse_tail(b"ial line\nwhole\n", 5, 100) == ["ial line", "whole"]
 
 
 def test_parse_tail_collapses_carriage_return_progress() -> None:
-    assert logs.parse_tail(b"a\rb\rc\n", 5, 100) == ["c"]
-    assert logs.parse_tail(b"10%\r100%\r\n", 5, 100) == ["100%"]
-    assert logs.parse_tail(b"done\r   \r\x1b[K\n", 5, 100) == ["done"]
-    assert logs.parse_tail(b"windows line\r\nnext\r\n", 5, 100) == ["windows line", "next"]
+    assert logtext.parse_tail(b"a\rb\rc\n", 5, 100) == ["c"]
+    assert logtext.parse_tail(b"10%\r100%\r\n", 5, 100) == ["100%"]
+    assert logtext.parse_tail(b"done\r   \r\x1b[K\n", 5, 100) == ["done"]
+    assert logtext.parse_tail(b"windows line\r\nnext\r\n", 5, 100) == ["windows line", "next"]
 
 
 def test_parse_tail_removes_escapes_and_control_chars() -> None:
     raw = b"\x1b[1;33mwarn\x1b[0m\x1b]0;title\x07 x\x00y\tz\x07\n"
-    assert logs.parse_tail(raw, 5, 100) == ["warn xy\tz"]
+    assert logtext.parse_tail(raw, 5, 100) == ["warn xy\tz"]
 
 
 def test_parse_tail_cuts_long_lines_with_a_marker() -> None:
-    [line] = logs.parse_tail(b"x" * 250 + b"\n", 5, 100)
+    [line] = logtext.parse_tail(b"x" * 250 + b"\n", 5, 100)
     assert line == "x" * 100 + " … [cut 150 chars]"
 
 
 def test_parse_tail_replaces_invalid_utf8() -> None:
-    assert logs.parse_tail(b"ok \xff\xfe caf\xc3\xa9\n", 5, 100) == ["ok \ufffd\ufffd café"]
+    assert logtext.parse_tail(b"ok \xff\xfe caf\xc3\xa9\n", 5, 100) == ["ok \ufffd\ufffd café"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -97,18 +100,18 @@ def test_parse_tail_replaces_invalid_utf8() -> None:
     partial=st.booleans(),
 )
 def test_parse_tail_properties(raw: bytes, lines: int, max_chars: int, partial: bool) -> None:
-    out = logs.parse_tail(raw, lines, max_chars, partial=partial)
+    out = logtext.parse_tail(raw, lines, max_chars, partial=partial)
     assert len(out) <= lines
     for line in out:
         assert "\r" not in line and "\x1b" not in line and "\n" not in line
-        assert len(line) <= max_chars + len(logs.CUT_MARKER.format(len(raw)))
+        assert len(line) <= max_chars + len(logtext.CUT_MARKER.format(len(raw)))
 
 
 def test_detect_binary() -> None:
-    assert logs.detect_binary(b"\x00" * 100 + b"text\n")
-    assert logs.detect_binary(bytes(range(256)) * 4)
-    assert not logs.detect_binary(b"plain log line\n\x1b[0m\r 50%\r100%\n")
-    assert not logs.detect_binary(b"")
+    assert logtext.detect_binary(b"\x00" * 100 + b"text\n")
+    assert logtext.detect_binary(bytes(range(256)) * 4)
+    assert not logtext.detect_binary(b"plain log line\n\x1b[0m\r 50%\r100%\n")
+    assert not logtext.detect_binary(b"")
 
 
 # --- real server logs ----------------------------------------------------------------------
@@ -311,3 +314,211 @@ def test_one_bad_watch_does_not_hide_the_others(tmp_path: Path) -> None:
     section = collect(make_watch(tmp_path / "gone.log", watch_id=1), make_watch(good, watch_id=2))
     assert [item.watch_id for item in section.items] == [2]
     assert [u.watch_id for u in section.unavailable] == [1]
+
+
+# --- progress bars, errors since the previous snapshot, rotation -----------------------------
+
+
+def make_ctx() -> CollectContext:
+    return CollectContext(settings=Settings())
+
+
+def run_child(spawn, code: str, *args: str) -> None:
+    proc = spawn(sys.executable, "-c", code, *args)
+    assert proc.wait(timeout=60) == 0
+
+
+TQDM = """
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("loading weights\\n")
+    for i in range(1, 10_001):
+        f.write(f"\\rLoading: {i * 100 // 10_000:3d}%|{'#' * (i // 1000):<10}| {i}/10000")
+        f.flush()
+"""
+
+
+def test_tqdm_child_with_10000_updates_collapses_to_one_line(tmp_path: Path, spawn) -> None:
+    path = tmp_path / "tqdm.log"
+    run_child(spawn, TQDM, str(path))
+    info = only_item(collect(make_watch(path, lines=40)))
+    assert info.lines == ["loading weights", "Loading: 100%|##########| 10000/10000"]
+    assert info.errors == []
+
+
+TRACEBACK_THEN_NOISE = """
+import sys
+with open(sys.argv[1], "a") as f:
+    f.write("[2025-04-21 07:28:41 TP0] Scheduler hit an exception: ")
+    f.write("Traceback (most recent call last):\\n")
+    f.write('  File "/srv/scheduler.py", line 1714, in run_scheduler_process\\n')
+    f.write("    scheduler = Scheduler(server_args)\\n")
+    f.write('  File "/srv/cuda.py", line 12, in init\\n')
+    f.write("    torch.cuda.set_device(rank)\\n")
+    f.write("RuntimeError: CUDA error: out of memory\\n")
+    f.write("\\n")
+    for i in range(5000):
+        f.write(f"[2025-04-21 07:28:42] INFO heartbeat {i}\\n")
+"""
+
+
+def test_traceback_before_5000_noise_lines_is_the_error_since_last_snapshot(
+    tmp_path: Path, spawn
+) -> None:
+    path = tmp_path / "server.log"
+    path.write_text("[2025-04-21 07:28:40] INFO starting\n")
+    ctx, watch = make_ctx(), make_watch(path)
+    first = only_item(logs.collect([watch], ctx))
+    assert first.errors == [] and first.error_new is False
+    run_child(spawn, TRACEBACK_THEN_NOISE, str(path))
+    second = only_item(logs.collect([watch], ctx))
+    assert second.error_new is True
+    assert second.errors[0].endswith("Traceback (most recent call last):")
+    assert second.errors[-1] == "RuntimeError: CUDA error: out of memory"
+    assert len(second.errors) == 6
+    assert second.error_summary == "RuntimeError: CUDA error: out of memory"
+    assert not any("Traceback" in line for line in second.lines)
+    assert second.lines[-1] == "[2025-04-21 07:28:42] INFO heartbeat 4999"
+    assert second.growth_bytes == path.stat().st_size - first.size
+    third = only_item(logs.collect([watch], ctx))  # nothing new: carried, not new
+    assert third.errors == second.errors and third.error_new is False
+
+
+def test_rotation_reads_the_rest_of_the_old_file_and_says_where_it_went(tmp_path: Path) -> None:
+    path = tmp_path / "app.log"
+    path.write_text("one\n")
+    ctx, watch = make_ctx(), make_watch(path)
+    only_item(logs.collect([watch], ctx))
+    with path.open("a") as f:
+        f.write("ERROR written just before rotation\n")
+    path.rename(tmp_path / "app.log.1")
+    path.write_text("fresh start\n")
+    info = only_item(logs.collect([watch], ctx))
+    assert info.rotated is True and info.truncated is False
+    assert info.rotated_from == str(tmp_path / "app.log.1")
+    assert info.errors == ["ERROR written just before rotation"] and info.error_new
+    assert info.lines == ["fresh start"] and info.growth_bytes is None
+
+
+def test_truncation_is_detected_even_when_the_file_grew_back(tmp_path: Path) -> None:
+    path = tmp_path / "app.log"
+    path.write_text("a\n" * 10)
+    ctx, watch = make_ctx(), make_watch(path)
+    only_item(logs.collect([watch], ctx))
+    path.write_text("restarted\n" * 10)  # truncate and rewrite: bigger than before
+    info = only_item(logs.collect([watch], ctx))
+    assert info.truncated is True and info.rotated is False and info.growth_bytes is None
+    path.write_text("x\n")
+    again = only_item(logs.collect([watch], ctx))
+    assert again.truncated is True and again.lines == ["x"]
+
+
+def test_an_unchanged_log_is_not_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "quiet.log"
+    path.write_text("still here\n")
+    ctx, watch = make_ctx(), make_watch(path)
+    first = only_item(logs.collect([watch], ctx))
+    opened: list[str] = []
+    AUDIT_OPENS.append(opened)
+    try:
+        second = only_item(logs.collect([watch], ctx))
+    finally:
+        AUDIT_OPENS.remove(opened)
+    assert second.lines == first.lines == ["still here"]
+    # open_regular opens the file once to fstat it; nothing is read from it (no pread).
+    assert opened == [str(path)]
+
+
+AUDIT_OPENS: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "open" and AUDIT_OPENS and isinstance(args[0], str):
+        for sink in AUDIT_OPENS:
+            sink.append(args[0])
+
+
+sys.addaudithook(_audit)
+
+
+def test_pem_block_cut_by_the_tail_window_is_redacted(tmp_path: Path) -> None:
+    body = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" + str(i) * 20 for i in range(6)]
+    path = tmp_path / "keys.log"
+    path.write_text(
+        "\n".join(["-----BEGIN PRIVATE KEY-----", *body, "-----END PRIVATE KEY-----", "ok"]) + "\n"
+    )
+    info = only_item(collect(make_watch(path, lines=4)))  # starts inside the key
+    assert not any("MIIE" in line for line in info.lines)
+    assert info.lines[-1] == "ok"
+
+
+def test_per_watch_error_patterns(tmp_path: Path) -> None:
+    path = tmp_path / "custom.log"
+    path.write_text("all good\nwatchdog: engine stalled for 300 s\nmore\n")
+    spec = LogWatch(path=str(path), errors=[r"engine stalled"])
+    watch = Watch(id=1, session="s", created_at=datetime.now(UTC), spec=spec)
+    info = only_item(collect(watch))
+    assert info.errors == ["watchdog: engine stalled for 300 s"]
+    plain = only_item(collect(make_watch(path)))
+    assert plain.errors == []
+
+
+def test_socket_path_is_unavailable(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "s.sock"))
+        reason = only_unavailable(collect(make_watch(tmp_path / "s.sock"))).reason
+    assert reason == "not a regular file (socket)"
+
+
+# --- the real inference-server logs: what a reader wants to see ----------------------------
+
+
+def test_vllm_no_kernel_image_error_block(tmp_path: Path) -> None:
+    path = write_fixture(tmp_path, "vllm_no_kernel_image_issue14452_excerpt.log")
+    info = only_item(collect(make_watch(path)))
+    assert info.error_new and info.error_summary is not None
+    assert "RuntimeError: CUDA error: no kernel image is available" in info.error_summary
+    assert "CUDA_LAUNCH_BLOCKING=1" in "\n".join(info.errors)
+    assert info.error_lines >= 2  # the ERROR lines and the later EngineCore traceback
+    assert info.lines[-1].startswith('  File "/usr/local/lib/python3.12/dist-packages/vllm')
+
+
+def test_sglang_nccl_warn_is_the_error_and_the_traceback_is_counted(tmp_path: Path) -> None:
+    path = write_fixture(tmp_path, "sglang_nccl_warn_issue5594_excerpt.log")
+    info = only_item(collect(make_watch(path)))
+    assert info.error_summary is not None
+    assert "NCCL WARN socketStartConnect: Connect to 10.0.0.82<38455> failed" in info.error_summary
+    assert info.error_lines == 2
+    assert any("Scheduler hit an exception: Traceback" in line for line in info.lines)
+
+
+@pytest.mark.parametrize(
+    ("name", "last"),
+    [
+        ("sglang_tp2_hang_after_weights_loaded.log", "Capturing batches (bs=1 "),
+        ("vllm_startup_ok_cuda_graph_progress.log", "(APIServer pid="),
+        ("sglang_gb10_dies_during_cuda_graph_capture.log", ""),
+    ],
+)
+def test_logs_without_errors_show_none(tmp_path: Path, name: str, last: str) -> None:
+    path = write_fixture(tmp_path, name)
+    info = only_item(collect(make_watch(path)))
+    assert info.errors == [] and info.error_summary is None and info.error_lines == 0
+    assert info.lines[-1].startswith(last)
+    if name.startswith("sglang_gb10"):
+        assert "leaked semaphore" in info.lines[-2]
+
+
+def test_markdown_fence_is_longer_than_any_backtick_run(tmp_path: Path) -> None:
+    path = tmp_path / "ticks.log"
+    path.write_text("```` four\nplain\n")
+    info = only_item(collect(make_watch(path)))
+    from service.models import Observations, Snapshot, SnapshotHeader
+    from service.render import render_dump
+
+    snap = Snapshot(
+        header=SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t"),
+        observations=Observations(logs=LogsSection(items=[info])),
+    )
+    markdown = render_dump(snap)
+    assert "`````text\n```` four\nplain\n`````" in markdown

@@ -1,4 +1,5 @@
 import http.server
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -120,3 +121,55 @@ def test_unresolvable_host_is_unavailable() -> None:
 
 def test_no_port_watches() -> None:
     assert ports.collect([], context()).items == []
+
+
+class Body(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(503)
+        self.end_headers()
+        self.wfile.write(b'{"status": "loading", "api_key": "sk-test-0123456789abcdefghij"}' * 50)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_health_latency_and_redacted_short_body() -> None:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Body)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = int(httpd.server_address[1])
+        spec = PortWatch(port=port, url=f"http://localhost:{port}/health")
+        row = ports.collect([watch(1, spec)], context()).items[0]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert row.health_status == 503 and row.health_latency_ms is not None
+    assert row.health_body and len(row.health_body) <= ports.BODY_CHARS
+    assert "loading" in row.health_body and "0123456789abcdefghij" not in row.health_body
+
+
+def test_remote_health_url_is_refused_unless_allowed() -> None:
+    spec = PortWatch(port=closed_port(), url="http://192.0.2.1:8000/health")
+    row = ports.collect([watch(1, spec)], context()).items[0]
+    assert row.health_error and row.health_error.startswith("refused: not a loopback URL")
+    assert not ports.is_loopback("http://example.com/") and ports.is_loopback("http://[::1]:1/")
+
+
+def test_owner_is_the_process_holding_the_socket(listener) -> None:
+    row = ports.collect([watch(1, PortWatch(port=listener))], context()).items[0]
+    assert row.listening and row.owner_pid == os.getpid()
+    closed = ports.collect([watch(1, PortWatch(port=closed_port()))], context()).items[0]
+    assert closed.owner_pid is None
+
+
+def test_a_hung_server_that_never_accepts_stays_listening() -> None:
+    """Checking must not fill the backlog of a server that listens but never accepts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = int(sock.getsockname()[1])
+        watches = [watch(1, PortWatch(port=port))]
+        for _ in range(20):
+            (row,) = ports.collect(watches, context()).items
+            assert row.listening

@@ -197,7 +197,8 @@ def test_unexpected_error_becomes_unavailable(sleeper, monkeypatch) -> None:
 
 def test_other_watch_kinds_are_ignored() -> None:
     port = Watch(id=1, session="t", created_at=datetime.now(UTC), spec=PortWatch(port=8000))
-    assert processes.collect([port], context()).model_dump() == {"items": [], "unavailable": []}
+    section = processes.collect([port], context())
+    assert section.items == [] and section.unavailable == [] and section.matched == 0
 
 
 def F(name: str | None, value: str | None = None) -> Flag:
@@ -242,3 +243,89 @@ def F(name: str | None, value: str | None = None) -> Flag:
 )
 def test_parse_flags(argv: list[str], expected: list[Flag]) -> None:
     assert parse_flags(argv) == expected
+
+
+def test_match_by_executable_name(sleeper) -> None:
+    name = os.path.basename(sys.executable)
+    section = processes.collect([watch(name=name, children=False)], context())
+    assert sleeper.pid in {row.pid for row in section.items}
+    assert section.matched >= 1
+
+
+def test_other_users_process_shows_not_permitted(tree) -> None:
+    """ctxd run as `nobody` looking at a root-owned process: named limits, not empty fields."""
+    child, _, _ = tree
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to another user")
+    import json
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become nobody, collect, report, never return into pytest
+        try:
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            section = processes.collect([watch(pid=child.pid)], context())
+            os.write(write, section.model_dump_json().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        data = json.loads(pipe.read() or "{}")
+    os.waitpid(pid, 0)
+    root = data["items"][0]
+    assert root["pid"] == child.pid and root["env"] == {}
+    assert {"environment", "open files and sockets"} <= set(root["not_permitted"])
+    reasons = {(u["target"], u["reason"]) for u in data["unavailable"]}
+    assert (f"pid {child.pid} environment", "not permitted") in reasons
+    assert root["argv"]  # the command line is world-readable and still shown
+
+
+def test_packages_from_the_process_own_environment(tmp_path) -> None:
+    """Versions come from the watched interpreter's site-packages, not from ctxd's."""
+    prefix = tmp_path / "venv"
+    site = prefix / "lib" / "python3.99" / "site-packages"
+    (site / "sglang-0.5.9.dist-info").mkdir(parents=True)
+    (site / "flash_attn-2.8.3.dist-info").mkdir()
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    proc = subprocess.Popen([str(prefix / "bin" / "python"), "-c", "import time; time.sleep(60)"])
+    try:
+        spec = {"pid": proc.pid, "packages": ["sglang", "flash-attn", "torch"]}
+        (row,) = processes.collect([watch(**spec)], context()).items
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert row.packages == {"sglang": "0.5.9", "flash-attn": "2.8.3", "torch": "not installed"}
+
+
+def test_hundreds_of_matches_stay_readable() -> None:
+    tag = f"ctxd-many-{uuid.uuid4().hex[:8]}"
+    code = "import time; time.sleep(60)"
+    procs = [subprocess.Popen([sys.executable, "-c", code, tag]) for _ in range(40)]
+    try:
+        section = processes.collect([watch(match=tag)], context())
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(timeout=10)
+    assert section.matched == 40 and len(section.items) == 40
+    assert 0 < len(section.featured) < 40
+
+
+def test_workers_fold_by_rank() -> None:
+    from service.collectors._argv import fold_workers
+
+    argvs = [["python", "-m", "w", "--rank", str(r), "--port", "8000"] for r in range(8)]
+    assert fold_workers([*argvs, ["python", "tokenizer.py"]]) == [
+        (8, "python -m w --rank {0..7} --port 8000"),
+        (1, "python tokenizer.py"),
+    ]
+    assert fold_workers([["w", f"--rank={r}"] for r in (8, 9, 10, 11)]) == [(4, "w --rank={8..11}")]
+    # Only numbers fold: workers told apart by a name are different workers.
+    assert fold_workers([["w", "--node", n] for n in ("a", "b")]) == [
+        (1, "w --node a"), (1, "w --node b"),
+    ]  # fmt: skip

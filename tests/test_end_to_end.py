@@ -1,7 +1,6 @@
 """A real server watching a real process tree, log and artifact, across two versions."""
 
 import os
-import sqlite3
 import sys
 import time
 import uuid
@@ -158,7 +157,8 @@ def test_database_agrees_with_files_after_restart(tmp_path):
         with srv.client() as c:
             c.put("/api/sessions/restart", json={})
             for _ in range(3):
-                assert c.post("/api/sessions/restart/snapshots").status_code == 201
+                taken = c.post("/api/sessions/restart/snapshots", json={"force": True})
+                assert taken.status_code == 201
     finally:
         stop_server(srv)
     folder = tmp_path / "data" / "restart"
@@ -167,8 +167,8 @@ def test_database_agrees_with_files_after_restart(tmp_path):
     srv = start_server(tmp_path / "data", tmp_path / "ctxd.log")
     try:
         assert (folder / "v0002.md").exists() and (folder / "latest.md").exists()
-        with sqlite3.connect(tmp_path / "data" / "ctxd.db") as db:
-            stored = db.execute("select markdown from snapshots where version = 3").fetchone()[0]
+        with srv.client() as c:
+            stored = c.get("/api/sessions/restart/snapshots/3/markdown").text
         assert (folder / "latest.md").read_text() == stored
     finally:
         stop_server(srv)

@@ -1,7 +1,7 @@
 """Redaction: by name, by content, deep scrub, the log filter, and that it fails closed."""
 
 import logging
-import time
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from service import redact
+from service import redact, redact_known, redact_shapes
 from service.models import Flag, ProcessInfo
 from service.redact import REDACTED, WITHHELD
 
@@ -24,8 +24,10 @@ PEM_BODY = "MIIEowIBAAKCAQEA1x2y3z\nq8w7e6r5t4y3u2i1o0p==\n"
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> Iterator[None]:
     redact._text_short.cache_clear()
+    redact_known.forget_all()
     yield
     redact._text_short.cache_clear()
+    redact_known.forget_all()
 
 
 @pytest.mark.parametrize(
@@ -50,6 +52,17 @@ def _fresh_cache() -> Iterator[None]:
         "rk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
         "AIzaSyA-1234567890abcdefghijklmnopqrstu",
         JWT,
+        "glrt-" + "x1y2z3" * 4,
+        "sk-proj-" + "Ab3_" * 12,
+        "sk-ant-admin01-" + "Qq7-" * 20,
+        "whsec_" + "a1B2c3D4e5" * 3,
+        "ya29." + "a0AfH6SM" * 5,
+        "dop_v1_" + "0123456789abcdef" * 4,
+        "shpat_" + "0123456789abcdef" * 2,
+        "SG." + "a" * 22 + "." + "b" * 43,
+        "gsk_" + "A1b2C3d4E5" * 5,
+        "r8_" + "A1b2C3d4E5" * 4,
+        "AGE-SECRET-KEY-1" + "QWERTY234567" * 5,
     ],
 )
 @pytest.mark.parametrize("frame", ["{}", "token is {} ok", "x='{}'", "url=https://h/?k={}&a=1"])
@@ -281,14 +294,6 @@ def test_scrub_plain_containers() -> None:
     assert redact.scrub(7) == 7 and redact.scrub(None) is None
 
 
-def test_scrub_is_fast() -> None:
-    strings = [f"--flag-{i} /path/to/thing{i} value {i}" for i in range(2000)]
-    redact.scrub(["warm"])
-    start = time.perf_counter()
-    redact.scrub(strings)
-    assert time.perf_counter() - start < 0.05  # the target is 5 ms; leave room for slow CI
-
-
 def test_redacting_filter_on_a_real_record(caplog: pytest.LogCaptureFixture) -> None:
     logger = logging.getLogger("ctxd.test.redact")
     logger.addFilter(redact.RedactingFilter())
@@ -342,9 +347,11 @@ def test_too_long_is_withheld() -> None:
     "evil", ["eyJ" * 100_000, "a:" * 150_000, "=a" * 150_000, 'p="' * 100_000, "-a " * 100_000]
 )
 def test_no_catastrophic_backtracking(evil: str) -> None:
-    start = time.perf_counter()
-    redact.text(evil)
-    assert time.perf_counter() - start < 1.0
+    # A hang detector, not a speed test (that is bench/): linear rules finish these in well
+    # under a second; a backtracking one would not finish in hours.
+    done = threading.Event()
+    threading.Thread(target=lambda: (redact.text(evil), done.set()), daemon=True).start()
+    assert done.wait(timeout=60), "redaction did not finish: catastrophic backtracking?"
 
 
 # --- properties -------------------------------------------------------------------------------
@@ -382,3 +389,121 @@ def test_planted_secret_never_survives(before: str, secret: str, after: str, sep
 def test_plain_words_unchanged(words: list[str]) -> None:
     value = " ".join(words)
     assert redact.text(value) == value
+
+
+def test_slack_webhook_url() -> None:
+    out = redact.text("posting to https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX ok")
+    assert "XXXXXXXX" not in out and out.endswith(" ok")
+
+
+def test_every_shape_has_a_prefix_in_the_trigger() -> None:
+    names = [name for name, _, _ in redact_shapes.SHAPES]
+    assert len(names) == len(set(names)), "shape names are unique"
+    for _, prefix, _ in redact_shapes.SHAPES:
+        assert prefix in redact_shapes.PREFIXES
+
+
+# --- known values -----------------------------------------------------------------------------
+
+KNOWN = "hunter2hunter2/+&=x"
+
+
+def _encodings(value: str) -> list[str]:
+    import base64
+    import json
+    from urllib.parse import quote, quote_plus
+
+    return [
+        value,
+        quote(value, safe=""),
+        quote_plus(value),
+        json.dumps(value)[1:-1],
+        base64.b64encode(value.encode()).decode(),
+        base64.urlsafe_b64encode(value.encode()).decode(),
+    ]
+
+
+def test_env_value_is_redacted_wherever_it_reappears() -> None:
+    assert redact.env({"PGPASSWORD": KNOWN}) == {"PGPASSWORD": REDACTED}
+    for form in _encodings(KNOWN):
+        out = redact.text(f"connecting with {form} now")
+        assert form not in out, form
+        assert KNOWN not in out
+
+
+@pytest.mark.parametrize("prefix", ["", "a", "ab", "user:", "Basic "])
+def test_known_value_inside_base64_at_any_alignment(prefix: str) -> None:
+    import base64
+
+    redact.learn(KNOWN)
+    encoded = base64.b64encode((prefix + KNOWN + "@host").encode()).decode()
+    out = redact.text(f"header {encoded}")
+    assert REDACTED in out
+
+
+def test_argv_values_of_secret_flags_are_learned() -> None:
+    redact.argv(["serve", "--db-password", "s3cr3t-v4lue-99", "--api-key=k3y-v4lue-0001"])
+    out = redact.text("log: tried s3cr3t-v4lue-99 and k3y-v4lue-0001")
+    assert "s3cr3t" not in out and "k3y-v4lue" not in out
+
+
+def test_learning_invalidates_cached_redactions() -> None:
+    line = "cached line with zz-later-secret-01"
+    assert redact.text(line) == line
+    redact.learn_env({"MY_TOKEN": "zz-later-secret-01"})
+    assert "zz-later-secret-01" not in redact.text(line)
+
+
+@pytest.mark.parametrize("value", ["", "short", "aaaaaaaaaaaa", "[REDACTED]"])
+def test_short_or_trivial_values_are_not_learned(value: str) -> None:
+    redact.learn(value)
+    assert redact_known.count() == 0
+
+
+def test_learn_own_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXD_TEST_API_KEY", "own-env-secret-7781")
+    redact.learn_own_env()
+    assert "own-env" not in redact.text("x own-env-secret-7781 y")
+
+
+def test_time_budget_withholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redact, "TIME_BUDGET_S", -1.0)
+    assert redact.text("password=hunter2" + " " * 600) == WITHHELD
+
+
+def test_failing_known_values_fail_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(text: str, replacement: str) -> str:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(redact_known, "replace", boom)
+    assert redact.text("anything at all " * 40) == WITHHELD
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(ALNUM + "-_/+=.:@", min_size=8, max_size=40).filter(lambda v: len(set(v)) >= 3),
+    surrounding,
+    surrounding,
+)
+def test_known_value_never_survives_any_encoding(value: str, before: str, after: str) -> None:
+    redact_known.forget_all()
+    redact.learn_env({"SERVICE_PASSWORD": value})
+    for form in _encodings(value.strip()):
+        if len(form) < redact_known.MIN_CHARS:
+            continue
+        out = redact.text(before + form + after)
+        assert form not in out
+        assert redact.text(out) == out, "idempotent"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    surrounding, secrets, surrounding, st.sampled_from([" ", "=", "\n", "%20", "%3D", "'", ": "])
+)
+def test_never_lengthens_a_secret_into_view(before: str, secret: str, after: str, sep: str) -> None:
+    # No 12-character window of a planted secret is visible after redaction, whatever
+    # surrounds it, and redacting never grows the text beyond one marker per secret.
+    out = redact.text(before + sep + secret + sep + after)
+    windows = {secret[i : i + 12] for i in range(len(secret) - 11)}
+    assert not any(w in out and w not in before + after for w in windows)
+    assert len(out) <= len(before + sep + sep + after) + len(REDACTED) * 2 + len(secret)

@@ -94,3 +94,79 @@ def test_signal_changes_follow_the_condition_not_its_wording():
     assert [c.kind for c in changes.signals(snap(400).signals, snap(5).signals)] == [
         "signal_cleared"
     ]
+
+
+def tree_proc(pid: int, idle: float | None, tree: int = 10) -> ProcessInfo:
+    row = proc(pid, root=pid == tree)
+    return row.model_copy(update={"tree": tree, "idle_for_s": idle})
+
+
+def test_stuck_names_its_evidence() -> None:
+    current = obs(
+        *(tree_proc(10 + i, 240.0) for i in range(9)),
+        ports=[PortInfo(host="127.0.0.1", port=8000, listening=False, expected_by=1)],
+        logs=[LogInfo(watch_id=2, path="/x.log", size=1, modified_at=T0, silent_for_s=240,
+                      lines=["Capturing batches (bs=1): 0%"])],
+    )  # fmt: skip
+    current.processes.stuck_after_s = 120
+    found = signals.derive(current, None)
+    assert found[0].code == "stuck"
+    assert found[0].text == (
+        "stuck: all 9 processes in tree 10 idle for 4 min; port 8000 expected, not listening; "
+        "log /x.log silent 4 min, last line: Capturing batches (bs=1): 0%"
+    )
+    assert "all_idle" not in [s.code for s in found]
+
+
+def test_idle_but_serving_is_not_stuck() -> None:
+    serving = PortInfo(host="127.0.0.1", port=8000, listening=True, expected_by=1)
+    current = obs(*(tree_proc(10 + i, 600.0) for i in range(3)), ports=[serving])
+    assert signals.stuck_trees(current) == []
+    closed = PortInfo(host="127.0.0.1", port=8000, listening=False, expected_by=1)
+    one_busy = obs(tree_proc(10, 600.0), tree_proc(11, 0.0), ports=[closed])
+    assert signals.stuck_trees(one_busy) == []
+
+
+def test_exit_names_last_seen_and_last_error_line() -> None:
+    from service.models import ExitedProcess
+
+    before = obs(proc(10, root=True))
+    key = before.processes.items[0].key
+    gone = ExitedProcess(watch_id=1, pid=10, name="python", root=True, key=key, last_seen_at=T0)
+    log = LogInfo(watch_id=2, path="/x.log", size=1, modified_at=T0, silent_for_s=5,
+                  lines=["RuntimeError: CUDA error: no kernel image", "shutting down"])  # fmt: skip
+    current = obs(logs=[log])
+    current.processes.exited = [gone]
+    (found,) = signals.exited_processes(current, before)
+    assert found.text == (
+        "process 10 (python) crashed since the previous snapshot; last seen alive 12:00:00 UTC; "
+        "last error in /x.log: RuntimeError: CUDA error: no kernel image"
+    )
+
+
+def test_port_now_listening_and_health_failing() -> None:
+    before = obs(ports=[PortInfo(host="127.0.0.1", port=8000, listening=False)])
+    url = "http://127.0.0.1:8000/health"
+    opened = PortInfo(host="127.0.0.1", port=8000, listening=True, owner_pid=77, url=url,
+                      health_status=503)  # fmt: skip
+    after = obs(ports=[opened])
+    codes = {s.code: s.text for s in signals.derive(after, before)}
+    assert codes["port_opened"] == "127.0.0.1:8000 now listening (pid 77)"
+    assert "HTTP 503" in codes["health_failed"]
+
+
+def test_gpu_zombie_memory_and_disk_signals() -> None:
+    from service.models import DiskInfo, GpuInfo, GpuProcess, GpusSection, HostInfo
+
+    gib = 1024**3
+    gpu = GpuInfo(index=0, utilization_percent=0, memory_used_bytes=70 * gib,
+                  processes=[GpuProcess(pid=11, watched=True)])  # fmt: skip
+    growing = proc(12).model_copy(update={"rss_growth_bps": 5 * 1024**2})
+    current = obs(proc(11, state="zombie"), growing)
+    current.gpus = GpusSection(source="nvml", items=[gpu])
+    current.host = HostInfo(disks=[DiskInfo(path="/data", total_bytes=100 * gib, free_bytes=gib)])
+    codes = {s.code: s.text for s in signals.derive(current, None)}
+    assert codes["gpu_held_idle"] == "GPU 0: 70.0 GB held at 0% utilisation by pid 11 (watched)"
+    assert codes["zombie"].startswith("process 11 (python) is a zombie")
+    assert "+300 MB/min" in codes["memory_growing"]
+    assert codes["disk_full"] == "disk holding /data nearly full: 1.0 GB free (1%)"

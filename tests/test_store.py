@@ -99,3 +99,32 @@ def test_put_session_is_idempotent_and_updates_only_given_fields(tmp_path: Path)
     again, created_again = store.put_session("s", SessionIn(title="B"))
     assert created and not created_again
     assert (again.title, again.objective, again.created_at) == ("B", "O", first.created_at)
+
+
+def test_prune_keeps_one_a_day_plus_first_and_last(tmp_path: Path):
+    from datetime import timedelta
+
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("p", SessionIn())
+    start = (now() - timedelta(days=40)).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def at(moment):
+        def build(version: int) -> tuple[Snapshot, str]:
+            header = SnapshotHeader(session="p", version=version, taken_at=moment, trigger="x")
+            return Snapshot(header=header, title=f"v{version}"), f"v{version}"
+
+        return build
+
+    # four versions a day for three old days, then two recent ones
+    for day in range(3):
+        for hour in (1, 5, 9, 13):
+            store.add_snapshot("p", at(start + timedelta(days=day, hours=hour)))
+    store.add_snapshot("p", at(now() - timedelta(hours=2)))
+    store.add_snapshot("p", at(now() - timedelta(hours=1)))
+    removed = store.prune(keep_days=30)
+    kept = sorted(s.version for s in store.list_snapshots("p"))
+    assert kept == [1, 4, 8, 12, 13, 14]
+    assert sorted(v for _, v in removed) == [2, 3, 5, 6, 7, 9, 10, 11]
+    assert store.get_snapshot("p", 12).title == "v12"
+    blobs = store._rows("select count(*) n from blobs")[0]["n"]
+    assert blobs <= 6 * 6  # orphaned sections went with their versions

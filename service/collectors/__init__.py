@@ -23,6 +23,6 @@ class CollectContext:
 
 def registry() -> tuple[Any, ...]:
     """The collectors, in the order their sections appear in Observations."""
-    from service.collectors import artifacts, host, logs, ports, processes
+    from service.collectors import artifacts, commands, gpus, host, logs, ports, processes
 
-    return (processes, ports, logs, artifacts, host)
+    return (processes, ports, logs, artifacts, host, gpus, commands)

@@ -1,160 +1,85 @@
-"""Build artifacts: size, modification time and a bounded-cost fingerprint of files and trees."""
+"""Build artifacts: size, mtime and fingerprint of files, trees and globs, and what changed."""
 
-import hashlib
-import itertools
 import os
+import re
 import stat
+import time
 from datetime import UTC, datetime
+from typing import Any
 
 from service.collectors import CollectContext
-from service.collectors.logs import explain_error, explain_mode, is_glob, match_glob
-from service.models import ArtifactInfo, ArtifactsSection, ArtifactWatch, Unavailable, Watch
+from service.collectors._changes import TreeWatcher
+from service.collectors._fingerprint import (
+    Budget,
+    CacheKey,
+    FileEntry,
+    fingerprint_entry,
+    fingerprint_path,
+    fingerprint_tree,
+    kind_of,
+    walk_tree,
+)
+from service.collectors._fs import NotRegular, explain_error, explain_mode, is_glob, match_glob
+from service.models import (
+    ArtifactFile,
+    ArtifactInfo,
+    ArtifactsSection,
+    ArtifactWatch,
+    DistInfo,
+    Unavailable,
+    Watch,
+)
 from service.settings import Limits
 
 NAME = "artifacts"
 MATCHES_MAX = 100
-HEX_CHARS = 16
+SUMMARY_FILES = 3
+CHANGES_SHOWN = 20
+WATCH_DIRS_MAX = 2000  # inotify needs one watch per directory: huge trees are walked instead
+# Asking the watcher costs about 2 ms: any walk slower than that is worth replacing.
+WATCH_WORTH_S = 0.005
 
-Entry = tuple[str, int, int]  # relative path (directories end in "/"), size, mtime_ns
-CacheKey = tuple[str, int, int, int, int]  # path, inode, size, mtime_ns, ctime_ns
-
-
-def read_exact(fd: int, size: int, offset: int) -> bytes:
-    """`size` bytes at `offset`, fewer only at end of file."""
-    parts = []
-    while size > 0:
-        chunk = os.pread(fd, size, offset)
-        if not chunk:
-            break
-        parts.append(chunk)
-        size -= len(chunk)
-        offset += len(chunk)
-    return b"".join(parts)
+_WHEEL = re.compile(
+    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?"
+    r"-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
+)
+_SDIST = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*)\.(?:tar\.gz|tar\.bz2|tar\.xz|zip)$")
 
 
-def fingerprint_fd(fd: int, size: int, chunk: int) -> str:
-    """Whole-content sha256 for small files; head, middle, tail and size for larger ones."""
-    if size <= 3 * chunk:
-        digest = hashlib.sha256(read_exact(fd, size, 0)).hexdigest()
-        return f"sha256:{digest[:HEX_CHARS]}"
-    hasher = hashlib.sha256()
-    for offset in (0, (size - chunk) // 2, size - chunk):
-        hasher.update(read_exact(fd, chunk, offset))
-    hasher.update(size.to_bytes(8, "little"))
-    return f"s3:{hasher.hexdigest()[:HEX_CHARS]}"
-
-
-def fingerprint_file(path: str, chunk: int) -> tuple[os.stat_result, str]:
-    """The file's stat and fingerprint; raises OSError, ValueError if it is not regular."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        reason = explain_mode(st.st_mode)
-        if reason:
-            raise ValueError(reason)
-        return st, fingerprint_fd(fd, st.st_size, chunk)
-    finally:
-        os.close(fd)
-
-
-def walk_tree(root: str, max_entries: int) -> tuple[list[Entry], bool]:
-    """Entries under `root`, depth first in name order, without entering symlinked dirs.
-
-    Returns (entries, truncated): the walk stops after `max_entries` entries. Symlinks to
-    files are followed for size (model caches are trees of links to blobs).
-    """
-    entries: list[Entry] = []
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        try:
-            with os.scandir(os.path.join(root, rel_dir)) as it:
-                batch = list(itertools.islice(it, max_entries - len(entries) + 1))
-        except OSError:
-            continue  # an unreadable subdirectory is skipped, not fatal
-        batch.sort(key=lambda e: e.name)
-        subdirs = []
-        for entry in batch:
-            if len(entries) >= max_entries:
-                return entries, True
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    mtime = entry.stat(follow_symlinks=False).st_mtime_ns
-                    entries.append((rel + "/", 0, mtime))
-                    subdirs.append(rel)
-                    continue
-                try:
-                    st = entry.stat()
-                except OSError:
-                    st = entry.stat(follow_symlinks=False)  # broken link: count the link
-            except OSError:
-                continue  # vanished during the walk
-            size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-            entries.append((rel, size, st.st_mtime_ns))
-        stack.extend(reversed(subdirs))
-    return entries, False
-
-
-def fingerprint_tree(entries: list[Entry]) -> str:
-    """A hash of names, sizes and mtimes (not contents): cheap for a 500 GB model dir."""
-    hasher = hashlib.sha256()
-    for rel, size, mtime_ns in sorted(entries):
-        hasher.update(f"{rel}\0{size}\0{mtime_ns}\n".encode("utf-8", "surrogateescape"))
-    return f"tree:{hasher.hexdigest()[:HEX_CHARS]}"
+def parse_dist(filename: str) -> DistInfo | None:
+    """Name, version and tags of a wheel or sdist, from its file name alone."""
+    m = _WHEEL.match(filename)
+    if m:
+        tags = [
+            f"{py}-{abi}-{plat}"
+            for py in m["py"].split(".")
+            for abi in m["abi"].split(".")
+            for plat in m["plat"].split(".")
+        ]
+        return DistInfo(
+            kind="wheel", name=m["name"], version=m["version"], build=m["build"], tags=tags[:20]
+        )
+    m = _SDIST.match(filename)
+    if m:
+        return DistInfo(kind="sdist", name=m["name"], version=m["version"])
+    return None
 
 
 def to_datetime(mtime_ns: int) -> datetime:
     return datetime.fromtimestamp(mtime_ns / 1e9, UTC)
 
 
-def observe_tree(watch_id: int, path: str, root_mtime_ns: int, limits: Limits) -> ArtifactInfo:
-    entries, truncated = walk_tree(path, limits.artifact_entries_max)
-    newest = max([root_mtime_ns, *(mtime for _, _, mtime in entries)])
-    return ArtifactInfo(
-        watch_id=watch_id,
-        path=path,
-        type="directory",
-        size=sum(size for _, size, _ in entries),
-        modified_at=to_datetime(newest),
-        fingerprint=fingerprint_tree(entries),
-        entries=len(entries),
-        truncated=truncated,
-    )
-
-
-def observe_artifact(
-    watch_id: int, path: str, limits: Limits, cache: dict[CacheKey, str], seen: dict[CacheKey, str]
+def observe_file(
+    watch_id: int, path: str, limits: Limits, cache: dict, seen: dict, budget: Budget
 ) -> ArtifactInfo | Unavailable:
-    """One file or directory; `cache` holds fingerprints of unchanged files from last time."""
-
-    def unavailable(reason: str) -> Unavailable:
-        return Unavailable(watch_id=watch_id, target=path, reason=reason)
-
     try:
-        st = os.stat(path)
+        st, fingerprint = fingerprint_path(path, cache, seen, budget, limits)
+    except FileNotFoundError:
+        return Unavailable(watch_id=watch_id, target=path, reason="vanished while reading")
+    except NotRegular as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=str(exc))
     except OSError as exc:
-        return unavailable(explain_error(exc))
-    path = os.path.realpath(path)
-    if stat.S_ISDIR(st.st_mode):
-        return observe_tree(watch_id, path, st.st_mtime_ns, limits)
-    reason = explain_mode(st.st_mode)
-    if reason:
-        return unavailable(reason)  # never open a fifo or device: it could block or act
-    # ctime cannot be set back by a tool, so an unchanged key means unchanged content.
-    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    fingerprint = cache.get(key)
-    if fingerprint is None:
-        try:
-            st, fingerprint = fingerprint_file(path, limits.fingerprint_chunk_bytes)
-        except FileNotFoundError:
-            return unavailable("vanished while reading")
-        except OSError as exc:
-            return unavailable(explain_error(exc))
-        except ValueError as exc:
-            return unavailable(str(exc))
-        key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    seen[key] = fingerprint
+        return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc))
     return ArtifactInfo(
         watch_id=watch_id,
         path=path,
@@ -162,24 +87,120 @@ def observe_artifact(
         size=st.st_size,
         modified_at=to_datetime(st.st_mtime_ns),
         fingerprint=fingerprint,
+        fingerprint_kind=kind_of(fingerprint),
+        dist=parse_dist(os.path.basename(path)),
     )
 
 
+def tree_changes(old: dict, new: dict, truncated: bool) -> list[str]:
+    """Per-file changes between two walks: added, removed, modified, rebuilt with same content."""
+    lines = []
+    for rel in sorted(new.keys() | old.keys()):
+        if rel not in old:
+            lines.append(f"added {rel}")
+        elif rel not in new:
+            if not truncated:  # past the entry bound is not gone
+                lines.append(f"removed {rel}")
+        else:
+            (size0, mtime0, fp0), (size1, mtime1, fp1) = old[rel], new[rel]
+            pending = "pending" in (kind_of(fp0), kind_of(fp1))
+            if size0 != size1 or (fp0 != fp1 and not pending):
+                lines.append(f"modified {rel}")
+            elif mtime0 != mtime1:
+                lines.append(f"rebuilt, same content: {rel}" if not pending else f"touched {rel}")
+    if len(lines) > CHANGES_SHOWN:
+        lines = [*lines[:CHANGES_SHOWN], f"… and {len(lines) - CHANGES_SHOWN} more"]
+    return lines
+
+
+def observe_tree(
+    watch_id: int, root: str, root_st: os.stat_result, limits: Limits, memo: dict[str, Any]
+) -> ArtifactInfo:
+    """Walk, fingerprint and summarise a directory; `memo` is this tree's state from last time."""
+    watcher: TreeWatcher | None = memo.get("watcher")
+    known = memo.get("generation") if memo.get("info") is not None else None
+    if watcher is not None and known is not None and watcher.settled_generation() == known:
+        memo["info"] = memo["info"].model_copy(update={"changes": []})  # nothing changed: no walk
+        memo["seen"].update(memo["keys"])
+        return memo["info"]
+    # settled before the walk: an event during the walk makes the next collection walk again
+    generation = watcher.settled_generation() if watcher is not None else None
+    started = time.perf_counter()
+    entries, truncated, dirs = walk_tree(root, limits.artifact_entries_max)
+    walk_s = time.perf_counter() - started
+    cache, seen, budget = memo["cache"], memo["seen"], memo["budget"]
+    files: dict[str, tuple[int, int, str]] = {}
+    parts = []
+    for entry in entries:
+        fingerprint = fingerprint_entry(root, entry, cache, seen, budget, limits)
+        parts.append((entry.rel, entry.size, fingerprint))
+        if entry.key is not None:
+            files[entry.rel] = (entry.size, entry.mtime_ns, fingerprint)
+    regular = [e for e in entries if e.key is not None]
+    pending = any(kind_of(fp) == "pending" for _, _, fp in files.values())
+    tree = fingerprint_tree(parts)
+    newest = max([root_st.st_mtime_ns, *(e.mtime_ns for e in entries)])
+    previous = memo.get("files")
+    info = ArtifactInfo(
+        watch_id=watch_id,
+        path=root,
+        type="directory",
+        size=sum(e.size for e in entries),
+        modified_at=to_datetime(newest),
+        fingerprint=tree.replace("tree:", "pending:") if pending else tree,
+        fingerprint_kind="pending" if pending else "tree",
+        entries=len(entries),
+        truncated=truncated,
+        files=len(regular),
+        newest=summary(sorted(regular, key=lambda e: e.mtime_ns, reverse=True)),
+        largest=summary(sorted(regular, key=lambda e: e.size, reverse=True)),
+        changes=tree_changes(previous, files, truncated) if previous is not None else [],
+    )
+    memo.update(files=files, info=info, generation=generation)
+    memo["keys"] = {e.key: files[e.rel][2] for e in regular if e.key is not None}
+    if watcher is None and not truncated and dirs <= WATCH_DIRS_MAX and walk_s >= WATCH_WORTH_S:
+        memo["watcher"] = TreeWatcher(root)  # from the next collection on, walks are skipped
+    return info
+
+
+def summary(entries: list[FileEntry]) -> list[ArtifactFile]:
+    return [
+        ArtifactFile(path=e.rel, size=e.size, modified_at=to_datetime(e.mtime_ns))
+        for e in entries[:SUMMARY_FILES]
+    ]
+
+
+def observe_artifact(
+    watch_id: int, path: str, limits: Limits, state: dict[str, Any]
+) -> ArtifactInfo | Unavailable:
+    """One file or directory; failures become an Unavailable with a reason."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc))
+    real = os.path.realpath(path)
+    if stat.S_ISDIR(st.st_mode):
+        memo = state["trees"].get((watch_id, real), {})
+        memo.update(cache=state["cache"], seen=state["seen"], budget=state["budget"])
+        state["kept_trees"][(watch_id, real)] = memo
+        return observe_tree(watch_id, real, st, limits, memo)
+    reason = explain_mode(st.st_mode)
+    if reason:
+        return Unavailable(watch_id=watch_id, target=path, reason=reason)  # never open a fifo
+    return observe_file(watch_id, real, limits, state["cache"], state["seen"], state["budget"])
+
+
 def collect_watch(
-    watch_id: int,
-    spec: ArtifactWatch,
-    limits: Limits,
-    cache: dict[CacheKey, str],
-    seen: dict[CacheKey, str],
+    watch_id: int, spec: ArtifactWatch, limits: Limits, state: dict[str, Any]
 ) -> list[ArtifactInfo | Unavailable]:
     """Observations for one artifact watch: its path, or the newest matches of its glob."""
     target = os.path.expanduser(spec.path)
     if not is_glob(target):
-        return [observe_artifact(watch_id, target, limits, cache, seen)]
+        return [observe_artifact(watch_id, target, limits, state)]
     matches = match_glob(target)
     if not matches:
         return [Unavailable(watch_id=watch_id, target=target, reason="no file matches the glob")]
-    results = [observe_artifact(watch_id, p, limits, cache, seen) for p, _ in matches[:MATCHES_MAX]]
+    results = [observe_artifact(watch_id, p, limits, state) for p, _ in matches[:MATCHES_MAX]]
     if len(matches) > MATCHES_MAX:
         reason = f"more than {MATCHES_MAX} matches; showing the newest {MATCHES_MAX}"
         results.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
@@ -189,23 +210,39 @@ def collect_watch(
 def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
     """Observe every artifact watch of the session; failures are listed, never raised."""
     section = ArtifactsSection()
-    cache: dict[CacheKey, str] = ctx.memory.get(NAME, {}).get("fingerprints", {})
+    memory = ctx.memory.get(NAME, {})
+    limits = ctx.settings.limits
     seen: dict[CacheKey, str] = {}
+    state: dict[str, Any] = {
+        "cache": memory.get("fingerprints", {}),
+        "seen": seen,
+        "budget": Budget(limits.fingerprint_budget_bytes),
+        "trees": memory.get("trees", {}),
+        "kept_trees": {},
+    }
     for watch in watches:
         if not isinstance(watch.spec, ArtifactWatch):
             continue
         try:
-            results = collect_watch(watch.id, watch.spec, ctx.settings.limits, cache, seen)
+            results = collect_watch(watch.id, watch.spec, limits, state)
         except Exception as exc:  # a bad watch must not cost the rest of the dump
-            results = [
-                Unavailable(watch_id=watch.id, target=watch.spec.path, reason=f"error: {exc!r}")
-            ]
+            reason = f"error: {type(exc).__name__}: {exc}"
+            results = [Unavailable(watch_id=watch.id, target=watch.spec.path, reason=reason)]
         for result in results:
             if isinstance(result, ArtifactInfo):
                 section.items.append(result)
             else:
                 section.unavailable.append(result)
-    ctx.memory[NAME] = {"fingerprints": seen}  # only current files: the cache stays bounded
+    for key, memo in state["trees"].items():
+        if key not in state["kept_trees"] and memo.get("watcher") is not None:
+            memo["watcher"].stop()  # the watch is gone: so is its watcher thread
+    budget: Budget = state["budget"]
+    ctx.memory[NAME] = {
+        "fingerprints": seen,  # only current files: the cache stays bounded
+        "trees": state["kept_trees"],
+        "last_read_bytes": budget.read,
+        "last_opened_files": budget.opened,
+    }
     return section
 
 
@@ -233,10 +270,15 @@ def describe_change(prev: ArtifactInfo | None, cur: ArtifactInfo | None) -> str 
         if old == new:
             old, new = f"{prev.size:,} B", f"{cur.size:,} B"
         parts.append(f"size {old} -> {new}")
-    if cur.type == "directory" and prev.entries != cur.entries:
-        parts.append(f"entries {prev.entries} -> {cur.entries}")
-    if prev.fingerprint != cur.fingerprint:
-        parts.append("contents changed" if cur.type == "directory" else "content changed")
+    if cur.type == "directory":
+        if cur.changes:
+            parts.extend(cur.changes)
+        elif prev.fingerprint != cur.fingerprint:
+            parts.append("contents changed")
+        return ", ".join(parts) or None
+    pending = "pending" in (prev.fingerprint_kind, cur.fingerprint_kind)
+    if prev.fingerprint != cur.fingerprint and not pending:
+        parts.append("content changed")
     elif prev.modified_at != cur.modified_at:
-        parts.append("modified time changed, content same")
+        parts.append("rebuilt, same content" if not pending else "modified time changed")
     return ", ".join(parts) or None

@@ -1,9 +1,11 @@
-"""Facts about the machine itself: name, OS, kernel, CPUs, load, memory and Python."""
+"""Facts about the machine itself: name, OS, kernel, CPUs, load, memory, disks and Python."""
 
 import os
 import platform
 import shlex
+import shutil
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,11 +13,70 @@ from typing import Any
 import psutil
 
 from service.collectors import CollectContext
-from service.models import HostInfo, Unavailable, Watch
+from service.models import ArtifactWatch, DiskInfo, HostInfo, LogWatch, Unavailable, Watch
 
 NAME = "host"
 
 OS_RELEASE = Path("/etc/os-release")
+CPUINFO = Path("/proc/cpuinfo")
+DISKS_MAX = 16
+
+
+def parse_cpu_model(text: str) -> str:
+    """The first `model name` (x86) or `Model`/`Hardware` (Arm) line of /proc/cpuinfo."""
+    for wanted in ("model name", "Model", "Hardware"):
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == wanted and value.strip():
+                return value.strip()
+    return ""
+
+
+def _cpu_model() -> str:
+    try:
+        return parse_cpu_model(CPUINFO.read_text(errors="replace")) or platform.processor()
+    except OSError:
+        return platform.processor()
+
+
+def _existing_folder(path: str) -> str | None:
+    """The deepest existing folder at or above path (a glob is cut at its first wildcard)."""
+    cut = min((i for i, c in enumerate(path) if c in "*?["), default=len(path))
+    current = Path(path[:cut] or "/")
+    for candidate in (current, *current.parents):
+        if candidate.is_dir():
+            return str(candidate)
+    return None
+
+
+def disks(paths: list[str]) -> list[DiskInfo]:
+    """Free space per filesystem holding one of paths; each filesystem listed once."""
+    found: list[DiskInfo] = []
+    devices: set[int] = set()
+    for path in paths:
+        folder = _existing_folder(path)
+        if folder is None:
+            continue
+        try:
+            device = os.stat(folder).st_dev
+            if device in devices:
+                continue
+            usage = shutil.disk_usage(folder)
+        except OSError:
+            continue
+        devices.add(device)
+        found.append(DiskInfo(path=path, total_bytes=usage.total, free_bytes=usage.free))
+        if len(found) >= DISKS_MAX:
+            break
+    return found
+
+
+def _watched_paths(watches: list[Watch]) -> list[str]:
+    paths = []
+    for watch in watches:
+        if isinstance(watch.spec, LogWatch | ArtifactWatch) and watch.spec.path.startswith("/"):
+            paths.append(watch.spec.path)
+    return paths
 
 
 def parse_os_release(text: str) -> str:
@@ -45,6 +106,7 @@ def _static(os_release: Path) -> tuple[dict[str, Any], list[Unavailable]]:
         "hostname": socket.gethostname,
         "os": lambda: _os_name(os_release),
         "kernel": platform.release,
+        "cpu_model": _cpu_model,
         "cpu_count": lambda: psutil.cpu_count(logical=True) or os.cpu_count(),
         "memory_total_bytes": lambda: psutil.virtual_memory().total,
         "python": lambda: f"{platform.python_implementation()} {platform.python_version()}",
@@ -73,6 +135,12 @@ def collect(watches: list[Watch], ctx: CollectContext, os_release: Path = OS_REL
             {
                 "load_avg": lambda: [round(x, 2) for x in os.getloadavg()],
                 "memory_available_bytes": lambda: psutil.virtual_memory().available,
+                "swap_total_bytes": lambda: psutil.swap_memory().total,
+                "swap_used_bytes": lambda: psutil.swap_memory().used,
+                "uptime_s": lambda: max(0.0, time.time() - psutil.boot_time()),
+                "disks": lambda: disks(
+                    [str(ctx.settings.data_dir.resolve()), *_watched_paths(watches)]
+                ),
             }
         )
         return HostInfo(**static, **dynamic, unavailable=[*static_failures, *failures])

@@ -1,124 +1,147 @@
-"""Log tails: the last lines of watched files and globs, read backwards within a byte bound."""
+"""Log watches: tails read backwards, and new bytes since the last snapshot scanned for errors."""
 
-import errno
-import glob
-import itertools
 import os
 import re
 import stat
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from service import redact
 from service.collectors import CollectContext
+from service.collectors._fs import (
+    NotRegular,
+    ShrankError,
+    explain_error,
+    find_rotated,
+    is_glob,
+    match_glob,
+    open_regular,
+    read_exact,
+)
+from service.collectors._logtext import (
+    BLOCK_BYTES,
+    detect_binary,
+    find_error_block,
+    parse_lines,
+    parse_tail,
+)
 from service.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
 from service.settings import Limits
 
 NAME = "logs"
-BLOCK_BYTES = 64 * 1024
-FILES_PER_WATCH = 5
-GLOB_EXAMINED_MAX = 10_000
-CUT_MARKER = " … [cut {} chars]"
-
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erase line
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
-    r"|\x1b[ -/]*[0-~]"  # the remaining two-byte escapes
-    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
-)
-# Tab survives; everything else a terminal would interpret (and \n, \r) must not reach a dump.
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-# Bytes that do not occur in text logs; \t \n \r \b \f and ESC do.
-_NON_TEXT = re.compile(r"[\x00-\x07\x0b\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
-
-_ERRNO_REASONS = {
-    errno.ENOENT: "no such file",
-    errno.ENOTDIR: "no such file (a parent is not a directory)",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.ELOOP: "symlink loop",
-    errno.ENAMETOOLONG: "path too long",
-    errno.EISDIR: "is a directory",
-}
+CHECK_BYTES = 64
 
 
-class ShrankError(Exception):
-    """The file got shorter between stat and read: truncated or replaced by a rotation."""
+@dataclass
+class Cursor:
+    """Where the previous snapshot stopped reading one file, and what it showed."""
+
+    dev: int
+    ino: int
+    offset: int  # just after the last whole line already scanned
+    check: bytes  # the bytes before `offset`: if they differ now, the file was rewritten
+    size: int = 0
+    mtime_ns: int = 0
+    tail: list[str] | None = None
+    tail_lines: int = 0
+    binary: bool = False
+    errors: list[str] = field(default_factory=list)
+    error_summary: str | None = None
 
 
-def explain_error(exc: OSError) -> str:
-    """A short, human reason for an OSError on a watched path."""
-    if exc.errno in _ERRNO_REASONS:
-        return _ERRNO_REASONS[exc.errno]
-    return f"cannot read: {exc.strerror or exc}"
+@dataclass
+class Follow:
+    """What appeared in a file since its cursor."""
+
+    lines: list[str]
+    cursor: Cursor
+    event: str | None = None  # "rotated" or "truncated"
+    rotated_from: str | None = None
+    skipped: int = 0
+    scanned: int = 0
 
 
-def explain_mode(mode: int) -> str | None:
-    """Why a file of this mode is not read as a regular file, or None when it is one."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "is a directory"
-    if stat.S_ISFIFO(mode):
-        return "not a regular file (fifo)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "not a regular file (device)"
-    if stat.S_ISSOCK(mode):
-        return "not a regular file (socket)"
-    return "not a regular file"
+def _unchanged_prefix(fd: int, cursor: Cursor) -> bool:
+    start = cursor.offset - len(cursor.check)
+    return read_exact(fd, len(cursor.check), start) == cursor.check
 
 
-def is_glob(path: str) -> bool:
-    """True when `path` is a pattern, not a literal name that happens to contain `[` or `*`."""
-    return glob.has_magic(path) and not os.path.lexists(path)
+def _read_lines(fd: int, start: int, end: int, aligned: bool, limits: Limits) -> tuple:
+    """Whole lines in [start, end): (lines, offset after the last one, check bytes)."""
+    raw = read_exact(fd, end - start, start)
+    cut = 0 if aligned else raw.find(b"\n") + 1
+    last = raw.rfind(b"\n", cut)
+    if last < 0:
+        return [], start + cut if cut else start, None
+    lines = parse_lines(raw[cut : last + 1], limits.log_line_chars_max)
+    offset = start + last + 1
+    check = raw[max(0, last + 1 - CHECK_BYTES) : last + 1]
+    return lines, offset, check
 
 
-def match_glob(pattern: str, cap: int = GLOB_EXAMINED_MAX) -> list[tuple[str, os.stat_result]]:
-    """Matches of `pattern` with their stat, newest first; at most `cap` matches are examined."""
-    found = []
-    for path in itertools.islice(glob.iglob(pattern, recursive=True), cap):
-        try:
-            found.append((path, os.stat(path)))
-        except OSError:
-            continue  # broken symlink or vanished since the directory was listed
-    found.sort(key=lambda item: item[1].st_mtime_ns, reverse=True)
-    return found
+def follow_fd(
+    fd: int, st: os.stat_result, path: str, cursor: Cursor | None, limits: Limits
+) -> Follow:
+    """New whole lines since `cursor` (the last `log_scan_bytes_max` of them at most)."""
+    event, rotated_from, lines = None, None, []
+    start = 0
+    if cursor is None:
+        start = max(0, st.st_size - limits.log_scan_bytes_max)
+    elif (cursor.dev, cursor.ino) != (st.st_dev, st.st_ino):
+        event = "rotated"
+        rotated_from = find_rotated(path, cursor.dev, cursor.ino)
+        if rotated_from:  # finish the old file first, so lines written before rotation count
+            try:
+                old_fd, old_st = open_regular(rotated_from)
+                try:
+                    if old_st.st_size >= cursor.offset and _unchanged_prefix(old_fd, cursor):
+                        end = min(old_st.st_size, cursor.offset + limits.log_scan_bytes_max)
+                        lines = _read_lines(old_fd, cursor.offset, end, True, limits)[0]
+                finally:
+                    os.close(old_fd)
+            except (OSError, NotRegular):
+                rotated_from = None
+    elif st.st_size < cursor.offset or not _unchanged_prefix(fd, cursor):
+        event = "truncated"
+    else:
+        start = cursor.offset
+    aligned = start == 0 or (cursor is not None and event is None)
+    skipped = max(0, st.st_size - start - limits.log_scan_bytes_max)
+    if skipped:
+        start, aligned = start + skipped, False
+    new, offset, check = _read_lines(fd, start, st.st_size, aligned, limits)
+    if check is None:  # no whole line yet: keep what the cursor vouched for, if still valid
+        keep = cursor is not None and event is None
+        check = cursor.check if keep and cursor is not None else b""
+        offset = cursor.offset if keep and cursor is not None else offset
+        if not keep and offset:
+            check = read_exact(fd, min(CHECK_BYTES, offset), max(0, offset - CHECK_BYTES))
+    new_cursor = Cursor(st.st_dev, st.st_ino, offset, check, st.st_size, st.st_mtime_ns)
+    return Follow(
+        lines=lines + new,
+        cursor=new_cursor,
+        event=event,
+        rotated_from=rotated_from,
+        skipped=skipped,
+        scanned=st.st_size - start,
+    )
 
 
-def clean_line(line: str, max_line_chars: int) -> str:
-    """Collapse `\\r` progress updates to the last one with content, strip escapes, cut."""
-    text = ""
-    for segment in reversed(line.split("\r")):
-        segment = _CONTROLS.sub("", _ESCAPES.sub("", segment))
-        if segment.strip():
-            text = segment
-            break
-    if len(text) > max_line_chars:
-        text = text[:max_line_chars] + CUT_MARKER.format(len(text) - max_line_chars)
-    return text
-
-
-def parse_tail(raw: bytes, lines: int, max_line_chars: int, *, partial: bool = False) -> list[str]:
-    """The last `lines` clean lines of `raw`; `partial`: raw starts mid-line, drop that piece."""
-    if lines <= 0:
-        return []
-    parts = raw.decode("utf-8", errors="replace").split("\n")
-    if partial and len(parts) > 1:
-        parts = parts[1:]
-    if parts[-1] == "":
-        parts.pop()  # the newline ending the last line does not start another one
-    return [clean_line(part, max_line_chars) for part in parts[-lines:]]
-
-
-def detect_binary(raw: bytes) -> bool:
-    """True when the last block of `raw` looks like binary data rather than text."""
-    block = raw[-BLOCK_BYTES:]
-    if not block:
-        return False
-    if block.count(0) * 10 > len(block):
-        return True
-    text = block.decode("utf-8", errors="replace")
-    return len(_NON_TEXT.findall(text)) * 10 > len(text) * 3
+def follow_path(path: str, cursor: Cursor | None, limits: Limits) -> Follow | str:
+    """follow_fd on a path; a file that cannot be read gives its reason instead of raising."""
+    try:
+        fd, st = open_regular(path)
+    except NotRegular as exc:
+        return str(exc)
+    except OSError as exc:
+        return explain_error(exc)
+    try:
+        return follow_fd(fd, st, path, cursor, limits)
+    except OSError as exc:
+        return explain_error(exc)
+    finally:
+        os.close(fd)
 
 
 def read_tail(fd: int, size: int, lines: int, budget: int) -> tuple[bytes, bool]:
@@ -139,78 +162,129 @@ def read_tail(fd: int, size: int, lines: int, budget: int) -> tuple[bytes, bool]
     return b"".join(chunks), pos > 0
 
 
+def redact_lines(lines: list[str]) -> list[str]:
+    """Redact lines as one text, so a secret spread over lines (a PEM block) is seen whole."""
+    return redact.text("\n".join(lines)).split("\n") if lines else []
+
+
 def observe_log(
-    watch_id: int, path: str, lines: int, limits: Limits, now: float
-) -> LogInfo | Unavailable:
-    """Stat, check and tail one file; any failure becomes an Unavailable with a reason."""
-
-    def unavailable(reason: str) -> Unavailable:
-        return Unavailable(watch_id=watch_id, target=path, reason=reason)
-
+    watch_id: int, path: str, spec: LogWatch, limits: Limits, cursors: dict, now: float
+) -> tuple[LogInfo | Unavailable, Cursor | None]:
+    """Tail one file and scan what is new since its cursor; a failure becomes an Unavailable."""
+    real = os.path.realpath(path)
+    cursor: Cursor | None = cursors.get((watch_id, real))
+    lines = min(spec.lines, limits.log_lines_max)
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        return unavailable(explain_error(exc))
-    reason = explain_mode(st.st_mode)
-    if reason:
-        return unavailable(reason)  # never open a fifo or device: it could block or act
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            reason = explain_mode(st.st_mode)
-            if reason:
-                return unavailable(reason)
-            raw, partial = read_tail(fd, st.st_size, lines, limits.log_tail_bytes_max)
-        finally:
-            os.close(fd)
+        fd, st = open_regular(path)
+    except NotRegular as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=str(exc)), cursor
     except FileNotFoundError:
-        return unavailable("vanished while reading")
-    except ShrankError:
-        return unavailable("shrank while reading (truncated or rotated)")
+        return Unavailable(watch_id=watch_id, target=path, reason="no such file"), cursor
     except OSError as exc:
-        return unavailable(explain_error(exc))
-    binary = detect_binary(raw)
-    return LogInfo(
+        return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc)), cursor
+    try:
+        unchanged = (
+            cursor is not None
+            and cursor.tail is not None
+            and cursor.tail_lines == lines
+            and (cursor.dev, cursor.ino, cursor.size, cursor.mtime_ns)
+            == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        )
+        if unchanged and cursor is not None:  # nothing was written: reuse, read nothing
+            new = Follow(lines=[], cursor=cursor)
+            tail, binary = cursor.tail or [], cursor.binary
+        else:
+            new = follow_fd(fd, st, real, cursor, limits)
+            raw, partial = read_tail(fd, st.st_size, lines, limits.log_tail_bytes_max)
+            binary = detect_binary(raw)
+            tail = (
+                [] if binary else parse_tail(raw, lines, limits.log_line_chars_max, partial=partial)
+            )
+            tail = redact_lines(tail)
+    except (ShrankError, FileNotFoundError):
+        reason = "shrank or vanished while reading (truncated or rotated)"
+        return Unavailable(watch_id=watch_id, target=path, reason=reason), cursor
+    except OSError as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc)), cursor
+    finally:
+        os.close(fd)
+    extra = [re.compile(p) for p in spec.errors]
+    found = None if binary else find_error_block(new.lines, extra)
+    summary: str | None
+    if found:
+        errors, summary, count = redact_lines(found[0]), redact.text(found[1]), found[2]
+    elif cursor is not None and new.event is None:  # carried over, marked as not new
+        errors, summary, count = cursor.errors, cursor.error_summary, 0
+    else:
+        errors, summary, count = [], None, 0
+    nxt = new.cursor
+    nxt.tail, nxt.tail_lines, nxt.binary = tail, lines, binary
+    nxt.errors, nxt.error_summary = errors, summary
+    grew = st.st_size - cursor.size if cursor is not None and new.event is None else None
+    info = LogInfo(
         watch_id=watch_id,
-        path=os.path.realpath(path),
+        path=real,
         size=st.st_size,
         modified_at=datetime.fromtimestamp(st.st_mtime, UTC),
         silent_for_s=max(0.0, now - st.st_mtime),
         inode=st.st_ino,
         binary=binary,
-        lines=[] if binary else parse_tail(raw, lines, limits.log_line_chars_max, partial=partial),
+        lines=tail,
+        growth_bytes=grew,
+        rotated=new.event == "rotated",
+        truncated=new.event == "truncated",
+        rotated_from=new.rotated_from,
+        scanned_bytes=new.scanned,
+        skipped_bytes=new.skipped,
+        errors=errors,
+        error_summary=summary,
+        error_new=bool(found),
+        error_lines=count,
     )
+    return info, nxt
 
 
-def collect_watch(watch_id: int, spec: LogWatch, limits: Limits) -> list[LogInfo | Unavailable]:
+def collect_watch(
+    watch_id: int, spec: LogWatch, limits: Limits, cursors: dict, seen: dict
+) -> list[LogInfo | Unavailable]:
     """Observations for one log watch: its file, or the newest files matching its glob."""
     target = os.path.expanduser(spec.path)
-    lines = min(spec.lines, limits.log_lines_max)
     now = time.time()
-    if not is_glob(target):
-        return [observe_log(watch_id, target, lines, limits, now)]
-    matches = [path for path, st in match_glob(target) if stat.S_ISREG(st.st_mode)]
-    if not matches:
-        return [Unavailable(watch_id=watch_id, target=target, reason="no file matches the glob")]
-    return [observe_log(watch_id, path, lines, limits, now) for path in matches[:FILES_PER_WATCH]]
+    if is_glob(target):
+        paths = [path for path, st in match_glob(target) if stat.S_ISREG(st.st_mode)]
+        if not paths:
+            return [
+                Unavailable(watch_id=watch_id, target=target, reason="no file matches the glob")
+            ]
+        paths = paths[: spec.files]
+    else:
+        paths = [target]
+    results = []
+    for path in paths:
+        result, cursor = observe_log(watch_id, path, spec, limits, cursors, now)
+        if cursor is not None:
+            seen[(watch_id, os.path.realpath(path))] = cursor
+        results.append(result)
+    return results
 
 
 def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     """Tail every log watch of the session; failures are listed, never raised."""
     section = LogsSection()
+    cursors: dict = ctx.memory.get(NAME, {}).get("cursors", {})
+    seen: dict = {}
     for watch in watches:
         if not isinstance(watch.spec, LogWatch):
             continue
         try:
-            results = collect_watch(watch.id, watch.spec, ctx.settings.limits)
+            results = collect_watch(watch.id, watch.spec, ctx.settings.limits, cursors, seen)
         except Exception as exc:  # a bad watch must not cost the rest of the dump
-            results = [
-                Unavailable(watch_id=watch.id, target=watch.spec.path, reason=f"error: {exc!r}")
-            ]
+            reason = f"error: {type(exc).__name__}: {exc}"
+            results = [Unavailable(watch_id=watch.id, target=watch.spec.path, reason=reason)]
         for result in results:
             if isinstance(result, LogInfo):
                 section.items.append(result)
             else:
                 section.unavailable.append(result)
+    ctx.memory[NAME] = {"cursors": seen}  # only files still watched: memory stays bounded
     return section

@@ -1,19 +1,25 @@
 """Watched and expected TCP ports: whether something listens, and what the health URL answers."""
 
+import ipaddress
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from urllib.parse import urlsplit
 
 import httpx
 
 from service import redact
-from service.collectors import CollectContext
+from service.collectors import CollectContext, _procfs
 from service.models import PortInfo, PortsSection, PortWatch, ProcessWatch, Unavailable, Watch
 
 NAME = "ports"
+PROC_NET = _procfs.PROC / "net"
 
 CONNECT_TIMEOUT_S = 0.2
 HEALTH_TIMEOUT_S = 1.0
 MAX_THREADS = 32
+BODY_CHARS = 200
 
 
 def targets(watches: list[Watch]) -> list[PortInfo]:
@@ -53,36 +59,103 @@ def is_listening(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> bo
         return False
 
 
+def is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
 def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> tuple[int | None, str | None]:
     """(status, None) when the URL answered at all, else (None, a short reason)."""
+    status, error, _, _ = probe_health(url, timeout)
+    return status, error
+
+
+def probe_health(
+    url: str, timeout: float = HEALTH_TIMEOUT_S
+) -> tuple[int | None, str | None, float | None, str | None]:
+    """(status, error, latency in ms, start of the body), reading at most a few KB of it."""
+    started = time.perf_counter()
     try:
         # trust_env=False: an HTTP(S)_PROXY meant for the internet must not intercept localhost.
-        with httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as client:
-            return client.get(url).status_code, None
+        with (
+            httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as client,
+            client.stream("GET", url) as response,
+        ):
+            latency = (time.perf_counter() - started) * 1000
+            body = b""
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) >= 4 * BODY_CHARS:
+                    break
+            excerpt = " ".join(body.decode("utf-8", "replace").split())[:BODY_CHARS]
+            return response.status_code, None, latency, redact.text(excerpt) or None
     except httpx.TimeoutException:
-        return None, f"timed out after {timeout:g} s"
+        return None, f"timed out after {timeout:g} s", None, None
     except httpx.ConnectError as exc:
-        return None, _short(f"cannot connect: {exc}")
+        return None, _short(f"cannot connect: {exc}"), None, None
     except Exception as exc:  # any failure of the probe is an outcome, not a crash
-        return None, _short(f"{type(exc).__name__}: {exc}")
+        return None, _short(f"{type(exc).__name__}: {exc}"), None, None
 
 
 def _short(reason: str) -> str:
     return redact.text(reason)[:200]
 
 
-def _check(row: PortInfo) -> PortInfo | Unavailable:
+def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortInfo | Unavailable:
     target = f"{row.host}:{row.port}"
     try:
-        row.listening = is_listening(row.host, row.port)
+        # A local port is read from the kernel's LISTEN table: connecting would add to the
+        # backlog of a server that is hung and not accepting, until it looked closed.
+        if local is not None and _is_local(row.host):
+            row.listening = row.port in local
+        else:
+            row.listening = is_listening(row.host, row.port)
     except socket.gaierror as exc:
         return Unavailable(watch_id=row.watch_id, target=target, reason=_short(f"{exc}"))
     except Exception as exc:  # never let one port cost the section
         return Unavailable(watch_id=row.watch_id, target=target, reason=_short(repr(exc)))
+    if row.listening and _is_local(row.host):
+        row.owner_pid = _owner(row.port, ctx)
     if row.url:
-        row.health_status, row.health_error = check_health(row.url)
+        if not ctx.settings.allow_remote_health and not is_loopback(row.url):
+            row.health_error = "refused: not a loopback URL (set CTXD_ALLOW_REMOTE_HEALTH=true)"
+        else:
+            timeout = ctx.settings.health_timeout_s
+            row.health_status, row.health_error, row.health_latency_ms, row.health_body = (
+                probe_health(row.url, timeout)
+            )
         row.url = redact.text(row.url)
     return row
+
+
+def _owner(port: int, ctx: CollectContext) -> int | None:
+    """Who holds the listening socket; the watched processes of the last snapshot are asked first.
+
+    Collectors run concurrently, so this cannot wait for the process collector's answer.
+    """
+    inodes = {inode for inode, p in _procfs.listening_inodes().items() if p == port}
+    if not inodes:
+        return None
+    previous = ctx.previous.processes.items if ctx.previous else []
+    likely = [p.pid for p in previous if p.root] + [p.pid for p in previous if not p.root]
+    return _procfs.socket_owner(inodes, likely)
+
+
+def _local_listening() -> set[int] | None:
+    """Ports with a listening TCP socket in this network namespace; None if /proc says nothing."""
+    tables = [PROC_NET / "tcp", PROC_NET / "tcp6"]
+    if not any(t.exists() for t in tables):
+        return None
+    return set(_procfs.listening_inodes().values())
+
+
+def _is_local(host: str) -> bool:
+    return host in ("localhost", "0.0.0.0", "::") or is_loopback(f"http://{host}/")
 
 
 def collect(watches: list[Watch], ctx: CollectContext) -> PortsSection:
@@ -92,8 +165,9 @@ def collect(watches: list[Watch], ctx: CollectContext) -> PortsSection:
         return section
     try:
         # Threads, so ten closed ports cost about one connect timeout instead of ten.
+        local = _local_listening()
         with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(rows))) as pool:
-            results = list(pool.map(_check, rows))
+            results = list(pool.map(partial(_check, ctx=ctx, local=local), rows))
     except Exception as exc:  # e.g. no threads left: say so rather than fail the dump
         section.unavailable.append(Unavailable(target=NAME, reason=_short(repr(exc))))
         return section

@@ -1,8 +1,7 @@
-"""Watched processes: trees matched by pid or command line, their flags, environment and load."""
+"""Watched processes: trees matched by pid, command line or name, with flags, env and load."""
 
 import contextlib
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -11,9 +10,18 @@ from typing import Any
 
 import psutil
 
-from service import redact
-from service.collectors import CollectContext
-from service.models import Flag, ProcessesSection, ProcessInfo, ProcessWatch, Unavailable, Watch
+from service import redact, sampler
+from service.collectors import CollectContext, _procfs, _proctree
+from service.collectors._argv import fold_workers, parse_flags
+from service.models import (
+    ExitedProcess,
+    ProcessesSection,
+    ProcessInfo,
+    ProcessWatch,
+    Unavailable,
+    Watch,
+    WorkerGroup,
+)
 
 NAME = "processes"
 
@@ -22,145 +30,28 @@ _ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM
 _PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 DEFAULT_ENV = _ML_ENV + _PATH_ENV
 
-_PYTHON = re.compile(r"^(python|pypy)[\d.]*$")
-_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-# Interpreter options that take the next argument as their value (`python -X dev -W error`).
-_PY_VALUE_OPTIONS = {"-X", "-W"}
 _ATTRS = ["ppid", "name", "username", "status", "memory_info", "num_threads", "create_time"]
+_ATTRS += ["cmdline", "cwd", "exe"]
+# Beyond this many rows the dump shows a summary and the most telling rows, not a long table.
+TABLE_ROWS = 30
+FEATURED_EACH = 8
+WORKER_LINES = 6
 
 Key = tuple[int, float]
 
-
-# --- command-line flags ---------------------------------------------------------------------
-
-
-def _is_flag(arg: str) -> bool:
-    return arg.startswith("-") and arg not in ("-", "--") and not _NUMBER.match(arg)
-
-
-def _parse_interpreter(args: list[str], flags: list[Flag]) -> list[str]:
-    """Consume Python's own options up to the module or script; return what the program gets."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith(("-m", "-c")) and len(arg) > 2:
-            # `python -msglang.launch_server` or `python -c'code'`: value glued to the option.
-            args = [arg[:2], arg[2:], *args[i + 1 :]]
-            i, arg = 0, arg[:2]
-        if arg == "-m" and i + 1 < len(args):
-            flags.append(Flag(value=args[i + 1]))
-            return args[i + 2 :]
-        if (arg == "-c" or arg in _PY_VALUE_OPTIONS) and i + 1 < len(args):
-            flags.append(Flag(name=arg, value=args[i + 1]))
-            if arg == "-c":
-                return args[i + 2 :]
-            i += 2
-            continue
-        if _is_flag(arg):
-            flags.append(Flag(name=arg))
-            i += 1
-            continue
-        flags.append(Flag(value=arg))  # the script path (or "-" for stdin)
-        return args[i + 1 :]
-    return []
-
-
-def parse_flags(argv: list[str]) -> list[Flag]:
-    """Split a command line into flags and positionals, in order, skipping the program name."""
-    flags: list[Flag] = []
-    args = list(argv[1:])
-    if argv and _PYTHON.match(os.path.basename(argv[0])):
-        args = _parse_interpreter(args, flags)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            flags.extend(Flag(value=rest) for rest in args[i + 1 :])
-            break
-        if not _is_flag(arg):
-            flags.append(Flag(value=arg))
-        elif "=" in arg:
-            name, _, value = arg.partition("=")
-            flags.append(Flag(name=name, value=value))
-        elif i + 1 < len(args) and args[i + 1] != "--" and not _is_flag(args[i + 1]):
-            flags.append(Flag(name=arg, value=args[i + 1]))
-            i += 1
-        else:
-            flags.append(Flag(name=arg))
-        i += 1
-    return flags
-
-
-# --- finding processes ----------------------------------------------------------------------
+__all__ = ["DEFAULT_ENV", "NAME", "collect", "parse_flags"]
 
 
 @dataclass
-class _Entry:
-    """One line of the process table, read once per collect and shared by every watch."""
+class _State:
+    """What one collect() shares across watches."""
 
-    ppid: int
-    text: str
-
-
-def _scan() -> dict[int, _Entry]:
-    table: dict[int, _Entry] = {}
-    for proc in psutil.process_iter(["ppid", "name", "cmdline"], ad_value=None):
-        info = proc.info
-        # Zombies and kernel threads have no command line; their name is all there is to match.
-        text = " ".join(info["cmdline"] or []) or info["name"] or ""
-        table[proc.pid] = _Entry(ppid=info["ppid"] or 0, text=text)
-    return table
-
-
-def _ancestors(pid: int, table: dict[int, _Entry]) -> list[int]:
-    found: list[int] = []
-    entry = table.get(pid)
-    while entry is not None and entry.ppid and entry.ppid not in found and entry.ppid != pid:
-        found.append(entry.ppid)
-        entry = table.get(entry.ppid)
-    return found
-
-
-def _descendants(roots: list[int], table: dict[int, _Entry]) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, entry in table.items():
-        children.setdefault(entry.ppid, []).append(pid)
-    found: list[int] = []
-    seen = set(roots)
-    stack = sorted(roots, reverse=True)
-    while stack:
-        for child in sorted(children.get(stack.pop(), []), reverse=True):
-            if child not in seen:
-                seen.add(child)
-                found.append(child)
-                stack.append(child)
-    return found
-
-
-def _candidates(
-    spec: ProcessWatch, table: dict[int, _Entry], excluded: set[int]
-) -> list[tuple[int, bool]]:
-    """(pid, root) pairs for one watch, roots first; a match under another match is no root."""
-    if spec.pid is not None:
-        matched = [spec.pid] if spec.pid in table or psutil.pid_exists(spec.pid) else []
-    else:
-        pattern = re.compile(spec.match or "")
-        matched = [
-            pid
-            for pid, entry in sorted(table.items())
-            if pid not in excluded and pattern.search(entry.text)
-        ]
-    matched_set = set(matched)
-    roots = [p for p in matched if not matched_set.intersection(_ancestors(p, table))]
-    rows = [(pid, True) for pid in roots]
-    if spec.children:
-        rows += [(pid, False) for pid in _descendants(roots, table)]
-    else:
-        rows += [(pid, False) for pid in matched if pid not in roots]
-    return rows
-
-
-# --- describing processes -------------------------------------------------------------------
+    handles: dict[Key, psutil.Process]
+    limit: int
+    sampler: sampler.Sampler
+    listen: dict[int, int]
+    seen: set[Key] = field(default_factory=set)
+    fresh: list[tuple[psutil.Process, ProcessInfo]] = field(default_factory=list)
 
 
 def _handle(pid: int, handles: dict[Key, psutil.Process]) -> tuple[Key, psutil.Process, bool]:
@@ -174,34 +65,38 @@ def _handle(pid: int, handles: dict[Key, psutil.Process]) -> tuple[Key, psutil.P
     return key, proc, True
 
 
-def _describe(
-    proc: psutil.Process, watch_id: int, root: bool, env_patterns: tuple[str, ...]
-) -> tuple[ProcessInfo, bool]:
-    """A row for proc, and False if its environment could not be read; raises NoSuchProcess."""
-    attrs = _ATTRS + ["cmdline"] + (["environ"] if root else [])
+def _select(environ: dict[str, str], patterns: tuple[str, ...]) -> dict[str, str]:
+    return {k: v for k, v in sorted(environ.items()) if any(fnmatchcase(k, p) for p in patterns)}
+
+
+def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatch) -> ProcessInfo:
+    """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
+    denied: list[str] = []
     with proc.oneshot():
-        info: dict[str, Any] = proc.as_dict(attrs, ad_value=None)
-        try:
-            cpu: float | None = proc.cpu_percent(None)
-        except psutil.AccessDenied:
-            cpu = None
+        info: dict[str, Any] = proc.as_dict(_ATTRS, ad_value=None)
+        environ: dict[str, str] | None = None
+        if root:
+            try:
+                environ = proc.environ()
+                redact.learn_env(environ)  # its secrets are then redacted wherever they reappear
+            except psutil.ZombieProcess:
+                pass  # dead already: nothing left to read
+            except psutil.AccessDenied:
+                denied.append("environment")
     created = info["create_time"] or 0.0
     argv = redact.argv(info["cmdline"] or [])
-    environ = info.get("environ")
-    selected = {
-        k: v
-        for k, v in sorted((environ or {}).items())
-        if any(fnmatchcase(k, pattern) for pattern in env_patterns)
-    }
     memory = info["memory_info"]
+    state = info["status"] or "unknown"
+    zombie = state == psutil.STATUS_ZOMBIE
+    if not zombie:
+        denied += [what for what in ("cwd", "exe") if info[what] is None]
     row = ProcessInfo(
         watch_id=watch_id,
         pid=proc.pid,
         ppid=info["ppid"] or 0,
         name=info["name"] or "?",
         user=info["username"],
-        state=info["status"] or "unknown",
-        cpu_percent=cpu,
+        state=state,
         rss_bytes=memory.rss if memory else None,
         vms_bytes=memory.vms if memory else None,
         threads=info["num_threads"],
@@ -209,11 +104,102 @@ def _describe(
         age_s=max(0.0, time.time() - created),
         argv=argv,
         flags=parse_flags(argv),
-        env=redact.env(selected) if root else {},
+        env=redact.env(_select(environ or {}, tuple(spec.env) or DEFAULT_ENV)),
         root=root,
+        cwd=info["cwd"],
+        exe=info["exe"],
+        seen_at=datetime.now(UTC),
     )
-    env_readable = not root or environ is not None or row.state == psutil.STATUS_ZOMBIE
-    return row, env_readable
+    if root and spec.packages and not zombie:
+        dirs = _procfs.site_dirs(
+            (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
+            root=f"/proc/{proc.pid}/root",
+        )  # fmt: skip
+        row.packages = _procfs.package_versions(dirs, spec.packages)
+    row.not_permitted = [] if zombie else denied
+    return row
+
+
+def _add_descriptors(row: ProcessInfo, state: _State) -> None:
+    try:
+        row.open_files, sockets = _procfs.descriptors(row.pid)
+    except PermissionError:
+        row.not_permitted.append("open files and sockets")
+        return
+    except OSError:
+        return  # gone, or a zombie without descriptors
+    row.listening = sorted({state.listen[i] for i in sockets if i in state.listen})
+
+
+def _add_reading(row: ProcessInfo, key: Key, state: _State) -> bool:
+    """Fill what the background sampler measured; False when it has no CPU figure yet."""
+    state.sampler.track(key)
+    reading = state.sampler.reading(key)
+    if reading is None:
+        return False
+    row.idle_for_s = reading.idle_for_s
+    row.io_read_bps, row.io_write_bps = reading.io_read_bps, reading.io_write_bps
+    row.rss_growth_bps = reading.rss_growth_bps
+    row.cpu_percent = reading.cpu_percent
+    return reading.cpu_percent is not None
+
+
+def _target(spec: ProcessWatch) -> str:
+    if spec.pid is not None:
+        return f"pid {spec.pid}"
+    return f"name {spec.name}" if spec.name is not None else f"/{spec.match}/"
+
+
+def _reason(exc: BaseException) -> str:
+    return redact.text(f"{type(exc).__name__}: {exc}")[:200]
+
+
+def _collect_watch(
+    watch_id: int,
+    spec: ProcessWatch,
+    rows: list[tuple[int, int]],
+    state: _State,
+    section: ProcessesSection,
+) -> None:
+    target = _target(spec)
+    found = shown = 0
+    for pid, tree in rows:
+        if shown >= state.limit:
+            reason = f"showing the first {state.limit} of {len(rows)} processes"
+            section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
+            break
+        try:
+            key, proc, new = _handle(pid, state.handles)
+            if key in state.seen:
+                found += 1
+                continue  # an earlier watch already shows it
+            row = _describe(proc, watch_id, pid == tree, spec)
+        except psutil.NoSuchProcess:
+            continue  # exited while we looked: the next snapshot reports it gone
+        row.tree = tree
+        state.seen.add(key)
+        found += 1
+        shown += 1
+        section.items.append(row)
+        _add_descriptors(row, state)
+        sampled = _add_reading(row, key, state)
+        if not sampled:
+            if new:
+                state.fresh.append((proc, row))
+            else:
+                with contextlib.suppress(psutil.Error):
+                    row.cpu_percent = proc.cpu_percent(None)
+        for what in row.not_permitted:
+            section.unavailable.append(
+                Unavailable(watch_id=watch_id, target=f"pid {pid} {what}", reason="not permitted")
+            )
+    if not found:
+        reason = (
+            f"no process with pid {spec.pid}"
+            if spec.pid is not None
+            else f"no process matches {target}"
+        )
+        section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
 
 
 def _excluded() -> set[int]:
@@ -224,83 +210,81 @@ def _excluded() -> set[int]:
     return own
 
 
-def _target(spec: ProcessWatch) -> str:
-    return f"pid {spec.pid}" if spec.pid is not None else f"/{spec.match}/"
+def _featured(items: list[ProcessInfo]) -> list[int]:
+    """Roots, then the busiest, largest and newest rows: what a reader of 500 rows wants."""
+    if len(items) <= TABLE_ROWS:
+        return []
+    picked = [p.pid for p in items if p.root][:FEATURED_EACH]
+    rankings = (
+        lambda p: -(p.cpu_percent or 0.0),
+        lambda p: -(p.rss_bytes or 0),
+        lambda p: p.age_s,
+    )
+    for rank in rankings:
+        picked += [p.pid for p in sorted(items, key=rank)[:FEATURED_EACH]]
+    return list(dict.fromkeys(picked))
 
 
-def _reason(exc: BaseException) -> str:
-    return redact.text(f"{type(exc).__name__}: {exc}")[:200]
+def _workers(items: list[ProcessInfo]) -> list[WorkerGroup]:
+    groups: list[WorkerGroup] = []
+    for root in (p for p in items if p.root):
+        argvs = [p.argv for p in items if p.tree == root.pid and not p.root and p.argv]
+        folded = fold_workers(argvs)[:WORKER_LINES]
+        groups += [WorkerGroup(tree=root.pid, count=n, command=cmd) for n, cmd in folded]
+    return groups
 
 
-@dataclass
-class _State:
-    """What one collect() shares across watches."""
-
-    handles: dict[Key, psutil.Process]
-    limit: int
-    seen: set[Key] = field(default_factory=set)
-    fresh: list[tuple[psutil.Process, ProcessInfo]] = field(default_factory=list)
+def _still_alive(pid: int, started_at: datetime) -> bool:
+    try:
+        return abs(psutil.Process(pid).create_time() - started_at.timestamp()) < 0.01
+    except psutil.Error:
+        return False
 
 
-def _collect_watch(
-    watch_id: int,
-    spec: ProcessWatch,
-    rows: list[tuple[int, bool]],
-    state: _State,
-    section: ProcessesSection,
+def _exited(
+    ctx: CollectContext, section: ProcessesSection, state: _State, watch_ids: set[int]
 ) -> None:
-    target = _target(spec)
-    env_patterns = tuple(spec.env) or DEFAULT_ENV
-    found = shown = 0
-    for pid, root in rows:
-        if shown >= state.limit:
-            reason = f"showing the first {state.limit} of {len(rows)} processes"
-            section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
-            break
-        try:
-            key, proc, new = _handle(pid, state.handles)
-            if key in state.seen:
-                found += 1
-                continue  # an earlier watch already shows it
-            row, env_readable = _describe(proc, watch_id, root, env_patterns)
-        except psutil.NoSuchProcess:
-            continue  # exited while we looked: the next snapshot reports it gone
-        state.seen.add(key)
-        found += 1
-        shown += 1
-        section.items.append(row)
-        if new:
-            row.cpu_percent = None
-            state.fresh.append((proc, row))
-        if not env_readable:
-            section.unavailable.append(
-                Unavailable(
-                    watch_id=watch_id, target=f"pid {pid} environment", reason="access denied"
-                )
-            )
-    if not found:
-        reason = (
-            f"no process with pid {spec.pid}"
-            if spec.pid is not None
-            else f"no process matches /{spec.match}/"
-        )
-        section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
+    """Rows of the previous snapshot whose process is gone (not merely cut by a row limit)."""
+    if ctx.previous is None:
+        return
+    current = {p.key for p in section.items}
+    for old in ctx.previous.processes.items:
+        if old.key in current or old.watch_id not in watch_ids:
+            continue
+        if _still_alive(old.pid, old.started_at):
+            continue
+        reading = state.sampler.reading((old.pid, old.started_at.timestamp()))
+        last_seen = old.seen_at
+        if reading is not None and reading.last_alive:
+            last_seen = datetime.fromtimestamp(reading.last_alive, UTC)
+        section.exited.append(
+            ExitedProcess(watch_id=old.watch_id, pid=old.pid, name=old.name, root=old.root,
+                          key=old.key, last_seen_at=last_seen)
+        )  # fmt: skip
 
 
 def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
-    section = ProcessesSection()
+    section = ProcessesSection(stuck_after_s=ctx.settings.stuck_after_s)
     specs = [(w.id, w.spec) for w in watches if isinstance(w.spec, ProcessWatch)]
     handles: dict[Key, psutil.Process] = ctx.memory.setdefault(NAME, {})
-    state = _State(handles=handles, limit=ctx.settings.limits.processes_per_watch_max)
     try:
-        table = _scan() if specs else {}
+        table = _proctree.scan() if specs else {}
         excluded = _excluded()
+        children = _proctree.children_map(table)
+        state = _State(
+            handles=handles,
+            limit=ctx.settings.limits.processes_per_watch_max,
+            sampler=sampler.shared(ctx.settings.sample_interval_s),
+            listen=_procfs.listening_inodes() if specs else {},
+        )
     except Exception as exc:  # a broken /proc must not cost the whole dump
         section.unavailable.append(Unavailable(target=NAME, reason=_reason(exc)))
         return section
+    matched: set[int] = set()
     for watch_id, spec in specs:
         try:
-            rows = _candidates(spec, table, excluded)
+            rows = _proctree.candidates(spec, table, excluded, children)
+            matched.update(pid for pid, _ in rows)
             _collect_watch(watch_id, spec, rows, state, section)
         except Exception as exc:  # one odd watch must not hide the others
             section.unavailable.append(
@@ -308,10 +292,18 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
             )
     if state.fresh:
         # A first cpu_percent() call only starts the clock: sample all newcomers in one wait.
+        for proc, _ in state.fresh:
+            with contextlib.suppress(psutil.Error):
+                proc.cpu_percent(None)
         time.sleep(ctx.settings.cpu_sample_s)
         for proc, row in state.fresh:
             with contextlib.suppress(psutil.Error):
                 row.cpu_percent = proc.cpu_percent(None)
     for key in set(handles) - state.seen:
         del handles[key]
+    section.matched = len(matched)
+    section.featured = _featured(section.items)
+    section.workers = _workers(section.items)
+    with contextlib.suppress(Exception):
+        _exited(ctx, section, state, {wid for wid, _ in specs})
     return section

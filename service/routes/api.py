@@ -2,16 +2,18 @@
 
 from typing import Annotated, Any
 
-from litestar import Controller, Response, delete, get, post, put
+from litestar import Controller, Request, Response, Router, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.params import Parameter
 
-from service import __version__, recovery
+from service import __version__, confine, recovery
+from service.collectors import commands
 from service.models import (
     SESSION_ID_PATTERN,
     Diff,
     JournalEntry,
     JournalIn,
+    JournalUpdate,
     MessageIn,
     Session,
     SessionIn,
@@ -25,20 +27,38 @@ from service.snapshots import Snapshotter
 
 MARKDOWN = "text/markdown; charset=utf-8"
 Sid = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)]
-Version = Annotated[int, Parameter(ge=1)]
+# SQLite integers are 64-bit: a larger id is a 400, not an OverflowError deep in the store.
+MAX_ID = 2**63 - 1
+Version = Annotated[int, Parameter(ge=1, le=MAX_ID)]
+RowId = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 
 
 def snapshotter(state: State) -> Snapshotter:
     return state.snapshotter
 
 
-@get("/health", sync_to_thread=False)
-def health() -> dict[str, str]:
-    return {"status": "ok", "version": __version__}
+@get("/health", sync_to_thread=True)
+def health(state: State) -> dict[str, str | int]:
+    size = snapshotter(state).data_dir_bytes()
+    return {"status": "ok", "version": __version__, "data_dir_bytes": size}
+
+
+@post("/api/prune", sync_to_thread=True)
+def prune(
+    state: State, keep_days: Annotated[int | None, Parameter(ge=1, le=3650)] = None
+) -> dict[str, int]:
+    snap = snapshotter(state)
+    return {"removed": snap.prune(keep_days or snap.settings.keep_days)}
+
+
+def mark_activity(request: Request) -> None:
+    """Any call about a session counts as its activity (the quiet trigger waits for silence)."""
+    if sid := request.path_params.get("sid"):
+        request.app.state.activity.mark(sid)
 
 
 class SessionController(Controller):
-    path = "/api/sessions"
+    path = "/"
 
     @put("/{sid:str}", sync_to_thread=True)
     def put_session(self, state: State, sid: Sid, data: SessionIn) -> Response[Session]:
@@ -46,8 +66,10 @@ class SessionController(Controller):
         return Response(session, status_code=201 if created else 200)
 
     @get("/", sync_to_thread=True)
-    def list_sessions(self, state: State) -> list[Session]:
-        return snapshotter(state).store.list_sessions()
+    def list_sessions(
+        self, state: State, cwd: Annotated[str | None, Parameter(max_length=4096)] = None
+    ) -> list[Session]:
+        return snapshotter(state).store.list_sessions(cwd=cwd)
 
     @get("/{sid:str}", sync_to_thread=True)
     def get_session(self, state: State, sid: Sid) -> Session:
@@ -56,7 +78,8 @@ class SessionController(Controller):
     @post("/{sid:str}/watches", sync_to_thread=True)
     def add_watch(self, state: State, sid: Sid, data: WatchIn) -> Watch:
         snap = snapshotter(state)
-        snap.store.touch(sid)
+        commands.check_watch(data.root, snap.settings)  # PermissionError: 403
+        confine.check_watch(data.root, snap.settings)  # outside the watch roots: 403
         return snap.store.add_watch(sid, data.root, snap.settings.limits.max_watches_per_session)
 
     @get("/{sid:str}/watches", sync_to_thread=True)
@@ -64,18 +87,20 @@ class SessionController(Controller):
         return snapshotter(state).store.list_watches(sid)
 
     @get("/{sid:str}/watches/{wid:int}", sync_to_thread=True)
-    def get_watch(self, state: State, sid: Sid, wid: int) -> Watch:
+    def get_watch(self, state: State, sid: Sid, wid: RowId) -> Watch:
         return snapshotter(state).store.get_watch(sid, wid)
 
     @delete("/{sid:str}/watches/{wid:int}", sync_to_thread=True)
-    def delete_watch(self, state: State, sid: Sid, wid: int) -> None:
+    def delete_watch(self, state: State, sid: Sid, wid: RowId) -> None:
         snapshotter(state).store.delete_watch(sid, wid)
 
     @post("/{sid:str}/journal", sync_to_thread=True)
     def add_entry(self, state: State, sid: Sid, data: JournalIn) -> JournalEntry:
-        snap = snapshotter(state)
-        snap.store.touch(sid)
-        return snap.store.add_entry(sid, data)
+        return snapshotter(state).store.add_entry(sid, data)
+
+    @patch("/{sid:str}/journal/{eid:int}", sync_to_thread=True)
+    def update_entry(self, state: State, sid: Sid, eid: RowId, data: JournalUpdate) -> JournalEntry:
+        return snapshotter(state).store.update_entry(sid, eid, data)
 
     @get("/{sid:str}/journal", sync_to_thread=True)
     def list_entries(self, state: State, sid: Sid) -> list[JournalEntry]:
@@ -83,9 +108,8 @@ class SessionController(Controller):
 
     @post("/{sid:str}/snapshots", sync_to_thread=True)
     def take_snapshot(self, state: State, sid: Sid, data: SnapshotIn | None = None) -> Snapshot:
-        snap = snapshotter(state)
-        snap.store.touch(sid)
-        return snap.take(sid, trigger="manual", note=data.note if data else None)
+        note, force = (data.note, data.force) if data else (None, False)
+        return snapshotter(state).take(sid, trigger="manual", note=note, force=force)
 
     @get("/{sid:str}/snapshots", sync_to_thread=True)
     def list_snapshots(self, state: State, sid: Sid) -> list[SnapshotSummary]:
@@ -104,8 +128,8 @@ class SessionController(Controller):
         self,
         state: State,
         sid: Sid,
-        from_version: Annotated[int, Parameter(query="from", ge=1)],
-        to_version: Annotated[int, Parameter(query="to", ge=1)],
+        from_version: Annotated[int, Parameter(query="from", ge=1, le=MAX_ID)],
+        to_version: Annotated[int, Parameter(query="to", ge=1, le=MAX_ID)],
     ) -> Diff:
         return recovery.diff(snapshotter(state), sid, from_version, to_version)
 
@@ -116,7 +140,7 @@ class SessionController(Controller):
         sid: Sid,
         fresh: bool = True,
         max_chars: Annotated[int | None, Parameter(ge=200, le=10_000_000)] = None,
-        since: Annotated[int | None, Parameter(ge=1)] = None,
+        since: Annotated[int | None, Parameter(ge=1, le=MAX_ID)] = None,
     ) -> str:
         return recovery.resume(
             snapshotter(state), sid, fresh=fresh, max_chars=max_chars, since=since
@@ -131,4 +155,10 @@ class SessionController(Controller):
 
     @post("/{sid:str}/heartbeat", sync_to_thread=True, status_code=204)
     def heartbeat(self, state: State, sid: Sid) -> None:
-        snapshotter(state).store.touch(sid)
+        snapshotter(state).store.get_session(sid)
+
+
+# Any call about a session counts as its activity; the human pages do not.
+sessions_router = Router(
+    path="/api/sessions", route_handlers=[SessionController], before_request=mark_activity
+)

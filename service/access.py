@@ -1,0 +1,169 @@
+"""Who may talk to ctxd: Host allowlist, Origin check, bearer token, body size and rate limit.
+
+One ASGI middleware in front of every route (API, pages, /mcp): ctxd serves process command
+lines and logs, so a web page the user happens to open must not be able to read them, through
+DNS rebinding (Host check) or a cross-site request (Origin check). A token, when configured,
+is required everywhere and compared in constant time.
+"""
+
+import hmac
+import json
+import math
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from litestar.types import ASGIApp, Receive, Scope, Send, WebSocketCloseEvent
+
+from service.settings import Settings
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+WILDCARD = frozenset({"0.0.0.0", "::", ""})
+# Buckets of clients not seen for this long are dropped, so the table stays small.
+_IDLE_S = 600.0
+
+
+def new_token_file(path: Path) -> str:
+    """Write a fresh random token to `path`, mode 0600 from the first byte, and return it."""
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(token + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return token
+
+
+def allowed_hosts(settings: Settings) -> frozenset[str] | None:
+    """Host header names accepted; None accepts any (configured with "*")."""
+    extra = {h.lower() for h in settings.allowed_hosts}
+    if "*" in extra:
+        return None
+    names = set(LOOPBACK_NAMES) | extra | {settings.host.lower()}
+    if settings.host in WILDCARD:
+        # Listening everywhere (token required): the machine's own names are expected.
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return frozenset(names)
+
+
+def _host_name(value: str) -> str:
+    value = value.strip().lower()
+    if value.startswith("["):  # [::1]:8765
+        return value[: value.find("]") + 1] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class _Buckets:
+    """Token buckets per client address: `rate` per second, up to `burst` at once."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, float(burst)
+        self._state: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, client: str) -> float:
+        """0 when the request may pass, else the seconds until it could."""
+        now = time.monotonic()
+        with self._lock:
+            if len(self._state) > 10_000:
+                self._state = {k: v for k, v in self._state.items() if now - v[1] < _IDLE_S}
+            tokens, last = self._state.get(client, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            if tokens < 1:
+                self._state[client] = (tokens, now)
+                return (1 - tokens) / self.rate
+            self._state[client] = (tokens - 1, now)
+            return 0.0
+
+
+class AccessMiddleware:
+    """Refuses, before any handler runs, what ctxd must never answer."""
+
+    def __init__(self, app: ASGIApp, settings: Settings, buckets: _Buckets) -> None:
+        self.app = app
+        self.hosts = allowed_hosts(settings)
+        self.token = f"Bearer {settings.token}".encode() if settings.token else None
+        self.max_body = settings.limits.max_body_bytes
+        self.buckets = buckets
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        refusal = self.check(scope)
+        if refusal is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            await _reply(send, *refusal)
+        else:
+            close: WebSocketCloseEvent = {"type": "websocket.close", "code": 1008, "reason": None}
+            await send(close)
+
+    def check(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
+        """(status, detail, headers) of a refusal, or None to let the request through."""
+        headers: dict[str, str] = {}
+        for key, value in scope.get("headers") or []:
+            headers.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+        host = _host_name(headers.get("host", ""))
+        if self.hosts is not None and host not in self.hosts:
+            return 403, f"Host {host!r} is not allowed; add it to CTXD_ALLOWED_HOSTS", {}
+        origin = headers.get("origin")
+        if origin is not None and not self._same_site(origin):
+            return 403, "cross-origin requests are refused", {}
+        if headers.get("sec-fetch-site") == "cross-site":
+            return 403, "cross-site requests are refused", {}
+        if self.token is not None:
+            given = headers.get("authorization", "").encode("latin-1")
+            if not hmac.compare_digest(given, self.token):
+                detail = "a bearer token is required (Authorization: Bearer $CTXD_TOKEN)"
+                return 401, detail, {"www-authenticate": "Bearer"}
+        client = (scope.get("client") or ("?", 0))[0]
+        wait = self.buckets.take(str(client))
+        if wait:
+            retry = {"retry-after": str(max(1, math.ceil(wait)))}
+            return 429, "too many requests; slow down", retry
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body:
+            return 413, f"request body larger than {self.max_body} bytes", {}
+        return None
+
+    def _same_site(self, origin: str) -> bool:
+        try:
+            parts = urlsplit(origin)
+            name = (parts.hostname or "").lower()
+        except ValueError:
+            return False
+        if parts.scheme not in ("http", "https") or not name:
+            return False  # "null" (sandboxed frames, file://) is never ours
+        name = f"[{name}]" if ":" in name else name
+        return self.hosts is None or name in self.hosts or name.strip("[]") in self.hosts
+
+
+async def _reply(send: Send, status: int, detail: str, extra: dict[str, str]) -> None:
+    body = json.dumps({"status_code": status, "detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    headers += [(k.encode(), v.encode()) for k, v in extra.items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def middleware(settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
+    """The factory Litestar's `middleware=[...]` takes; it wraps each route, so the rate
+    limit's buckets are made here, once, and shared by every route."""
+    buckets = _Buckets(settings.rate_per_s, settings.rate_burst)
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        return AccessMiddleware(app, settings, buckets)
+
+    return wrap

@@ -1,0 +1,156 @@
+"""File fingerprints (full SHA-256 or sampled), their cache by identity, and bounded tree walks."""
+
+import hashlib
+import itertools
+import os
+import stat
+from dataclasses import dataclass
+
+from service.collectors._fs import NotRegular, open_regular, read_exact
+
+HEX_CHARS = 16
+SAMPLES = 5
+READ_BYTES = 1 << 20
+
+# dev, inode, size, mtime_ns, ctime_ns: ctime cannot be set back by a tool, so an unchanged
+# key means unchanged content without reading a byte.
+CacheKey = tuple[int, int, int, int, int]
+
+
+@dataclass
+class Budget:
+    """Bytes of content that may still be read in this collection."""
+
+    left: int
+    read: int = 0
+    opened: int = 0
+
+
+@dataclass
+class FileEntry:
+    rel: str  # relative path; directories end in "/"
+    size: int
+    mtime_ns: int
+    key: CacheKey | None  # None for directories and what is not a regular file
+
+
+def cache_key(st: os.stat_result) -> CacheKey:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def fingerprint_fd(fd: int, size: int, full_max: int, chunk: int) -> tuple[str, int]:
+    """("sha256:…" of the whole file, or "sampled:…" of size and a few chunks), bytes read."""
+    hasher = hashlib.sha256()
+    if size <= full_max:
+        offset = 0
+        while True:
+            data = os.pread(fd, READ_BYTES, offset)
+            if not data:
+                break
+            hasher.update(data)
+            offset += len(data)
+        return f"sha256:{hasher.hexdigest()[:HEX_CHARS]}", offset
+    hasher.update(size.to_bytes(8, "little"))
+    read = 0
+    for i in range(SAMPLES):
+        data = read_exact(fd, chunk, (size - chunk) * i // (SAMPLES - 1))
+        hasher.update(data)
+        read += len(data)
+    return f"sampled:{hasher.hexdigest()[:HEX_CHARS]}", read
+
+
+def kind_of(fingerprint: str) -> str:
+    return fingerprint.split(":", 1)[0]
+
+
+def fingerprint_path(
+    path: str, cache: dict[CacheKey, str], seen: dict[CacheKey, str], budget: Budget, limits
+) -> tuple[os.stat_result, str]:
+    """Stat and fingerprint of one file, from the cache when its identity is unchanged.
+
+    Raises OSError or NotRegular. When the budget is spent the fingerprint is "pending"
+    (not cached), and the next collection continues where this one stopped.
+    """
+    st = os.stat(path)
+    cached = cache.get(cache_key(st)) if stat.S_ISREG(st.st_mode) else None
+    if cached is not None:
+        seen[cache_key(st)] = cached
+        return st, cached
+    full_max = limits.fingerprint_full_bytes_max
+    cost = st.st_size if st.st_size <= full_max else SAMPLES * limits.fingerprint_chunk_bytes
+    if stat.S_ISREG(st.st_mode) and cost > budget.left and budget.opened:
+        return st, "pending:"
+    fd, st = open_regular(path)
+    try:
+        fingerprint, read = fingerprint_fd(fd, st.st_size, full_max, limits.fingerprint_chunk_bytes)
+    finally:
+        os.close(fd)
+    budget.left -= read
+    budget.read += read
+    budget.opened += 1
+    seen[cache_key(st)] = fingerprint
+    return st, fingerprint
+
+
+def fingerprint_entry(
+    root: str, entry: FileEntry, cache: dict, seen: dict, budget: Budget, limits
+) -> str:
+    """The fingerprint of a walked file: cached, computed, "pending:", or "error:<reason>"."""
+    if entry.key is None:
+        return ""
+    if entry.key in cache:
+        seen[entry.key] = cache[entry.key]
+        return cache[entry.key]
+    try:
+        return fingerprint_path(os.path.join(root, entry.rel), cache, seen, budget, limits)[1]
+    except (OSError, NotRegular) as exc:
+        return f"error:{type(exc).__name__}"
+
+
+def walk_tree(root: str, max_entries: int) -> tuple[list[FileEntry], bool, int]:
+    """Entries under `root`, depth first in name order, without entering symlinked dirs.
+
+    Returns (entries, truncated, directories). Symlinks to files are followed for size
+    (model caches are trees of links to blobs).
+    """
+    entries: list[FileEntry] = []
+    stack, dirs = [""], 0
+    while stack:
+        rel_dir = stack.pop()
+        dirs += 1
+        try:
+            with os.scandir(os.path.join(root, rel_dir)) as it:
+                batch = list(itertools.islice(it, max_entries - len(entries) + 1))
+        except OSError:
+            continue  # an unreadable subdirectory is skipped, not fatal
+        batch.sort(key=lambda e: e.name)
+        subdirs = []
+        for entry in batch:
+            if len(entries) >= max_entries:
+                return entries, True, dirs
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+                    entries.append(FileEntry(rel + "/", 0, mtime, None))
+                    subdirs.append(rel)
+                    continue
+                try:
+                    st = entry.stat()
+                except OSError:
+                    st = entry.stat(follow_symlinks=False)  # broken link: count the link
+            except OSError:
+                continue  # vanished during the walk
+            regular = stat.S_ISREG(st.st_mode)
+            key = cache_key(st) if regular else None
+            entries.append(FileEntry(rel, st.st_size if regular else 0, st.st_mtime_ns, key))
+        stack.extend(reversed(subdirs))
+    return entries, False, dirs
+
+
+def fingerprint_tree(parts: list[tuple[str, int, str]]) -> str:
+    """A hash of names, sizes and file fingerprints: the same content gives the same hash."""
+    hasher = hashlib.sha256()
+    for rel, size, fingerprint in sorted(parts):
+        hasher.update(f"{rel}\0{size}\0{fingerprint}\n".encode("utf-8", "surrogateescape"))
+    return f"tree:{hasher.hexdigest()[:HEX_CHARS]}"

@@ -1,0 +1,142 @@
+"""Reads /proc for what psutil does cheaply not: open descriptors, listening sockets, packages."""
+
+import itertools
+import os
+import re
+import time
+from pathlib import Path
+
+PROC = Path("/proc")
+_LISTEN = "0A"
+_SOCKET = re.compile(r"^socket:\[(\d+)\]$")
+_NORMALISE = re.compile(r"[-_.]+")
+SITE_DIRS_MAX = 16
+
+
+def parse_net_tcp(text: str) -> dict[int, int]:
+    """{socket inode: port} for the LISTEN rows of a /proc/net/tcp or tcp6 table."""
+    found: dict[int, int] = {}
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10 or fields[3] != _LISTEN:
+            continue
+        try:
+            port = int(fields[1].rpartition(":")[2], 16)
+            found[int(fields[9])] = port
+        except ValueError:
+            continue
+    return found
+
+
+def listening_inodes(proc: Path = PROC) -> dict[int, int]:
+    """Every listening TCP socket in ctxd's network namespace, by inode."""
+    found: dict[int, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            found.update(parse_net_tcp((proc / "net" / table).read_text()))
+        except OSError:
+            continue
+    return found
+
+
+def descriptors(pid: int, proc: Path = PROC) -> tuple[int, set[int]]:
+    """(number of open descriptors, inodes of its sockets); raises PermissionError, OSError."""
+    folder = proc / str(pid) / "fd"
+    names = os.listdir(folder)
+    sockets: set[int] = set()
+    for name in names:
+        try:
+            match = _SOCKET.match(os.readlink(folder / name))
+        except OSError:
+            continue  # closed between listdir and readlink
+        if match:
+            sockets.add(int(match.group(1)))
+    return len(names), sockets
+
+
+def socket_owner(
+    inodes: set[int], likely: list[int], budget_s: float = 0.5, proc: Path = PROC
+) -> int | None:
+    """The pid holding one of these socket inodes: the likely pids first, then every process.
+
+    The full walk is what `ss -p` does; it stops at the first hit or when the budget is spent.
+    """
+    deadline = time.monotonic() + budget_s
+    others = (int(name) for name in os.listdir(proc) if name.isdigit())
+    seen: set[int] = set()
+    for pid in itertools.chain(likely, others):
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if time.monotonic() > deadline:
+            return None
+        try:
+            if descriptors(pid, proc)[1] & inodes:
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+# --- package versions of a process's own Python ------------------------------------------------
+
+
+def normalise(name: str) -> str:
+    return _NORMALISE.sub("_", name).lower()
+
+
+def _prefixes(argv0: str, exe: str | None, environ: dict[str, str], cwd: str | None) -> list[str]:
+    """Where the process's sys.prefix can be: its venv first, then the interpreter's own tree.
+
+    /proc/pid/exe resolves symlinks, which loses a venv (bin/python -> /usr/bin/python3), so
+    the venv is found from the environment and from argv[0] as the process itself ran it.
+    """
+    found = [environ[k] for k in ("VIRTUAL_ENV", "CONDA_PREFIX") if environ.get(k)]
+    program = argv0
+    if program and "/" not in program:
+        for folder in environ.get("PATH", "").split(":"):
+            if folder and os.path.exists(os.path.join(folder, program)):
+                program = os.path.join(folder, program)
+                break
+    elif program and not program.startswith("/") and cwd:
+        program = os.path.join(cwd, program)
+    for path in (program, exe):
+        if path and path.startswith("/"):
+            found.append(os.path.dirname(os.path.dirname(path)))
+    return list(dict.fromkeys(found))
+
+
+def site_dirs(
+    argv0: str, exe: str | None, environ: dict[str, str], cwd: str | None, root: str = ""
+) -> list[Path]:
+    """Folders its interpreter imports packages from; `root` is /proc/<pid>/root or ""."""
+    dirs: list[Path] = []
+    extra = [p for p in environ.get("PYTHONPATH", "").split(":") if p.startswith("/")]
+    for prefix in _prefixes(argv0, exe, environ, cwd):
+        base = Path(root + prefix)
+        for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages"):
+            dirs.extend(sorted(base.glob(pattern)))
+        if prefix == "/usr":
+            dirs.extend(sorted(Path(root + "/usr/local").glob("lib/python3*/dist-packages")))
+    dirs.extend(Path(root + p) for p in extra)
+    return [d for d in dict.fromkeys(dirs) if d.is_dir()][:SITE_DIRS_MAX]
+
+
+def package_versions(dirs: list[Path], names: list[str]) -> dict[str, str]:
+    """{name: version} from `*.dist-info` / `*.egg-info` folder names, first folder wins."""
+    wanted = {normalise(n): n for n in names}
+    found: dict[str, str] = {}
+    for folder in dirs:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            stem, dot, suffix = entry.rpartition(".")
+            if not dot or suffix not in ("dist-info", "egg-info"):
+                continue
+            name, _, version = stem.partition("-")
+            original = wanted.get(normalise(name))
+            if original and original not in found and version:
+                found[original] = version.split("-")[0]
+    return {n: found.get(n, "not installed") for n in names}

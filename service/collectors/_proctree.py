@@ -1,0 +1,150 @@
+"""The process table read once per collect, and which pids (and trees) each watch selects."""
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+import psutil
+
+from service.models import ProcessWatch
+
+
+@dataclass
+class Entry:
+    """One line of the process table, shared by every watch of one collect."""
+
+    ppid: int
+    name: str
+    text: str
+    program: str
+
+
+_cache: dict[int, tuple[int, Entry]] = {}
+_cache_lock = threading.Lock()
+
+
+def scan() -> dict[int, Entry]:
+    """The process table, reading only processes not seen before.
+
+    A /proc/<pid> directory gets a fresh inode number for every new process, and scandir
+    reports it without a system call per entry, so (pid, inode) tells a known process from a
+    new one — a reused pid included — and only new ones cost a read of stat and cmdline.
+    """
+    table: dict[int, Entry] = {}
+    with _cache_lock, os.scandir("/proc") as entries:
+        fresh: dict[int, tuple[int, Entry]] = {}
+        for dirent in entries:
+            if not dirent.name.isdigit():
+                continue
+            pid, inode = int(dirent.name), dirent.inode()
+            known = _cache.get(pid)
+            if known is None or known[0] != inode:
+                entry = _read(pid)
+                if entry is None:
+                    continue  # gone between the listing and the read
+                known = (inode, entry)
+            fresh[pid] = known
+            table[pid] = known[1]
+        for pid, entry in table.items():
+            if entry.ppid not in table and entry.ppid > 1:
+                # the parent died: this process was re-parented, so its cached ppid is stale
+                updated = _read(pid)
+                if updated is not None:
+                    table[pid] = updated
+                    fresh[pid] = (fresh[pid][0], updated)
+        _cache.clear()
+        _cache.update(fresh)
+    return table
+
+
+def _read(pid: int) -> Entry | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            raw = handle.read(1 << 20)
+    except OSError:
+        return None
+    close = stat.rfind(b")")
+    name = stat[stat.find(b"(") + 1 : close].decode(errors="replace")
+    ppid = int(stat[close + 2 :].split(maxsplit=2)[1])
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    # Zombies and kernel threads have no command line; their name is all there is to match.
+    text = " ".join(argv) or name
+    program = os.path.basename(argv[0]) if argv else ""
+    return Entry(ppid=ppid, name=name, text=text, program=program)
+
+
+def ancestors(pid: int, table: dict[int, Entry]) -> list[int]:
+    found: list[int] = []
+    entry = table.get(pid)
+    while entry is not None and entry.ppid and entry.ppid not in found and entry.ppid != pid:
+        found.append(entry.ppid)
+        entry = table.get(entry.ppid)
+    return found
+
+
+def children_map(table: dict[int, Entry]) -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for pid, entry in table.items():
+        children.setdefault(entry.ppid, []).append(pid)
+    return children
+
+
+def descendants(root: int, children: dict[int, list[int]]) -> list[int]:
+    """Every process below root, depth first in pid order (the launcher's workers in rank order)."""
+    found: list[int] = []
+    seen = {root}
+    stack = sorted(children.get(root, []), reverse=True)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        found.append(pid)
+        stack += sorted(children.get(pid, []), reverse=True)
+    return found
+
+
+def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: set[int]) -> list[int]:
+    if spec.pid is not None:
+        return [spec.pid] if spec.pid in table or psutil.pid_exists(spec.pid) else []
+    if spec.name is not None:
+        # psutil's name is the kernel's 15-character comm; argv[0] has the full program name.
+        return [
+            pid
+            for pid, e in sorted(table.items())
+            if pid not in excluded and spec.name in (e.name, e.program)
+        ]
+    pattern = re.compile(spec.match or "")
+    return [
+        pid for pid, e in sorted(table.items()) if pid not in excluded and pattern.search(e.text)
+    ]
+
+
+def candidates(
+    spec: ProcessWatch,
+    table: dict[int, Entry],
+    excluded: set[int],
+    children: dict[int, list[int]],
+) -> list[tuple[int, int]]:
+    """(pid, tree root) pairs for one watch, each root followed by its tree.
+
+    A match below another match is part of that match's tree, not a root of its own.
+    """
+    matched = _matches(spec, table, excluded)
+    matched_set = set(matched)
+    roots = [p for p in matched if not matched_set.intersection(ancestors(p, table))]
+    rows: list[tuple[int, int]] = []
+    for root in roots:
+        rows.append((root, root))
+        if spec.children:
+            rows += [(pid, root) for pid in descendants(root, children)]
+    if not spec.children:
+        root_set = set(roots)
+        for pid in matched:
+            if pid not in root_set:
+                tree = next((a for a in ancestors(pid, table) if a in root_set), pid)
+                rows.append((pid, tree))
+    return rows

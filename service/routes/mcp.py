@@ -1,0 +1,314 @@
+"""The MCP endpoint at /mcp: ctxd's session API as tools and resources for a model."""
+
+import hmac
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+from litestar import Litestar, asgi
+from litestar.datastructures import State
+from litestar.handlers import ASGIRouteHandler
+from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp_types import Resource as MCPResource
+from pydantic import Field, ValidationError
+
+from service import __version__, confine, recovery, redact
+from service.collectors import commands
+from service.models import (
+    SESSION_ID_PATTERN,
+    JournalIn,
+    JournalKind,
+    JournalUpdate,
+    SessionIn,
+    SnapshotIn,
+    WatchSpec,
+)
+from service.snapshots import Snapshotter
+from service.store import NotFound
+
+T = TypeVar("T")
+Sid = Annotated[
+    str, Field(pattern=SESSION_ID_PATTERN, description="the ctxd session id, a short slug")
+]
+Version = Annotated[int, Field(ge=1)]
+LATEST_URI = "ctxd://sessions/{sid}/latest.md"
+
+INSTRUCTIONS = """\
+ctxd records the machine a long debugging session is about (processes with their flags, logs,
+build artifacts, ports, GPUs) and the narrative you post (objective, attempts, findings,
+decisions, next steps), as versioned Markdown dumps. Call `resume` first whenever you lost
+context (after a compaction, a restart or a /clear): it tells you what ran, what was tried and
+what to do next. While you work, post each attempt and finding with `add_entry` as it happens,
+add watches for the processes, logs and artifacts you start, and `take_snapshot` before risky
+steps. Find your session with `list_sessions` (pass your working directory as `cwd`)."""
+
+
+def _run(call: Callable[[], T]) -> T:
+    """Domain errors become tool errors a model can act on, with observed text redacted."""
+    try:
+        return call()
+    except NotFound as exc:
+        raise ToolError(f"{redact.text(str(exc))}; call list_sessions to see what exists") from None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ToolError(redact.text(f"invalid input: {problems}")[:2000]) from None
+    except (OverflowError, PermissionError, ValueError) as exc:
+        raise ToolError(redact.text(str(exc))[:2000]) from None
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """Only the arguments a model passed: the input models tell "omitted" from "null"."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+class McpEndpoint:
+    """An MCP server bound to one Litestar app: `handler` is its route, `lifespan` runs it."""
+
+    def __init__(self, max_body_bytes: int, host: str, token: str | None) -> None:
+        self.state: State | None = None
+        self.token = token
+        self.server = _Server(self, "ctxd", instructions=INSTRUCTIONS, version=__version__)
+        _register_tools(self)
+        _register_resources(self)
+        # Builds the session manager; its Starlette wrapper is not used, we mount the bare
+        # ASGI app so Litestar's routing decides the path. The SDK turns on DNS-rebinding
+        # checks for a loopback host, and caps request bodies like the HTTP API does.
+        self.server.streamable_http_app(max_request_body_size=max_body_bytes, host=host)
+        self.app = StreamableHTTPASGIApp(self.server.session_manager)
+        self.handler: ASGIRouteHandler = asgi("/mcp", is_mount=True)(self._serve)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = dict(scope.get("headers", [])).get(b"authorization", b"")
+        if self.token and not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
+            await _deny(send)
+            return
+        await self.app(scope, receive, send)  # type: ignore[arg-type]
+
+    @asynccontextmanager
+    async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
+        """Runs after the app's own lifespan set up the snapshotter, so tools can reach it."""
+        self.state = app.state
+        async with self.server.session_manager.run():
+            yield
+        self.state = None
+
+    def snap(self, sid: str | None = None) -> Snapshotter:
+        if self.state is None:
+            raise ToolError("ctxd is starting or stopping; try again in a moment")
+        if sid is not None:
+            self.state.activity.mark(sid)  # a tool call counts as activity, as HTTP calls do
+        return self.state.snapshotter
+
+
+async def _deny(send: Send) -> None:
+    body = b'{"detail":"a bearer token is required (Authorization: Bearer $CTXD_TOKEN)"}'
+    headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 401,
+        "headers": headers,
+    }
+    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(start)
+    await send(end)
+
+
+class _Server(MCPServer[Any]):
+    """Lists one resource per session: the latest stored dump, which changes as work goes on."""
+
+    def __init__(self, endpoint: McpEndpoint, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.endpoint = endpoint
+
+    async def list_resources(self) -> list[MCPResource]:
+        listed = await super().list_resources()
+        if self.endpoint.state is None:
+            return listed
+        for s in self.endpoint.snap().store.list_sessions():
+            if s.versions:
+                listed.append(
+                    MCPResource(
+                        uri=LATEST_URI.format(sid=s.id),
+                        name=f"{s.id}-latest",
+                        title=f"Latest context dump of {s.id}"
+                        + (f": {s.title}" if s.title else ""),
+                        description=f"version {s.versions}; objective: {s.objective[:200]}",
+                        mime_type="text/markdown",
+                    )
+                )
+        return listed
+
+
+def _register_tools(ep: McpEndpoint) -> None:
+    tool = ep.server.tool
+
+    @tool()
+    def list_sessions(
+        cwd: Annotated[str | None, Field(max_length=4096)] = None,
+    ) -> list[dict[str, Any]]:
+        """Sessions, newest activity first. Call this first to find your session id; pass
+        your working directory as `cwd` to get only the sessions scoped to it (deepest first)."""
+        return [s.model_dump(mode="json") for s in _run(lambda: ep.snap().store.list_sessions(cwd))]
+
+    @tool()
+    def put_session(
+        session: Sid,
+        title: str | None = None,
+        objective: str | None = None,
+        cwd: str | None = None,
+        quiet_after_s: int | None = None,
+    ) -> dict[str, Any]:
+        """Create a session (or update its title, objective, cwd scope or quiet time). Call it
+        once when you start a long piece of work, with the objective in one or two sentences,
+        and again when the objective changes. Omitted fields stay as they are."""
+        given = _given(title=title, objective=objective, cwd=cwd, quiet_after_s=quiet_after_s)
+        data = _run(lambda: SessionIn(**given))
+        result, _ = _run(lambda: ep.snap(session).store.put_session(session, data))
+        return result.model_dump(mode="json")
+
+    @tool()
+    def resume(
+        session: Sid,
+        max_chars: Annotated[int | None, Field(ge=200, le=10_000_000)] = recovery.HOOK_MAX_CHARS,
+        fresh: bool = True,
+        since: Version | None = None,
+    ) -> str:
+        """The context dump to pick up work from, as Markdown: objective, what is happening now,
+        attempts and their outcomes, next steps, processes, ports, artifacts, log tails. Call it
+        first after losing context. `fresh` observes the machine now (and stores a version if
+        anything changed); `fresh=false` returns the latest stored dump. `max_chars` cuts it to
+        fit (logs go first; null for the whole dump). `since=N` leads with changes since vN."""
+        return _run(
+            lambda: recovery.resume(
+                ep.snap(session), session, fresh=fresh, max_chars=max_chars, since=since
+            )
+        )
+
+    @tool()
+    def take_snapshot(session: Sid, note: str | None = None, force: bool = False) -> dict[str, Any]:
+        """Store a new version of the session's dump now. Call it before a risky step (a long
+        build, a restart, a model load) or after a milestone, with a short `note` saying why.
+        When nothing changed the latest version is confirmed instead, unless `force`."""
+        asked = _run(lambda: SnapshotIn(note=note, force=force))  # the API's own bounds
+        snap = ep.snap(session)
+        s = _run(lambda: snap.take(session, trigger="manual", note=asked.note, force=asked.force))
+        h = s.header
+        return {
+            "session": h.session,
+            "version": h.version,
+            "taken_at": h.taken_at.isoformat(),
+            "previous_version": h.previous_version,
+            "signals": [sig.text for sig in s.signals],
+            "changes": [c.text for c in s.changes],
+            "markdown": str(snap.session_dir(session) / "latest.md"),
+        }
+
+    @tool()
+    def add_entry(
+        session: Sid,
+        kind: JournalKind,
+        text: str,
+        outcome: str | None = None,
+        status: str | None = None,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """Post to the session's narrative as you work, one entry per event: `attempt` (what
+        you tried; `outcome`; status running/failed/succeeded/abandoned), `finding`,
+        `hypothesis` (open/confirmed/refuted), `decision`, `next` (open/done), `question`
+        (open/answered), `note`, `fact` (pinned in every dump: `key` = name, `text` = value),
+        `objective`. Returns the entry with its id, for update_entry."""
+        given = _given(outcome=outcome, status=status, key=key)
+        entry = _run(lambda: JournalIn(kind=kind, text=text, **given))
+        return _run(lambda: ep.snap(session).store.add_entry(session, entry)).model_dump(
+            mode="json"
+        )
+
+    @tool()
+    def update_entry(
+        session: Sid,
+        entry_id: int,
+        status: str | None = None,
+        outcome: str | None = None,
+        text: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a journal entry as work goes on: an attempt that was `running` has `failed`
+        or `succeeded` (with its `outcome`), a next step is `done`, a hypothesis `confirmed`.
+        Omitted fields stay as they are; ids come from add_entry or list_entries."""
+        update = _run(lambda: JournalUpdate(**_given(status=status, outcome=outcome, text=text)))
+        snap = ep.snap(session)
+        return _run(lambda: snap.store.update_entry(session, entry_id, update)).model_dump(
+            mode="json"
+        )
+
+    @tool()
+    def list_entries(session: Sid) -> list[dict[str, Any]]:
+        """The session's journal entries with their ids, oldest first (for update_entry)."""
+        entries = _run(lambda: ep.snap(session).store.list_entries(session))
+        return [e.model_dump(mode="json") for e in entries]
+
+    @tool()
+    def add_watch(session: Sid, watch: WatchSpec) -> dict[str, Any]:
+        """Make every dump include something you started: a `process` (by `match`, a regex on
+        its command line, or `pid`; children, `expect_ports`, `env` globs), a `log` (path or
+        glob; last `lines`), an `artifact` (file, directory or glob: size, mtime, fingerprint),
+        a `port` (with an optional health `url`), or a `command` allowed by the server.
+        Add one as soon as you launch a server, a build or a long job."""
+        snap = ep.snap(session)
+        _run(lambda: commands.check_watch(watch, snap.settings))
+        _run(lambda: confine.check_watch(watch, snap.settings))
+        limit = snap.settings.limits.max_watches_per_session
+        return _run(lambda: snap.store.add_watch(session, watch, limit)).model_dump(mode="json")
+
+    @tool()
+    def list_watches(session: Sid) -> list[dict[str, Any]]:
+        """What the session watches, with ids (for remove_watch)."""
+        return [
+            w.model_dump(mode="json")
+            for w in _run(lambda: ep.snap(session).store.list_watches(session))
+        ]
+
+    @tool()
+    def remove_watch(session: Sid, watch_id: int) -> str:
+        """Stop watching something that no longer matters (a process you stopped for good, a
+        log you no longer need), so dumps stay short."""
+        _run(lambda: ep.snap(session).store.delete_watch(session, watch_id))
+        return f"removed watch {watch_id} from {session}"
+
+    @tool()
+    def list_versions(session: Sid) -> list[dict[str, Any]]:
+        """Stored versions of the session's dump, newest first: time, trigger, how many signals
+        and changes. Use it to pick versions for diff or resume(since=N)."""
+        versions = _run(lambda: ep.snap(session).store.list_snapshots(session))
+        return [v.model_dump(mode="json") for v in versions]
+
+    @tool()
+    def diff(session: Sid, from_version: Version, to_version: Version) -> dict[str, Any]:
+        """What changed between two versions: processes started and exited, log growth,
+        artifact changes, new journal entries, and a unified diff of the two dumps."""
+        snap = ep.snap(session)
+        result = _run(lambda: recovery.diff(snap, session, from_version, to_version))
+        return result.model_dump(mode="json")
+
+
+def _register_resources(ep: McpEndpoint) -> None:
+    @ep.server.resource(
+        LATEST_URI,
+        name="latest-dump",
+        description="The latest stored context dump of a session, as Markdown",
+        mime_type="text/markdown",
+    )
+    def latest(sid: str) -> str:
+        try:
+            snap = ep.snap()
+            snap.store.get_session(sid)
+            version = snap.store.latest_version(sid)
+            if not version:
+                raise ResourceError(f"session '{sid}' has no snapshot yet; call take_snapshot")
+            return snap.store.get_markdown(sid, version)
+        except NotFound as exc:
+            raise ResourceError(redact.text(str(exc))) from None

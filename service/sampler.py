@@ -1,0 +1,204 @@
+"""Background sampling of watched processes: CPU, I/O and memory history, and how long idle."""
+
+import contextlib
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import psutil
+
+IDLE_CPU_PERCENT = 1.0
+# A process no collector has asked about for this long is no longer watched by anyone.
+FORGET_AFTER_S = 600.0
+# An exited process is remembered this long, so the next snapshot can say when it was last alive.
+REMEMBER_EXITED_S = 3600.0
+RSS_HISTORY = 12
+
+Key = tuple[int, float]
+
+
+@dataclass
+class Reading:
+    """What the sampler knows of one process, as of its latest sample."""
+
+    cpu_percent: float | None
+    idle_for_s: float | None
+    io_read_bps: float | None
+    io_write_bps: float | None
+    rss_growth_bps: float | None
+    last_alive: float
+    alive: bool
+
+
+@dataclass
+class _Track:
+    proc: psutil.Process
+    asked_at: float
+    sampled_at: float = 0.0
+    cpu_time: float | None = None
+    cpu_percent: float | None = None
+    idle_since: float | None = None
+    io: tuple[float, int, int] | None = None
+    io_rates: tuple[float, float] | None = None
+    rss: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=RSS_HISTORY))
+    alive: bool = True
+    last_alive: float = 0.0
+
+
+def steady_growth(points: list[tuple[float, int]], min_points: int = 6) -> float | None:
+    """Bytes per second when every sample grew (never shrank) and the total grew by 5 %+."""
+    if len(points) < min_points:
+        return None
+    values = [v for _, v in points]
+    if any(b < a for a, b in itertools.pairwise(values)) or values[0] <= 0:
+        return None
+    if values[-1] < values[0] * 1.05:
+        return None
+    span = points[-1][0] - points[0][0]
+    return (values[-1] - values[0]) / span if span > 0 else None
+
+
+class Sampler:
+    """One thread that samples every tracked process each `interval_s`; cheap: only those."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._tracks: dict[Key, _Track] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "Sampler":
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="ctxd-sampler", daemon=True)
+                self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+        self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with contextlib.suppress(Exception):  # a sampling bug must not end the thread
+                self.sample()
+
+    def track(self, key: Key) -> None:
+        """Start (or keep) sampling (pid, start time); the first call samples it at once."""
+        now = time.time()
+        with self._lock:
+            track = self._tracks.get(key)
+            if track is None:
+                try:
+                    # Its own handle: psutil's oneshot cache is not shared across threads.
+                    proc = psutil.Process(key[0])
+                    if abs(proc.create_time() - key[1]) > 0.01:
+                        return  # the pid was reused: not the process we were asked about
+                except psutil.Error:
+                    return
+                track = self._tracks[key] = _Track(proc=proc, asked_at=now)
+                self._sample_one(track, now)
+            track.asked_at = now
+
+    def sample(self) -> None:
+        """One pass over every tracked process (the thread calls this each interval)."""
+        now = time.time()
+        with self._lock:
+            for key, track in list(self._tracks.items()):
+                if now - track.asked_at > FORGET_AFTER_S or (
+                    not track.alive and now - track.last_alive > REMEMBER_EXITED_S
+                ):
+                    del self._tracks[key]
+                elif track.alive:
+                    self._sample_one(track, now)
+
+    def _sample_one(self, track: _Track, now: float) -> None:
+        try:
+            with track.proc.oneshot():
+                times = track.proc.cpu_times()
+                rss = track.proc.memory_info().rss
+                zombie = track.proc.status() == psutil.STATUS_ZOMBIE
+                try:
+                    io = track.proc.io_counters()
+                except (psutil.AccessDenied, AttributeError):
+                    io = None
+        except psutil.NoSuchProcess:
+            track.alive = False
+            return
+        except psutil.AccessDenied:
+            track.last_alive = now
+            return
+        track.last_alive = now
+        if zombie:
+            track.alive = False  # dead already: its parent just has not reaped it
+        cpu_time = times.user + times.system
+        if track.cpu_time is not None and now > track.sampled_at:
+            track.cpu_percent = max(0.0, (cpu_time - track.cpu_time) / (now - track.sampled_at))
+            track.cpu_percent *= 100
+            if track.cpu_percent >= IDLE_CPU_PERCENT:
+                track.idle_since = None
+            elif track.idle_since is None:
+                # Idle since the start of the first quiet interval, as far as we can tell.
+                track.idle_since = track.sampled_at
+        if io is not None:
+            if track.io is not None and now > track.io[0]:
+                span = now - track.io[0]
+                track.io_rates = (
+                    max(0.0, (io.read_bytes - track.io[1]) / span),
+                    max(0.0, (io.write_bytes - track.io[2]) / span),
+                )
+            track.io = (now, io.read_bytes, io.write_bytes)
+        track.rss.append((now, rss))
+        track.cpu_time, track.sampled_at = cpu_time, now
+
+    def reading(self, key: Key) -> Reading | None:
+        with self._lock:
+            track = self._tracks.get(key)
+            if track is None:
+                return None
+            now = time.time()
+            idle = None
+            if track.cpu_percent is not None:
+                idle = 0.0 if track.idle_since is None else now - track.idle_since
+            rates = track.io_rates or (None, None)
+            return Reading(
+                cpu_percent=track.cpu_percent,
+                idle_for_s=idle,
+                io_read_bps=rates[0],
+                io_write_bps=rates[1],
+                rss_growth_bps=steady_growth(list(track.rss)),
+                last_alive=track.last_alive,
+                alive=track.alive,
+            )
+
+    def tracked(self) -> int:
+        with self._lock:
+            return len(self._tracks)
+
+
+_SHARED: dict[float, Sampler] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(interval_s: float) -> Sampler:
+    """The process-wide running sampler for this interval (started on first use)."""
+    with _SHARED_LOCK:
+        sampler = _SHARED.get(interval_s)
+        if sampler is None:
+            sampler = _SHARED[interval_s] = Sampler(interval_s)
+        return sampler.start()
+
+
+def stop_all() -> None:
+    with _SHARED_LOCK:
+        samplers = list(_SHARED.values())
+        _SHARED.clear()
+    for sampler in samplers:
+        sampler.stop()

@@ -1,0 +1,186 @@
+"""Canary secrets planted everywhere ctxd looks never come out anywhere ctxd writes or answers.
+
+Planted: a watched process's flags and environment, a log (raw, re-encoded, and a private key
+cut off by the tail window), artifact names and a command's output. Searched: the database
+(every value, decompressed, and the raw -wal and -shm bytes), the Markdown files, every HTTP
+response, the MCP output and ctxd's own log.
+"""
+
+import asyncio
+import base64
+import contextlib
+import json
+import sqlite3
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.conftest import start_server, stop_server
+
+# Shapes the content rules know, and values only their names reveal.
+FLAG_TOKEN = "ghp_" + "CanaryFlag0" * 3 + "abc"
+FLAG_VALUE = "canary-flag-value-4471"
+URL_PASSWORD = "canary-url-pw-8812"
+ENV_VALUE = "canary-env-k3y-5509"  # reappears in the log, a file name and command output
+HF_VALUE = "hf_" + "CanaryHuggingFace" * 2
+LOG_BEARER = "canary-bearer-tok-6620"
+PEM_LINE = "MIIEcanaryPrivateKeyMaterial0123456789abcdefABCDEF"
+ARTIFACT_TOKEN = "sk-ant-api03-" + "CanaryArtifact_" * 3
+CMD_PASSWORD = "canary-cmd-pw-3307"
+CMD_TOKEN = "glpat-" + "CanaryCommand" * 2
+
+CANARIES = [
+    FLAG_TOKEN, FLAG_VALUE, URL_PASSWORD, ENV_VALUE, HF_VALUE, LOG_BEARER, PEM_LINE,
+    ARTIFACT_TOKEN, CMD_PASSWORD, CMD_TOKEN,
+]  # fmt: skip
+
+
+def _forms(value: str) -> list[str]:
+    raw = value.encode()
+    return [value, quote(value, safe=""), base64.b64encode(raw).decode().rstrip("=")]
+
+
+def _leaks(text: str) -> list[str]:
+    return [form for value in CANARIES for form in _forms(value) if form in text]
+
+
+def _db_text(db: Path) -> str:
+    """Every value in every table, with compressed blobs inflated."""
+    conn = sqlite3.connect(db)
+    parts: list[str] = []
+    try:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            for row in conn.execute(f'SELECT * FROM "{table}"'):
+                for value in row:
+                    if isinstance(value, bytes):
+                        with contextlib.suppress(zlib.error):
+                            value = zlib.decompress(value)
+                        value = value.decode("utf-8", "replace")
+                    parts.append(str(value))
+    finally:
+        conn.close()
+    return "\n".join(parts)
+
+
+def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
+    log = tmp_path / "server.log"
+    body = "\n".join(PEM_LINE + str(i) for i in range(40))
+    log.write_text(
+        "-----BEGIN PRIVATE KEY-----\n" + body + "\n-----END PRIVATE KEY-----\n"
+        f"curl -H 'Authorization: Bearer {LOG_BEARER}' http://127.0.0.1:8000/v1\n"
+        f"loaded key {ENV_VALUE} from the environment\n"
+        f"basic {base64.b64encode(('user:' + ENV_VALUE).encode()).decode()}\n"
+        f"GET /cb?k={quote(ENV_VALUE, safe='')}&x=1\n"
+        f"config {json.dumps({'key': ENV_VALUE})}\n"
+        "serving on port 8000\n"
+    )
+    builds = tmp_path / "build"
+    builds.mkdir()
+    (builds / f"model-{ARTIFACT_TOKEN}.bin").write_bytes(b"x")
+    (builds / f"cache-{ENV_VALUE}.bin").write_bytes(b"y")
+    proc = spawn(
+        sys.executable, "-c", "import time; time.sleep(300)",
+        "--api-key", FLAG_VALUE, f"--hub={FLAG_TOKEN}",
+        f"--db=postgres://app:{URL_PASSWORD}@db:5432/x",
+        env={"CANARY_SERVICE_TOKEN": ENV_VALUE, "HF_TOKEN": HF_VALUE, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    return proc, log, builds
+
+
+async def _mcp_output(url: str, sid: str) -> str:
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        streamable_http_client(f"{url}/mcp") as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        out = []
+        for name, args in (
+            ("resume", {"session": sid}),
+            ("take_snapshot", {"session": sid, "force": True}),
+            ("list_entries", {"session": sid}),
+            ("list_watches", {"session": sid}),
+            ("diff", {"session": sid, "from_version": 1, "to_version": 2}),
+        ):
+            result = await session.call_tool(name, args)
+            out += [c.model_dump_json() for c in result.content]
+        resources = await session.list_resources()
+        for resource in resources.resources:
+            out.append((await session.read_resource(resource.uri)).model_dump_json())
+    return "\n".join(out)
+
+
+def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
+    proc, log, builds = _plant(tmp_path, spawn)
+    script = f"echo 'db password={CMD_PASSWORD}'; echo 'token {CMD_TOKEN}'; echo 'k {ENV_VALUE}'"
+    env = {"CTXD_COMMANDS": json.dumps({"canary": ["sh", "-c", script]})}
+    data = tmp_path / "data"
+    srv = start_server(data, tmp_path / "ctxd.log", env=env)
+    responses: list[str] = []
+    try:
+        with srv.client() as c:
+
+            def call(method: str, path: str, **kwargs: Any) -> httpx.Response:
+                r = c.request(method, path, **kwargs)
+                assert r.status_code < 500, (path, r.text[:300])
+                responses.append(r.text)
+                return r
+
+            call("PUT", "/api/sessions/canary", json={"title": "canary"})
+            for watch in (
+                {"kind": "process", "pid": proc.pid, "env": ["CANARY_*", "HF_*"]},
+                {"kind": "log", "path": str(log), "lines": 12},
+                {"kind": "artifact", "path": str(builds / "*.bin")},
+                {"kind": "artifact", "path": str(builds)},
+                {"kind": "command", "name": "canary"},
+            ):
+                assert call("POST", "/api/sessions/canary/watches", json=watch).status_code == 201
+            call("POST", "/api/sessions/canary/snapshots", json={"force": True})
+            call("POST", "/api/sessions/canary/snapshots", json={"force": True, "note": "two"})
+            for path in (
+                "/api/sessions/canary/snapshots/1",
+                "/api/sessions/canary/snapshots/2/markdown",
+                "/api/sessions/canary/resume",
+                "/api/sessions/canary/diff?from=1&to=2",
+                "/api/sessions/canary/watches",
+                "/api/sessions/canary/snapshots",
+                "/api/sessions",
+                "/",
+                "/sessions/canary",
+                "/sessions/canary/v/2",
+                "/sessions/canary/diff/1/2",
+            ):
+                call("GET", path)
+            call("POST", "/api/sessions/canary/messages", json={"text": ""})
+            snapshot = json.loads(responses[2 + 5])
+            said = json.dumps(snapshot["observations"])
+            assert "[REDACTED]" in said, "the planted values were observed, and redacted"
+            assert snapshot["observations"]["commands"]["items"], "the command ran"
+        try:
+            mcp = asyncio.run(_mcp_output(srv.url, "canary"))
+        except Exception as exc:  # pragma: no cover - depends on /mcp being mounted
+            pytest.fail(f"MCP client failed: {type(exc).__name__}: {exc}")
+        responses.append(mcp)
+        raw_files = {p.name: p.read_bytes() for p in data.glob("ctxd.db*")}
+        assert any(name.endswith("-wal") for name in raw_files), "read while the WAL is live"
+    finally:
+        stop_server(srv)
+
+    for i, text in enumerate(responses):
+        assert not _leaks(text), (i, _leaks(text))
+    assert not _leaks(_db_text(data / "ctxd.db")), "database values"
+    for name, raw in raw_files.items():
+        assert not _leaks(raw.decode("latin-1")), name
+    markdown = [p for p in data.rglob("*.md")]
+    assert markdown
+    for path in markdown:
+        assert not _leaks(path.read_text()), path
+    assert not _leaks(srv.log()), "ctxd's own log"

@@ -1,0 +1,139 @@
+"""Watch paths confined to roots: `..`, symlinks, /proc and /sys refused; ids cannot traverse."""
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service import confine
+from service.models import ArtifactWatch, CommandWatch, Invalid, LogWatch
+from service.settings import Settings
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    inside = tmp_path / "root"
+    (inside / "logs").mkdir(parents=True)
+    (inside / "logs" / "a.log").write_text("x\n")
+    return inside
+
+
+def test_paths_under_a_root_pass(root: Path) -> None:
+    for path in ("logs/a.log", "logs/*.log", "logs/../logs/a.log", "missing/later.log", "**/*.whl"):
+        confine.check_path(str(root / path), [root])
+    confine.check_path(str(root), [root])
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/etc/passwd", "../outside.log", "logs/../../outside.log", "logs/*/../../../etc/x"],
+)
+def test_escapes_are_refused(root: Path, path: str) -> None:
+    with pytest.raises(PermissionError, match="outside the watch roots"):
+        confine.check_path(str(root / path) if not path.startswith("/") else path, [root])
+
+
+def test_a_root_that_is_a_prefix_of_another_name_does_not_cover_it(root: Path) -> None:
+    sibling = root.parent / (root.name + "-evil")
+    sibling.mkdir()
+    with pytest.raises(PermissionError):
+        confine.check_path(str(sibling / "x.log"), [root])
+
+
+def test_symlink_escape_is_refused(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.log").write_text("s\n")
+    (root / "link").symlink_to(outside)
+    with pytest.raises(PermissionError, match="outside the watch roots"):
+        confine.check_path(str(root / "link" / "secret.log"), [root])
+    with pytest.raises(PermissionError):
+        confine.check_path(str(root / "link" / "*.log"), [root])
+    assert not confine.allowed(str(root / "link" / "secret.log"), [root])
+    assert confine.allowed(str(root / "logs" / "a.log"), [root])
+
+
+def test_symlink_inside_the_root_is_fine(root: Path) -> None:
+    (root / "current").symlink_to(root / "logs")
+    confine.check_path(str(root / "current" / "a.log"), [root])
+
+
+@pytest.mark.parametrize(
+    "path", ["/proc/1/environ", "/proc/self/cmdline", "/sys/kernel", "/dev/mem"]
+)
+def test_pseudo_filesystems_are_refused_even_under_a_root(path: str) -> None:
+    with pytest.raises(PermissionError, match="never watched"):
+        confine.check_path(path, [Path("/")])
+
+
+def test_symlink_into_proc_is_refused(root: Path) -> None:
+    (root / "env").symlink_to("/proc/self/environ")
+    with pytest.raises(PermissionError, match="never watched"):
+        confine.check_path(str(root / "env"), [Path("/")])
+
+
+def test_nul_is_invalid(root: Path) -> None:
+    with pytest.raises(Invalid, match="NUL"):
+        confine.check_path(str(root / "a\x00b"), [root])
+
+
+def test_default_roots_are_home_tmp_and_cwd() -> None:
+    roots = confine.roots(Settings())
+    for expected in (Path.home(), Path("/tmp"), Path.cwd()):
+        assert Path(os.path.realpath(expected)) in roots
+
+
+def test_check_watch_covers_log_artifact_and_command_cwd(root: Path) -> None:
+    settings = Settings(watch_roots=[root])
+    confine.check_watch(LogWatch(path=str(root / "logs" / "a.log")), settings)
+    for spec in (
+        LogWatch(path="/etc/hosts"),
+        ArtifactWatch(path="/etc/*.conf"),
+        CommandWatch(name="git-status", cwd="/etc"),
+    ):
+        with pytest.raises(PermissionError):
+            confine.check_watch(spec, settings)
+
+
+# --- through the API --------------------------------------------------------------------------
+
+
+def test_api_refuses_watches_outside_the_roots(client: httpx.Client, tmp_path: Path) -> None:
+    assert client.put("/api/sessions/conf", json={}).status_code == 201
+    url = "/api/sessions/conf/watches"
+    ok = client.post(url, json={"kind": "log", "path": str(tmp_path / "fine.log")})
+    assert ok.status_code == 201, ok.text
+    for spec in (
+        {"kind": "log", "path": "/proc/self/environ"},
+        {"kind": "log", "path": "/sys/class/net/lo/address"},
+        {"kind": "artifact", "path": "/etc/passwd"},
+        {"kind": "log", "path": str(tmp_path) + "/.." * 8 + "/etc/shadow"},
+    ):
+        r = client.post(url, json=spec)
+        assert r.status_code == 403, (spec, r.text)
+        assert "watch" in r.json()["detail"] or "never" in r.json()["detail"]
+    link = tmp_path / "to-etc"
+    link.symlink_to("/etc")
+    r = client.post(url, json={"kind": "log", "path": str(link / "hostname")})
+    assert r.status_code == 403, r.text
+    r = client.post(url, json={"kind": "log", "path": str(tmp_path / "a\x00b")})
+    assert r.status_code == 400, r.text
+
+
+TRAVERSALS = (
+    "/api/sessions/..%2F..%2Fetc",
+    "/api/sessions/%2e%2e/snapshots",
+    "/api/sessions/a%2F..%2F..%2Fx/resume",
+    "/api/sessions/..",
+    "/api/sessions/conf/snapshots/..%2F1/markdown",
+    "/api/sessions/conf/snapshots/-1/markdown",
+)
+
+
+def test_ids_cannot_traverse(client: httpx.Client) -> None:
+    client.put("/api/sessions/conf", json={})
+    for path in TRAVERSALS:
+        r = client.get(path)
+        assert r.status_code in (400, 404, 405), (path, r.status_code, r.text)
+        assert "root:" not in r.text

@@ -1,0 +1,105 @@
+"""A full disk or a read-only data dir: an error reply, no partial files, and recovery after."""
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MB filesystem (tmpfs), so "no space left" comes from the kernel."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as out:
+        while True:
+            out.write(b"\0" * 4096)
+    return filler
+
+
+def _leftovers(data: Path) -> list[Path]:
+    return [p for p in data.rglob("*") if p.name.endswith(".tmp")]
+
+
+def _snapshot(srv: Server, sid: str) -> tuple[int, str]:
+    with srv.client() as c:
+        r = c.post(f"/api/sessions/{sid}/snapshots", json={"force": True, "note": "n" * 3000})
+        return r.status_code, r.text
+
+
+def test_full_disk_is_507_and_leaves_nothing_partial(small_fs: Path, tmp_path: Path) -> None:
+    srv = start_server(small_fs / "data", tmp_path / "ctxd.log")
+    try:
+        with srv.client() as c:
+            assert c.put("/api/sessions/full", json={"objective": "o" * 2000}).status_code == 201
+        assert _snapshot(srv, "full")[0] == 201
+        filler = _fill(small_fs)
+        statuses = [_snapshot(srv, "full") for _ in range(3)]
+        for status, text in statuses:
+            assert status in (507, 503), text
+            assert "not saved" in text and "Traceback" not in text
+        assert _leftovers(small_fs / "data") == []
+        with srv.client() as c:
+            assert c.get("/health").status_code == 200
+            versions = [s["version"] for s in c.get("/api/sessions/full/snapshots").json()]
+        assert versions == [1], "nothing reported as failed was stored"
+        filler.unlink()
+        assert _snapshot(srv, "full")[0] == 201
+        assert (small_fs / "data" / "full" / "v0002.md").exists()
+    finally:
+        stop_server(srv)
+    assert "Traceback" not in srv.log()
+
+
+def test_read_only_data_dir_is_503_and_files_come_back(small_fs: Path, tmp_path: Path) -> None:
+    data = small_fs / "data"
+    srv = start_server(data, tmp_path / "ctxd.log")
+    bound = False
+    try:
+        with srv.client() as c:
+            assert c.put("/api/sessions/ro", json={}).status_code == 201
+        assert _snapshot(srv, "ro")[0] == 201
+        # A read-only bind mount over the data dir: new files fail with EROFS, as on a
+        # filesystem remounted read-only under a running service.
+        subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
+        bound = True
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(data)], check=True)
+        status, text = _snapshot(srv, "ro")
+        assert status in (503, 507), text
+        assert "cannot be written" in text and "Traceback" not in text
+        with srv.client() as c:
+            assert c.get("/health").status_code == 200
+            assert c.get("/api/sessions/ro/resume", params={"fresh": "false"}).status_code == 200
+    finally:
+        stop_server(srv)
+        if bound:
+            subprocess.run(["umount", str(data)], check=False)
+    assert _leftovers(data) == []
+    # Restarted on a writable dir: every stored version has its Markdown file again.
+    srv = start_server(data, tmp_path / "ctxd2.log")
+    try:
+        with srv.client() as c:
+            versions = [s["version"] for s in c.get("/api/sessions/ro/snapshots").json()]
+        for version in versions:
+            assert (data / "ro" / f"v{version:04d}.md").exists(), version
+    finally:
+        stop_server(srv)

@@ -1,0 +1,152 @@
+"""`ctxd hook claude` fed Claude Code's hook payloads on stdin, against a real server."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.hooks import HookError, is_continue, parse_payload, slug
+from tests.conftest import Server, free_port
+
+
+def hook(url: str, payload: object, **env: str) -> subprocess.CompletedProcess:
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
+    # The timeout only keeps a hung hook from hanging the suite; speed is not asserted here.
+    return subprocess.run(
+        [sys.executable, "-m", "service", "--url", url, "hook", "claude"],
+        input=text, capture_output=True, text=True, timeout=60, env={**environ, **env},
+    )  # fmt: skip
+
+
+def payload(event: str, cwd: Path | str, **fields: str) -> dict[str, str]:
+    return {
+        "session_id": "3f1c2a9e-5b7d-4c1e-9a0b-7e2d8c6f4a11",
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": str(cwd),
+        "permission_mode": "default",
+        "hook_event_name": event,
+        **fields,
+    }
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    top = tmp_path / "work" / "Train Loop"
+    (top / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    return top
+
+
+def test_prompts_compaction_and_resume_in_a_git_checkout(
+    server: Server, client: httpx.Client, repo: Path
+):
+    # A plain prompt from a subfolder: the session is made for the git top-level.
+    first = hook(server.url, payload("UserPromptSubmit", repo / "src", prompt="fix the OOM"))
+    assert (first.returncode, first.stdout, first.stderr) == (0, "", "")
+    found = client.get("/api/sessions", params={"cwd": str(repo / "src")}).json()
+    assert [(s["id"], s["cwd"], s["title"]) for s in found] == [
+        ("train-loop", str(repo), "Train Loop")
+    ]
+    client.put("/api/sessions/train-loop", json={"objective": "train without OOM"})
+
+    pre = hook(server.url, payload("PreCompact", repo, trigger="auto", custom_instructions=""))
+    assert (pre.returncode, pre.stdout) == (0, "")
+    snap = client.get("/api/sessions/train-loop/snapshots/1").json()
+    assert "compaction (auto trigger)" in snap["header"]["note"]
+    assert snap["narrative"]["latest_message"] == "fix the OOM"
+
+    back = hook(server.url, payload("SessionStart", repo, source="compact"))
+    assert back.returncode == 0 and back.stderr == ""
+    assert back.stdout.startswith("[ctxd] Saved working state of session `train-loop`")
+    assert "train without OOM" in back.stdout and "fix the OOM" in back.stdout
+    assert f"`{server.data_dir.resolve()}/train-loop/v000" in back.stdout  # the full dump
+
+    fresh = hook(server.url, payload("SessionStart", repo, source="startup"))
+    assert (fresh.returncode, fresh.stdout) == (0, "")
+
+    stop = hook(server.url, payload("Stop", repo, stop_hook_active="false"))
+    assert (stop.returncode, stop.stdout, stop.stderr) == (0, "", "")
+
+
+def test_an_empty_or_bare_continue_prompt_prints_a_continue_dump(
+    server: Server, client: httpx.Client, repo: Path, tmp_path: Path
+):
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step {i} loss {1 / (i + 1):.4f}\n" for i in range(400)))
+    client.put("/api/sessions/train-loop", json={"objective": "converge", "cwd": str(repo)})
+    client.post("/api/sessions/train-loop/watches", json={"kind": "log", "path": str(log)})
+    for prompt in ("", "  Continue. "):
+        out = hook(server.url, payload("UserPromptSubmit", repo, prompt=prompt))
+        assert out.returncode == 0 and "converge" in out.stdout, out.stderr
+    versions = client.get("/api/sessions/train-loop/snapshots").json()
+    assert {v["trigger"] for v in versions} == {"continue"}
+
+    cut = hook(
+        server.url, payload("UserPromptSubmit", repo, prompt="continue"), CTXD_HOOK_MAX_CHARS="2000"
+    )
+    dump = cut.stdout.split("\n\n", 1)[1]
+    assert cut.returncode == 0 and len(dump.rstrip("\n")) <= 2000
+    assert "converge" in dump and "Cut to fit 2000" in dump and "step 370 " not in dump
+
+
+def test_sessions_by_env_by_harness_id_and_same_named_checkouts(
+    server: Server, client: httpx.Client, repo: Path, tmp_path: Path
+):
+    client.put("/api/sessions/train-loop", json={"cwd": str(repo)})
+    other = tmp_path / "elsewhere" / "train-loop"
+    other.mkdir(parents=True)
+    assert hook(server.url, payload("Stop", other)).returncode == 0
+    ids = [s["id"] for s in client.get("/api/sessions", params={"cwd": str(other)}).json()]
+    assert len(ids) == 1 and ids[0].startswith("train-loop-")  # not the other checkout's
+
+    no_cwd = payload("Stop", "")
+    del no_cwd["cwd"]
+    assert hook(server.url, no_cwd).returncode == 0
+    client.get("/api/sessions/claude-3f1c2a9e-5b7d-4c1e-9a0b-7e2d8c6f4a11").raise_for_status()
+
+    assert hook(server.url, payload("Stop", repo), CTXD_SESSION="pinned").returncode == 0
+    client.get("/api/sessions/pinned").raise_for_status()
+
+
+def test_service_down_or_bad_input_never_blocks_the_agent(tmp_path: Path):
+    down = f"http://127.0.0.1:{free_port()}"
+    for event, extra in (
+        ("UserPromptSubmit", {"prompt": ""}),
+        ("PreCompact", {"trigger": "manual"}),
+        ("SessionStart", {"source": "resume"}),
+        ("Stop", {}),
+    ):
+        out = hook(down, payload(event, tmp_path, **extra))
+        assert (out.returncode, out.stdout) == (0, "")
+        assert "not reachable" in out.stderr and "Traceback" not in out.stderr
+    for bad in ("", "not json", "[1, 2]", '{"session_id": "x"}'):
+        out = hook(down, bad)
+        assert out.returncode == 0 and out.stderr.startswith("ctxd hook: "), out.stderr
+
+
+def test_print_config_is_the_hooks_block_for_settings_json():
+    out = subprocess.run(
+        [sys.executable, "-m", "service", "hook", "claude", "--print-config"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    config = json.loads(out.stdout)["hooks"]
+    assert set(config) == {"PreCompact", "SessionStart", "UserPromptSubmit", "Stop"}
+    assert config["SessionStart"][0]["matcher"] == "compact|resume|clear"
+    command = config["Stop"][0]["hooks"][0]
+    assert command["type"] == "command" and command["command"].endswith("hook claude")
+
+
+def test_parse_payload_and_continue_words():
+    parsed = parse_payload(json.dumps(payload("PreCompact", "/w", trigger="manual")))
+    assert (parsed.event, parsed.cwd, parsed.trigger) == ("PreCompact", "/w", "manual")
+    assert parse_payload('{"hook_event_name": "Stop", "cwd": 3}').cwd == ""
+    with pytest.raises(HookError, match="not JSON"):
+        parse_payload("{")
+    assert all(is_continue(p) for p in ("", "   ", "continue", "Continue!", "CONTINUE."))
+    assert not any(is_continue(p) for p in ("continue with the tests", "go", "no"))
+    assert slug("Train Loop") == "train-loop" and slug("...") == "" and slug("Ünï") == "n"

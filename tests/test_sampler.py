@@ -1,0 +1,94 @@
+"""The background sampler on real processes: CPU, idle time, exits and pid identity."""
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from service.sampler import Sampler, steady_growth
+
+
+@pytest.fixture
+def sampler() -> Iterator[Sampler]:
+    s = Sampler(0.1)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def key(proc: subprocess.Popen) -> tuple[int, float]:
+    return proc.pid, psutil.Process(proc.pid).create_time()
+
+
+def wait_for(check, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not check():
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.05)
+
+
+def test_busy_then_idle_process(spawn, sampler: Sampler) -> None:
+    code = "import time\nend = time.time() + 0.5\nwhile time.time() < end: pass\ntime.sleep(60)"
+    child = spawn(sys.executable, "-c", code)
+    k = key(child)
+    sampler.track(k)
+    sampler.sample()
+    time.sleep(0.1)
+    sampler.sample()
+    busy = sampler.reading(k)
+    assert busy and busy.cpu_percent is not None and busy.idle_for_s is not None
+    sampler.start()
+
+    def idle_a_while() -> bool:
+        r = sampler.reading(k)
+        return bool(r and r.idle_for_s and r.idle_for_s > 0.5)
+
+    wait_for(idle_a_while, "idle for half a second")
+    reading = sampler.reading(k)
+    assert reading and reading.cpu_percent is not None and reading.cpu_percent < 1
+    assert reading.alive
+
+
+def test_exit_is_remembered_with_last_seen_time(spawn, sampler: Sampler) -> None:
+    child = spawn(sys.executable, "-c", "import time; time.sleep(60)")
+    k = key(child)
+    sampler.track(k)
+    child.kill()
+    child.wait()
+    before = time.time()
+    sampler.sample()
+    reading = sampler.reading(k)
+    assert reading and not reading.alive and 0 < reading.last_alive <= before
+
+
+def test_a_reused_pid_is_not_tracked_as_the_old_process(spawn, sampler: Sampler) -> None:
+    child = spawn(sys.executable, "-c", "import time; time.sleep(60)")
+    pid, started = key(child)
+    sampler.track((pid, started - 100))  # the same pid with another start time: another process
+    assert sampler.reading((pid, started - 100)) is None
+    assert sampler.tracked() == 0
+
+
+def test_vanished_before_tracking(spawn, sampler: Sampler) -> None:
+    child = spawn(sys.executable, "-c", "pass")
+    k = (child.pid, time.time())
+    child.wait()
+    sampler.track(k)
+    assert sampler.reading(k) is None
+
+
+@pytest.mark.parametrize(
+    ("points", "expected"),
+    [
+        ([(i, 100 + 10 * i) for i in range(6)], 10.0),
+        ([(i, 100) for i in range(6)], None),
+        ([(i, 100 + 10 * i) for i in range(5)], None),
+        ([(0, 100), (1, 120), (2, 110), (3, 130), (4, 140), (5, 150)], None),
+    ],
+)
+def test_steady_growth(points, expected) -> None:
+    assert steady_growth(points) == expected

@@ -1,0 +1,237 @@
+"""Triggers against a real server with short intervals: quiet, continue, events, dedup."""
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+
+FAST = {"CTXD_TRIGGER_INTERVAL_S": "0.2", "CTXD_EVENT_MIN_GAP_S": "0.5"}
+
+
+@pytest.fixture
+def fast_server(tmp_path: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=FAST)
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+@pytest.fixture
+def fast(fast_server: Server) -> Iterator[httpx.Client]:
+    with fast_server.client() as c:
+        yield c
+
+
+def versions(client: httpx.Client, sid: str) -> list[dict]:
+    return client.get(f"/api/sessions/{sid}/snapshots").json()
+
+
+def wait_until(predicate, timeout: float = 15.0, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(every)
+    raise AssertionError("condition not reached in time")
+
+
+def dumps_on_disk(server: Server, sid: str) -> list[str]:
+    """Versions read from the data dir: looking there is not activity, as an API call is."""
+    folder = server.data_dir / sid
+    return [p.read_text() for p in sorted(folder.glob("v*.md"))] if folder.exists() else []
+
+
+def test_quiet_fires_once_after_silence_and_again_only_after_activity(
+    fast_server: Server, fast: httpx.Client
+):
+    fast.put("/api/sessions/q", json={"objective": "wait", "quiet_after_s": 1})
+    first = wait_until(lambda: dumps_on_disk(fast_server, "q"))
+    assert "trigger `quiet`" in first[0]
+    time.sleep(2.5)  # more than two quiet periods with no activity
+    assert len(dumps_on_disk(fast_server, "q")) == 1
+    assert "Still true" not in dumps_on_disk(fast_server, "q")[0]
+
+    fast.post("/api/sessions/q/journal", json={"kind": "finding", "text": "new evidence"})
+    second = wait_until(lambda: (d := dumps_on_disk(fast_server, "q")) and len(d) == 2 and d)
+    assert "trigger `quiet`" in second[1] and "new evidence" in second[1]
+
+    fast.post("/api/sessions/q/heartbeat")  # activity without change: confirmed, not a version
+    wait_until(lambda: "Still true" in dumps_on_disk(fast_server, "q")[-1])
+    assert len(dumps_on_disk(fast_server, "q")) == 2
+
+
+def test_empty_message_returns_a_continue_dump_and_text_is_kept_as_instruction(
+    client: httpx.Client,
+):
+    client.put("/api/sessions/c", json={"objective": "debug the hang"})
+    said = client.post("/api/sessions/c/messages", json={"text": "try NCCL_P2P_DISABLE=1"})
+    assert said.status_code == 202 and versions(client, "c") == []
+    dump = client.post("/api/sessions/c/messages", json={"text": " \n\t"})
+    assert dump.status_code == 200
+    assert dump.headers["content-type"].startswith("text/markdown")
+    assert "trigger `continue`" in dump.text
+    assert "Latest user message: try NCCL_P2P_DISABLE=1" in dump.text
+    assert client.post("/api/sessions/c/messages", json={}).status_code == 200
+
+
+def test_identical_consecutive_snapshots_make_one_version(client: httpx.Client):
+    client.put("/api/sessions/d", json={"objective": "same"})
+    one = client.post("/api/sessions/d/snapshots").json()
+    two = client.post("/api/sessions/d/snapshots").json()
+    assert one["header"]["version"] == two["header"]["version"] == 1
+    assert two["header"]["confirmations"] == 1 and two["header"]["confirmed_at"]
+    assert "Still true at" in client.get("/api/sessions/d/snapshots/1/markdown").text
+    forced = client.post("/api/sessions/d/snapshots", json={"force": True}).json()
+    assert forced["header"]["version"] == 2
+
+
+LOGGER = r"""
+import sys, time
+log = open(sys.argv[1], "a")
+for i in range(5):
+    log.write(f"step {i}\n")
+log.write("about to hang in all_reduce\n")
+log.flush()
+time.sleep(600)
+"""
+
+
+def test_a_watched_process_exit_takes_an_event_snapshot_that_keeps_the_log(
+    fast: httpx.Client, spawn, tmp_path: Path
+):
+    log = tmp_path / "worker.log"
+    script = tmp_path / "event_worker.py"
+    script.write_text(LOGGER)
+    child = spawn(sys.executable, str(script), str(log))
+    wait_until(lambda: log.exists() and "all_reduce" in log.read_text())
+    fast.put("/api/sessions/e", json={"quiet_after_s": 3600})
+    fast.post("/api/sessions/e/watches", json={"kind": "process", "pid": child.pid})
+    fast.post("/api/sessions/e/watches", json={"kind": "log", "path": str(log)})
+    time.sleep(1.0)  # the watcher has probed the living process at least once
+
+    child.kill()
+    child.wait()
+    event = wait_until(
+        lambda: next((v for v in versions(fast, "e") if v["trigger"].startswith("event:")), None)
+    )
+    assert "process-exit" in event["trigger"]
+    log.write_text("")  # the evidence is gone from disk, not from the dump
+    dump = fast.get(f"/api/sessions/e/snapshots/{event['version']}/markdown").text
+    assert "about to hang in all_reduce" in dump
+    assert "exited" in dump
+
+
+def test_resume_fits_a_budget_and_keeps_what_matters(client: httpx.Client, tmp_path: Path):
+    log = tmp_path / "noisy.log"
+    log.write_text("".join(f"noise line {i} " + "x" * 150 + "\n" for i in range(400)))
+    client.put("/api/sessions/r", json={"objective": "OBJECTIVE-MARK find the deadlock"})
+    client.post("/api/sessions/r/watches", json={"kind": "log", "path": str(log), "lines": 200})
+    client.post("/api/sessions/r/watches", json={"kind": "port", "port": 1})
+    for i in range(3):
+        attempt = {"kind": "attempt", "text": f"ATTEMPT-{i}", "status": "failed"}
+        client.post("/api/sessions/r/journal", json=attempt)
+    client.post("/api/sessions/r/journal", json={"kind": "next", "text": "NEXT-MARK read gdb"})
+    full = client.get("/api/sessions/r/resume").text
+    assert len(full) > 20_000
+    for budget in (2000, 8000):
+        cut = client.get("/api/sessions/r/resume", params={"max_chars": budget, "fresh": "false"})
+        text = cut.text
+        assert len(text) <= budget, (budget, len(text))
+        for needle in ("OBJECTIVE-MARK", "ATTEMPT-0", "ATTEMPT-2", "NEXT-MARK", "not listening"):
+            assert needle in text, (budget, needle)
+        assert "v0001.md" in text and "Cut to fit" in text
+
+
+def test_journal_entries_update_in_place(client: httpx.Client):
+    client.put("/api/sessions/j", json={})
+    entry = client.post("/api/sessions/j/journal", json={"kind": "hypothesis", "text": "NCCL P2P"})
+    eid = entry.json()["id"]
+    assert entry.json()["status"] is None
+    bad = client.patch(f"/api/sessions/j/journal/{eid}", json={"status": "maybe"})
+    assert bad.status_code == 400 and "confirmed" in bad.json()["detail"]
+    ok = client.patch(f"/api/sessions/j/journal/{eid}", json={"status": "refuted"})
+    assert ok.status_code == 200 and ok.json()["updated_at"]
+    dump = client.get("/api/sessions/j/resume").text
+    assert "hypothesis (refuted)" in dump
+    assert client.patch("/api/sessions/j/journal/999", json={"status": "open"}).status_code == 404
+    wrong = client.post(
+        "/api/sessions/j/journal", json={"kind": "note", "text": "x", "status": "x"}
+    )
+    assert wrong.status_code == 400
+
+
+def test_sessions_are_found_by_working_directory_and_keep_their_own_journal(
+    client: httpx.Client, tmp_path: Path
+):
+    repo_a, repo_b = tmp_path / "a", tmp_path / "b"
+    client.put("/api/sessions/sa", json={"cwd": str(repo_a)})
+    client.put("/api/sessions/sb", json={"cwd": str(repo_b)})
+    client.post("/api/sessions/sa/journal", json={"kind": "note", "text": "only in a"})
+    found = client.get("/api/sessions", params={"cwd": str(repo_a / "src" / "deep")}).json()
+    assert [s["id"] for s in found] == ["sa"]
+    assert client.get("/api/sessions/sb/journal").json() == []
+    assert client.put("/api/sessions/sc", json={"cwd": "relative/dir"}).status_code == 400
+
+
+def test_health_reports_the_data_dir_size(client: httpx.Client):
+    client.put("/api/sessions/h", json={})
+    client.post("/api/sessions/h/snapshots")
+    size = client.get("/health").json()["data_dir_bytes"]
+    assert isinstance(size, int) and size > 0
+
+
+def test_schedule_takes_snapshots_while_the_session_is_active(
+    fast_server: Server, fast: httpx.Client
+):
+    fast.put("/api/sessions/s", json={"quiet_after_s": 3600, "schedule_every_s": 1})
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not dumps_on_disk(fast_server, "s"):
+        fast.post("/api/sessions/s/heartbeat")
+        time.sleep(0.2)
+    dumps = dumps_on_disk(fast_server, "s")
+    assert dumps and "trigger `schedule`" in dumps[0]
+
+
+def test_detect_events_is_pure_and_names_what_happened():
+    from datetime import UTC, datetime
+
+    from service.models import (
+        ArtifactInfo,
+        ArtifactsSection,
+        Observations,
+        PortInfo,
+        PortsSection,
+        ProcessesSection,
+        ProcessInfo,
+    )
+    from service.watcher import detect_events
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    worker = ProcessInfo(
+        watch_id=1, pid=7, ppid=1, name="w", state="sleeping", started_at=t0, age_s=1
+    )
+    art = ArtifactInfo(
+        watch_id=2, path="/b/x.whl", type="file", size=1, modified_at=t0, fingerprint="a"
+    )
+    before = Observations(
+        processes=ProcessesSection(items=[worker]),
+        ports=PortsSection(items=[PortInfo(host="127.0.0.1", port=8000, listening=False)]),
+        artifacts=ArtifactsSection(items=[art]),
+    )
+    after = Observations(
+        ports=PortsSection(items=[PortInfo(host="127.0.0.1", port=8000, listening=True)]),
+        artifacts=ArtifactsSection(items=[art.model_copy(update={"fingerprint": "b"})]),
+    )
+    assert detect_events(None, after) == []
+    assert detect_events(before, before) == []
+    assert [code for code, _ in detect_events(before, after)] == [
+        "process-exit",
+        "port-open",
+        "artifact-change",
+    ]
