@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     # Triggers: how often the watcher looks for quiet sessions and events, and how close
     # together two event snapshots of one session may come.
     trigger_interval_s: float = Field(2.0, gt=0, le=3600)
+    # Probing watches for events costs a collection; exits are still caught within seconds.
+    event_probe_s: float = Field(5.0, gt=0, le=3600)
     event_min_gap_s: float = Field(5.0, ge=0, le=3600)
     keep_days: int = Field(30, ge=1, le=3650)
     # The only commands a `command` watch may run (CTXD_COMMANDS, JSON: name -> argv).

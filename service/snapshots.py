@@ -70,14 +70,19 @@ class Snapshotter:
         """
         watches = self.store.list_watches(sid)
         memory = self._memory.setdefault(f"{purpose}:{sid}", {})
-        ctx = CollectContext(settings=self.settings, previous=previous, memory=memory)
+        ctx = CollectContext(
+            settings=self.settings, previous=previous, memory=memory, probe=purpose == "probe"
+        )
         chosen = [c for c in registry() if only is None or c.NAME in only]
         # All collectors start at once: most of their time is spent in system calls, so the
         # snapshot costs about the slowest of them, not their sum. Each has its own deadline.
         futures = [(c, self._pool.submit(c.collect, watches, ctx)) for c in chosen]
         deadline = time.monotonic() + self.settings.limits.collector_timeout_s
         sections = {c.NAME: self._result(c.NAME, f, deadline) for c, f in futures}
-        return redact.scrub(Observations.model_validate(sections))
+        observations = Observations.model_validate(sections)
+        # A probe is compared and dropped, never kept or shown; what it reports goes through
+        # the redactor as the event snapshot's note.
+        return observations if ctx.probe else redact.scrub(observations)
 
     def _result(self, name: str, future: Future, deadline: float) -> Any:
         try:

@@ -72,6 +72,7 @@ class Watcher:
         self.settings = snapshotter.settings
         self._probes: dict[str, Observations] = {}
         self._last_event: dict[str, float] = {}
+        self._next_probe: dict[str, float] = {}
         self._pending: dict[str, list[tuple[str, str]]] = {}
         self._last_schedule: dict[str, datetime] = {}
         self._last_prune = datetime.min.replace(tzinfo=UTC)
@@ -143,13 +144,14 @@ class Watcher:
 
     def check_events(self, session: Session) -> None:
         """Probe what is watched; news (an exit, an error, a port, a rebuild) is kept at once."""
-        if not self.snap.store.list_watches(session.id):
-            return
-        probe = self.snap.observe(session.id, purpose="probe", only=EVENT_SOURCES)
-        news = detect_events(self._probes.get(session.id), probe)
-        self._probes[session.id] = probe
         pending = self._pending.setdefault(session.id, [])
-        pending += [e for e in news if e not in pending]
+        if time.monotonic() >= self._next_probe.get(session.id, 0.0):
+            self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
+            if self.snap.store.list_watches(session.id):
+                probe = self.snap.observe(session.id, purpose="probe", only=EVENT_SOURCES)
+                news = detect_events(self._probes.get(session.id), probe)
+                self._probes[session.id] = probe
+                pending += [e for e in news if e not in pending]
         if not pending:
             return
         since = time.monotonic() - self._last_event.get(session.id, float("-inf"))

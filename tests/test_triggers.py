@@ -10,7 +10,11 @@ import pytest
 
 from tests.conftest import Server, start_server, stop_server
 
-FAST = {"CTXD_TRIGGER_INTERVAL_S": "0.2", "CTXD_EVENT_MIN_GAP_S": "0.5"}
+FAST = {
+    "CTXD_TRIGGER_INTERVAL_S": "0.2",
+    "CTXD_EVENT_PROBE_S": "0.2",
+    "CTXD_EVENT_MIN_GAP_S": "0.5",
+}
 
 
 @pytest.fixture

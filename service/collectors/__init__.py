@@ -19,6 +19,9 @@ class CollectContext:
     settings: Settings
     previous: Observations | None = None
     memory: dict[str, Any] = field(default_factory=dict)
+    # A probe only looks for events (exits, ports opening, errors, changes): collectors may
+    # skip what costs and only a dump needs, such as socket owners and health requests.
+    probe: bool = False
 
 
 def registry() -> tuple[Any, ...]:

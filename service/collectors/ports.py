@@ -119,6 +119,8 @@ def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortIn
         return Unavailable(watch_id=row.watch_id, target=target, reason=_short(f"{exc}"))
     except Exception as exc:  # never let one port cost the section
         return Unavailable(watch_id=row.watch_id, target=target, reason=_short(repr(exc)))
+    if ctx.probe:
+        return row  # an event needs to know it listens; who owns it and its health can wait
     if row.listening and _is_local(row.host):
         row.owner_pid = _owner(row.port, ctx)
     if row.url:

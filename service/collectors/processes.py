@@ -275,7 +275,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
             handles=handles,
             limit=ctx.settings.limits.processes_per_watch_max,
             sampler=sampler.shared(ctx.settings.sample_interval_s),
-            listen=_procfs.listening_inodes() if specs else {},
+            listen=_procfs.listening_inodes() if specs and not ctx.probe else {},
         )
     except Exception as exc:  # a broken /proc must not cost the whole dump
         section.unavailable.append(Unavailable(target=NAME, reason=_reason(exc)))
@@ -290,7 +290,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
             section.unavailable.append(
                 Unavailable(watch_id=watch_id, target=_target(spec), reason=_reason(exc))
             )
-    if state.fresh:
+    if state.fresh and not ctx.probe:
         # A first cpu_percent() call only starts the clock: sample all newcomers in one wait.
         for proc, _ in state.fresh:
             with contextlib.suppress(psutil.Error):
