@@ -14,7 +14,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from service import __version__, access, errors, page_engine, redact, sampler
 from service.models import Invalid
 from service.routes.api import health, prune, sessions_router
-from service.routes.mcp import McpEndpoint
+from service.routes.mcp_mount import LazyMcp
 from service.routes.pages import PageController
 from service.settings import Settings
 from service.snapshots import Snapshotter
@@ -93,9 +93,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             sampler.stop_all()
             store.close()
 
-    # Before the log filter: the MCP SDK may add a root log handler, which must be filtered too.
-    # Its lifespan comes second: it needs the snapshotter the first one sets up.
-    mcp = McpEndpoint(settings.limits.max_body_bytes, settings.host, settings.token)
+    # Its lifespan comes second: the MCP tools need the snapshotter the first one sets up.
+    mcp = LazyMcp(settings.limits.max_body_bytes, settings.host, settings.token)
     redact.install_log_filter(log)
     redact.learn_own_env()
     return Litestar(

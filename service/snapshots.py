@@ -48,6 +48,8 @@ class Snapshotter:
         self._guard = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collector")
         self._size_cache: tuple[float, int] = (0.0, 0)
+        # The newest dump of each session, as written: resume reads it without any I/O.
+        self._latest: dict[str, str] = {}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -199,6 +201,11 @@ class Snapshotter:
         write_atomic(folder / version_file(version), markdown)
         if latest:
             link_atomic(folder / version_file(version), folder / "latest.md")
+            self._latest[sid] = markdown
+
+    def latest_in_memory(self, sid: str) -> str | None:
+        """The newest stored dump of a session, if written or checked since start-up."""
+        return self._latest.get(sid)
 
     def rebuild_files(self) -> int:
         """Rewrite any Markdown file missing on disk from the database (the truth)."""
@@ -209,6 +216,8 @@ class Snapshotter:
             if not (missing or is_latest):
                 continue
             markdown = self.store.get_markdown(sid, version)
+            if is_latest:
+                self._latest[sid] = markdown
             stale_latest = is_latest and _differs(folder / "latest.md", markdown)
             if missing or stale_latest:
                 folder.mkdir(parents=True, exist_ok=True)

@@ -146,3 +146,16 @@ def test_mcp_caps_bodies_and_requires_the_token_when_one_is_set(tmp_path):
         assert httpx.post(f"{srv.url}/mcp", headers=headers, json=big).status_code == 413
     finally:
         stop_server(srv)
+
+
+def test_the_mcp_sdk_is_loaded_only_when_mcp_is_used() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from service.app import create_app; from service.settings import Settings; "
+        "create_app(Settings(data_dir='/tmp/ctxd-lazy-mcp')); "
+        "print(any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

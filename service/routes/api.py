@@ -1,5 +1,7 @@
 """Thin JSON/Markdown HTTP handlers of the API contract: one domain call each."""
 
+from asyncio import to_thread
+from functools import partial
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, Router, delete, get, patch, post, put
@@ -133,8 +135,8 @@ class SessionController(Controller):
     ) -> Diff:
         return recovery.diff(snapshotter(state), sid, from_version, to_version)
 
-    @get("/{sid:str}/resume", media_type=MARKDOWN, sync_to_thread=True)
-    def resume(
+    @get("/{sid:str}/resume", media_type=MARKDOWN)
+    async def resume(
         self,
         state: State,
         sid: Sid,
@@ -142,8 +144,15 @@ class SessionController(Controller):
         max_chars: Annotated[int | None, Parameter(ge=200, le=10_000_000)] = None,
         since: Annotated[int | None, Parameter(ge=1, le=MAX_ID)] = None,
     ) -> str:
-        return recovery.resume(
-            snapshotter(state), sid, fresh=fresh, max_chars=max_chars, since=since
+        snap = snapshotter(state)
+        # The common case, the latest stored dump, is served from memory without a thread hop.
+        cached = recovery.resume_from_memory(
+            snap, sid, fresh=fresh, max_chars=max_chars, since=since
+        )
+        if cached is not None:
+            return cached
+        return await to_thread(
+            partial(recovery.resume, snap, sid, fresh=fresh, max_chars=max_chars, since=since)
         )
 
     @post("/{sid:str}/messages", sync_to_thread=True)

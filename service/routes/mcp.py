@@ -5,9 +5,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
-from litestar import Litestar, asgi
+from litestar import Litestar
 from litestar.datastructures import State
-from litestar.handlers import ASGIRouteHandler
 from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -67,7 +66,7 @@ def _given(**fields: Any) -> dict[str, Any]:
 
 
 class McpEndpoint:
-    """An MCP server bound to one Litestar app: `handler` is its route, `lifespan` runs it."""
+    """An MCP server bound to one Litestar app: `serve` answers /mcp, `lifespan` runs it."""
 
     def __init__(self, max_body_bytes: int, host: str, token: str | None) -> None:
         self.state: State | None = None
@@ -80,9 +79,8 @@ class McpEndpoint:
         # checks for a loopback host, and caps request bodies like the HTTP API does.
         self.server.streamable_http_app(max_request_body_size=max_body_bytes, host=host)
         self.app = StreamableHTTPASGIApp(self.server.session_manager)
-        self.handler: ASGIRouteHandler = asgi("/mcp", is_mount=True)(self._serve)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         given = dict(scope.get("headers", [])).get(b"authorization", b"")
         if self.token and not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
             await _deny(send)
