@@ -10,6 +10,7 @@ import httpx
 
 from tests.conftest import Server
 
+ARTIFACTS = Path(__file__).parent / "artifacts"
 API_KEY = "sk-ant-api03-" + "Q" * 40 + "-canary"
 HF_TOKEN = "hf_" + "CanaryTokenValueZZZZZZZZZZZZZZZZZ"
 
@@ -123,6 +124,8 @@ def test_two_versions_of_a_real_process_tree(server: Server, client: httpx.Clien
     assert f"exited: {worker_pid}" in change_text
     assert "artifact" in change_text
     md2 = client.get("/api/sessions/sglang-sm120/snapshots/2/markdown").text
+    ARTIFACTS.mkdir(exist_ok=True)  # for a person to read (git-ignored)
+    (ARTIFACTS / "end_to_end_v2.md").write_text(md2)
     assert "## Changes since v1" in md2 and f"exited: {worker_pid}" in md2
 
     versions = client.get("/api/sessions/sglang-sm120/snapshots").json()
