@@ -110,7 +110,12 @@ def journal(before: Narrative, after: Narrative) -> list[Change]:
 def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
     old = {s.key: s for s in before}
     new = {s.key: s for s in after}
-    raised = [Change(kind="signal_raised", text=s.text) for k, s in new.items() if k not in old]
+    # an exit is already a change of its own ("exited: …"); its signal would say it twice
+    raised = [
+        Change(kind="signal_raised", text=s.text)
+        for k, s in new.items()
+        if k not in old and s.code != "process_exited"
+    ]
     cleared = [Change(kind="signal_cleared", text=s.text) for k, s in old.items() if k not in new]
     return raised + cleared
 

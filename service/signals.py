@@ -122,7 +122,8 @@ def idle_processes(current: Observations) -> list[Signal]:
     spans = [p.idle_for_s for p in procs]
     known = [s for s in spans if s is not None]
     since = f" for {human_duration(min(known))}" if known and len(known) == len(spans) else ""
-    text = f"all {len(procs)} watched processes alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
+    who = "the watched process is" if len(procs) == 1 else f"all {len(procs)} watched processes"
+    text = f"{who} alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
     return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
 
 
