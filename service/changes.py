@@ -112,11 +112,15 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
     new = {s.key: s for s in after}
     # an exit is already a change of its own ("exited: …"); its signal would say it twice
     raised = [
-        Change(kind="signal_raised", text=s.text)
+        Change(kind="signal_raised", text=f"new signal: {s.text}")
         for k, s in new.items()
         if k not in old and s.code != "process_exited"
     ]
-    cleared = [Change(kind="signal_cleared", text=s.text) for k, s in old.items() if k not in new]
+    cleared = [
+        Change(kind="signal_cleared", text=f"no longer: {s.text}")
+        for k, s in old.items()
+        if k not in new
+    ]
     return raised + cleared
 
 

@@ -148,7 +148,12 @@ class Watcher:
         if time.monotonic() >= self._next_probe.get(session.id, 0.0):
             self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
             if self.snap.store.list_watches(session.id):
-                probe = self.snap.observe(session.id, purpose="probe", only=EVENT_SOURCES)
+                probe = self.snap.observe(
+                    session.id,
+                    previous=self._probes.get(session.id),
+                    purpose="probe",
+                    only=EVENT_SOURCES,
+                )
                 news = detect_events(self._probes.get(session.id), probe)
                 self._probes[session.id] = probe
                 pending += [e for e in news if e not in pending]

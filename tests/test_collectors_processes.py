@@ -329,3 +329,35 @@ def test_workers_fold_by_rank() -> None:
     assert fold_workers([["w", "--node", n] for n in ("a", "b")]) == [
         (1, "w --node a"), (1, "w --node b"),
     ]  # fmt: skip
+
+
+def test_orphaned_workers_of_a_killed_launcher_stay_in_view(spawn, tmp_path) -> None:
+    from service.models import Observations
+
+    pidfile = tmp_path / "worker.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open({str(pidfile)!r}, 'w').write(str(w.pid)); time.sleep(120)"
+    )
+    launcher = spawn(sys.executable, "-c", code, "--orphan-test-marker")
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = int(pidfile.read_text())
+    watches = [
+        Watch(id=1, session="t", created_at=datetime.now(UTC),
+              spec=ProcessWatch(match="--orphan-test-marker"))
+    ]  # fmt: skip
+    ctx = CollectContext(settings=Settings(cpu_sample_s=0))
+    first = processes.collect(watches, ctx)
+    assert {p.pid for p in first.items} == {launcher.pid, worker}
+    launcher.kill()
+    launcher.wait()
+    try:
+        ctx.previous = Observations(processes=first)
+        second = processes.collect(watches, ctx)
+        assert [p.pid for p in second.items] == [worker]  # alive, re-parented, still shown
+        assert [e.pid for e in second.exited] == [launcher.pid]
+    finally:
+        os.kill(worker, 9)

@@ -202,6 +202,30 @@ def _collect_watch(
         section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
 
 
+def _orphans(
+    watch_id: int, rows: list[tuple[int, int]], ctx: CollectContext, table: dict
+) -> list[tuple[int, int]]:
+    """Last time's members of the watch that still run outside its tree (their parent died).
+
+    A crashed launcher's orphaned workers still hold GPU memory and ports: they stay in
+    view until they exit themselves, instead of being reported as exited.
+    """
+    if ctx.previous is None:
+        return []
+    current = {pid for pid, _ in rows}
+    kept = []
+    for old in ctx.previous.processes.items:
+        if old.watch_id != watch_id or old.pid in current or old.pid not in table:
+            continue
+        try:
+            same = abs(psutil.Process(old.pid).create_time() - old.started_at.timestamp()) < 0.05
+        except psutil.Error:
+            continue
+        if same:  # not a reused pid
+            kept.append((old.pid, old.tree or old.pid))
+    return kept
+
+
 def _excluded() -> set[int]:
     """ctxd itself and its ancestors (shell, pytest, harness), whose command lines echo patterns."""
     own = {os.getpid()}
@@ -284,6 +308,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     for watch_id, spec in specs:
         try:
             rows = _proctree.candidates(spec, table, excluded, children)
+            rows += _orphans(watch_id, rows, ctx, table)
             matched.update(pid for pid, _ in rows)
             _collect_watch(watch_id, spec, rows, state, section)
         except Exception as exc:  # one odd watch must not hide the others
