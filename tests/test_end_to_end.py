@@ -104,7 +104,8 @@ def test_two_versions_of_a_real_process_tree(server: Server, client: httpx.Clien
     assert art["size"] == artifact.stat().st_size and art["fingerprint"]
 
     md1 = client.get("/api/sessions/sglang-sm120/snapshots/1/markdown")
-    assert md1.status_code == 200 and md1.headers["content-type"].startswith("text/markdown")
+    assert md1.status_code == 200
+    assert md1.headers["content-type"] == "text/markdown; charset=utf-8"
     for needle in (str(launcher.pid), str(worker_pid), "--tp 8", "--disable-cuda-graph",
                    "100% Completed | 4/4", art["fingerprint"], "SGLang with EAGLE-3",
                    "127.0.0.1:1 not listening"):  # fmt: skip

@@ -111,7 +111,7 @@ def test_every_page_is_html_with_a_strict_policy_matching_its_one_stylesheet(cli
     for path in PAGES:
         response = client.get(path)
         assert response.status_code == 200, (path, response.text[-500:])
-        assert response.headers["content-type"].startswith("text/html")
+        assert response.headers["content-type"] == "text/html; charset=utf-8"
         csp = response.headers["content-security-policy"]
         assert "default-src 'none'" in csp and "script-src" not in csp
         digest = hashlib.sha256(inline_style(response.text).encode()).digest()

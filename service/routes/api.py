@@ -27,7 +27,7 @@ from service.models import (
 )
 from service.snapshots import Snapshotter
 
-MARKDOWN = "text/markdown; charset=utf-8"
+MARKDOWN = "text/markdown"  # Litestar appends "; charset=utf-8" to text types
 Sid = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)]
 # SQLite integers are 64-bit: a larger id is a 400, not an OverflowError deep in the store.
 MAX_ID = 2**63 - 1

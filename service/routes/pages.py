@@ -13,7 +13,7 @@ from service.page_engine import HEADERS
 from service.routes.api import Sid, Version, snapshotter
 from service.store import NotFound
 
-HTML = "text/html; charset=utf-8"
+HTML = "text/html"  # Litestar appends "; charset=utf-8" to text types
 
 
 def _error_page(status: int, title: str, detail: str) -> Template:
