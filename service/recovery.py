@@ -3,7 +3,7 @@
 import difflib
 from collections.abc import Callable
 
-from service import changes, render
+from service import changes, redact, render
 from service.models import Diff, Snapshot
 from service.snapshots import Snapshotter, version_file
 
@@ -132,7 +132,7 @@ def _changes_since(snap: Snapshotter, sid: str, since: int, snapshot: Snapshot) 
 def message(snap: Snapshotter, sid: str, text: str) -> str | None:
     """Any message is activity; an empty or blank one means "continue": returns a fresh dump."""
     if text.strip():
-        snap.store.touch(sid, message=text)
+        snap.store.touch(sid, message=redact.text(text))  # a pasted token never reaches the db
         return None
     snap.store.touch(sid)
     version = snap.take(sid, trigger="continue").header.version

@@ -239,3 +239,15 @@ def test_detect_events_is_pure_and_names_what_happened():
         "port-open",
         "artifact-change",
     ]
+
+
+def test_a_token_pasted_into_a_message_is_redacted_before_it_is_stored(
+    fast_server: Server, fast: httpx.Client
+):
+    token = "ghp_" + "A1b2C3d4E5" * 3 + "F6g7H8"
+    fast.put("/api/sessions/m", json={})
+    said = fast.post("/api/sessions/m/messages", json={"text": f"use {token} to pull"})
+    assert said.status_code == 202
+    fast.post("/api/sessions/m/snapshots")
+    files = [p for p in fast_server.data_dir.rglob("*") if p.is_file()]
+    assert not any(token.encode() in p.read_bytes() for p in files)
