@@ -21,6 +21,8 @@ from service.store import NotFound, Store
 
 # Parsing a stored version costs its JSON; the session page reads at most this many.
 TIMELINE_MAX = 200
+# what the timeline, its summaries and the sparklines read: not the big log and tree parts
+TIMELINE_PARTS = frozenset({"signals", "changes", "observations.processes"})
 # A diff of two dumps with long logs can run to thousands of lines; past this it stops helping.
 DIFF_LINES_MAX = 4000
 
@@ -115,7 +117,10 @@ def series(snapshots: list[Snapshot], watches: list[Watch]) -> list[ProcessSerie
 def session_page(store: Store, sid: str) -> SessionPage:
     session = redact.scrub(store.get_session(sid))
     summaries = store.list_snapshots(sid)
-    shown = [store.get_snapshot(sid, s.version) for s in reversed(summaries[:TIMELINE_MAX])]
+    shown = [
+        store.get_snapshot(sid, s.version, TIMELINE_PARTS)
+        for s in reversed(summaries[:TIMELINE_MAX])
+    ]
     watches = redact.scrub(store.list_watches(sid))
     rows = [
         VersionRow(

@@ -352,12 +352,17 @@ class Store:
         rows = self._rows("select max(version) v from snapshots where session = ?", [sid])
         return rows[0]["v"] or 0
 
-    def get_snapshot(self, sid: str, version: int) -> Snapshot:
+    def get_snapshot(self, sid: str, version: int, parts: frozenset[str] | None = None) -> Snapshot:
+        """One version; with `parts` (e.g. "signals", "observations.processes") only those
+        sections are read, and the others keep their empty defaults."""
         row = self._snapshot_row(sid, version, "body, sections, confirmed_at, confirmations")
         if row["sections"] is None:  # written before sections existed
             snapshot = Snapshot.model_validate_json(row["body"])
         else:
-            snapshot = Snapshot.model_validate(self._load_sections(json.loads(row["sections"])))
+            refs = json.loads(row["sections"])
+            if parts is not None:
+                refs = {k: v for k, v in refs.items() if k == "header" or k in parts}
+            snapshot = Snapshot.model_validate(self._load_sections(refs))
         if row["confirmed_at"]:
             snapshot.header.confirmed_at = datetime.fromisoformat(row["confirmed_at"])
             snapshot.header.confirmations = row["confirmations"]

@@ -128,3 +128,26 @@ def test_prune_keeps_one_a_day_plus_first_and_last(tmp_path: Path):
     assert store.get_snapshot("p", 12).title == "v12"
     blobs = store._rows("select count(*) n from blobs")[0]["n"]
     assert blobs <= 6 * 6  # orphaned sections went with their versions
+
+
+def test_a_version_can_be_read_in_parts(tmp_path: Path):
+    from service.models import LogInfo, LogsSection, Observations, Signal
+
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("s", SessionIn())
+
+    def build(version: int) -> tuple[Snapshot, str]:
+        header = SnapshotHeader(session="s", version=version, taken_at=now(), trigger="t")
+        log = LogInfo(watch_id=1, path="/l", size=1, modified_at=now(), silent_for_s=0)
+        snap = Snapshot(
+            header=header,
+            signals=[Signal(severity="info", code="c", text="hello")],
+            observations=Observations(logs=LogsSection(items=[log])),
+        )
+        return snap, "md"
+
+    store.add_snapshot("s", build)
+    part = store.get_snapshot("s", 1, frozenset({"signals"}))
+    assert [s.text for s in part.signals] == ["hello"]
+    assert part.observations.logs.items == [] and part.header.version == 1
+    assert len(store.get_snapshot("s", 1).observations.logs.items) == 1
