@@ -48,6 +48,7 @@ class Snapshotter:
         self._guard = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collector")
         self._size_cache: tuple[float, int] = (0.0, 0)
+        self._inflight: dict[tuple[str, str], Future] = {}
         # The newest dump of each session, as written: resume reads it without any I/O.
         self._latest: dict[str, str] = {}
 
@@ -71,20 +72,37 @@ class Snapshotter:
         cheap probes never consume what the next real snapshot should report.
         """
         watches = self.store.list_watches(sid)
-        memory = self._memory.setdefault(f"{purpose}:{sid}", {})
+        key = f"{purpose}:{sid}"
+        memory = self._memory.setdefault(key, {})
         ctx = CollectContext(
             settings=self.settings, previous=previous, memory=memory, probe=purpose == "probe"
         )
         chosen = [c for c in registry() if only is None or c.NAME in only]
         # All collectors start at once: most of their time is spent in system calls, so the
         # snapshot costs about the slowest of them, not their sum. Each has its own deadline.
-        futures = [(c, self._pool.submit(c.collect, watches, ctx)) for c in chosen]
         deadline = time.monotonic() + self.settings.limits.collector_timeout_s
-        sections = {c.NAME: self._result(c.NAME, f, deadline) for c, f in futures}
+        sections = {}
+        for name, future in [(c.NAME, self._submit(key, c, watches, ctx)) for c in chosen]:
+            sections[name] = (
+                self._result(name, future, deadline) if future is not None else _busy(name)
+            )
         observations = Observations.model_validate(sections)
         # A probe is compared and dropped, never kept or shown; what it reports goes through
         # the redactor as the event snapshot's note.
         return observations if ctx.probe else redact.scrub(observations)
+
+    def _submit(
+        self, key: str, collector: Any, watches: list, ctx: CollectContext
+    ) -> Future | None:
+        """Start a collector, unless its previous run for the same memory is still going: a
+        timed-out collector cannot be stopped, and two runs must not share one memory."""
+        with self._guard:
+            running = self._inflight.get((key, collector.NAME))
+            if running is not None and not running.done():
+                return None
+            future = self._pool.submit(collector.collect, watches, ctx)
+            self._inflight[(key, collector.NAME)] = future
+            return future
 
     def _result(self, name: str, future: Future, deadline: float) -> Any:
         try:
@@ -96,14 +114,16 @@ class Snapshotter:
             reason = f"collector failed: {type(exc).__name__}"
         return {"unavailable": [Unavailable(target=name, reason=reason)]}
 
-    def assemble(self, sid: str, trigger: str, note: str | None = None) -> Snapshot:
+    def assemble(
+        self, sid: str, trigger: str, note: str | None = None, purpose: str = "snapshot"
+    ) -> Snapshot:
         """Observe and describe the session now, as the version after the latest stored one."""
         started = time.perf_counter()
         session = self.store.get_session(sid)
         latest = self.store.latest_version(sid)
         previous = self.store.get_snapshot(sid, latest) if latest else None
         before = previous.observations if previous else None
-        observations = self.observe(sid, before)
+        observations = self.observe(sid, before, purpose=purpose)
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
@@ -161,7 +181,9 @@ class Snapshotter:
 
     def preview(self, sid: str) -> tuple[Snapshot, str]:
         """A fresh dump that is not stored: what a snapshot would say now."""
-        snapshot = self.assemble(sid, trigger="preview")
+        # its own collector memory: a look at the live state must not consume the news
+        # (new log errors, growth) that the next stored snapshot has to report
+        snapshot = self.assemble(sid, trigger="preview", purpose="preview")
         return snapshot, self.render(snapshot)
 
     def render(self, snapshot: Snapshot) -> str:
@@ -227,6 +249,11 @@ class Snapshotter:
                     link_atomic(folder / version_file(version), folder / "latest.md")
                 written += 1
         return written
+
+
+def _busy(name: str) -> dict[str, list[Unavailable]]:
+    reason = "still busy: its previous run has not finished (a hung filesystem or probe?)"
+    return {"unavailable": [Unavailable(target=name, reason=reason)]}
 
 
 def version_file(version: int) -> str:

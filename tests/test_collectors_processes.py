@@ -361,3 +361,14 @@ def test_orphaned_workers_of_a_killed_launcher_stay_in_view(spawn, tmp_path) -> 
         assert [e.pid for e in second.exited] == [launcher.pid]
     finally:
         os.kill(worker, 9)
+
+
+def test_a_backtracking_pattern_is_cut_off_not_waited_for(spawn) -> None:
+    spawn(sys.executable, "-c", "import time; time.sleep(60)", "a" * 40 + "!")
+    watches = [
+        Watch(id=1, session="t", created_at=datetime.now(UTC),
+              spec=ProcessWatch(match=r"(a|aa)+$"))
+    ]  # fmt: skip
+    section = processes.collect(watches, CollectContext(settings=Settings(cpu_sample_s=0)))
+    (unavailable,) = section.unavailable
+    assert "too slow" in unavailable.reason and unavailable.watch_id == 1

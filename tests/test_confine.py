@@ -137,3 +137,22 @@ def test_ids_cannot_traverse(client: httpx.Client) -> None:
         r = client.get(path)
         assert r.status_code in (400, 404, 405), (path, r.status_code, r.text)
         assert "root:" not in r.text
+
+
+def test_a_symlink_made_after_the_watch_is_refused_when_read(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    client.put("/api/sessions/late", json={})
+    for spec in (
+        {"kind": "log", "path": f"{logs}/*.log"},
+        {"kind": "artifact", "path": f"{logs}/*.log"},
+    ):
+        assert client.post("/api/sessions/late/watches", json=spec).status_code == 201
+    (logs / "a.log").symlink_to("/etc/passwd")  # planted after the watch was accepted
+    snap = client.post("/api/sessions/late/snapshots").json()["observations"]
+    assert snap["logs"]["items"] == [] and snap["artifacts"]["items"] == []
+    reasons = [u["reason"] for u in snap["logs"]["unavailable"] + snap["artifacts"]["unavailable"]]
+    assert reasons and all("outside the watch roots" in r for r in reasons)
+    assert "root:x:0:0" not in client.get("/api/sessions/late/resume?fresh=false").text

@@ -20,6 +20,8 @@ _ERRNO_REASONS = {
     errno.EISDIR: "is a directory",
 }
 
+OUTSIDE = "outside the watch roots (see CTXD_WATCH_ROOTS)"
+
 
 class NotRegular(Exception):
     """The path is not a regular file; the message says what it is instead."""

@@ -3,8 +3,9 @@
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
-from functools import lru_cache
 from itertools import accumulate
+
+from service.collectors import _patterns
 
 BLOCK_BYTES = 64 * 1024
 CUT_MARKER = " … [cut {} chars]"
@@ -107,11 +108,6 @@ _PREFILTER = re.compile(
 _SHAPES = re.compile("|".join(f"(?:{p.pattern})" for p in ERROR_SHAPES))
 
 
-@lru_cache(maxsize=256)
-def _extra_pattern(extra: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?:{p})" for p in extra), re.M)
-
-
 def error_line_indexes(lines: Sequence[str], extra: Sequence[re.Pattern[str]] = ()) -> list[int]:
     """Indexes of the lines that have an error shape (or match an `extra` pattern)."""
     text = "\n".join(lines)
@@ -121,8 +117,10 @@ def error_line_indexes(lines: Sequence[str], extra: Sequence[re.Pattern[str]] = 
         return {bisect_right(starts, m.start()) - 1 for m in pattern.finditer(text)}
 
     found = {i for i in line_indexes(_PREFILTER) if _SHAPES.search(lines[i])}
-    if extra:
-        found |= line_indexes(_extra_pattern(tuple(p.pattern for p in extra)))
+    if extra:  # the watch's own patterns: time-bounded, as a user may write a slow one
+        joined = "|".join(f"(?:{p.pattern})" for p in extra)
+        hits = _patterns.Budget().finditer(_patterns.compiled(joined, multiline=True), text)
+        found |= {bisect_right(starts, m.start()) - 1 for m in hits}
     return sorted(found)
 
 

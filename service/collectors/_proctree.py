@@ -1,12 +1,12 @@
 """The process table read once per collect, and which pids (and trees) each watch selects."""
 
 import os
-import re
 import threading
 from dataclasses import dataclass
 
 import psutil
 
+from service.collectors import _patterns
 from service.models import ProcessWatch
 
 
@@ -117,9 +117,11 @@ def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: set[int]) ->
             for pid, e in sorted(table.items())
             if pid not in excluded and spec.name in (e.name, e.program)
         ]
-    pattern = re.compile(spec.match or "")
+    pattern, budget = _patterns.compiled(spec.match or ""), _patterns.Budget()
     return [
-        pid for pid, e in sorted(table.items()) if pid not in excluded and pattern.search(e.text)
+        pid
+        for pid, e in sorted(table.items())
+        if pid not in excluded and budget.search(pattern, e.text)
     ]
 
 

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from service import confine
 from service.collectors import CollectContext
 from service.collectors._changes import TreeWatcher
 from service.collectors._fingerprint import (
@@ -19,7 +20,14 @@ from service.collectors._fingerprint import (
     kind_of,
     walk_tree,
 )
-from service.collectors._fs import NotRegular, explain_error, explain_mode, is_glob, match_glob
+from service.collectors._fs import (
+    OUTSIDE,
+    NotRegular,
+    explain_error,
+    explain_mode,
+    is_glob,
+    match_glob,
+)
 from service.models import (
     ArtifactFile,
     ArtifactInfo,
@@ -179,6 +187,9 @@ def observe_artifact(
     except OSError as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc))
     real = os.path.realpath(path)
+    if state.get("roots") and not confine.allowed(path, state["roots"]):
+        # checked again at every look: a glob match or a symlink can point outside later
+        return Unavailable(watch_id=watch_id, target=path, reason=OUTSIDE)
     if stat.S_ISDIR(st.st_mode):
         memo = state["trees"].get((watch_id, real), {})
         memo.update(cache=state["cache"], seen=state["seen"], budget=state["budget"])
@@ -219,6 +230,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
         "budget": Budget(limits.fingerprint_budget_bytes),
         "trees": memory.get("trees", {}),
         "kept_trees": {},
+        "roots": tuple(confine.roots(ctx.settings)),
     }
     for watch in watches:
         if not isinstance(watch.spec, ArtifactWatch):

@@ -6,10 +6,12 @@ import stat
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
-from service import redact
+from service import confine, redact
 from service.collectors import CollectContext
 from service.collectors._fs import (
+    OUTSIDE,
     NotRegular,
     ShrankError,
     explain_error,
@@ -168,7 +170,13 @@ def redact_lines(lines: list[str]) -> list[str]:
 
 
 def observe_log(
-    watch_id: int, path: str, spec: LogWatch, limits: Limits, cursors: dict, now: float
+    watch_id: int,
+    path: str,
+    spec: LogWatch,
+    limits: Limits,
+    cursors: dict,
+    now: float,
+    roots: tuple[Path, ...] = (),
 ) -> tuple[LogInfo | Unavailable, Cursor | None]:
     """Tail one file and scan what is new since its cursor; a failure becomes an Unavailable."""
     real = os.path.realpath(path)
@@ -182,6 +190,10 @@ def observe_log(
         return Unavailable(watch_id=watch_id, target=path, reason="no such file"), cursor
     except OSError as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc)), cursor
+    if roots and not confine.allowed(path, roots):
+        # checked again before every read: a glob match or a symlink can point outside later
+        os.close(fd)
+        return Unavailable(watch_id=watch_id, target=path, reason=OUTSIDE), cursor
     try:
         unchanged = (
             cursor is not None
@@ -245,7 +257,12 @@ def observe_log(
 
 
 def collect_watch(
-    watch_id: int, spec: LogWatch, limits: Limits, cursors: dict, seen: dict
+    watch_id: int,
+    spec: LogWatch,
+    limits: Limits,
+    cursors: dict,
+    seen: dict,
+    roots: tuple[Path, ...] = (),
 ) -> list[LogInfo | Unavailable]:
     """Observations for one log watch: its file, or the newest files matching its glob."""
     target = os.path.expanduser(spec.path)
@@ -261,7 +278,7 @@ def collect_watch(
         paths = [target]
     results = []
     for path in paths:
-        result, cursor = observe_log(watch_id, path, spec, limits, cursors, now)
+        result, cursor = observe_log(watch_id, path, spec, limits, cursors, now, roots)
         if cursor is not None:
             seen[(watch_id, os.path.realpath(path))] = cursor
         results.append(result)
@@ -273,11 +290,12 @@ def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     section = LogsSection()
     cursors: dict = ctx.memory.get(NAME, {}).get("cursors", {})
     seen: dict = {}
+    roots = tuple(confine.roots(ctx.settings))
     for watch in watches:
         if not isinstance(watch.spec, LogWatch):
             continue
         try:
-            results = collect_watch(watch.id, watch.spec, ctx.settings.limits, cursors, seen)
+            results = collect_watch(watch.id, watch.spec, ctx.settings.limits, cursors, seen, roots)
         except Exception as exc:  # a bad watch must not cost the rest of the dump
             reason = f"error: {type(exc).__name__}: {exc}"
             results = [Unavailable(watch_id=watch.id, target=watch.spec.path, reason=reason)]
