@@ -41,11 +41,16 @@ def cell(value: object) -> str:
 
 def inline(value: object) -> str:
     """Text safe inside an inline code span."""
-    text = "" if value is None else str(value).replace("\n", " ")
+    text = "" if value is None else str(value).replace("\r", " ").replace("\n", " ")
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def cell_code(value: object) -> str:
+    """An inline code span inside a table cell: GFM splits cells at a pipe even in code."""
+    return inline(value).replace("|", "\\|")
 
 
 def utc(moment: datetime | None) -> str:
@@ -73,13 +78,12 @@ def environment() -> jinja2.Environment:
         fence=fence,
         cell=cell,
         inline=inline,
+        cell_code=cell_code,
+        block=block,
         utc=utc,
         flag=flag_text,
     )
     return env
-
-
-_ENV = environment()
 
 
 def roots_first(processes: list[ProcessInfo]) -> list[ProcessInfo]:
@@ -98,6 +102,53 @@ def render_dump(snapshot: Snapshot, *, location: str = "") -> str:
     )
 
 
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def _fence_states(lines: list[str]) -> list[str | None]:
+    """For each line, the fence open before it (None outside code): `## ` in a log is no
+    section, and a cut inside a fence must close it."""
+    states: list[str | None] = []
+    fence: str | None = None
+    for line in lines:
+        states.append(fence)
+        m = _FENCE.match(line)
+        if m and fence is None:
+            fence = m.group(1)
+        elif m and fence and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+            fence = None
+    return states
+
+
+def sections(markdown: str) -> list[str]:
+    """The dump split before each `## ` heading that is not inside a code fence."""
+    lines = markdown.splitlines(keepends=True)
+    parts: list[str] = []
+    current: list[str] = []
+    for line, fence in zip(lines, _fence_states(lines), strict=True):
+        if line.startswith("## ") and fence is None and current:
+            parts.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+def cut(text: str, max_chars: int) -> str:
+    """`text` cut at a line boundary to `max_chars`, an open code fence closed within it."""
+    if len(text) <= max_chars:
+        return text
+    lines = text[:max_chars].splitlines(keepends=True)
+    while lines:
+        lines.pop()  # the last line may be partial; then drop lines until the closing fits
+        fence = _fence_states([*lines, ""])[-1]
+        closing = f"\n{fence}\n" if fence else ""
+        if sum(map(len, lines)) + len(closing) <= max_chars:
+            return "".join(lines) + closing
+    return ""
+
+
 def fit(markdown: str, max_chars: int | None) -> str:
     """Cut a dump to `max_chars`, dropping the last (biggest) sections first.
 
@@ -106,7 +157,7 @@ def fit(markdown: str, max_chars: int | None) -> str:
     """
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
-    parts = re.split(r"(?m)^(?=## )", markdown)
+    parts = sections(markdown)
     footer = parts.pop() if parts and parts[-1].startswith("## Where") else ""
     kept: list[str] = []
     dropped: list[str] = []
@@ -120,7 +171,25 @@ def fit(markdown: str, max_chars: int | None) -> str:
     if dropped:
         note = f"> Cut to fit {max_chars} characters; left out: {', '.join(dropped)}.\n\n"
         kept.append(note)
-    return ("".join(kept) + footer)[:max_chars]
+    return cut("".join(kept) + footer, max_chars)
+
+
+def block(value: object, indent: int = 0) -> str:
+    """Agent-written text inside the dump: it may be Markdown, but it cannot open a heading
+    (a fake section), leave a code fence open, or break out of its list item."""
+    lines = str(value).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    states = _fence_states(lines)
+    out = [
+        line if fence is not None or _FENCE.match(line) else _HEADING.sub(r"\1\\\2", line)
+        for line, fence in zip(lines, states, strict=True)
+    ]
+    if (tail := _fence_states([*lines, ""])[-1]) is not None:
+        out.append(tail)
+    return ("\n" + " " * indent).join(out)
+
+
+_HEADING = re.compile(r"^(\s*)(#{1,6}(?:\s|$))")
+_ENV = environment()
 
 
 # --- Markdown -> HTML (the version pages) ----------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from service import redact
 from service.models import (
     Invalid,
     JournalEntry,
@@ -157,7 +158,7 @@ class Store:
         moment = _iso(now())
         with self._tx() as db:
             exists = bool(self._rows("select 1 from sessions where id = ?", [sid]))
-            fields = data.model_dump(exclude_none=True)
+            fields = redact.scrub(data.model_dump(exclude_none=True))
             if exists:
                 if fields:
                     db["sessions"].update(sid, fields)  # type: ignore[union-attr]
@@ -216,8 +217,13 @@ class Store:
             if count >= limit:
                 raise OverflowError(f"session '{sid}' already has {count} watches (limit {limit})")
             table = db["watches"]
+            # a health URL or path may carry a token: what is kept is what may be shown
             table.insert(  # type: ignore[union-attr]
-                {"session": sid, "spec": spec.model_dump_json(), "created_at": _iso(now())}
+                {
+                    "session": sid,
+                    "spec": redact.scrub(spec).model_dump_json(),
+                    "created_at": _iso(now()),
+                }
             )
             wid = int(table.last_pk)  # type: ignore[union-attr,arg-type]
         return self.get_watch(sid, wid)
@@ -243,7 +249,7 @@ class Store:
     def add_entry(self, sid: str, entry: JournalIn) -> JournalEntry:
         with self._tx() as db:
             self.get_session(sid)
-            row = entry.model_dump()
+            row = redact.scrub(entry.model_dump())
             row["concerns"] = json.dumps(row["concerns"])
             table = db["journal"]
             table.insert({"session": sid, "created_at": _iso(now()), **row})  # type: ignore[union-attr]
@@ -251,7 +257,7 @@ class Store:
         return self.get_entry(sid, eid)
 
     def update_entry(self, sid: str, eid: int, update: JournalUpdate) -> JournalEntry:
-        fields = update.model_dump(exclude_unset=True)
+        fields = redact.scrub(update.model_dump(exclude_unset=True))
         if "text" in fields and fields["text"] is None:  # an entry's text is never NULL
             raise Invalid("text: cannot be null; omit it to keep the current text")
         with self._tx() as db:

@@ -154,11 +154,12 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
                 "/api/sessions/canary/snapshots",
                 "/api/sessions",
                 "/",
-                "/sessions/canary",
-                "/sessions/canary/v/2",
-                "/sessions/canary/diff/1/2",
+                "/s/canary",
+                "/s/canary/v/2",
+                "/s/canary/diff?from=1&to=2",
+                "/s/canary/now",
             ):
-                call("GET", path)
+                assert call("GET", path).status_code == 200, path
             call("POST", "/api/sessions/canary/messages", json={"text": ""})
             snapshot = json.loads(responses[2 + 5])
             said = json.dumps(snapshot["observations"])

@@ -52,3 +52,29 @@ def test_fit_keeps_the_head_drops_the_biggest_tail_and_names_the_full_dump():
 def test_fit_returns_a_dump_that_already_fits_unchanged():
     assert fit(DUMP, None) == DUMP
     assert fit(DUMP, len(DUMP)) == DUMP
+
+
+def test_code_in_a_table_cell_escapes_pipes_and_line_breaks():
+    from service.render import cell_code
+
+    assert cell_code('{"a":"x|y"}') == '`{"a":"x\\|y"}`'
+    assert "\r" not in cell_code("a\rb") and "\n" not in cell_code("a\nb")
+
+
+def test_agent_text_cannot_fake_a_section_or_leave_a_fence_open():
+    from service.render import block
+
+    text = block("tried it\n## Where this dump lives\n```\nlog line", 2)
+    assert "\n  \\## Where this dump lives" in text
+    assert text.endswith("\n  ```")  # the open fence is closed inside the item
+
+
+def test_fit_never_splits_at_a_heading_inside_a_log_fence():
+    dump = (
+        "# s\n\n## Objective\n\nx\n\n## Logs\n\n```text\n## Summary of build\n"
+        + "line\n" * 300
+        + "```\n\n## Where this dump lives\n\n- here\n"
+    )
+    cut = fit(dump, 300)
+    assert len(cut) <= 300 and cut.count("```") % 2 == 0
+    assert "left out: Logs." in cut and "## Where this dump lives" in cut

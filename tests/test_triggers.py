@@ -251,3 +251,14 @@ def test_a_token_pasted_into_a_message_is_redacted_before_it_is_stored(
     fast.post("/api/sessions/m/snapshots")
     files = [p for p in fast_server.data_dir.rglob("*") if p.is_file()]
     assert not any(token.encode() in p.read_bytes() for p in files)
+
+
+def test_secrets_written_by_the_agent_are_redacted_before_they_are_kept(client: httpx.Client):
+    token = "hf_" + "Zq8" * 12
+    client.put("/api/sessions/w", json={"objective": f"use {token}"})
+    client.post("/api/sessions/w/journal", json={"kind": "note", "text": f"token {token}"})
+    url = "http://admin:hunter2hunter2@127.0.0.1:9/health"
+    client.post("/api/sessions/w/watches", json={"kind": "port", "port": 9, "url": url})
+    for path in ("/api/sessions/w", "/api/sessions/w/journal", "/api/sessions/w/watches"):
+        body = client.get(path).text
+        assert token not in body and "hunter2hunter2" not in body, path

@@ -84,8 +84,8 @@ class PageController(Controller):
         self,
         state: State,
         sid: Sid,
-        start: Annotated[int | None, Parameter(query="from", ge=1)] = None,
-        end: Annotated[int | None, Parameter(query="to", ge=1)] = None,
+        start: Annotated[int | None, Parameter(query="from", ge=1, le=2**63 - 1)] = None,
+        end: Annotated[int | None, Parameter(query="to", ge=1, le=2**63 - 1)] = None,
     ) -> Template:
         page = pages.diff_page(snapshotter(state), sid, start, end)
         return Template("diff.html", context={"sid": sid, "page": page})
