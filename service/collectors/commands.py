@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from service import redact
 from service.collectors import CollectContext
@@ -14,6 +15,8 @@ from service.collectors._logtext import clean_line
 from service.collectors.logs import redact_lines
 from service.models import CommandInfo, CommandsSection, CommandWatch, Unavailable, Watch
 from service.settings import Settings
+
+T = TypeVar("T")
 
 NAME = "commands"
 READ_BYTES = 65_536
@@ -38,10 +41,17 @@ def resolve(spec: CommandWatch, settings: Settings) -> tuple[str, list[str]]:
     )
 
 
-def check_watch(spec: object, settings: Settings) -> None:
-    """Refuse (PermissionError) a command watch the server's configuration does not allow."""
+def check_watch(spec: T, settings: Settings) -> T:
+    """Refuse (PermissionError) a command watch the server's configuration does not allow.
+
+    One given by its argv is kept by its allowlist name: the stored watch then never holds
+    the argv (which may carry a secret, and is redacted before storing) and follows the
+    server's configuration if that changes.
+    """
     if isinstance(spec, CommandWatch):
-        resolve(spec, settings)
+        name, _ = resolve(spec, settings)
+        return spec.model_copy(update={"name": name, "argv": None})
+    return spec
 
 
 def _kill(proc: subprocess.Popen) -> None:

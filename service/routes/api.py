@@ -80,9 +80,9 @@ class SessionController(Controller):
     @post("/{sid:str}/watches", sync_to_thread=True)
     def add_watch(self, state: State, sid: Sid, data: WatchIn) -> Watch:
         snap = snapshotter(state)
-        commands.check_watch(data.root, snap.settings)  # PermissionError: 403
-        confine.check_watch(data.root, snap.settings)  # outside the watch roots: 403
-        return snap.store.add_watch(sid, data.root, snap.settings.limits.max_watches_per_session)
+        spec = commands.check_watch(data.root, snap.settings)  # not allowlisted: 403
+        confine.check_watch(spec, snap.settings)  # outside the watch roots: 403
+        return snap.store.add_watch(sid, spec, snap.settings.limits.max_watches_per_session)
 
     @get("/{sid:str}/watches", sync_to_thread=True)
     def list_watches(self, state: State, sid: Sid) -> list[Watch]:

@@ -257,10 +257,10 @@ def _register_tools(ep: McpEndpoint) -> None:
         a `port` (with an optional health `url`), or a `command` allowed by the server.
         Add one as soon as you launch a server, a build or a long job."""
         snap = ep.snap(session)
-        _run(lambda: commands.check_watch(watch, snap.settings))
-        _run(lambda: confine.check_watch(watch, snap.settings))
+        spec = _run(lambda: commands.check_watch(watch, snap.settings))
+        _run(lambda: confine.check_watch(spec, snap.settings))
         limit = snap.settings.limits.max_watches_per_session
-        return _run(lambda: snap.store.add_watch(session, watch, limit)).model_dump(mode="json")
+        return _run(lambda: snap.store.add_watch(session, spec, limit)).model_dump(mode="json")
 
     @tool()
     def list_watches(session: Sid) -> list[dict[str, Any]]:
