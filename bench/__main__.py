@@ -16,20 +16,7 @@ import httpx
 import psutil
 
 from bench.scenario import Scenario, Server, build, register, shell_collection, start_server
-
-
-def timed(fn: Callable[[], object], runs: int) -> list[float]:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return times
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+from bench.timing import p95, timed
 
 
 def row(name: str, value: str, note: str = "") -> None:

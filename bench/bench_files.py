@@ -8,15 +8,14 @@ would take minutes, so it is timed on the 1 GB log and extrapolated linearly (sa
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.timing import median_ms
 from service.collectors import CollectContext, artifacts, logs
 from service.models import ArtifactWatch, LogWatch, Watch
 from service.settings import Settings
@@ -27,15 +26,6 @@ TEXT = b"".join(
     % (i % 60, i)
     for i in range(2000)
 )
-
-
-def median_ms(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def make_log(path: Path, size: int) -> None:

@@ -6,15 +6,14 @@ Prints medians next to `ps -eo pid,ppid,stat,pcpu,rss,args` on the same machine.
 
 import argparse
 import contextlib
-import statistics
 import subprocess
 import sys
-import time
 import uuid
 from datetime import UTC, datetime
 
 import psutil
 
+from bench.timing import median_ms
 from service.collectors import CollectContext, processes
 from service.models import ProcessWatch, Watch
 from service.settings import Settings
@@ -25,15 +24,6 @@ kids = [subprocess.Popen(["sleep", "600"]) for _ in range(8)]
 print("ready", flush=True)
 time.sleep(600)
 """
-
-
-def median_ms(fn, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:
