@@ -69,12 +69,6 @@ def is_loopback(url: str) -> bool:
         return False  # a name other than localhost may resolve anywhere
 
 
-def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> tuple[int | None, str | None]:
-    """(status, None) when the URL answered at all, else (None, a short reason)."""
-    status, error, _, _ = probe_health(url, timeout)
-    return status, error
-
-
 def probe_health(
     url: str, timeout: float = HEALTH_TIMEOUT_S
 ) -> tuple[int | None, str | None, float | None, str | None]:
