@@ -162,13 +162,16 @@ class Snapshotter:
             if latest and not force and key == self.store.content_key(sid, latest):
                 return self._confirm(sid, latest, snapshot.header.taken_at)
 
+            rendered: list[str] = []
+
             def build(version: int) -> tuple[Snapshot, str]:
                 snapshot.header.version = version
-                return snapshot, self.render(snapshot)
+                rendered.append(self.render(snapshot))
+                return snapshot, rendered[-1]
 
             self.store.add_snapshot(sid, build, key)
-            version = snapshot.header.version
-            self.write_files(sid, version, self.store.get_markdown(sid, version), latest=True)
+            # the committed text, as rendered: no need to read it back and decompress it
+            self.write_files(sid, snapshot.header.version, rendered[-1], latest=True)
             return snapshot
 
     def _confirm(self, sid: str, version: int, at: datetime) -> Snapshot:
