@@ -11,14 +11,15 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from service import __version__, access, errors, page_engine, redact, sampler
-from service.models import Invalid
+from service import __version__, access, page_engine, redact, sampler
+from service.errors import CtxdError
+from service.routes import storage_errors
 from service.routes.api import health, prune, sessions_router
 from service.routes.mcp_mount import LazyMcp
 from service.routes.pages import PageController
 from service.settings import Settings
 from service.snapshots import Snapshotter
-from service.store import NotFound, Store
+from service.store import Store
 from service.watcher import Activity, Watcher
 
 log = logging.getLogger("ctxd")
@@ -45,16 +46,8 @@ def _http(_: Request, exc: HTTPException) -> Response[dict[str, str | int]]:
     return _error(exc.status_code, redact.text(str(exc.detail))[:2000])
 
 
-def _not_found(_: Request, exc: NotFound) -> Response[dict[str, str | int]]:
-    return _error(404, redact.text(str(exc)))
-
-
-def _invalid(_: Request, exc: Invalid) -> Response[dict[str, str | int]]:
-    return _error(400, redact.text(str(exc)))
-
-
-def _conflict(_: Request, exc: OverflowError) -> Response[dict[str, str | int]]:
-    return _error(409, redact.text(str(exc)))
+def _domain(_: Request, exc: CtxdError) -> Response[dict[str, str | int]]:
+    return _error(exc.status, redact.text(str(exc))[:2000])
 
 
 def _unexpected(request: Request, exc: Exception) -> Response[dict[str, str | int]]:
@@ -106,12 +99,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
         request_max_body_size=settings.limits.max_body_bytes,
         exception_handlers={
             ValidationException: _validation,
-            NotFound: _not_found,
-            Invalid: _invalid,
-            OverflowError: _conflict,
-            PermissionError: errors.permission,
-            OSError: errors.storage,
-            sqlite3.Error: errors.storage,
+            CtxdError: _domain,
+            OSError: storage_errors.storage,
+            sqlite3.Error: storage_errors.storage,
             HTTPException: _http,
             Exception: _unexpected,
         },

@@ -11,7 +11,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from service.models import ArtifactWatch, CommandWatch, Invalid, LogWatch
+from service.errors import Invalid, Refused
+from service.models import ArtifactWatch, CommandWatch, LogWatch
 from service.settings import Settings
 
 REFUSED = ("/proc", "/sys", "/dev")
@@ -50,18 +51,18 @@ def resolve(raw: str) -> str:
 
 
 def check_path(raw: str, allowed: Sequence[Path], what: str = "path") -> None:
-    """Raise PermissionError (403) for a path outside the roots or inside /proc, /sys, /dev."""
+    """Raise Refused (403) for a path outside the roots or inside /proc, /sys, /dev."""
     lexical = os.path.abspath(os.path.expanduser(raw.replace("\x00", "")))
     real = resolve(raw)
     for candidate in (lexical, real):
         for refused in REFUSED:
             if _under(candidate, refused):
-                raise PermissionError(f"{what} {raw!r}: {refused} is never watched")
+                raise Refused(f"{what} {raw!r}: {refused} is never watched")
     bases = [str(r) for r in allowed]
     # Both forms must be inside: `..` escapes show in the lexical one, symlinks in the real one.
     if not all(any(_under(c, b) for b in bases) for c in (lexical, real)):
         where = ", ".join(bases)
-        raise PermissionError(
+        raise Refused(
             f"{what} {raw!r} resolves outside the watch roots ({where}); "
             "set CTXD_WATCH_ROOTS to allow it"
         )
@@ -81,6 +82,6 @@ def allowed(path: str, roots_: Iterable[Path]) -> bool:
     since a symlink created after the watch was added is only seen when it is read."""
     try:
         check_path(path, list(roots_))
-    except (PermissionError, Invalid):
+    except (Refused, Invalid):
         return False
     return True

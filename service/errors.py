@@ -1,66 +1,38 @@
-"""HTTP replies for failures of ctxd's own storage and for refusals: never exception text.
+"""Domain errors: what a use case refuses or cannot do, each with the HTTP status it means.
 
-A full disk or a read-only data directory is the operator's to fix, not a bug: it gets a
-clear 507 or 503 saying nothing was saved. SQLite rolls the transaction back and Markdown is
-written through a temp file, so no partial file stays behind.
+Transports map these once each (HTTP in `app.py`, MCP in `routes/mcp.py`, the CLI by status);
+built-in exceptions are never used as domain signals, so a real OverflowError or an OS
+PermissionError is a bug or a storage condition, not "limit reached" or "refused".
 """
 
-import errno
-import logging
-import os
-import sqlite3
 
-from litestar import MediaType, Request, Response
+class CtxdError(Exception):
+    """Base of every domain error; `status` is the HTTP status a transport answers with."""
 
-from service import redact
-
-log = logging.getLogger("ctxd")
-
-_FULL = {errno.ENOSPC, errno.EDQUOT}
-_UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+    status = 500
 
 
-def _reply(status: int, detail: str, retry: bool = False) -> Response[dict[str, str | int]]:
-    headers = {"Retry-After": "1"} if retry else None
-    body: dict[str, str | int] = {"status_code": status, "detail": detail}
-    return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
+class NotFound(CtxdError, LookupError):
+    """A session, watch, entry or version that does not exist."""
+
+    status = 404
 
 
-# A failed database write was rolled back; a failed file write came after the commit, and the
-# file is rebuilt from the database at start-up: the reply says which.
-_NOT_SAVED = "the request was not saved"
-_FILES_LATER = "its Markdown files are rewritten from the database once it can be written"
+class Invalid(CtxdError, ValueError):
+    """Input that fits the schema but not the rules (answered with 400 and the reason).
+
+    A ValueError too, so a pydantic validator raising it becomes a validation error."""
+
+    status = 400
 
 
-def _full(after: str) -> Response[dict[str, str | int]]:
-    return _reply(507, f"the data directory is full (no space left); {after}")
+class Refused(CtxdError):
+    """A rule of the server refuses the request: outside the watch roots, not allowlisted."""
+
+    status = 403
 
 
-def _unwritable(why: str, after: str) -> Response[dict[str, str | int]]:
-    return _reply(503, f"the data directory cannot be written ({why}); {after}")
+class LimitReached(CtxdError):
+    """A configured limit is reached, such as the number of watches in a session."""
 
-
-def storage(request: Request, exc: Exception) -> Response[dict[str, str | int]]:
-    """OSError and sqlite3.Error: a storage condition when recognised, else a bare 500."""
-    code = getattr(exc, "errno", None)
-    message = str(exc).lower() if isinstance(exc, sqlite3.Error) else ""
-    log.error("storage %s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc)
-    after = _NOT_SAVED if isinstance(exc, sqlite3.Error) else _FILES_LATER
-    if code in _FULL or "disk is full" in message:
-        return _full(after)
-    if code in _UNWRITABLE:
-        return _unwritable(os.strerror(code or errno.EACCES).lower(), after)
-    if "readonly" in message or "read-only" in message:
-        return _unwritable("read-only", after)
-    if "unable to open" in message or "disk i/o" in message:
-        return _unwritable("cannot open or write the database", after)
-    if "locked" in message or "busy" in message:
-        return _reply(503, "the database is busy; retry", retry=True)
-    return _reply(500, "internal error; see the ctxd log")
-
-
-def permission(request: Request, exc: PermissionError) -> Response[dict[str, str | int]]:
-    """A rule's refusal (no errno) is a 403 with its reason; the OS refusing a write is not."""
-    if exc.errno is not None:
-        return storage(request, exc)
-    return _reply(403, redact.text(str(exc))[:2000])
+    status = 409

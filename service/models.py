@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
+from service.errors import Invalid
+
 SESSION_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN)]
 ShortText = Annotated[str, Field(max_length=200)]
@@ -163,10 +165,6 @@ STATUSES: dict[str, tuple[str, ...]] = {
     "next": ("open", "done"),
     "question": ("open", "answered"),
 }
-
-
-class Invalid(ValueError):
-    """Input that fits the schema but not the rules (answered with 400 and the reason)."""
 
 
 def check_status(kind: str | None, status: str | None) -> None:

@@ -5,6 +5,7 @@ from datetime import datetime
 
 from service import charts, recovery, redact
 from service.charts import Sparkline, Strip
+from service.errors import NotFound
 from service.models import (
     Diff,
     JournalEntry,
@@ -17,7 +18,7 @@ from service.models import (
 )
 from service.render import HtmlDump, markdown_html
 from service.snapshots import Snapshotter
-from service.store import NotFound, Store
+from service.store import Store
 
 # Parsing a stored version costs its JSON; the session page reads at most this many.
 TIMELINE_MAX = 200

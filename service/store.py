@@ -14,6 +14,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from service import redact
+from service.errors import LimitReached, NotFound
 from service.models import (
     Invalid,
     JournalEntry,
@@ -105,10 +106,6 @@ def m003_sections_and_journal_updates(db: Database) -> None:
     db["journal"].add_column("updated_at", str)  # type: ignore[union-attr]
     db["sessions"].add_column("cwd", str)  # type: ignore[union-attr]
     db["sessions"].add_column("schedule_every_s", int)  # type: ignore[union-attr]
-
-
-class NotFound(LookupError):
-    """A session, watch, entry or version that does not exist."""
 
 
 def now() -> datetime:
@@ -215,7 +212,7 @@ class Store:
             self.get_session(sid)
             count = self._rows("select count(*) n from watches where session = ?", [sid])[0]["n"]
             if count >= limit:
-                raise OverflowError(f"session '{sid}' already has {count} watches (limit {limit})")
+                raise LimitReached(f"session '{sid}' already has {count} watches (limit {limit})")
             table = db["watches"]
             # a health URL or path may carry a token: what is kept is what may be shown
             table.insert(  # type: ignore[union-attr]

@@ -6,9 +6,10 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+from service.errors import NotFound
 from service.models import Observations, Session
 from service.snapshots import Snapshotter
-from service.store import NotFound, now
+from service.store import now
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from service.collectors import CollectContext, commands
+from service.errors import Refused
 from service.models import CommandsSection, CommandWatch, Watch
 from service.settings import Limits, Settings
 from tests.conftest import Server, start_server, stop_server
@@ -49,7 +50,7 @@ def test_resolve_by_name_or_exact_argv_only() -> None:
         CommandWatch(argv=["nvidia-smi", "-r"]),
         CommandWatch(argv=["sh", "-c", "nvidia-smi"]),
     ):
-        with pytest.raises(PermissionError):
+        with pytest.raises(Refused):
             commands.resolve(spec, settings)
 
 

@@ -7,7 +7,8 @@ import httpx
 import pytest
 
 from service import confine
-from service.models import ArtifactWatch, CommandWatch, Invalid, LogWatch
+from service.errors import Invalid, Refused
+from service.models import ArtifactWatch, CommandWatch, LogWatch
 from service.settings import Settings
 
 
@@ -30,14 +31,14 @@ def test_paths_under_a_root_pass(root: Path) -> None:
     ["/etc/passwd", "../outside.log", "logs/../../outside.log", "logs/*/../../../etc/x"],
 )
 def test_escapes_are_refused(root: Path, path: str) -> None:
-    with pytest.raises(PermissionError, match="outside the watch roots"):
+    with pytest.raises(Refused, match="outside the watch roots"):
         confine.check_path(str(root / path) if not path.startswith("/") else path, [root])
 
 
 def test_a_root_that_is_a_prefix_of_another_name_does_not_cover_it(root: Path) -> None:
     sibling = root.parent / (root.name + "-evil")
     sibling.mkdir()
-    with pytest.raises(PermissionError):
+    with pytest.raises(Refused):
         confine.check_path(str(sibling / "x.log"), [root])
 
 
@@ -46,9 +47,9 @@ def test_symlink_escape_is_refused(root: Path, tmp_path: Path) -> None:
     outside.mkdir()
     (outside / "secret.log").write_text("s\n")
     (root / "link").symlink_to(outside)
-    with pytest.raises(PermissionError, match="outside the watch roots"):
+    with pytest.raises(Refused, match="outside the watch roots"):
         confine.check_path(str(root / "link" / "secret.log"), [root])
-    with pytest.raises(PermissionError):
+    with pytest.raises(Refused):
         confine.check_path(str(root / "link" / "*.log"), [root])
     assert not confine.allowed(str(root / "link" / "secret.log"), [root])
     assert confine.allowed(str(root / "logs" / "a.log"), [root])
@@ -63,13 +64,13 @@ def test_symlink_inside_the_root_is_fine(root: Path) -> None:
     "path", ["/proc/1/environ", "/proc/self/cmdline", "/sys/kernel", "/dev/mem"]
 )
 def test_pseudo_filesystems_are_refused_even_under_a_root(path: str) -> None:
-    with pytest.raises(PermissionError, match="never watched"):
+    with pytest.raises(Refused, match="never watched"):
         confine.check_path(path, [Path("/")])
 
 
 def test_symlink_into_proc_is_refused(root: Path) -> None:
     (root / "env").symlink_to("/proc/self/environ")
-    with pytest.raises(PermissionError, match="never watched"):
+    with pytest.raises(Refused, match="never watched"):
         confine.check_path(str(root / "env"), [Path("/")])
 
 
@@ -92,7 +93,7 @@ def test_check_watch_covers_log_artifact_and_command_cwd(root: Path) -> None:
         ArtifactWatch(path="/etc/*.conf"),
         CommandWatch(name="git-status", cwd="/etc"),
     ):
-        with pytest.raises(PermissionError):
+        with pytest.raises(Refused):
             confine.check_watch(spec, settings)
 
 

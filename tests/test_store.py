@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database
 
+from service.errors import LimitReached, NotFound
 from service.models import JournalIn, LogWatch, SessionIn, Snapshot, SnapshotHeader
-from service.store import NotFound, Store, migrations, now
+from service.store import Store, migrations, now
 
 
 def _snapshot(sid: str, version: int) -> tuple[Snapshot, str]:
@@ -89,7 +90,7 @@ def test_watch_limit_is_enforced(tmp_path: Path):
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())
     store.add_watch("s", LogWatch(path="/tmp/a.log"), limit=1)
-    with pytest.raises(OverflowError):
+    with pytest.raises(LimitReached):
         store.add_watch("s", LogWatch(path="/tmp/b.log"), limit=1)
 
 

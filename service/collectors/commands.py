@@ -13,6 +13,7 @@ from service import redact
 from service.collectors import CollectContext
 from service.collectors._logtext import clean_line
 from service.collectors.logs import redact_lines
+from service.errors import Refused
 from service.models import CommandInfo, CommandsSection, CommandWatch, Unavailable, Watch
 from service.settings import Settings
 
@@ -26,23 +27,23 @@ _QUIET_ENV = {"NO_COLOR": "1", "PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL
 
 
 def resolve(spec: CommandWatch, settings: Settings) -> tuple[str, list[str]]:
-    """The allowlist entry a watch names: (name, argv); PermissionError when there is none."""
+    """The allowlist entry a watch names: (name, argv); Refused when there is none."""
     allowed = settings.commands
     if spec.name is not None:
         if spec.name in allowed:
             return spec.name, list(allowed[spec.name])
         names = ", ".join(sorted(allowed)) or "none"
-        raise PermissionError(f"command '{spec.name}' is not in the server's allowlist ({names})")
+        raise Refused(f"command '{spec.name}' is not in the server's allowlist ({names})")
     for name, argv in allowed.items():
         if spec.argv == argv:
             return name, list(argv)
-    raise PermissionError(
+    raise Refused(
         "this argv is not in the server's allowlist; commands are configured with CTXD_COMMANDS"
     )
 
 
 def check_watch(spec: T, settings: Settings) -> T:
-    """Refuse (PermissionError) a command watch the server's configuration does not allow.
+    """Refuse (Refused) a command watch the server's configuration does not allow.
 
     One given by its argv is kept by its allowlist name: the stored watch then never holds
     the argv (which may carry a secret, and is redacted before storing) and follows the
@@ -120,7 +121,7 @@ def observe(watch: Watch, settings: Settings) -> CommandInfo | Unavailable:
     target = spec.name or " ".join(spec.argv or [])
     try:
         name, argv = resolve(spec, settings)
-    except PermissionError as exc:  # the allowlist changed since the watch was added
+    except Refused as exc:  # the allowlist changed since the watch was added
         return Unavailable(watch_id=watch.id, target=target, reason=str(exc))
     timeout = min(spec.timeout_s, max(0.5, settings.limits.collector_timeout_s - 1))
     try:

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError
 
 from service import __version__, confine, recovery, redact
 from service.collectors import commands
+from service.errors import CtxdError, NotFound
 from service.models import (
     SESSION_ID_PATTERN,
     JournalIn,
@@ -26,7 +27,6 @@ from service.models import (
     WatchSpec,
 )
 from service.snapshots import Snapshotter
-from service.store import NotFound
 
 T = TypeVar("T")
 Sid = Annotated[
@@ -56,7 +56,7 @@ def _run(call: Callable[[], T]) -> T:
             f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
         )
         raise ToolError(redact.text(f"invalid input: {problems}")[:2000]) from None
-    except (OverflowError, PermissionError, ValueError) as exc:
+    except (CtxdError, ValueError) as exc:
         raise ToolError(redact.text(str(exc))[:2000]) from None
 
 

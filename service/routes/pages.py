@@ -9,9 +9,9 @@ from litestar.params import Parameter
 from litestar.response import Redirect, Template
 
 from service import pages, redact
+from service.errors import NotFound
 from service.page_engine import HEADERS
 from service.routes.api import Sid, Version, snapshotter
-from service.store import NotFound
 
 HTML = "text/html"  # Litestar appends "; charset=utf-8" to text types
 
