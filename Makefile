@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# The real agent harnesses the end-to-end tests drive offline (pinned; skipped without npm).
+HARNESS := .harness/node_modules/.bin/claude
+
 .PHONY: run test lint bench clean
 
 $(BIN)/python:
@@ -22,7 +25,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check service tests bench
 	$(BIN)/mypy service
 
-test: lint
+$(HARNESS):
+	@command -v npm >/dev/null || { echo "npm not found: the real-harness tests will skip"; exit 0; }; \
+	npm install --silent --no-audit --no-fund --prefix .harness \
+		@anthropic-ai/claude-code@2.1.197 opencode-ai@1.18.33 \
+		|| echo "harness install failed: the real-harness tests will skip"
+
+test: lint $(HARNESS)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
@@ -30,4 +39,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .harness .mypy_cache .ruff_cache .pytest_cache

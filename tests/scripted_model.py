@@ -1,0 +1,162 @@
+"""A scripted stand-in for a model API: the real agent harness talks to it instead of a model.
+
+Claude Code speaks the Anthropic Messages API (streamed as server-sent events). The stand-in
+answers each request of the agent loop (the ones that offer tools) with the next scripted step,
+a `Bash` tool call or a text, and keeps every request, so a test reads exactly what the
+harness put in front of the model, hooks' additions included. Side requests (titles,
+summaries) get a short text and do not consume the script.
+"""
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Step:
+    """One scripted answer: a shell command for the harness to run, or a text that ends the turn."""
+
+    bash: str | None = None
+    background: bool = False
+    text: str = "done"
+
+
+@dataclass
+class ScriptedModel:
+    steps: list[Step]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    side_requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if not body.get("tools"):
+                self.side_requests.append(body)
+                step = Step(text="ok")
+            else:
+                self.requests.append(body)
+                step = self.steps.pop(0) if self.steps else Step()
+            return _message(step, body.get("model", "claude"), next(self._ids))
+
+    def context_of_last_turn(self) -> str:
+        """Every text the model was given in the newest agent-loop request after its last
+        assistant message: the user's words plus what hooks added, as one string."""
+        messages = self.requests[-1]["messages"]
+        last_assistant = max(
+            (i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1
+        )
+        return "\n".join(_texts(m) for m in messages[last_assistant + 1 :])
+
+    def all_context(self) -> str:
+        return "\n".join(_texts(m) for body in self.requests for m in body["messages"])
+
+
+def _texts(message: dict[str, Any]) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if block.get("type") == "text":
+            parts.append(block["text"])
+        elif block.get("type") == "tool_result":
+            inner = block.get("content")
+            parts.append(inner if isinstance(inner, str) else json.dumps(inner))
+    return "\n".join(parts)
+
+
+def _message(step: Step, model: str, n: int) -> dict[str, Any]:
+    if step.bash is not None:
+        tool_input: dict[str, Any] = {"command": step.bash, "description": "scripted step"}
+        if step.background:
+            tool_input["run_in_background"] = True
+        content = [{"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash", "input": tool_input}]
+        stop = "tool_use"
+    else:
+        content = [{"type": "text", "text": step.text}]
+        stop = "end_turn"
+    return {
+        "id": f"msg_{n:04d}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 10},
+    }
+
+
+def _events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A whole message as the Messages API streams it."""
+    head = {**message, "content": [], "stop_reason": None}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": head})
+    ]
+    for i, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        else:
+            start = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events += [
+            ("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": i}),
+        ]  # fmt: skip
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    events += [
+        ("message_delta", {"type": "message_delta", "delta": stop, "usage": {"output_tokens": 10}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return events
+
+
+def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if "count_tokens" in self.path:
+                self._json({"input_tokens": 100})
+                return
+            message = model.answer(body)
+            if not body.get("stream"):
+                self._json(message)
+                return
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for name, data in _events(message):
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        def do_GET(self) -> None:
+            self._json({})
+
+        def _json(self, value: Any) -> None:
+            data = json.dumps(value).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
