@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from service.discovery import actions, payloads
@@ -37,6 +39,16 @@ def test_claude_bash_success_is_exit_zero_with_output_tail() -> None:
     assert action.output_tail == "a\nb\nwarn"
     assert action.tool_id == "toolu_01" and action.harness == "claude"
     assert action.background is False
+
+
+@pytest.mark.parametrize(("given", "seconds"), [(1500, 1.5), (-3, None), (float("nan"), None)])
+def test_duration_when_the_payload_has_one(given: float, seconds: float | None) -> None:
+    payload = claude(
+        "PostToolUse", tool_name="Bash", tool_input={"command": "x"}, tool_response={},
+        duration_ms=given,
+    )  # fmt: skip
+    (action,) = actions.from_claude(payload)
+    assert isinstance(action, CommandAction) and action.duration_s == seconds
 
 
 def test_claude_background_bash_has_no_exit_status() -> None:
@@ -179,3 +191,48 @@ def test_payloads_module_imports_without_pydantic() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [False, False]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+KEYS = [
+    "command",
+    "file_path",
+    "notebook_path",
+    "run_in_background",
+    "stdout",
+    "stderr",
+    "backgroundTaskId",
+    "interrupted",
+    "filePath",
+    "exit",
+    "tool",
+    "callID",
+    "metadata",
+]
+LOOSE = st.dictionaries(st.sampled_from(KEYS), JSON | st.text(max_size=30), max_size=6)
+CLAUDE = st.fixed_dictionaries(
+    {
+        "hook_event_name": st.sampled_from(["PostToolUse", "PostToolUseFailure", "Stop"]),
+        "tool_name": st.sampled_from(["Bash", "Edit", "Write", "MultiEdit", "NotebookEdit", "X"]),
+    },
+    optional={"tool_input": LOOSE | JSON, "tool_response": LOOSE | JSON, "error": JSON,
+              "prompt": JSON, "cwd": JSON, "tool_use_id": JSON, "duration_ms": JSON},
+)  # fmt: skip
+OPENCODE = st.fixed_dictionaries(
+    {"input": st.fixed_dictionaries({"tool": st.sampled_from(["bash", "edit", "write"])}) | JSON},
+    optional={"output": st.fixed_dictionaries({"metadata": LOOSE}, optional={"title": JSON})
+              | JSON, "args": LOOSE | JSON, "cwd": JSON},
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(CLAUDE, OPENCODE)
+def test_arbitrary_payloads_map_to_valid_actions_or_nothing(claude_data: dict, oc: dict) -> None:
+    for item in payloads.from_claude(claude_data) + payloads.from_opencode(oc):
+        actions.parse_action(item)  # whatever the mapping emits, the model accepts

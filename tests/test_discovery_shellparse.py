@@ -1,6 +1,8 @@
 """parse_command on plain strings: the seed story's launches, redirects, builds, bad input."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.discovery.shellparse import CommandFacts, parse_command
 
@@ -160,3 +162,16 @@ def test_not_shell_yields_empty_facts(text: str) -> None:
 
 def test_non_string_input_is_empty() -> None:
     assert parse_command(None) == CommandFacts()  # type: ignore[arg-type]
+
+
+SHELLISH = st.text(
+    alphabet=st.sampled_from(list("ab -=./\"'\\;&|()<>$`\n\t2019:#~*")), max_size=200
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(SHELLISH, st.text(max_size=300)))
+def test_parse_command_never_raises(text: str) -> None:
+    facts = parse_command(text)
+    assert isinstance(facts, CommandFacts)
+    assert all(isinstance(port, int) and 0 < port < 65536 for port in facts.ports)

@@ -17,6 +17,8 @@ transcripts of Claude Code 2.x showing `tool_use_result`):
          PostToolUse carries no exit code: Claude Code turns a non-zero exit into a failed tool
          call unless it interprets the code (grep's 1 = "No matches found"), so a PostToolUse
          without interpretation means 0; PostToolUseFailure's "error" starts "Exit code N".
+  A "duration_ms" (payload) or "durationMs" (tool_response) is used when present; no source
+  seen here guarantees either, so a Claude Code command usually has no duration.
   Edit / MultiEdit / Write: tool_input {"file_path", ...}; NotebookEdit: {"notebook_path", ...}.
 
 opencode (plugin hook `tool.execute.after(input, output)`, packages/plugin/src/index.ts and
@@ -58,10 +60,10 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _number(value: Any) -> float | None:
+def _duration_ms(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    return float(value) if 0 <= value < 1e12 else None  # also drops NaN and infinities
 
 
 def command_action(
@@ -129,7 +131,9 @@ def _claude_bash(data: dict[str, Any], failed: bool) -> dict[str, Any] | None:
         and not fields.get("returnCodeInterpretation")
     ):
         exit_status = 0  # see the module docstring: success without interpretation means 0
-    duration_ms = _number(data.get("duration_ms")) or _number(fields.get("durationMs"))
+    duration_ms = _duration_ms(data.get("duration_ms"))
+    if duration_ms is None:
+        duration_ms = _duration_ms(fields.get("durationMs"))
     return command_action(
         command,
         cwd=_str(data.get("cwd")),
