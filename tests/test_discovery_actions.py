@@ -236,3 +236,24 @@ OPENCODE = st.fixed_dictionaries(
 def test_arbitrary_payloads_map_to_valid_actions_or_nothing(claude_data: dict, oc: dict) -> None:
     for item in payloads.from_claude(claude_data) + payloads.from_opencode(oc):
         actions.parse_action(item)  # whatever the mapping emits, the model accepts
+
+
+def test_commands_carrying_secrets_are_redacted_by_the_service_redactor() -> None:
+    from service import redact
+
+    secret_cmd = (
+        "HF_TOKEN=hf_AbCdEf0123456789abcdef0123 nohup python -m sglang.launch_server "
+        "--api-key sk-live-0123456789abcdefghijkl --port 30000 > s.log 2>&1 &"
+    )
+    payload = claude(
+        "PostToolUse",
+        tool_name="Bash",
+        tool_input={"command": secret_cmd},
+        tool_response={"stdout": "using api key sk-live-0123456789abcdefghijkl"},
+    )
+    (action,) = actions.from_claude(payload)
+    clean = redact.scrub(action)
+    dumped = clean.model_dump_json()
+    assert "hf_AbCdEf0123456789abcdef0123" not in dumped
+    assert "sk-live-0123456789abcdefghijkl" not in dumped
+    assert isinstance(clean, CommandAction) and "sglang.launch_server" in clean.command

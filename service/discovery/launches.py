@@ -34,7 +34,7 @@ class Launch:
     idle_s: float | None = None  # time since its CPU time last grew
 
     def outcome(self, now: datetime) -> str:
-        """ "running for 3 min", "exited with status 1 after 40 s", "gone after 2 min"."""
+        """How it ended or how long it runs: "running for 3 min", "gone after 2 min"."""
         if self.ended_at is None:
             return f"running for {human_duration((now - self.started_at).total_seconds())}"
         lasted = human_duration((self.ended_at - self.started_at).total_seconds())
