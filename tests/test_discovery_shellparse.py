@@ -92,6 +92,10 @@ def test_log_targets(command: str, logs: tuple[str, ...]) -> None:
         ("python -m sglang.launch_server --port=30000", (30000,)),
         ("docker run -p 8080 img", (8080,)),
         ("mkdir -p logs", ()),
+        ("docker run -d -p 127.0.0.1:8005:80 img", (8005,)),
+        ("git log --since 10:00", ()),
+        ("nohup python t.py --resume ckpt:12 &", ()),
+        ("nohup x --endpoint http://0.0.0.0:7000 &", (7000,)),
         ("uvicorn app:app --host 0.0.0.0 --port 9001", (9001,)),
         ("gunicorn -b 127.0.0.1:8002 app:app", (8002,)),
         ("python -m http.server 8003", (8003,)),
@@ -134,6 +138,18 @@ def test_files_read() -> None:
     )
     assert parse_command("grep -e ERROR -e WARN server.log").reads == ("server.log",)
     assert parse_command("ps aux | grep sglang").reads == ()
+
+
+def test_comments_end_at_the_line_and_only_start_words() -> None:
+    facts = parse_command("echo a#b c; ls # nohup fake &\nnohup ./x > l.log &")
+    assert [c.argv for c in facts.commands] == [("echo", "a#b", "c"), ("ls",), ("./x",)]
+    assert [c.argv for c in facts.launches] == [("./x",)]
+    assert parse_command("grep '#include' f.c").reads == ("f.c",)
+
+
+def test_env_options_with_values_are_skipped() -> None:
+    (launch,) = parse_command("env -u FOO -C /srv python serve.py &").launches
+    assert launch.argv == ("python", "serve.py")
 
 
 def test_heredoc_body_is_not_commands() -> None:

@@ -15,6 +15,13 @@ _HOST_PORT = re.compile(
     r"[a-z0-9][a-z0-9.-]*)?:([0-9]{2,5})(?:/.*)?$",
     re.IGNORECASE,
 )
+# A bare `host:N` argument counts only with a host that is plainly an address: `ckpt:12` or
+# `10:00` is not a port.
+_ADDRESS_ARG = re.compile(
+    r"^(?:[a-z][a-z0-9+.-]*://[^/:]+|localhost|\[[0-9a-f:]*\]|[0-9]{1,3}(?:\.[0-9]{1,3}){3})"
+    r":([0-9]{2,5})(?:/.*)?$",
+    re.IGNORECASE,
+)
 _COMPILERS = re.compile(r"^(?:nvcc|gcc|g\+\+|cc|c\+\+|clang|clang\+\+)(?:-[0-9.]+)?$")
 
 
@@ -40,13 +47,19 @@ def _flag_values(argv: list[str], pattern: re.Pattern[str]) -> list[str]:
 def ports_of(argv: list[str]) -> list[int]:
     found: list[str] = _flag_values(argv, _PORT_FLAG)
     for i, arg in enumerate(argv[:-1]):
-        if arg == "-p" and argv[i + 1].isdigit():
-            found.append(argv[i + 1])
+        if arg in ("-p", "--publish"):
+            # `-p 8000`, and docker's `-p [ip:]8000:80`, whose first port is the host's.
+            parts = argv[i + 1].split(":")
+            host_port = parts[-2] if len(parts) >= 2 else parts[0]
+            if host_port.isdigit():
+                found.append(host_port)
     if "http.server" in argv[:3] and argv[-1].isdigit():
         found.append(argv[-1])
-    addresses = _flag_values(argv, _ADDRESS_FLAG) + [a for a in argv[1:] if ":" in a]
-    for value in addresses:
+    for value in _flag_values(argv, _ADDRESS_FLAG):
         if match := _HOST_PORT.match(value):
+            found.append(match[1])
+    for arg in argv[1:]:
+        if match := _ADDRESS_ARG.match(arg):
             found.append(match[1])
     ports = [int(p) for p in found if p.isdigit() and 0 < int(p) < 65536]
     return list(dict.fromkeys(ports))

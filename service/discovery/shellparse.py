@@ -60,13 +60,40 @@ class CommandFacts:
     reads: tuple[str, ...] = ()
 
 
+def _strip_comments(text: str) -> str:
+    """The text without `# …` comments: a `#` that starts a word outside quotes, to the end
+    of its line (the newline stays, it separates commands). shlex's own comment handling
+    also ends a word at a `#` inside it (`a#b`) and eats the newline."""
+    out: list[str] = []
+    quote = ""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and quote != "'":
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        if quote:
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1] in " \t\n;&|()"):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def _tokens(text: str) -> list[str]:
     # shlex loses adjacency, so `2>f` and `8000 > f` would read alike: mark a glued fd first.
-    text = _GLUED_FD.sub(lambda m: f"{_FD_MARK}{m[1]} ", text)
+    text = _GLUED_FD.sub(lambda m: f"{_FD_MARK}{m[1]} ", _strip_comments(text))
     lexer = shlex.shlex(text, posix=True, punctuation_chars=_PUNCT)
     lexer.whitespace = " \t\r"
     lexer.whitespace_split = True
-    lexer.commenters = "#"
+    lexer.commenters = ""
     out: list[str] = []
     for token in lexer:
         if token and all(c in _PUNCT for c in token):
@@ -154,7 +181,10 @@ def _unwrap(argv: list[str]) -> tuple[list[str], str, dict[str, str]]:
             while argv and (argv[0].startswith("-") or _ASSIGNMENT.match(argv[0])):
                 if match := _ASSIGNMENT.match(argv[0]):
                     env[match[1]] = match[2]
+                option = argv[0]
                 argv = argv[1:]
+                if option in ("-u", "-C", "-S", "--unset", "--chdir") and argv:
+                    argv = argv[1:]
         elif head in _WRAPPERS:
             argv = argv[1:]
             while argv and argv[0].startswith("-"):
