@@ -17,17 +17,13 @@ from service.discovery.argvfacts import (
     read_files,
     tee_targets,
 )
+from service.discovery.shelltokens import FD_MARK, pipelines, tokens
 
 # Commands above this are not parsed (a command is capped at 8 KB when stored anyway): the
 # tokenizer is linear, but there is no reason to spend time on a pasted megabyte.
 MAX_PARSE_CHARS = 16_384
-_PUNCT = "();<>|&\n"
-_OPERATOR = re.compile(r"&>>|&&|\|\||;;|>>|&>|>&|<<<|<<|<&|\|&|>\||[;&|()<>\n]")
-_SEPARATORS = {";", "&", "&&", "||", "\n", "(", ")", ";;"}
 _REDIRECTS = {">", ">>", "&>", "&>>", ">&", ">|", "<", "<<", "<<<", "<&"}
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-_GLUED_FD = re.compile(r"(?<!\S)([0-9])(?=[<>])")
-_FD_MARK = "\x01fd"
 _LOG_NAME = re.compile(r"(?:\.(?:log|out|err|txt)$|log)", re.IGNORECASE)
 # Programs that talk to a port rather than open one: their ports are not expected ports.
 _CLIENTS = {"curl", "wget", "nc", "ncat", "telnet", "ssh", "scp", "rsync", "http", "grpcurl"}
@@ -60,82 +56,6 @@ class CommandFacts:
     reads: tuple[str, ...] = ()
 
 
-def _strip_comments(text: str) -> str:
-    """The text without `# …` comments: a `#` that starts a word outside quotes, to the end
-    of its line (the newline stays, it separates commands). shlex's own comment handling
-    also ends a word at a `#` inside it (`a#b`) and eats the newline."""
-    out: list[str] = []
-    quote = ""
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\" and quote != "'":
-            out.append(text[i : i + 2])
-            i += 2
-            continue
-        if quote:
-            if c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c == "#" and (i == 0 or text[i - 1] in " \t\n;&|()"):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _tokens(text: str) -> list[str]:
-    # shlex loses adjacency, so `2>f` and `8000 > f` would read alike: mark a glued fd first.
-    text = _GLUED_FD.sub(lambda m: f"{_FD_MARK}{m[1]} ", _strip_comments(text))
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=_PUNCT)
-    lexer.whitespace = " \t\r"
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    out: list[str] = []
-    for token in lexer:
-        if token and all(c in _PUNCT for c in token):
-            out.extend(_OPERATOR.findall(token))
-        else:
-            out.append(token)
-    return out
-
-
-def _pipelines(tokens: list[str]) -> list[tuple[list[list[str]], bool]]:
-    """[(simple commands of one pipeline, sent to the background with '&')]."""
-    result: list[tuple[list[list[str]], bool]] = []
-    pipeline: list[list[str]] = []
-    current: list[str] = []
-    heredoc: str | None = None
-    for i, token in enumerate(tokens):
-        if heredoc is not None:
-            if token == heredoc and i > 0 and tokens[i - 1] == "\n":
-                heredoc = None
-            continue
-        if token == "<<" and i + 1 < len(tokens):
-            heredoc = tokens[i + 1].lstrip("-")
-            current.append(token)
-            continue
-        if token in ("|", "|&"):
-            pipeline.append(current)
-            current = []
-        elif token in _SEPARATORS:
-            pipeline.append(current)
-            pipeline = [c for c in pipeline if c]
-            if pipeline:
-                result.append((pipeline, token == "&"))
-            pipeline, current = [], []
-        else:
-            current.append(token)
-    pipeline.append(current)
-    pipeline = [c for c in pipeline if c]
-    if pipeline:
-        result.append((pipeline, False))
-    return result
-
-
 def _split_words(words: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
     """(argv, env assignments before the program, stdout/stderr redirect targets)."""
     argv: list[str] = []
@@ -145,8 +65,8 @@ def _split_words(words: list[str]) -> tuple[list[str], dict[str, str], list[str]
     while i < len(words):
         word = words[i]
         fd = ""
-        if word.startswith(_FD_MARK) and i + 1 < len(words):
-            fd, i = word[len(_FD_MARK) :], i + 1
+        if word.startswith(FD_MARK) and i + 1 < len(words):
+            fd, i = word[len(FD_MARK) :], i + 1
             word = words[i]
         if word in _REDIRECTS:
             target = words[i + 1] if i + 1 < len(words) else ""
@@ -244,7 +164,7 @@ def _inner_script(argv: list[str]) -> str | None:
 
 def _collect(text: str, depth: int, cwd: str = "") -> list[SimpleCommand]:
     commands: list[SimpleCommand] = []
-    for pipeline, ampersand in _pipelines(_tokens(text)):
+    for pipeline, ampersand in pipelines(tokens(text)):
         # A pipeline sent off with '&' is a launch as a whole; its first program is the one.
         for position, words in enumerate(pipeline):
             argv, env, targets = _split_words(words)
