@@ -1,7 +1,7 @@
 """What a shell command line says about launches, logs, ports and builds, read without running it.
 
-Pure: no I/O, no service imports, never raises. Values (env values, argv) are returned as
-given; whoever stores them passes them through the redactor first.
+Pure: no I/O, nothing from outside this package, never raises. Values (env values, argv)
+are returned as given; whoever stores them passes them through the redactor first.
 """
 
 import re
