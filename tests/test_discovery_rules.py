@@ -45,6 +45,15 @@ def test_harness_background_flag_makes_a_launch_without_ampersand() -> None:
     assert kinds(proposals) == [("process", r"serve\.py"), ("port", "127.0.0.1:8000")]
 
 
+def test_one_shot_tools_sent_to_the_background_are_not_launches() -> None:
+    facts = parse_command("sleep 30 && tail -f server.log")
+    assert propose_for_command(facts, cwd="/w", at=AT, background=True) == []
+    assert propose_for_command(parse_command("sleep 60 &"), cwd="/w", at=AT) == []
+    activated = parse_command("cd srv && source .venv/bin/activate && python serve.py; echo ok")
+    proposals = propose_for_command(activated, cwd="/w", at=AT, background=True)
+    assert kinds(proposals) == [("process", r"serve\.py")]
+
+
 def test_builds_propose_their_outputs() -> None:
     facts = parse_command("cd sgl-kernel && python -m build --wheel")
     assert kinds(propose_for_command(facts, cwd="/w", at=AT)) == [

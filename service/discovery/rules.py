@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from service.discovery.procscan import Candidate
+from service.discovery.procscan import Candidate, is_excluded
 from service.discovery.shellparse import CommandFacts, SimpleCommand
 from service.discovery.workspace import is_secret_path
 
@@ -23,6 +23,10 @@ _PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*$")
 # Where a build's output lands when the command does not say.
 _DEFAULT_OUTPUTS = {"python -m build": "dist", "uv build": "dist", "setup.py": "dist"}
 _DEFAULT_OUTPUTS |= {"cargo": "target"}
+_BUILTINS = {
+    "cd", "pushd", "popd", "export", "source", ".", "set", "unset", "echo", "printf",
+    "true", "false", "wait", "trap", "ulimit", "umask", "alias", "read", "test", "[",
+}  # fmt: skip
 
 
 def watch_key(watch: Mapping[str, Any]) -> tuple[str, str]:
@@ -113,7 +117,10 @@ def propose_for_command(
     when = _at(at)
     launches = list(facts.launches)
     if background and not launches:
-        launches = [c for c in facts.commands if c.argv and c.argv[0] not in ("cd", "export")][:1]
+        # The harness sent the whole line off: its last real program is the long-running one
+        # (`cd x && source .venv/bin/activate && python serve.py`).
+        launches = [c for c in facts.commands if c.argv and _is_work(c)][-1:]
+    launches = [c for c in launches if _is_work(c)]
     for launch in launches:
         pattern = program_pattern(launch.argv)
         if pattern:
@@ -146,6 +153,13 @@ def propose_for_command(
         if path and counts.get(path, 0) + 1 >= REPEATED_READS:
             out.add({"kind": "log", "path": path}, f"read again by the command at {when}")
     return out.items
+
+
+def _is_work(command: SimpleCommand) -> bool:
+    """Not a builtin, and not `sleep 60 &` or a backgrounded `tail -f`: something to watch."""
+    if not command.argv or command.argv[0] in _BUILTINS:
+        return False
+    return not is_excluded(os.path.basename(command.argv[0]), list(command.argv))
 
 
 def _owner(facts: CommandFacts, target: str) -> SimpleCommand | None:
