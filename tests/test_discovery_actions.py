@@ -63,6 +63,22 @@ def test_claude_background_bash_has_no_exit_status() -> None:
     assert action.background is True and action.exit_status is None
 
 
+@pytest.mark.parametrize(
+    "response",
+    [{"backgroundTaskId": "b2"}, {"backgroundedByUser": True}, {"timedOutAfterMs": 120000}],
+)
+def test_claude_commands_moved_to_the_background_later(response: dict) -> None:
+    payload = claude(
+        "PostToolUse",
+        tool_name="Bash",
+        tool_input={"command": "python train.py"},
+        tool_response={"stdout": "", "stderr": "", "interrupted": False, **response},
+    )
+    (action,) = actions.from_claude(payload)
+    assert isinstance(action, CommandAction)
+    assert action.background is True and action.exit_status is None
+
+
 def test_claude_interpreted_return_code_is_unknown_exit() -> None:
     payload = claude(
         "PostToolUse",

@@ -6,20 +6,25 @@ the service redacts every action before it is stored.
 
 Payload shapes relied on (checked against public sources, not guessed):
 
-Claude Code (hook JSON on stdin; code.claude.com/docs/en/hooks, PostToolUse section, and
-transcripts of Claude Code 2.x showing `tool_use_result`):
+Claude Code (hook JSON on stdin; code.claude.com/docs/en/hooks, PostToolUse section; the tool
+shapes from `sdk-tools.d.ts` in the npm package @anthropic-ai/claude-code 2.1.332, interfaces
+BashInput, BashOutput, FileEditInput, FileWriteInput, NotebookEditInput):
   {"hook_event_name": "PostToolUse" | "PostToolUseFailure" | "UserPromptSubmit", "session_id",
    "transcript_path", "cwd", "tool_name", "tool_input", "tool_response", "tool_use_id",
    "prompt" (UserPromptSubmit), "error" (PostToolUseFailure)}
   Bash:  tool_input {"command", "description", "timeout", "run_in_background"};
          tool_response {"stdout", "stderr", "interrupted", "isImage", "noOutputExpected",
-         "backgroundTaskId" (when sent to the background), "returnCodeInterpretation"}.
-         PostToolUse carries no exit code: Claude Code turns a non-zero exit into a failed tool
-         call unless it interprets the code (grep's 1 = "No matches found"), so a PostToolUse
-         without interpretation means 0; PostToolUseFailure's "error" starts "Exit code N".
+         "backgroundTaskId" (when sent to the background), "backgroundedByUser" (Ctrl+B),
+         "timedOutAfterMs" (auto-backgrounded at its timeout), "returnCodeInterpretation"}.
+         BashOutput has no exit code. Inferred, not verified against a live CLI: Claude Code
+         turns a non-zero exit into a failed tool call unless it interprets the code (grep's
+         1 = "No matches found"), so a PostToolUse without interpretation is read as exit 0,
+         and a PostToolUseFailure "error" that starts "Exit code N" (the text of the failed
+         tool result) gives N; any other error leaves the exit status unknown.
   A "duration_ms" (payload) or "durationMs" (tool_response) is used when present; no source
   seen here guarantees either, so a Claude Code command usually has no duration.
-  Edit / MultiEdit / Write: tool_input {"file_path", ...}; NotebookEdit: {"notebook_path", ...}.
+  Edit / Write: tool_input {"file_path", ...}; NotebookEdit: {"notebook_path", ...}; MultiEdit
+  ({"file_path", "edits"}) is gone from 2.1's tool list but older releases still send it.
 
 opencode (plugin hook `tool.execute.after(input, output)`, packages/plugin/src/index.ts and
 packages/opencode/src/tool/bash.ts in the opencode repository):
@@ -116,8 +121,11 @@ def _claude_bash(data: dict[str, Any], failed: bool) -> dict[str, Any] | None:
     )
     if isinstance(response, str):
         output = response
-    background = tool_input.get("run_in_background") is True or bool(
-        _str(fields.get("backgroundTaskId"))
+    background = (
+        tool_input.get("run_in_background") is True
+        or bool(_str(fields.get("backgroundTaskId")))
+        or fields.get("backgroundedByUser") is True
+        or bool(fields.get("timedOutAfterMs"))
     )
     exit_status: int | None = None
     if failed:
