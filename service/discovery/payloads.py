@@ -26,9 +26,10 @@ BashInput, BashOutput, FileEditInput, FileWriteInput, NotebookEditInput):
   Edit / Write: tool_input {"file_path", ...}; NotebookEdit: {"notebook_path", ...}; MultiEdit
   ({"file_path", "edits"}) is gone from 2.1's tool list but older releases still send it.
 
-opencode (plugin hook `tool.execute.after(input, output)`, packages/plugin/src/index.ts and
-packages/opencode/src/tool/bash.ts in the opencode repository):
-  input {"tool", "sessionID", "callID", "args" (newer releases only)};
+opencode (plugin hook `tool.execute.after(input, output)`: dist/index.d.ts of the npm package
+@opencode-ai/plugin 1.18.33, and packages/opencode/src/tool/bash.ts in the opencode repository):
+  input {"tool", "sessionID", "callID", "args"} ("args" is in 1.18's types, not in older ones;
+  a bash "workdir" arg, where a release has one, is taken as the cwd);
   output {"title", "output", "metadata"}; for bash, title is the command and metadata is
   {"output", "exit", "description"}; edit/write take args {"filePath", ...}. The ctxd plugin
   forwards {"input": input, "output": output, "args": args-from-tool.execute.before,
