@@ -119,3 +119,14 @@ def test_machine_proposals_from_roots_and_their_stdout() -> None:
     proposals = propose_from_machine([(root, ["/w/server.log"]), (worker, ["/w/server.log"])])
     assert kinds(proposals) == [("process", r"sglang\.launch_server"), ("log", "/w/server.log")]
     assert proposals[1]["reason"] == "stdout of pid 50299"
+
+
+def test_proposals_are_valid_watch_specs_once_auto_and_reason_are_taken_off() -> None:
+    from service.models import WatchIn
+
+    facts = parse_command(LAUNCH + "; cd sgl-kernel && python -m build --wheel")
+    proposals = propose_for_command(facts, cwd="/srv/work", at=AT)
+    assert {p["kind"] for p in proposals} == {"process", "log", "port", "artifact"}
+    for proposal in proposals:
+        spec = {k: v for k, v in proposal.items() if k not in ("auto", "reason")}
+        assert WatchIn.model_validate(spec).root.kind == proposal["kind"]
