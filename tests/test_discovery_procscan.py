@@ -72,6 +72,7 @@ def test_young_processes_and_other_folders_are_not_found(server: tuple, tmp_path
     elsewhere.mkdir()
     assert all(c.pid != proc.pid for c in procscan.workspace_processes([str(elsewhere)], 0))
     assert procscan.workspace_processes([], 0) == []
+    assert procscan.workspace_processes(["/"], 0) == []
 
 
 def test_argv_inside_the_workspace_counts_and_one_shot_tools_do_not(tmp_path: Path) -> None:

@@ -95,7 +95,8 @@ def workspace_processes(
 ) -> list[Candidate]:
     """Processes running for at least `min_age_s` whose cwd or an argv path lies inside one of
     the workspaces, minus the excluded kinds; each with the root of its tree among them."""
-    roots = [os.path.abspath(w) for w in workspaces if w]
+    # "/" as a workspace (an agent started at the root, no git) would claim every process.
+    roots = [os.path.abspath(w) for w in workspaces if w and os.path.abspath(w) != "/"]
     if not roots:
         return []
     now = time.time() if now is None else now
