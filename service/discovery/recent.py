@@ -1,0 +1,91 @@
+"""The dump's recent commands: the last commands with time and exit status, the first error
+line of a failure, and repeats folded into one line.
+
+Pure: it reads command actions (anything with the CommandAction fields) already redacted.
+"""
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+RECENT_MAX = 10
+LINE_MAX_CHARS = 200
+_ERROR = re.compile(
+    r"(?:^|\b)(?:error|fatal|failed|exception|traceback|panic|segmentation fault|killed"
+    r"|no such file|command not found|permission denied|cannot|could not|not found)\b",
+    re.IGNORECASE,
+)
+# The exception line that ends a Python traceback: `RuntimeError: CUDA error: …`.
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*")
+
+
+class CommandLike(Protocol):
+    command: str
+    at: datetime
+    exit_status: int | None
+    output_tail: str
+    background: bool
+
+
+@dataclass
+class RecentCommand:
+    command: str
+    at: datetime  # of the latest run
+    exit_status: int | None
+    background: bool = False
+    first_error: str | None = None
+    runs: int = 1  # how many times it ran within the window
+
+    def line(self) -> str:
+        """One line, like: 12:03 `make -j8` → exit 2: make: *** No targets (3 runs)."""
+        text = f"{self.at.strftime('%H:%M')} `{_one_line(self.command)}`"
+        if self.background:
+            text += " → sent to the background"
+        elif self.exit_status is not None:
+            text += f" → exit {self.exit_status}"
+        if self.first_error:
+            text += f": {self.first_error}"
+        if self.runs > 1:
+            text += f" ({self.runs} runs)"
+        return text
+
+
+def _one_line(text: str, limit: int = LINE_MAX_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def first_error_line(output: str) -> str | None:
+    """The line that says what went wrong: a traceback's exception line, else the first line
+    that reads like an error; None if no line does."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        exceptions = [line for line in lines if _EXCEPTION.match(line)]
+        if exceptions:
+            return _one_line(exceptions[-1])
+    for line in lines:
+        if _ERROR.search(line):
+            return _one_line(line)
+    return None
+
+
+def recent_commands(actions: Iterable[CommandLike], limit: int = RECENT_MAX) -> list[RecentCommand]:
+    """The last `limit` distinct commands, oldest first; a command run again is shown once,
+    at its latest run, with its run count. A failure carries its first error line."""
+    folded: dict[str, RecentCommand] = {}
+    for action in actions:
+        key = " ".join(action.command.split())
+        failed = action.exit_status not in (0, None)
+        error = first_error_line(action.output_tail) if failed else None
+        previous = folded.pop(key, None)  # re-inserted: dict order is latest-run order
+        folded[key] = RecentCommand(
+            command=action.command,
+            at=action.at,
+            exit_status=action.exit_status,
+            background=action.background,
+            first_error=error,
+            runs=(previous.runs + 1) if previous else 1,
+        )
+    return list(folded.values())[-limit:]

@@ -1,0 +1,136 @@
+"""The discovery pieces together on real processes: a Claude Code Bash payload that launches
+a server with nohup and a log redirect, then a debug relaunch, with no watch added by hand."""
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from service.discovery import actions, launchtrack, procscan, rules
+from service.discovery.actions import CommandAction
+from service.discovery.shellparse import parse_command
+from service.discovery.workspace import git_section, workspace_of
+
+SERVER = """
+import socket, sys, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port))
+s.listen()
+print("listening on", port, flush=True)
+time.sleep(120)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(work: Path, args: str) -> tuple[subprocess.Popen, str]:
+    """Runs what the agent's `nohup … > server.log 2>&1 &` runs, as a child we can reap."""
+    command = f"cd {shlex.quote(str(work))} && nohup python serve.py {args} > server.log 2>&1 &"
+    with open(work / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "serve.py", *args.split()],
+            cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    return proc, command
+
+
+def wait_listening(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"port {port} never opened")
+
+
+def bash_payload(command: str, cwd: Path) -> dict:
+    return {
+        "hook_event_name": "PostToolUse",
+        "session_id": "s",
+        "cwd": str(cwd),
+        "tool_name": "Bash",
+        "tool_use_id": "toolu_1",
+        "tool_input": {"command": command},
+        "tool_response": {"stdout": "", "stderr": "", "interrupted": False},
+    }
+
+
+def roots_seen(work: Path) -> list[launchtrack.Seen]:
+    found = procscan.roots(procscan.workspace_processes([str(work)], min_age_s=0))
+    return [
+        launchtrack.Seen(
+            pid=c.pid,
+            create_time=c.create_time,
+            argv=tuple(c.argv),
+            cwd=c.cwd,
+            listening=procscan.listening_ports(c.pid),
+        )
+        for c in found
+    ]
+
+
+def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -> None:
+    work = tmp_path / "checkout"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    (work / "serve.py").write_text(SERVER)
+    port = free_port()
+    first, command = launch(work, f"--port {port} --tp 2")
+    second = None
+    try:
+        (action,) = actions.from_claude(bash_payload(command, work / "sub" / ".."))
+        assert isinstance(action, CommandAction) and action.exit_status == 0
+        workspace = workspace_of(str(work))
+        facts = parse_command(action.command)
+        proposals = rules.propose_for_command(facts, cwd=action.cwd, at=action.at)
+        by_kind = {p["kind"]: p for p in proposals}
+        assert by_kind["process"]["match"] == r"serve\.py"
+        assert by_kind["port"]["port"] == port
+        log_path = by_kind["log"]["path"]
+
+        wait_listening(port)
+        # The kernel agrees with the parse: fd 1 of the launched root is the same log file.
+        (root,) = procscan.roots(procscan.workspace_processes([workspace], min_age_s=0))
+        assert root.pid == first.pid
+        assert procscan.stdio_files(root.pid) == [log_path]
+        machine = rules.propose_from_machine(
+            [(root, procscan.stdio_files(root.pid))], existing=proposals
+        )
+        assert machine == []  # the command already proposed both
+
+        now = datetime.now(UTC)
+        tracked = launchtrack.observe([], roots_seen(work), now, (port,))
+        assert tracked[0].launch.port_opened is True
+
+        os.killpg(first.pid, 9)
+        first.wait(timeout=10)
+        tracked = launchtrack.observe(tracked, roots_seen(work), datetime.now(UTC), (port,))
+        assert tracked[0].launch.ended_at is not None
+
+        second, _ = launch(work, f"--port {port} --tp 2 --disable-cuda-graph --log-level debug")
+        wait_listening(port)
+        tracked = launchtrack.observe(tracked, roots_seen(work), datetime.now(UTC), (port,))
+        launches = [t.launch for t in tracked]
+        assert [launch.pid for launch in launches] == [first.pid, second.pid]
+        assert launches[0].outcome(datetime.now(UTC)).startswith("gone after")
+        assert launchtrack.changes(launches)[1] == (
+            "relaunched with --disable-cuda-graph, --log-level debug added"
+        )
+        section = git_section(workspace)
+        assert section is not None and "server.log" in section.dirty
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(timeout=10)

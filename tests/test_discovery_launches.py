@@ -1,0 +1,93 @@
+"""Launch outcomes and the difference between launches, on the seed story's three attempts."""
+
+from datetime import UTC, datetime, timedelta
+
+from service.discovery.launches import (
+    Launch,
+    flag_diff,
+    human_duration,
+    idle_seconds,
+    parse_flags,
+    select_env,
+    summary_line,
+)
+
+BASE = "python -m sglang.launch_server --model-path /models/Kimi-K2.5-INT4 --tp 8 --port 8000"
+EAGLE = (
+    BASE + " --speculative-algorithm EAGLE3 --speculative-draft-model-path /models/AQ-MedAI-drafter"
+).split()
+PLAIN = BASE.split()
+DEBUG = (BASE + " --disable-cuda-graph --log-level debug").split()
+T0 = datetime(2026, 11, 30, 12, 1, tzinfo=UTC)
+
+
+def test_eagle_to_base_model_removes_the_drafter() -> None:
+    diff = flag_diff(EAGLE, PLAIN)
+    assert diff.added == [] and diff.changed == []
+    assert diff.removed == [
+        "--speculative-algorithm EAGLE3",
+        "--speculative-draft-model-path /models/AQ-MedAI-drafter",
+    ]
+    assert summary_line(diff).startswith("relaunched with --speculative-algorithm EAGLE3, ")
+
+
+def test_debug_relaunch_adds_the_debug_flags() -> None:
+    diff = flag_diff(PLAIN, DEBUG)
+    assert diff.added == ["--disable-cuda-graph", "--log-level debug"]
+    assert summary_line(diff) == "relaunched with --disable-cuda-graph, --log-level debug added"
+
+
+def test_changed_values_glued_values_positional_and_env() -> None:
+    before = ["./serve", "model-a.bin", "--port=8000", "--verbose"]
+    after = ["/opt/bin/serve", "model-b.bin", "--port", "30000", "--verbose"]
+    diff = flag_diff(before, after, {"NCCL_DEBUG": "WARN", "HF_HOME": "/h"}, {"NCCL_DEBUG": "INFO"})
+    assert diff.changed == ["--port 8000 → 30000"]
+    assert diff.positional == ["model-a.bin → model-b.bin"]
+    assert diff.env == ["HF_HOME removed", "NCCL_DEBUG WARN → INFO"]
+    line = summary_line(diff)
+    assert "--port 8000 → 30000" in line and "env HF_HOME removed" in line
+
+
+def test_unchanged_and_different_program() -> None:
+    assert summary_line(flag_diff(PLAIN, list(PLAIN))) == "relaunched unchanged"
+    other = flag_diff(PLAIN, ["python", "-m", "vllm.entrypoints.api_server", "--port", "8000"])
+    assert other.program_changed
+    assert summary_line(other, "vllm") == "a different program: vllm"
+
+
+def test_parse_flags_handles_repeats_negative_numbers_and_bare_flags() -> None:
+    flags, positional = parse_flags(["--a", "1", "--a", "2", "--lr", "-0.5", "-v", "x", "--b="])
+    assert flags == {"--a": "1 2", "--lr": "-0.5", "-v": "x", "--b": ""}
+    assert positional == []
+    assert parse_flags([]) == ({}, [])
+    # Without the program's option table a bare flag takes a following word as its value;
+    # `--` ends the flags.
+    assert parse_flags(["--verbose", "m.bin"]) == ({"--verbose": "m.bin"}, [])
+    assert parse_flags(["--verbose", "--", "m.bin"]) == ({"--verbose": None}, ["m.bin"])
+
+
+def test_outcomes() -> None:
+    running = Launch(pid=50299, argv=tuple(DEBUG), started_at=T0)
+    assert running.outcome(T0 + timedelta(minutes=3)) == "running for 3 min"
+    gone = Launch(pid=1, argv=(), started_at=T0, ended_at=T0 + timedelta(minutes=2, seconds=5))
+    assert gone.outcome(T0) == "gone after 2 min"
+    failed = Launch(1, (), T0, ended_at=T0 + timedelta(seconds=40), exit_status=1)
+    assert failed.outcome(T0) == "exited with status 1 after 40 s"
+    killed = Launch(1, (), T0, ended_at=T0 + timedelta(hours=1, minutes=5), exit_status=-9)
+    assert killed.outcome(T0) == "killed by signal 9 after 1 h 5 min"
+    assert human_duration(-3) == "0 s" and human_duration(7200) == "2 h"
+
+
+def test_select_env_keeps_the_relevant_names_only() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "HOME": "/root", "NCCL_DEBUG": "INFO", "TERM": "x"}
+    assert select_env(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO"}
+
+
+def test_idle_seconds_since_cpu_last_grew() -> None:
+    assert idle_seconds([]) is None
+    busy_then_idle = [(0.0, 1.0), (10.0, 5.0), (20.0, 5.0), (30.0, 5.0)]
+    assert idle_seconds(busy_then_idle) == 20.0
+    never_busy = [(0.0, 2.0), (10.0, 2.0)]
+    assert idle_seconds(never_busy) == 10.0
+    still_busy = [(0.0, 1.0), (10.0, 2.0)]
+    assert idle_seconds(still_busy) == 0.0

@@ -1,0 +1,144 @@
+"""Workspace processes, their stdout/stderr files and listening ports, on real child processes."""
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.discovery import procscan
+
+SERVER = """
+import socket, subprocess, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+           for _ in range(2)]
+print("server up", flush=True)
+time.sleep(60)
+"""
+
+
+def wait_for(predicate, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, int]]:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "serve.py"
+    script.write_text(SERVER)
+    log = work / "server.log"
+    port_file = work / "port"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(port_file)],
+            cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        port = int(wait_for(lambda: port_file.exists() and port_file.read_text()))
+        wait_for(lambda: len(procscan.psutil.Process(proc.pid).children()) == 2)
+        yield proc, work, port
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(timeout=10)
+
+
+def test_the_server_tree_is_found_with_its_root(server: tuple) -> None:
+    proc, work, _ = server
+    found = procscan.workspace_processes([str(work)], min_age_s=0)
+    tree = [c for c in found if c.root == proc.pid]
+    assert len(tree) == 3  # the launcher and its two workers
+    (root,) = procscan.roots(tree)
+    assert root.pid == proc.pid and root.cwd == str(work)
+    assert root.argv[1].endswith("serve.py")
+
+
+def test_young_processes_and_other_folders_are_not_found(server: tuple, tmp_path: Path) -> None:
+    proc, work, _ = server
+    assert procscan.workspace_processes([str(work)], min_age_s=3600) == []
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert all(c.pid != proc.pid for c in procscan.workspace_processes([str(elsewhere)], 0))
+    assert procscan.workspace_processes([], 0) == []
+    assert procscan.workspace_processes(["/"], 0) == []
+
+
+def test_argv_inside_the_workspace_counts_and_one_shot_tools_do_not(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    script = work / "job.py"
+    script.write_text("import time; time.sleep(60)\n")
+    job = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    nap = subprocess.Popen(["sleep", "60"], cwd=work)
+    try:
+        found = wait_for(lambda: procscan.workspace_processes([str(work)], min_age_s=0))
+        pids = {c.pid for c in found}
+        assert job.pid in pids and nap.pid not in pids
+    finally:
+        for child in (job, nap):
+            child.kill()
+            child.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "excluded"),
+    [
+        ("claude", ["claude", "--resume"], True),
+        ("node", ["node", "/usr/lib/node_modules/@anthropic-ai/claude-code/cli.js"], True),
+        ("opencode", ["opencode"], True),
+        ("ctxd", ["/venv/bin/ctxd", "serve"], True),
+        ("nvim", ["nvim", "a.py"], True),
+        ("bash", ["bash"], True),
+        ("git", ["git", "status"], True),
+        ("python3", ["python3", "-m", "sglang.launch_server"], False),
+        ("node", ["node", "server.js"], False),
+    ],
+)
+def test_exclusions(name: str, argv: list[str], excluded: bool) -> None:
+    assert procscan.is_excluded(name, argv) is excluded
+
+
+def test_stdio_files_finds_the_redirect_target(server: tuple) -> None:
+    proc, work, _ = server
+    assert procscan.stdio_files(proc.pid) == [str(work / "server.log")]
+
+
+def test_stdio_skips_pipes_and_deleted_files(tmp_path: Path) -> None:
+    piped = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    doomed = tmp_path / "doomed.log"
+    with open(doomed, "w") as out:
+        deleted = subprocess.Popen(["sleep", "60"], stdout=out, stderr=subprocess.DEVNULL)
+    doomed.unlink()
+    try:
+        assert procscan.stdio_files(piped.pid) == []
+        assert procscan.stdio_files(deleted.pid) == []
+    finally:
+        for child in (piped, deleted):
+            child.kill()
+            child.wait(timeout=10)
+
+
+def test_listening_ports_of_the_tree(server: tuple) -> None:
+    proc, _, port = server
+    assert procscan.listening_ports(proc.pid) == [port]
+    workers = procscan.psutil.Process(proc.pid).children()
+    assert procscan.listening_ports(workers[0].pid) == []
+
+
+def test_vanished_processes_are_outcomes_not_errors() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait(timeout=10)
+    assert procscan.stdio_files(gone.pid) == []
+    assert procscan.listening_ports(gone.pid) is None
