@@ -20,6 +20,7 @@ from service.routes.pages import PageController
 from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
+from service.usecases import UseCases
 from service.watcher import Activity, Watcher
 
 log = logging.getLogger("ctxd")
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             log.info("rewrote %d Markdown file(s) from the database", rebuilt)
         app.state.snapshotter = snapshotter
         app.state.activity = Activity()
+        app.state.usecases = UseCases(snapshotter, app.state.activity)
         watcher = Watcher(snapshotter, app.state.activity)
         triggers = asyncio.create_task(watcher.run())
         try:
@@ -87,7 +89,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             store.close()
 
     # Its lifespan comes second: the MCP tools need the snapshotter the first one sets up.
-    mcp = LazyMcp(settings.limits.max_body_bytes, settings.host, settings.token)
+    # The access middleware in front of every route checks the bearer token for /mcp too.
+    mcp = LazyMcp(settings.limits.max_body_bytes, settings.host)
     redact.install_log_filter(log)
     redact.learn_own_env()
     return Litestar(

@@ -7,8 +7,6 @@ from service import changes, redact, render
 from service.models import Diff, Snapshot
 from service.snapshots import Snapshotter, version_file
 
-HOOK_MAX_CHARS = 8000
-
 
 def _logs_to(lines: int) -> Callable[[Snapshot], str]:
     def cut(s: Snapshot) -> str:

@@ -1,4 +1,8 @@
-"""The SQLite store: the only module that knows SQL; schema migrations, sessions, versions."""
+"""The SQLite store: the only module that knows SQL; it stores what it is given.
+
+Redaction and the rules of agent-written input are the use cases' (`service/usecases.py`);
+the schema's migrations are in `store_schema.py`.
+"""
 
 import hashlib
 import json
@@ -9,103 +13,25 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
+from sqlite_utils.db import Table
 
-from service import redact
 from service.errors import LimitReached, NotFound
 from service.models import (
-    Invalid,
     JournalEntry,
     JournalIn,
-    JournalUpdate,
     Session,
     SessionIn,
     Snapshot,
     SnapshotSummary,
     Watch,
     WatchSpec,
-    check_status,
 )
+from service.store_schema import migrations
 
 DEFAULT_QUIET_AFTER_S = 300
-
-migrations = Migrations("ctxd")
-
-
-@migrations()
-def m001_initial(db: Database) -> None:
-    db["sessions"].create(  # type: ignore[union-attr]
-        {
-            "id": str,
-            "title": str,
-            "objective": str,
-            "quiet_after_s": int,
-            "created_at": str,
-            "last_activity_at": str,
-        },
-        pk="id",
-    )
-    db["watches"].create(  # type: ignore[union-attr]
-        {"id": int, "session": str, "spec": str, "created_at": str},
-        pk="id",
-        foreign_keys=[("session", "sessions", "id")],
-    )
-    db["watches"].create_index(["session"])  # type: ignore[union-attr]
-    db["journal"].create(  # type: ignore[union-attr]
-        {
-            "id": int,
-            "session": str,
-            "kind": str,
-            "text": str,
-            "outcome": str,
-            "status": str,
-            "key": str,
-            "created_at": str,
-        },
-        pk="id",
-        foreign_keys=[("session", "sessions", "id")],
-    )
-    db["journal"].create_index(["session"])  # type: ignore[union-attr]
-    db["snapshots"].create(  # type: ignore[union-attr]
-        {
-            "id": int,
-            "session": str,
-            "version": int,
-            "taken_at": str,
-            "trigger": str,
-            "signals": int,
-            "changes": int,
-            "body": str,
-            "markdown": str,
-        },
-        pk="id",
-        foreign_keys=[("session", "sessions", "id")],
-    )
-    db["snapshots"].create_index(["session", "version"], unique=True)  # type: ignore[union-attr]
-
-
-@migrations()
-def m002_last_message(db: Database) -> None:
-    db["sessions"].add_column("last_message", str)  # type: ignore[union-attr]
-    db["sessions"].add_column("last_message_at", str)  # type: ignore[union-attr]
-
-
-@migrations()
-def m003_sections_and_journal_updates(db: Database) -> None:
-    """Snapshots keep content-addressed, compressed sections: storage grows with change."""
-    db["blobs"].create({"hash": str, "data": bytes}, pk="hash")  # type: ignore[union-attr]
-    snapshots = db["snapshots"]
-    snapshots.add_column("sections", str)  # type: ignore[union-attr]
-    snapshots.add_column("markdown_z", bytes)  # type: ignore[union-attr]
-    snapshots.add_column("content_key", str)  # type: ignore[union-attr]
-    snapshots.add_column("confirmed_at", str)  # type: ignore[union-attr]
-    snapshots.add_column("confirmations", int, not_null_default=0)  # type: ignore[union-attr]
-    db["journal"].add_column("concerns", str)  # type: ignore[union-attr]
-    db["journal"].add_column("updated_at", str)  # type: ignore[union-attr]
-    db["sessions"].add_column("cwd", str)  # type: ignore[union-attr]
-    db["sessions"].add_column("schedule_every_s", int)  # type: ignore[union-attr]
 
 
 def now() -> datetime:
@@ -155,12 +81,12 @@ class Store:
         moment = _iso(now())
         with self._tx() as db:
             exists = bool(self._rows("select 1 from sessions where id = ?", [sid]))
-            fields = redact.scrub(data.model_dump(exclude_none=True))
+            fields = data.model_dump(exclude_none=True)
             if exists:
                 if fields:
-                    db["sessions"].update(sid, fields)  # type: ignore[union-attr]
+                    db.table("sessions").update(sid, fields)
             else:
-                db["sessions"].insert(  # type: ignore[union-attr]
+                db.table("sessions").insert(
                     {
                         "title": "",
                         "objective": "",
@@ -197,7 +123,7 @@ class Store:
             fields.update(last_message=message, last_message_at=moment)
         with self._tx() as db:
             self.get_session(sid)
-            db["sessions"].update(sid, fields)  # type: ignore[union-attr]
+            db.table("sessions").update(sid, fields)
 
     def last_message(self, sid: str) -> tuple[str | None, datetime | None]:
         rows = self._rows("select last_message, last_message_at from sessions where id = ?", [sid])
@@ -213,16 +139,8 @@ class Store:
             count = self._rows("select count(*) n from watches where session = ?", [sid])[0]["n"]
             if count >= limit:
                 raise LimitReached(f"session '{sid}' already has {count} watches (limit {limit})")
-            table = db["watches"]
-            # a health URL or path may carry a token: what is kept is what may be shown
-            table.insert(  # type: ignore[union-attr]
-                {
-                    "session": sid,
-                    "spec": redact.scrub(spec).model_dump_json(),
-                    "created_at": _iso(now()),
-                }
-            )
-            wid = int(table.last_pk)  # type: ignore[union-attr,arg-type]
+            row = {"session": sid, "spec": spec.model_dump_json(), "created_at": _iso(now())}
+            wid = _new_id(db.table("watches").insert(row))
         return self.get_watch(sid, wid)
 
     def get_watch(self, sid: str, wid: int) -> Watch:
@@ -239,31 +157,27 @@ class Store:
     def delete_watch(self, sid: str, wid: int) -> None:
         with self._tx() as db:
             self.get_watch(sid, wid)
-            db["watches"].delete(wid)  # type: ignore[union-attr]
+            db.table("watches").delete(wid)
 
     # --- journal ----------------------------------------------------------------------------
 
     def add_entry(self, sid: str, entry: JournalIn) -> JournalEntry:
         with self._tx() as db:
             self.get_session(sid)
-            row = redact.scrub(entry.model_dump())
+            row = entry.model_dump()
             row["concerns"] = json.dumps(row["concerns"])
-            table = db["journal"]
-            table.insert({"session": sid, "created_at": _iso(now()), **row})  # type: ignore[union-attr]
-            eid = int(table.last_pk)  # type: ignore[union-attr,arg-type]
+            journal = db.table("journal")
+            eid = _new_id(journal.insert({"session": sid, "created_at": _iso(now()), **row}))
         return self.get_entry(sid, eid)
 
-    def update_entry(self, sid: str, eid: int, update: JournalUpdate) -> JournalEntry:
-        fields = redact.scrub(update.model_dump(exclude_unset=True))
-        if "text" in fields and fields["text"] is None:  # an entry's text is never NULL
-            raise Invalid("text: cannot be null; omit it to keep the current text")
+    def update_entry(self, sid: str, eid: int, fields: dict[str, Any]) -> JournalEntry:
+        """Set the given columns of an entry (text, outcome, status, concerns)."""
+        fields = dict(fields)
         with self._tx() as db:
-            entry = self.get_entry(sid, eid)
-            if "status" in fields:
-                check_status(entry.kind, fields["status"])
+            self.get_entry(sid, eid)
             if "concerns" in fields:
                 fields["concerns"] = json.dumps(fields["concerns"] or [])
-            db["journal"].update(eid, {**fields, "updated_at": _iso(now())})  # type: ignore[union-attr]
+            db.table("journal").update(eid, {**fields, "updated_at": _iso(now())})
         return self.get_entry(sid, eid)
 
     def get_entry(self, sid: str, eid: int) -> JournalEntry:
@@ -290,9 +204,10 @@ class Store:
         """
         with self._tx() as db:
             self.get_session(sid)
+            # read and written under one lock and transaction: the number cannot race
             version = self.latest_version(sid) + 1
             snapshot, markdown = build(version)
-            db["snapshots"].insert(  # type: ignore[union-attr]
+            db.table("snapshots").insert(
                 {
                     "session": sid,
                     "version": version,
@@ -463,6 +378,13 @@ _SESSION_SQL = (
     " s.created_at, s.last_activity_at,"
     " (select count(*) from snapshots where session = s.id) versions from sessions s"
 )
+
+
+def _new_id(table: Table) -> int:
+    """The integer primary key of the row `table` just inserted (its rowid)."""
+    if table.last_rowid is None:
+        raise sqlite3.DatabaseError(f"insert into {table.name} returned no row id")
+    return table.last_rowid
 
 
 def _within(path: Path, root: Path) -> bool:

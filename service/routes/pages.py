@@ -11,9 +11,15 @@ from litestar.response import Redirect, Template
 from service import pages, redact
 from service.errors import NotFound
 from service.page_engine import HEADERS
-from service.routes.api import Sid, Version, snapshotter
+from service.routes.api import Sid, Version
+from service.snapshots import Snapshotter
 
 HTML = "text/html"  # Litestar appends "; charset=utf-8" to text types
+
+
+def snapshotter(state: State) -> Snapshotter:
+    """The pages read through the snapshotter directly: a reader's visit is not activity."""
+    return state.snapshotter
 
 
 def _error_page(status: int, title: str, detail: str) -> Template:
