@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
+from service.client import Client, Unreachable, body, detail
 
 DEFAULT_URL = os.environ.get("CTXD_URL", "http://127.0.0.1:8765")
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -79,20 +79,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=int)
     p.set_defaults(func=resume)
 
-    p = sub.add_parser("watch", help="add a watch: process, log, artifact or port")
+    p = sub.add_parser("watch", help="add a watch: process, log, artifact, port or command")
     p.add_argument("session")
-    p.add_argument("kind", choices=["process", "log", "artifact", "port"])
+    p.add_argument("kind", choices=["process", "log", "artifact", "port", "command"])
     p.add_argument(
         "target",
-        help="process: a regex on the command line (or --pid); log/artifact: "
-        "a path or glob; port: a port number",
+        help="process: a regex on the command line (or --pid, --name); log/artifact: "
+        "a path or glob; port: a port number; command: its name in the server's allowlist",
         nargs="?",
     )
     p.add_argument("--pid", type=int)
+    p.add_argument("--name", help="process: its exact name (instead of a regex)")
     p.add_argument("--no-children", action="store_true")
     p.add_argument("--expect-port", type=int, action="append", default=[])
     p.add_argument("--env", action="append", default=[], help="environment glob, e.g. 'NCCL_*'")
     p.add_argument("--lines", type=int)
+    p.add_argument("--files", type=int, help="log glob: how many of the newest files to show")
+    p.add_argument(
+        "--errors", action="append", default=[], help="log: an extra regex of error lines"
+    )
+    p.add_argument("--timeout", type=float, help="command: seconds before it is cut off")
+    p.add_argument("--cwd", help="command: the directory it runs in")
     p.add_argument("--host")
     p.add_argument("--health-url")
     p.set_defaults(func=watch)
@@ -134,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
         if "{watch_id}" in path:
             p.add_argument("watch_id", type=int)
         p.set_defaults(func=simple, method=method, path="/api/sessions/{session}/" + path)
+    # `versions` was the name of `snapshots` before: kept for scripts, left out of the help.
+    p = sub.add_parser("versions")
+    p.add_argument("session")
+    p.set_defaults(func=simple, method="GET", path="/api/sessions/{session}/snapshots")
 
     p = sub.add_parser("show", help="print one version's dump (Markdown; JSON with --json)")
     p.add_argument("session")
@@ -167,7 +178,7 @@ SIMPLE = (
     ("watches", "list a session's watches", "GET", "watches"),
     ("unwatch", "remove a watch by its id (see `ctxd watches`)", "DELETE", "watches/{watch_id}"),
     ("journal", "list a session's journal entries", "GET", "journal"),
-    ("versions", "list a session's versions, newest first", "GET", "snapshots"),
+    ("snapshots", "list a session's snapshots, newest first", "GET", "snapshots"),
     ("heartbeat", "mark a session active without content", "POST", "heartbeat"),
 )
 
@@ -202,14 +213,15 @@ def token(args: argparse.Namespace) -> int:
 
 def session(args: argparse.Namespace) -> int:
     keys = ("title", "objective", "quiet_after_s", "schedule_every_s", "cwd")
-    body = {k: v for k in keys if (v := getattr(args, k))}
-    _print_json(_call(args, "PUT", f"/api/sessions/{args.session}", json=body))
+    # `is not None`: 0 and "" are values (`--schedule-every 0` switches a schedule off)
+    fields = {k: v for k in keys if (v := getattr(args, k)) is not None}
+    _print_json(_call(args, "PUT", f"/api/sessions/{args.session}", json=fields))
     return 0
 
 
 def snapshot(args: argparse.Namespace) -> int:
-    body = {"note": args.note} if args.note else None
-    result = _call(args, "POST", f"/api/sessions/{args.session}/snapshots", json=body)
+    asked = {"note": args.note} if args.note else None
+    result = _call(args, "POST", f"/api/sessions/{args.session}/snapshots", json=asked)
     if args.json:
         _print_json(result)
     else:
@@ -229,35 +241,42 @@ def resume(args: argparse.Namespace) -> int:
 
 
 def watch(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"kind": args.kind}
+    spec: dict[str, Any] = {"kind": args.kind}
     if args.kind == "process":
         if args.pid:
-            body["pid"] = args.pid
+            spec["pid"] = args.pid
+        elif args.name:
+            spec["name"] = args.name
         elif args.target:
-            body["match"] = args.target
-        body.update(children=not args.no_children, expect_ports=args.expect_port, env=args.env)
+            spec["match"] = args.target
+        spec.update(children=not args.no_children, expect_ports=args.expect_port, env=args.env)
     elif args.kind in ("log", "artifact"):
-        body["path"] = args.target
-        if args.lines and args.kind == "log":
-            body["lines"] = args.lines
+        spec["path"] = args.target
+        if args.kind == "log":
+            given = (("lines", args.lines), ("files", args.files), ("errors", args.errors))
+            spec.update({k: v for k, v in given if v})
+    elif args.kind == "command":
+        spec["name"] = args.target or args.name
+        options = (("timeout_s", args.timeout), ("cwd", args.cwd))
+        spec.update({k: v for k, v in options if v is not None})
     else:
-        body["port"] = args.target
-        body.update({k: v for k, v in (("host", args.host), ("url", args.health_url)) if v})
-    _print_json(_call(args, "POST", f"/api/sessions/{args.session}/watches", json=body))
+        spec["port"] = args.target
+        spec.update({k: v for k, v in (("host", args.host), ("url", args.health_url)) if v})
+    _print_json(_call(args, "POST", f"/api/sessions/{args.session}/watches", json=spec))
     return 0
 
 
 def note(args: argparse.Namespace) -> int:
-    body = {"kind": args.kind, "text": args.text}
-    body.update({k: v for k in ("outcome", "status", "key") if (v := getattr(args, k))})
-    _print_json(_call(args, "POST", f"/api/sessions/{args.session}/journal", json=body))
+    entry = {"kind": args.kind, "text": args.text}
+    entry.update({k: v for k in ("outcome", "status", "key") if (v := getattr(args, k))})
+    _print_json(_call(args, "POST", f"/api/sessions/{args.session}/journal", json=entry))
     return 0
 
 
 def update(args: argparse.Namespace) -> int:
-    body = {k: v for k in ("status", "outcome", "text") if (v := getattr(args, k)) is not None}
+    fields = {k: v for k in ("status", "outcome", "text") if (v := getattr(args, k)) is not None}
     path = f"/api/sessions/{args.session}/journal/{args.entry}"
-    _print_json(_call(args, "PATCH", path, json=body))
+    _print_json(_call(args, "PATCH", path, json=fields))
     return 0
 
 
@@ -326,34 +345,21 @@ def prune(args: argparse.Namespace) -> int:
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    url = args.url.rstrip("/") + path
-    headers = (
-        {"Authorization": f"Bearer {token}"} if (token := os.environ.get("CTXD_TOKEN")) else {}
-    )
     try:
-        response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
-    except httpx.HTTPError as exc:
-        raise CliError(
-            f"cannot reach the service at {args.url} ({type(exc).__name__}); "
-            "start it with `ctxd serve` or `make run`, or pass --url"
-        ) from None
+        response = Client(args.url).call(method, path, **kwargs)
+    except Unreachable as exc:
+        raise CliError(f"{exc}; start it with `ctxd serve` or `make run`, or pass --url") from None
     if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
         status = response.status_code
         code, hint = HINTS.get(status, (EXIT_SERVICE, "see the service log"))
-        raise CliError(f"{method} {path}: HTTP {status}: {detail} ({hint})", code)
-    if response.headers.get("content-type", "").startswith("application/json"):
-        return response.json()
-    return response.text
+        raise CliError(f"{method} {path}: HTTP {status}: {detail(response)} ({hint})", code)
+    return body(response)
 
 
 HINTS = {
     400: (EXIT_USAGE, "fix the input; see `ctxd COMMAND --help`"),
     403: (EXIT_USAGE, "the server's configuration does not allow it"),
-    404: (EXIT_NOT_FOUND, "see what exists: `ctxd sessions`, `ctxd watches|journal|versions SID`"),
+    404: (EXIT_NOT_FOUND, "see what exists: `ctxd sessions`, `ctxd watches|journal|snapshots SID`"),
     409: (EXIT_SERVICE, "a limit was reached; remove something first"),
     413: (EXIT_USAGE, "the request is larger than the server accepts"),
 }

@@ -6,9 +6,10 @@ anything is stored, watch admission, journal status rules, and activity marking 
 about a session counts as its activity; the quiet trigger waits for silence).
 """
 
-from service import __version__, confine, recovery, redact
+from service import __version__, confine, recovery, redact, resolve
 from service.collectors import commands
 from service.errors import Invalid, NotFound
+from service.harness import HOOK_MAX_CHARS, is_continue
 from service.models import (
     Diff,
     JournalEntry,
@@ -23,6 +24,7 @@ from service.models import (
     check_status,
 )
 from service.redact_names import is_secret_name
+from service.resolve import Resolved, ResolveIn
 from service.snapshots import Snapshotter
 from service.watcher import Activity
 
@@ -61,6 +63,25 @@ class UseCases:
 
     def get_session(self, sid: str) -> Session:
         return self.store.get_session(self._active(sid))
+
+    def resolve_session(self, ask: ResolveIn) -> Resolved:
+        """The session of the agent that asks, made if need be (see `service/resolve.py`)."""
+        return Resolved.model_validate(self._resolve(ask).model_dump())
+
+    def _resolve(self, ask: ResolveIn) -> Session:
+        if ask.session:
+            return self.put_session(ask.session, SessionIn())[0]
+        if not ask.cwd.startswith("/"):
+            return self.put_session(*resolve.harness_session(ask))[0]
+        if scoped := self.store.list_sessions(cwd=ask.cwd):
+            return self.get_session(scoped[0].id)
+        root = ask.root if ask.root.startswith("/") else ask.cwd
+        base, _ = resolve.checkout_session(root, None, exists=False)
+        try:
+            taken_by, exists = self.store.get_session(base).cwd, True
+        except NotFound:
+            taken_by, exists = None, False
+        return self.put_session(*resolve.checkout_session(root, taken_by, exists))[0]
 
     def heartbeat(self, sid: str) -> None:
         self.store.get_session(self._active(sid))
@@ -157,6 +178,15 @@ class UseCases:
         if cached is not None:
             return cached
         return recovery.resume(self.snap, sid, fresh=fresh, max_chars=max_chars, since=since)
+
+    def prompt(self, sid: str, text: str, max_chars: int = HOOK_MAX_CHARS) -> str | None:
+        """A prompt a hook saw: recorded as the latest message; a bare "continue" instead takes
+        a fresh snapshot and returns it cut to `max_chars`, for the hook to inject."""
+        if not is_continue(text):
+            self.message(sid, text)
+            return None
+        self.message(sid, "")
+        return self.resume(sid, fresh=False, max_chars=max_chars)
 
     def diff(self, sid: str, from_version: int, to_version: int) -> Diff:
         return recovery.diff(self.snap, self._active(sid), from_version, to_version)

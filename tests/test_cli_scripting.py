@@ -38,7 +38,7 @@ def test_every_operation_has_a_subcommand_with_json(server: Server):
     assert as_json(url, "message", "sh", "still failing") == {"status": "recorded"}
     dump = as_json(url, "message", "sh", "")
     assert dump["session"] == "sh" and "script it" in dump["markdown"]
-    versions = as_json(url, "versions", "sh")
+    versions = as_json(url, "snapshots", "sh")
     assert [v["version"] for v in versions] == [2, 1] and versions[0]["trigger"] == "continue"
     assert as_json(url, "show", "sh", "1")["header"]["version"] == 1
     assert ctxd(url, "show", "sh", "1").stdout.startswith("# sh · v1")

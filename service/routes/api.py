@@ -23,6 +23,7 @@ from service.models import (
     Watch,
     WatchIn,
 )
+from service.resolve import PromptIn, Resolved, ResolveIn
 from service.usecases import UseCases
 
 MARKDOWN = "text/markdown"  # Litestar appends "; charset=utf-8" to text types
@@ -56,6 +57,11 @@ class SessionController(Controller):
     def put_session(self, state: State, sid: Sid, data: SessionIn) -> Response[Session]:
         session, created = use(state).put_session(sid, data)
         return Response(session, status_code=201 if created else 200)
+
+    @post("/resolve", sync_to_thread=True, status_code=200)
+    def resolve_session(self, state: State, data: ResolveIn) -> Resolved:
+        """The session of the agent whose hook asks (made if need be): one policy for all."""
+        return use(state).resolve_session(data)
 
     @get("/", sync_to_thread=True)
     def list_sessions(
@@ -143,6 +149,14 @@ class SessionController(Controller):
     @post("/{sid:str}/messages", sync_to_thread=True)
     def message(self, state: State, sid: Sid, data: MessageIn) -> Response[Any]:
         markdown = use(state).message(sid, data.text)
+        if markdown is None:
+            return Response({"status": "recorded"}, status_code=202)
+        return Response(markdown, media_type=MARKDOWN, status_code=200)
+
+    @post("/{sid:str}/prompts", sync_to_thread=True)
+    def prompt(self, state: State, sid: Sid, data: PromptIn) -> Response[Any]:
+        """A hook's prompt: recorded (202), or for a bare "continue" the dump to inject (200)."""
+        markdown = use(state).prompt(sid, data.text, data.max_chars)
         if markdown is None:
             return Response({"status": "recorded"}, status_code=202)
         return Response(markdown, media_type=MARKDOWN, status_code=200)
