@@ -11,7 +11,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from service import __version__, access, page_engine, redact, sampler
+from service import __version__, access, redact, sampler, templating
 from service.errors import CtxdError
 from service.routes import storage_errors
 from service.routes.api import health, prune, sessions_router
@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     redact.learn_own_env()
     return Litestar(
         route_handlers=[health, prune, sessions_router, PageController, mcp.handler],
-        template_config=page_engine.template_config(),
+        template_config=templating.template_config(),
         lifespan=[lifespan, mcp.lifespan],
         on_startup=[_filter_server_logs],
         middleware=[access.middleware(settings)],

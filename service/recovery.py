@@ -56,7 +56,9 @@ SHRINK_STEPS = (
 )
 
 
-def fit(snap: Snapshotter, snapshot: Snapshot, markdown: str, max_chars: int | None) -> str:
+def fit_to_budget(
+    snap: Snapshotter, snapshot: Snapshot, markdown: str, max_chars: int | None
+) -> str:
     """The dump cut to `max_chars`, step by step, ending with where the full one lives."""
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
@@ -113,7 +115,7 @@ def resume(
     snapshot = snap.store.get_snapshot(sid, version)
     lead = _changes_since(snap, sid, since, snapshot) if since and since != version else ""
     budget = max(200, max_chars - len(lead)) if max_chars else None
-    markdown = fit(snap, snapshot, markdown, budget)
+    markdown = fit_to_budget(snap, snapshot, markdown, budget)
     if lead:
         title, _, rest = markdown.partition("\n\n")
         markdown = f"{title}\n\n{lead}{rest}"

@@ -51,7 +51,7 @@ def test_every_operation_has_a_subcommand_with_json(server: Server):
 
 
 def test_exit_codes_tell_not_found_from_bad_input_from_no_service(server: Server):
-    missing = ctxd(server.url, "versions", "no-such-session")
+    missing = ctxd(server.url, "snapshots", "no-such-session")
     assert missing.returncode == 3 and "ctxd sessions" in missing.stderr
     ctxd(server.url, "session", "codes")
     assert ctxd(server.url, "unwatch", "codes", "99").returncode == 3
