@@ -109,3 +109,46 @@ def test_mcp_resume_of_the_stored_dump_and_the_latest_resource_agree(
     assert _text(out[0]) == stored and "keep the dump in memory" in stored
     missing = asyncio.run(_calls(server.url, [("resume", {"session": "nope", "fresh": False})]))
     assert missing[0].is_error and "list_sessions" in _text(missing[0])
+
+
+def test_every_use_case_about_a_session_marks_its_activity(tmp_path):
+    from datetime import timedelta
+
+    import pytest
+
+    from service.errors import Invalid, NotFound
+    from service.models import JournalIn, JournalUpdate, PortWatch, SessionIn
+    from service.settings import Settings
+    from service.snapshots import Snapshotter
+    from service.store import Store
+    from service.usecases import UseCases
+    from service.watcher import Activity
+
+    settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
+    snap = Snapshotter(settings, Store(settings.db_path))
+    activity = Activity()
+    cases = UseCases(snap, activity)
+    try:
+        session, created = snap.store.put_session("act", SessionIn())  # the store marks nothing
+        assert created and activity.last(session) == session.last_activity_at
+        with pytest.raises(NotFound, match="no snapshot yet"):
+            cases.latest_dump("act")
+        entry = cases.add_entry("act", JournalIn(kind="attempt", text="x", status="running"))
+        calls = [
+            lambda: cases.list_entries("act"),
+            lambda: cases.add_watch("act", PortWatch(port=1)),
+            lambda: cases.list_watches("act"),
+            lambda: cases.heartbeat("act"),
+            lambda: cases.update_entry("act", entry.id, JournalUpdate(status="failed")),
+        ]
+        for call in calls:
+            before = activity.last(session)
+            call()
+            assert activity.last(session) > before
+        with pytest.raises(Invalid, match="cannot be null"):
+            cases.update_entry("act", entry.id, JournalUpdate(text=None))
+        with pytest.raises(Invalid, match="running"):
+            cases.update_entry("act", entry.id, JournalUpdate(status="done"))
+        assert activity.last(session) - session.last_activity_at < timedelta(minutes=1)
+    finally:
+        snap.close()
