@@ -11,7 +11,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from service import __version__, access, page_engine, redact, sampler
+from service import __version__, access, redact, sampler, templating
 from service.errors import CtxdError
 from service.routes import storage_errors
 from service.routes.api import health, prune, sessions_router
@@ -20,6 +20,7 @@ from service.routes.pages import PageController
 from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
+from service.usecases import UseCases
 from service.watcher import Activity, Watcher
 
 log = logging.getLogger("ctxd")
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             log.info("rewrote %d Markdown file(s) from the database", rebuilt)
         app.state.snapshotter = snapshotter
         app.state.activity = Activity()
+        app.state.usecases = UseCases(snapshotter, app.state.activity)
         watcher = Watcher(snapshotter, app.state.activity)
         triggers = asyncio.create_task(watcher.run())
         try:
@@ -87,12 +89,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
             store.close()
 
     # Its lifespan comes second: the MCP tools need the snapshotter the first one sets up.
-    mcp = LazyMcp(settings.limits.max_body_bytes, settings.host, settings.token)
+    # The access middleware in front of every route checks the bearer token for /mcp too.
+    mcp = LazyMcp(settings.limits.max_body_bytes, settings.host)
     redact.install_log_filter(log)
     redact.learn_own_env()
     return Litestar(
         route_handlers=[health, prune, sessions_router, PageController, mcp.handler],
-        template_config=page_engine.template_config(),
+        template_config=templating.template_config(),
         lifespan=[lifespan, mcp.lifespan],
         on_startup=[_filter_server_logs],
         middleware=[access.middleware(settings)],

@@ -1,28 +1,12 @@
 """The `ctxd` command line: serve, and thin HTTP calls to a running service."""
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-import httpx
-
-DEFAULT_URL = os.environ.get("CTXD_URL", "http://127.0.0.1:8765")
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-
-
-# Exit statuses a script can branch on (argparse itself exits 2 on a bad command line).
-EXIT_SERVICE, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
-
-
-class CliError(Exception):
-    """A failure the user can act on: printed as one line; `code` is the exit status."""
-
-    def __init__(self, message: str, code: int = EXIT_SERVICE) -> None:
-        super().__init__(message)
-        self.code = code
+from service import cli_commands as commands
+from service.cli_commands import DEFAULT_URL, EXIT_SERVICE, CliError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,12 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--data-dir", type=Path)
-    p.set_defaults(func=serve)
+    p.set_defaults(func=commands.serve)
 
     p = sub.add_parser("token", help="write a new bearer token into a 0600 file")
     p.add_argument("--new", action="store_true", required=True)
     p.add_argument("--data-dir", type=Path)
-    p.set_defaults(func=token)
+    p.set_defaults(func=commands.token)
 
     p = sub.add_parser("session", help="create or update a session")
     p.add_argument("session")
@@ -64,38 +48,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet-after", type=int, dest="quiet_after_s")
     p.add_argument("--schedule-every", type=int, dest="schedule_every_s")
     p.add_argument("--cwd", help="scope the session to this directory (e.g. the git top-level)")
-    p.set_defaults(func=session)
+    p.set_defaults(func=commands.session)
 
     p = sub.add_parser("snapshot", help="take a snapshot now and print its version")
     p.add_argument("session")
     p.add_argument("--note")
     p.add_argument("--json", action="store_true", help="print the whole snapshot as JSON")
-    p.set_defaults(func=snapshot)
+    p.set_defaults(func=commands.snapshot)
 
     p = sub.add_parser("resume", help="print the context dump as Markdown")
     p.add_argument("session")
     p.add_argument("--stored", action="store_true", help="the latest stored dump, not a fresh one")
     p.add_argument("--max-chars", type=int)
     p.add_argument("--since", type=int)
-    p.set_defaults(func=resume)
+    p.set_defaults(func=commands.resume)
 
-    p = sub.add_parser("watch", help="add a watch: process, log, artifact or port")
+    p = sub.add_parser("watch", help="add a watch: process, log, artifact, port or command")
     p.add_argument("session")
-    p.add_argument("kind", choices=["process", "log", "artifact", "port"])
+    p.add_argument("kind", choices=["process", "log", "artifact", "port", "command"])
     p.add_argument(
         "target",
-        help="process: a regex on the command line (or --pid); log/artifact: "
-        "a path or glob; port: a port number",
+        help="process: a regex on the command line (or --pid, --name); log/artifact: "
+        "a path or glob; port: a port number; command: its name in the server's allowlist",
         nargs="?",
     )
     p.add_argument("--pid", type=int)
+    p.add_argument("--name", help="process: its exact name (instead of a regex)")
     p.add_argument("--no-children", action="store_true")
     p.add_argument("--expect-port", type=int, action="append", default=[])
     p.add_argument("--env", action="append", default=[], help="environment glob, e.g. 'NCCL_*'")
     p.add_argument("--lines", type=int)
+    p.add_argument("--files", type=int, help="log glob: how many of the newest files to show")
+    p.add_argument(
+        "--errors", action="append", default=[], help="log: an extra regex of error lines"
+    )
+    p.add_argument("--timeout", type=float, help="command: seconds before it is cut off")
+    p.add_argument("--cwd", help="command: the directory it runs in")
     p.add_argument("--host")
     p.add_argument("--health-url")
-    p.set_defaults(func=watch)
+    p.set_defaults(func=commands.watch)
 
     p = sub.add_parser("note", help="add a journal entry (attempt, finding, decision, next, ...)")
     p.add_argument("session")
@@ -104,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outcome")
     p.add_argument("--status")
     p.add_argument("--key", help="for a 'fact': its name")
-    p.set_defaults(func=note)
+    p.set_defaults(func=commands.note)
 
     p = sub.add_parser("update", help="update a journal entry (status, outcome, text)")
     p.add_argument("session")
@@ -112,49 +103,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status")
     p.add_argument("--outcome")
     p.add_argument("--text")
-    p.set_defaults(func=update)
+    p.set_defaults(func=commands.update)
 
     p = sub.add_parser("continue", help="send the empty 'continue' message; print the fresh dump")
     p.add_argument("session")
-    p.set_defaults(func=continue_)
+    p.set_defaults(func=commands.continue_)
 
     p = sub.add_parser("sessions", help="list sessions (those scoped to a directory with --cwd)")
     p.add_argument("--cwd")
-    p.set_defaults(func=sessions)
+    p.set_defaults(func=commands.sessions)
 
     p = sub.add_parser("prune", help="thin out versions older than --keep-days (default: server's)")
     p.add_argument("--keep-days", type=int)
-    p.set_defaults(func=prune)
+    p.set_defaults(func=commands.prune)
 
     p = sub.add_parser("health", help="is the service up, and its version")
-    p.set_defaults(func=simple, method="GET", path="/health")
+    p.set_defaults(func=commands.simple, method="GET", path="/health")
     for name, text, method, path in SIMPLE:
         p = sub.add_parser(name, help=text)
         p.add_argument("session")
         if "{watch_id}" in path:
             p.add_argument("watch_id", type=int)
-        p.set_defaults(func=simple, method=method, path="/api/sessions/{session}/" + path)
+        p.set_defaults(func=commands.simple, method=method, path="/api/sessions/{session}/" + path)
+    # `versions` was the name of `snapshots` before: kept for scripts, left out of the help.
+    p = sub.add_parser("versions")
+    p.add_argument("session")
+    p.set_defaults(func=commands.simple, method="GET", path="/api/sessions/{session}/snapshots")
 
     p = sub.add_parser("show", help="print one version's dump (Markdown; JSON with --json)")
     p.add_argument("session")
     p.add_argument("version", type=int)
-    p.set_defaults(func=show)
+    p.set_defaults(func=commands.show)
 
     p = sub.add_parser("diff", help="what changed between two versions, then a unified diff")
     p.add_argument("session")
     p.add_argument("from_version", type=int)
     p.add_argument("to_version", type=int)
-    p.set_defaults(func=diff)
+    p.set_defaults(func=commands.diff)
 
     p = sub.add_parser("message", help="post a user message ('' = continue: prints a fresh dump)")
     p.add_argument("session")
     p.add_argument("text")
-    p.set_defaults(func=message)
+    p.set_defaults(func=commands.message)
 
     p = sub.add_parser("hook", help="be an agent harness's hook command (reads its JSON on stdin)")
     p.add_argument("harness", choices=["claude"])
     p.add_argument("--print-config", action="store_true", help="print the settings block")
-    p.set_defaults(func=hook)
+    p.set_defaults(func=commands.hook)
 
     for name, p in sub.choices.items():
         if name not in ("serve", "hook", "snapshot"):
@@ -167,204 +162,6 @@ SIMPLE = (
     ("watches", "list a session's watches", "GET", "watches"),
     ("unwatch", "remove a watch by its id (see `ctxd watches`)", "DELETE", "watches/{watch_id}"),
     ("journal", "list a session's journal entries", "GET", "journal"),
-    ("versions", "list a session's versions, newest first", "GET", "snapshots"),
+    ("snapshots", "list a session's snapshots, newest first", "GET", "snapshots"),
     ("heartbeat", "mark a session active without content", "POST", "heartbeat"),
 )
-
-
-def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from service.app import create_app
-    from service.settings import Settings
-
-    overrides = {k: v for k in ("host", "port", "data_dir") if (v := getattr(args, k)) is not None}
-    settings = Settings(**overrides)
-    if settings.host not in LOOPBACK and not settings.token:
-        raise CliError(
-            f"refusing to listen on {settings.host} without a token: "
-            "run `ctxd token --new` and set CTXD_TOKEN_FILE (or CTXD_TOKEN)"
-        )
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
-    return 0
-
-
-def token(args: argparse.Namespace) -> int:
-    from service.access import new_token_file
-    from service.settings import Settings
-
-    data_dir = args.data_dir or Settings().data_dir
-    path = (data_dir / "token").resolve()
-    new_token_file(path)
-    print(f"wrote a new token to {path}; start ctxd with CTXD_TOKEN_FILE={path}")
-    return 0
-
-
-def session(args: argparse.Namespace) -> int:
-    keys = ("title", "objective", "quiet_after_s", "schedule_every_s", "cwd")
-    body = {k: v for k in keys if (v := getattr(args, k))}
-    _print_json(_call(args, "PUT", f"/api/sessions/{args.session}", json=body))
-    return 0
-
-
-def snapshot(args: argparse.Namespace) -> int:
-    body = {"note": args.note} if args.note else None
-    result = _call(args, "POST", f"/api/sessions/{args.session}/snapshots", json=body)
-    if args.json:
-        _print_json(result)
-    else:
-        header = result["header"]
-        print(f"{header['session']} v{header['version']} ({len(result['signals'])} signals)")
-    return 0
-
-
-def resume(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"fresh": "false" if args.stored else "true"}
-    if args.max_chars:
-        params["max_chars"] = args.max_chars
-    if args.since:
-        params["since"] = args.since
-    _markdown(args, _call(args, "GET", f"/api/sessions/{args.session}/resume", params=params))
-    return 0
-
-
-def watch(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"kind": args.kind}
-    if args.kind == "process":
-        if args.pid:
-            body["pid"] = args.pid
-        elif args.target:
-            body["match"] = args.target
-        body.update(children=not args.no_children, expect_ports=args.expect_port, env=args.env)
-    elif args.kind in ("log", "artifact"):
-        body["path"] = args.target
-        if args.lines and args.kind == "log":
-            body["lines"] = args.lines
-    else:
-        body["port"] = args.target
-        body.update({k: v for k, v in (("host", args.host), ("url", args.health_url)) if v})
-    _print_json(_call(args, "POST", f"/api/sessions/{args.session}/watches", json=body))
-    return 0
-
-
-def note(args: argparse.Namespace) -> int:
-    body = {"kind": args.kind, "text": args.text}
-    body.update({k: v for k in ("outcome", "status", "key") if (v := getattr(args, k))})
-    _print_json(_call(args, "POST", f"/api/sessions/{args.session}/journal", json=body))
-    return 0
-
-
-def update(args: argparse.Namespace) -> int:
-    body = {k: v for k in ("status", "outcome", "text") if (v := getattr(args, k)) is not None}
-    path = f"/api/sessions/{args.session}/journal/{args.entry}"
-    _print_json(_call(args, "PATCH", path, json=body))
-    return 0
-
-
-def continue_(args: argparse.Namespace) -> int:
-    dump = _call(args, "POST", f"/api/sessions/{args.session}/messages", json={"text": ""})
-    _markdown(args, dump)
-    return 0
-
-
-def message(args: argparse.Namespace) -> int:
-    result = _call(args, "POST", f"/api/sessions/{args.session}/messages", json={"text": args.text})
-    if isinstance(result, str):
-        _markdown(args, result)  # a blank message was the continue signal: a dump came back
-    elif args.json:
-        _print_json(result)
-    return 0
-
-
-def simple(args: argparse.Namespace) -> int:
-    result = _call(args, args.method, args.path.format(**vars(args)))
-    if args.json or result != "":
-        _print_json(result if result != "" else {"status": "ok"})
-    return 0
-
-
-def show(args: argparse.Namespace) -> int:
-    path = f"/api/sessions/{args.session}/snapshots/{args.version}"
-    if args.json:
-        _print_json(_call(args, "GET", path))
-    else:
-        print(_call(args, "GET", f"{path}/markdown"), end="")
-    return 0
-
-
-def diff(args: argparse.Namespace) -> int:
-    params = {"from": args.from_version, "to": args.to_version}
-    result = _call(args, "GET", f"/api/sessions/{args.session}/diff", params=params)
-    if args.json:
-        _print_json(result)
-        return 0
-    for change in result["changes"]:
-        print(f"- {change['text']}")
-    print(("\n" if result["changes"] else "") + result["markdown_diff"])
-    return 0
-
-
-def hook(args: argparse.Namespace) -> int:
-    from service import hooks
-
-    if args.print_config:
-        _print_json(hooks.claude_config(hooks.hook_command(args.url, DEFAULT_URL)))
-        return 0
-    return hooks.run_claude(args.url, sys.stdin, sys.stdout, sys.stderr)
-
-
-def sessions(args: argparse.Namespace) -> int:
-    params = {"cwd": args.cwd} if args.cwd else None
-    _print_json(_call(args, "GET", "/api/sessions", params=params))
-    return 0
-
-
-def prune(args: argparse.Namespace) -> int:
-    params = {"keep_days": args.keep_days} if args.keep_days else None
-    _print_json(_call(args, "POST", "/api/prune", params=params))
-    return 0
-
-
-def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    url = args.url.rstrip("/") + path
-    headers = (
-        {"Authorization": f"Bearer {token}"} if (token := os.environ.get("CTXD_TOKEN")) else {}
-    )
-    try:
-        response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
-    except httpx.HTTPError as exc:
-        raise CliError(
-            f"cannot reach the service at {args.url} ({type(exc).__name__}); "
-            "start it with `ctxd serve` or `make run`, or pass --url"
-        ) from None
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        status = response.status_code
-        code, hint = HINTS.get(status, (EXIT_SERVICE, "see the service log"))
-        raise CliError(f"{method} {path}: HTTP {status}: {detail} ({hint})", code)
-    if response.headers.get("content-type", "").startswith("application/json"):
-        return response.json()
-    return response.text
-
-
-HINTS = {
-    400: (EXIT_USAGE, "fix the input; see `ctxd COMMAND --help`"),
-    403: (EXIT_USAGE, "the server's configuration does not allow it"),
-    404: (EXIT_NOT_FOUND, "see what exists: `ctxd sessions`, `ctxd watches|journal|versions SID`"),
-    409: (EXIT_SERVICE, "a limit was reached; remove something first"),
-    413: (EXIT_USAGE, "the request is larger than the server accepts"),
-}
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2))
-
-
-def _markdown(args: argparse.Namespace, markdown: str) -> None:
-    if args.json:
-        _print_json({"session": args.session, "markdown": markdown})
-    else:
-        print(markdown, end="")

@@ -1,9 +1,7 @@
 """Claude Code hook commands: read the hook's JSON on stdin, tell ctxd, never block the agent."""
 
-import hashlib
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -13,11 +11,10 @@ from typing import Any, TextIO
 
 import httpx
 
-# The budget the harness injects; the same default as recovery.HOOK_MAX_CHARS, kept here
-# so that a hook does not import the renderer (it runs on every prompt).
-DEFAULT_MAX_CHARS = 8000
+from service.client import Client, Unreachable, detail
+from service.harness import HOOK_MAX_CHARS
+
 RESUME_SOURCES = ("compact", "resume", "clear")
-CONTINUE_WORDS = {"", "continue", "go on", "carry on", "keep going"}
 MAX_PAYLOAD_CHARS = 1_000_000
 
 
@@ -58,17 +55,6 @@ def parse_payload(text: str) -> HookPayload:
     )
 
 
-def is_continue(prompt: str) -> bool:
-    """An empty prompt or a bare "continue" (any case, trailing punctuation) means carry on."""
-    return prompt.strip().lower().rstrip(".!…").strip() in CONTINUE_WORDS
-
-
-def slug(name: str) -> str:
-    """A session id (`[a-z0-9][a-z0-9._-]*`, at most 64) made from a folder name."""
-    text = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")
-    return text[:48].rstrip("-._")
-
-
 def git_toplevel(cwd: str) -> str | None:
     try:
         done = subprocess.run(
@@ -85,69 +71,46 @@ class Service:
     """The few ctxd calls a hook makes, each with a short connect timeout."""
 
     def __init__(self, url: str, read_timeout: float) -> None:
-        token = os.environ.get("CTXD_TOKEN")
-        self.url = url
-        self.http = httpx.Client(
-            base_url=url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"} if token else {},
-            timeout=httpx.Timeout(read_timeout, connect=0.5),
-        )
+        self.client = Client(url, timeout=read_timeout, connect_timeout=0.5)
 
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
+            response = self.client.call(method, path, **kwargs)
+        except Unreachable as exc:
             raise HookError(
-                f"ctxd is not reachable at {self.url} ({type(exc).__name__}); "
-                "start it with `ctxd serve`; the agent goes on without it"
+                f"ctxd is not reachable ({exc}); start it with `ctxd serve`; "
+                "the agent goes on without it"
             ) from None
         if response.status_code >= 400 and response.status_code != 404:
-            detail = response.text[:300]
-            raise HookError(f"{method} {path}: HTTP {response.status_code}: {detail}")
+            raise HookError(f"{method} {path}: HTTP {response.status_code}: {detail(response)}")
         return response
 
 
-def find_session(service: Service, payload: HookPayload) -> str:
-    """The ctxd session of this agent: CTXD_SESSION if set; else the session scoped to the
-    cwd (deepest first); else one created for the cwd's git top-level, named after its
-    folder; without a cwd, one named after the harness's session id."""
+def find_session(service: Service, payload: HookPayload) -> tuple[str, int]:
+    """The ctxd session of this agent, by the server's one policy (POST /api/sessions/resolve);
+    the hook only tells what it knows: CTXD_SESSION, the cwd, its git top-level, its id."""
+    ask = {"harness": "claude", "cwd": payload.cwd, "harness_session": payload.session_id}
     if sid := os.environ.get("CTXD_SESSION"):
-        service.call("PUT", f"/api/sessions/{sid}", json={})
-        return sid
-    if not payload.cwd.startswith("/"):
-        if not payload.session_id:
-            raise HookError("hook input has neither an absolute 'cwd' nor a 'session_id'")
-        sid = "claude-" + (slug(payload.session_id)[:40] or "session")
-        service.call("PUT", f"/api/sessions/{sid}", json={"title": "Claude Code session"})
-        return sid
-    scoped = service.call("GET", "/api/sessions", params={"cwd": payload.cwd}).json()
-    if scoped:
-        return str(scoped[0]["id"])
-    top = git_toplevel(payload.cwd) or payload.cwd
-    name = Path(top).name or "root"
-    sid = slug(name) or "session"
-    existing = service.call("GET", f"/api/sessions/{sid}")
-    # A session of that name made by hand without a scope is adopted; one scoped elsewhere
-    # (another checkout with the same folder name) is left alone.
-    if existing.status_code == 200 and existing.json().get("cwd") not in (None, top):
-        sid = f"{sid}-{hashlib.sha1(top.encode()).hexdigest()[:6]}"
-    body: dict[str, Any] = {"cwd": top}
-    if existing.status_code == 404:
-        body["title"] = name
-    made = service.call("PUT", f"/api/sessions/{sid}", json=body)
-    if made.status_code >= 400:
-        raise HookError(f"cannot create session '{sid}': {made.text[:300]}")
-    return sid
+        ask["session"] = sid
+    elif payload.cwd.startswith("/"):
+        ask["root"] = git_toplevel(payload.cwd) or payload.cwd
+    found = service.call("POST", "/api/sessions/resolve", json=ask)
+    if found.status_code != 200:
+        raise HookError(f"no session for this agent: {detail(found)}")
+    session = found.json()
+    return str(session["id"]), int(session.get("hook_max_chars", HOOK_MAX_CHARS))
 
 
-def handle(service: Service, payload: HookPayload, max_chars: int) -> str:
-    """Does what the event calls for; returns what the harness should inject (or "")."""
+def handle(service: Service, payload: HookPayload, max_chars: int | None = None) -> str:
+    """Does what the event calls for; returns what the harness should inject (or "").
+    `max_chars` is the dump budget the user set; None takes the server's."""
     event = payload.event
     if event == "SessionStart" and payload.source not in RESUME_SOURCES:
         return ""  # a brand-new conversation has nothing to resume
     if event not in ("PreCompact", "SessionStart", "UserPromptSubmit", "Stop"):
         return ""
-    sid = find_session(service, payload)
+    sid, budget = find_session(service, payload)
+    budget = max_chars or budget
     base = f"/api/sessions/{sid}"
     if event == "PreCompact":
         # It cannot inject anything: it saves what SessionStart(compact) reads back.
@@ -158,19 +121,17 @@ def handle(service: Service, payload: HookPayload, max_chars: int) -> str:
         service.call("POST", f"{base}/heartbeat")
         return ""
     if event == "UserPromptSubmit":
-        if not is_continue(payload.prompt):
-            service.call("POST", f"{base}/messages", json={"text": payload.prompt})
-            return ""
-        service.call("POST", f"{base}/messages", json={"text": ""})
-        return _dump(service, sid, fresh=False, max_chars=max_chars)
-    return _dump(service, sid, fresh=True, max_chars=max_chars)
+        # The server tells a bare "continue" (answered with the dump) from a message (202).
+        said = {"text": payload.prompt, "max_chars": budget}
+        response = service.call("POST", f"{base}/prompts", json=said)
+        return _lead(sid, response) if response.status_code == 200 else ""
+    params = {"fresh": "true", "max_chars": budget}
+    return _lead(sid, service.call("GET", f"{base}/resume", params=params))
 
 
-def _dump(service: Service, sid: str, *, fresh: bool, max_chars: int) -> str:
-    params = {"fresh": str(fresh).lower(), "max_chars": max_chars}
-    response = service.call("GET", f"/api/sessions/{sid}/resume", params=params)
+def _lead(sid: str, response: httpx.Response) -> str:
     if response.status_code != 200:
-        raise HookError(f"no dump for session '{sid}': {response.text[:300]}")
+        raise HookError(f"no dump for session '{sid}': {detail(response)[:300]}")
     lead = (
         f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
         f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
@@ -181,10 +142,11 @@ def _dump(service: Service, sid: str, *, fresh: bool, max_chars: int) -> str:
 def run_claude(url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     """`ctxd hook claude`: always exits 0, since a failing hook would block the agent."""
     try:
-        max_chars = int(os.environ.get("CTXD_HOOK_MAX_CHARS", DEFAULT_MAX_CHARS))
+        given = os.environ.get("CTXD_HOOK_MAX_CHARS")
+        max_chars = max(200, int(given)) if given else None
         timeout = float(os.environ.get("CTXD_HOOK_TIMEOUT", "30"))
         payload = parse_payload(stdin.read(MAX_PAYLOAD_CHARS))
-        text = handle(Service(url, timeout), payload, max(200, max_chars))
+        text = handle(Service(url, timeout), payload, max_chars)
     except HookError as exc:
         print(f"ctxd hook: {exc}", file=stderr)
         return 0

@@ -7,8 +7,6 @@ from service import changes, redact, render
 from service.models import Diff, Snapshot
 from service.snapshots import Snapshotter, version_file
 
-HOOK_MAX_CHARS = 8000
-
 
 def _logs_to(lines: int) -> Callable[[Snapshot], str]:
     def cut(s: Snapshot) -> str:
@@ -58,7 +56,9 @@ SHRINK_STEPS = (
 )
 
 
-def fit(snap: Snapshotter, snapshot: Snapshot, markdown: str, max_chars: int | None) -> str:
+def fit_to_budget(
+    snap: Snapshotter, snapshot: Snapshot, markdown: str, max_chars: int | None
+) -> str:
     """The dump cut to `max_chars`, step by step, ending with where the full one lives."""
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
@@ -115,7 +115,7 @@ def resume(
     snapshot = snap.store.get_snapshot(sid, version)
     lead = _changes_since(snap, sid, since, snapshot) if since and since != version else ""
     budget = max(200, max_chars - len(lead)) if max_chars else None
-    markdown = fit(snap, snapshot, markdown, budget)
+    markdown = fit_to_budget(snap, snapshot, markdown, budget)
     if lead:
         title, _, rest = markdown.partition("\n\n")
         markdown = f"{title}\n\n{lead}{rest}"

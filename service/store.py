@@ -1,166 +1,53 @@
-"""The SQLite store: the only module that knows SQL; schema migrations, sessions, versions."""
+"""The SQLite store: sessions, watches, journal; it stores what it is given.
 
-import hashlib
+The only SQL of ctxd lives here and in `store_db.py` (connection), `store_snapshots.py`
+(versions) and `store_schema.py` (migrations). Redaction and the rules of agent-written
+input are the use cases' (`service/usecases.py`).
+"""
+
 import json
 import sqlite3
-import threading
-import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
+from sqlite_utils.db import Table
 
-from service import redact
 from service.errors import LimitReached, NotFound
 from service.models import (
-    Invalid,
     JournalEntry,
     JournalIn,
-    JournalUpdate,
     Session,
     SessionIn,
-    Snapshot,
-    SnapshotSummary,
     Watch,
     WatchSpec,
-    check_status,
 )
+from service.store_db import iso, now
+from service.store_schema import migrations
+from service.store_snapshots import SnapshotRows
+
+# `now` and `migrations` are part of the store's interface (the watcher and tests use them).
+__all__ = ["DEFAULT_QUIET_AFTER_S", "Store", "migrations", "now"]
 
 DEFAULT_QUIET_AFTER_S = 300
 
-migrations = Migrations("ctxd")
 
-
-@migrations()
-def m001_initial(db: Database) -> None:
-    db["sessions"].create(  # type: ignore[union-attr]
-        {
-            "id": str,
-            "title": str,
-            "objective": str,
-            "quiet_after_s": int,
-            "created_at": str,
-            "last_activity_at": str,
-        },
-        pk="id",
-    )
-    db["watches"].create(  # type: ignore[union-attr]
-        {"id": int, "session": str, "spec": str, "created_at": str},
-        pk="id",
-        foreign_keys=[("session", "sessions", "id")],
-    )
-    db["watches"].create_index(["session"])  # type: ignore[union-attr]
-    db["journal"].create(  # type: ignore[union-attr]
-        {
-            "id": int,
-            "session": str,
-            "kind": str,
-            "text": str,
-            "outcome": str,
-            "status": str,
-            "key": str,
-            "created_at": str,
-        },
-        pk="id",
-        foreign_keys=[("session", "sessions", "id")],
-    )
-    db["journal"].create_index(["session"])  # type: ignore[union-attr]
-    db["snapshots"].create(  # type: ignore[union-attr]
-        {
-            "id": int,
-            "session": str,
-            "version": int,
-            "taken_at": str,
-            "trigger": str,
-            "signals": int,
-            "changes": int,
-            "body": str,
-            "markdown": str,
-        },
-        pk="id",
-        foreign_keys=[("session", "sessions", "id")],
-    )
-    db["snapshots"].create_index(["session", "version"], unique=True)  # type: ignore[union-attr]
-
-
-@migrations()
-def m002_last_message(db: Database) -> None:
-    db["sessions"].add_column("last_message", str)  # type: ignore[union-attr]
-    db["sessions"].add_column("last_message_at", str)  # type: ignore[union-attr]
-
-
-@migrations()
-def m003_sections_and_journal_updates(db: Database) -> None:
-    """Snapshots keep content-addressed, compressed sections: storage grows with change."""
-    db["blobs"].create({"hash": str, "data": bytes}, pk="hash")  # type: ignore[union-attr]
-    snapshots = db["snapshots"]
-    snapshots.add_column("sections", str)  # type: ignore[union-attr]
-    snapshots.add_column("markdown_z", bytes)  # type: ignore[union-attr]
-    snapshots.add_column("content_key", str)  # type: ignore[union-attr]
-    snapshots.add_column("confirmed_at", str)  # type: ignore[union-attr]
-    snapshots.add_column("confirmations", int, not_null_default=0)  # type: ignore[union-attr]
-    db["journal"].add_column("concerns", str)  # type: ignore[union-attr]
-    db["journal"].add_column("updated_at", str)  # type: ignore[union-attr]
-    db["sessions"].add_column("cwd", str)  # type: ignore[union-attr]
-    db["sessions"].add_column("schedule_every_s", int)  # type: ignore[union-attr]
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat()
-
-
-class Store:
-    """One connection, one writer: every call holds the lock, so versions never race."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
-        self.db = Database(conn)
-        self.db.enable_wal()
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        # Without a limit the WAL file keeps its high-water size (4 MB+) after checkpoints.
-        self.db.execute("PRAGMA journal_size_limit=1048576")
-        self.db.execute("PRAGMA wal_autocheckpoint=256")
-        self._lock = threading.RLock()
-        with self._lock:
-            migrations.apply(self.db)
-
-    def close(self) -> None:
-        with self._lock:
-            self.db.close()
-
-    @contextmanager
-    def _tx(self) -> Iterator[Database]:
-        with self._lock, self.db.atomic():
-            yield self.db
-
-    def _rows(self, sql: str, params: tuple | list = ()) -> list[dict]:
-        with self._lock:
-            return list(self.db.query(sql, params))
+class Store(SnapshotRows):
+    """Sessions, their watches and journal entries, on top of the snapshot rows."""
 
     # --- sessions ---------------------------------------------------------------------------
 
     def put_session(self, sid: str, data: SessionIn) -> tuple[Session, bool]:
         """Create or update a session; returns it and whether it was created."""
-        moment = _iso(now())
+        moment = iso(now())
         with self._tx() as db:
             exists = bool(self._rows("select 1 from sessions where id = ?", [sid]))
-            fields = redact.scrub(data.model_dump(exclude_none=True))
+            fields = data.model_dump(exclude_none=True)
             if exists:
                 if fields:
-                    db["sessions"].update(sid, fields)  # type: ignore[union-attr]
+                    db.table("sessions").update(sid, fields)
             else:
-                db["sessions"].insert(  # type: ignore[union-attr]
+                db.table("sessions").insert(
                     {
                         "title": "",
                         "objective": "",
@@ -191,13 +78,13 @@ class Store:
 
     def touch(self, sid: str, message: str | None = None, at: datetime | None = None) -> None:
         """Record activity (and the latest user message, if one came)."""
-        moment = _iso(at or now())
+        moment = iso(at or now())
         fields: dict[str, str] = {"last_activity_at": moment}
         if message is not None:
             fields.update(last_message=message, last_message_at=moment)
         with self._tx() as db:
             self.get_session(sid)
-            db["sessions"].update(sid, fields)  # type: ignore[union-attr]
+            db.table("sessions").update(sid, fields)
 
     def last_message(self, sid: str) -> tuple[str | None, datetime | None]:
         rows = self._rows("select last_message, last_message_at from sessions where id = ?", [sid])
@@ -213,16 +100,8 @@ class Store:
             count = self._rows("select count(*) n from watches where session = ?", [sid])[0]["n"]
             if count >= limit:
                 raise LimitReached(f"session '{sid}' already has {count} watches (limit {limit})")
-            table = db["watches"]
-            # a health URL or path may carry a token: what is kept is what may be shown
-            table.insert(  # type: ignore[union-attr]
-                {
-                    "session": sid,
-                    "spec": redact.scrub(spec).model_dump_json(),
-                    "created_at": _iso(now()),
-                }
-            )
-            wid = int(table.last_pk)  # type: ignore[union-attr,arg-type]
+            row = {"session": sid, "spec": spec.model_dump_json(), "created_at": iso(now())}
+            wid = _new_id(db.table("watches").insert(row))
         return self.get_watch(sid, wid)
 
     def get_watch(self, sid: str, wid: int) -> Watch:
@@ -239,31 +118,27 @@ class Store:
     def delete_watch(self, sid: str, wid: int) -> None:
         with self._tx() as db:
             self.get_watch(sid, wid)
-            db["watches"].delete(wid)  # type: ignore[union-attr]
+            db.table("watches").delete(wid)
 
     # --- journal ----------------------------------------------------------------------------
 
     def add_entry(self, sid: str, entry: JournalIn) -> JournalEntry:
         with self._tx() as db:
             self.get_session(sid)
-            row = redact.scrub(entry.model_dump())
+            row = entry.model_dump()
             row["concerns"] = json.dumps(row["concerns"])
-            table = db["journal"]
-            table.insert({"session": sid, "created_at": _iso(now()), **row})  # type: ignore[union-attr]
-            eid = int(table.last_pk)  # type: ignore[union-attr,arg-type]
+            journal = db.table("journal")
+            eid = _new_id(journal.insert({"session": sid, "created_at": iso(now()), **row}))
         return self.get_entry(sid, eid)
 
-    def update_entry(self, sid: str, eid: int, update: JournalUpdate) -> JournalEntry:
-        fields = redact.scrub(update.model_dump(exclude_unset=True))
-        if "text" in fields and fields["text"] is None:  # an entry's text is never NULL
-            raise Invalid("text: cannot be null; omit it to keep the current text")
+    def update_entry(self, sid: str, eid: int, fields: dict[str, Any]) -> JournalEntry:
+        """Set the given columns of an entry (text, outcome, status, concerns)."""
+        fields = dict(fields)
         with self._tx() as db:
-            entry = self.get_entry(sid, eid)
-            if "status" in fields:
-                check_status(entry.kind, fields["status"])
+            self.get_entry(sid, eid)
             if "concerns" in fields:
                 fields["concerns"] = json.dumps(fields["concerns"] or [])
-            db["journal"].update(eid, {**fields, "updated_at": _iso(now())})  # type: ignore[union-attr]
+            db.table("journal").update(eid, {**fields, "updated_at": iso(now())})
         return self.get_entry(sid, eid)
 
     def get_entry(self, sid: str, eid: int) -> JournalEntry:
@@ -278,185 +153,6 @@ class Store:
         rows = self._rows("select * from journal where session = ? order by id", [sid])
         return [_entry(r) for r in rows]
 
-    # --- snapshots --------------------------------------------------------------------------
-
-    def add_snapshot(
-        self, sid: str, build: Callable[[int], tuple[Snapshot, str]], content_key: str = ""
-    ) -> Snapshot:
-        """Assign the next version, let `build` fill it in, and commit both together.
-
-        The version is chosen inside the write transaction, so two concurrent requests
-        can never get the same number, and a failed build leaves no gap.
-        """
-        with self._tx() as db:
-            self.get_session(sid)
-            version = self.latest_version(sid) + 1
-            snapshot, markdown = build(version)
-            db["snapshots"].insert(  # type: ignore[union-attr]
-                {
-                    "session": sid,
-                    "version": version,
-                    "taken_at": _iso(snapshot.header.taken_at),
-                    "trigger": snapshot.header.trigger,
-                    "signals": len(snapshot.signals),
-                    "changes": len(snapshot.changes),
-                    "sections": json.dumps(self._put_sections(db, snapshot)),
-                    "markdown_z": zlib.compress(markdown.encode(), 6),
-                    "content_key": content_key,
-                }
-            )
-        return snapshot
-
-    def _put_sections(self, db: Database, snapshot: Snapshot) -> dict[str, str]:
-        """Store each part once by its hash: an unchanged log tail costs nothing the 2nd time."""
-        data = snapshot.model_dump(mode="json")
-        parts = {k: v for k, v in data.items() if k != "observations"}
-        parts.update({f"observations.{k}": v for k, v in data["observations"].items()})
-        refs = {}
-        for name, value in parts.items():
-            raw = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-            digest = hashlib.sha256(raw).hexdigest()[:32]
-            db.execute(
-                "insert or ignore into blobs (hash, data) values (?, ?)",
-                [digest, zlib.compress(raw, 6)],
-            )
-            refs[name] = digest
-        return refs
-
-    def confirm_snapshot(self, sid: str, version: int, at: datetime) -> None:
-        """A trigger found nothing new: the latest version is still true as of `at`."""
-        with self._tx() as db:
-            db.execute(
-                "update snapshots set confirmed_at = ?, confirmations = confirmations + 1"
-                " where session = ? and version = ?",
-                [_iso(at), sid, version],
-            )
-
-    def set_markdown(self, sid: str, version: int, markdown: str) -> None:
-        with self._tx() as db:
-            db.execute(
-                "update snapshots set markdown_z = ? where session = ? and version = ?",
-                [zlib.compress(markdown.encode(), 6), sid, version],
-            )
-
-    def content_key(self, sid: str, version: int) -> str:
-        return self._snapshot_row(sid, version, "content_key")["content_key"] or ""
-
-    def last_snapshot_at(self, sid: str) -> datetime:
-        """When a snapshot of the session was last taken or confirmed (the epoch if never)."""
-        rows = self._rows(
-            "select max(max(taken_at, coalesce(confirmed_at, ''))) t from snapshots"
-            " where session = ?",
-            [sid],
-        )
-        return datetime.fromisoformat(rows[0]["t"]) if rows[0]["t"] else _EPOCH
-
-    def latest_version(self, sid: str) -> int:
-        rows = self._rows("select max(version) v from snapshots where session = ?", [sid])
-        return rows[0]["v"] or 0
-
-    def get_snapshot(self, sid: str, version: int, parts: frozenset[str] | None = None) -> Snapshot:
-        """One version; with `parts` (e.g. "signals", "observations.processes") only those
-        sections are read, and the others keep their empty defaults."""
-        row = self._snapshot_row(sid, version, "body, sections, confirmed_at, confirmations")
-        if row["sections"] is None:  # written before sections existed
-            snapshot = Snapshot.model_validate_json(row["body"])
-        else:
-            refs = json.loads(row["sections"])
-            if parts is not None:
-                refs = {k: v for k, v in refs.items() if k == "header" or k in parts}
-            snapshot = Snapshot.model_validate(self._load_sections(refs))
-        if row["confirmed_at"]:
-            snapshot.header.confirmed_at = datetime.fromisoformat(row["confirmed_at"])
-            snapshot.header.confirmations = row["confirmations"]
-        return snapshot
-
-    def _load_sections(self, refs: dict[str, str]) -> dict:
-        hashes = sorted(set(refs.values()))
-        marks = ",".join("?" * len(hashes))
-        rows = self._rows(f"select hash, data from blobs where hash in ({marks})", hashes)
-        blobs = {r["hash"]: json.loads(zlib.decompress(r["data"])) for r in rows}
-        data: dict = {"observations": {}}
-        for name, digest in refs.items():
-            if name.startswith("observations."):
-                data["observations"][name.split(".", 1)[1]] = blobs[digest]
-            else:
-                data[name] = blobs[digest]
-        return data
-
-    def get_markdown(self, sid: str, version: int) -> str:
-        row = self._snapshot_row(sid, version, "markdown, markdown_z")
-        if row["markdown_z"] is not None:
-            return zlib.decompress(row["markdown_z"]).decode()
-        return str(row["markdown"])
-
-    def _snapshot_row(self, sid: str, version: int, columns: str) -> dict:
-        rows = self._rows(
-            f"select {columns} from snapshots where session = ? and version = ?", [sid, version]
-        )
-        if not rows:
-            self.get_session(sid)
-            raise NotFound(f"no version {version} in session '{sid}'")
-        return rows[0]
-
-    def list_snapshots(self, sid: str) -> list[SnapshotSummary]:
-        self.get_session(sid)
-        rows = self._rows(
-            "select session, version, taken_at, trigger, signals, changes, confirmed_at"
-            " from snapshots where session = ? order by version desc",
-            [sid],
-        )
-        return [SnapshotSummary.model_validate(r) for r in rows]
-
-    def iter_versions(self) -> Iterator[tuple[str, int, bool]]:
-        """Every stored version as (session, version, is_latest), for rebuilding files."""
-        rows = self._rows(
-            "select s.session, s.version,"
-            " s.version = (select max(version) from snapshots where session = s.session) latest"
-            " from snapshots s order by s.session, s.version"
-        )
-        for r in rows:
-            yield r["session"], r["version"], bool(r["latest"])
-
-    def prune(self, keep_days: int, at: datetime | None = None) -> list[tuple[str, int]]:
-        """Thin out versions older than `keep_days`: keep one a day (the day's last), and the
-        first and last of each session. Returns the (session, version) pairs removed."""
-        cutoff = (at or now()) - timedelta(days=keep_days)
-        rows = self._rows(
-            "select session, version, taken_at from snapshots order by session, version"
-        )
-        by_session: dict[str, list[dict]] = {}
-        for r in rows:
-            by_session.setdefault(r["session"], []).append(r)
-        doomed = []
-        for sid, versions in by_session.items():
-            keep = {versions[0]["version"], versions[-1]["version"]}
-            last_of_day: dict[str, int] = {}
-            for r in versions:
-                last_of_day[r["taken_at"][:10]] = r["version"]
-            keep |= set(last_of_day.values())
-            doomed += [
-                (sid, r["version"])
-                for r in versions
-                if r["version"] not in keep and datetime.fromisoformat(r["taken_at"]) < cutoff
-            ]
-        with self._tx() as db:
-            for sid, version in doomed:
-                db.execute(
-                    "delete from snapshots where session = ? and version = ?", [sid, version]
-                )
-            db.execute(
-                "delete from blobs where hash not in (select value from snapshots,"
-                " json_each(snapshots.sections) where snapshots.sections is not null)"
-            )
-        return doomed
-
-    def size_bytes(self) -> int:
-        """The database with its WAL: what the data dir's truth costs on disk."""
-        return sum(p.stat().st_size for p in _db_files(self.path))
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _SESSION_SQL = (
     "select s.id, s.title, s.objective, s.quiet_after_s, s.schedule_every_s, s.cwd,"
@@ -465,13 +161,15 @@ _SESSION_SQL = (
 )
 
 
+def _new_id(table: Table) -> int:
+    """The integer primary key of the row `table` just inserted (its rowid)."""
+    if table.last_rowid is None:
+        raise sqlite3.DatabaseError(f"insert into {table.name} returned no row id")
+    return table.last_rowid
+
+
 def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
-
-
-def _db_files(path: Path) -> list[Path]:
-    candidates = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
-    return [p for p in candidates if p.exists()]
 
 
 def _entry(row: dict) -> JournalEntry:

@@ -38,7 +38,7 @@ def test_every_operation_has_a_subcommand_with_json(server: Server):
     assert as_json(url, "message", "sh", "still failing") == {"status": "recorded"}
     dump = as_json(url, "message", "sh", "")
     assert dump["session"] == "sh" and "script it" in dump["markdown"]
-    versions = as_json(url, "versions", "sh")
+    versions = as_json(url, "snapshots", "sh")
     assert [v["version"] for v in versions] == [2, 1] and versions[0]["trigger"] == "continue"
     assert as_json(url, "show", "sh", "1")["header"]["version"] == 1
     assert ctxd(url, "show", "sh", "1").stdout.startswith("# sh · v1")
@@ -51,7 +51,7 @@ def test_every_operation_has_a_subcommand_with_json(server: Server):
 
 
 def test_exit_codes_tell_not_found_from_bad_input_from_no_service(server: Server):
-    missing = ctxd(server.url, "versions", "no-such-session")
+    missing = ctxd(server.url, "snapshots", "no-such-session")
     assert missing.returncode == 3 and "ctxd sessions" in missing.stderr
     ctxd(server.url, "session", "codes")
     assert ctxd(server.url, "unwatch", "codes", "99").returncode == 3

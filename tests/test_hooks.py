@@ -9,7 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.hooks import HookError, is_continue, parse_payload, slug
+from service.harness import is_continue
+from service.hooks import HookError, parse_payload
+from service.resolve import slug
 from tests.conftest import Server, free_port
 
 

@@ -55,7 +55,7 @@ def test_mcp_client_lists_tools_snapshots_resumes_and_adds_an_attempt(
         ),
         ("take_snapshot", {"session": "mcp-run", "note": "before the restart"}),
         ("resume", {"session": "mcp-run", "fresh": False, "max_chars": 4000}),
-        ("list_versions", {"session": "mcp-run"}),
+        ("list_snapshots", {"session": "mcp-run"}),
         ("take_snapshot", {"session": "no-such-session"}),
         ("add_entry", {"session": "mcp-run", "kind": "gossip", "text": "x"}),
         ("resume", {"session": "../Not A Slug"}),
@@ -66,7 +66,7 @@ def test_mcp_client_lists_tools_snapshots_resumes_and_adds_an_attempt(
     by_name = {t.name: t for t in out["tools"]}
     for name in ("take_snapshot", "resume", "add_entry", "update_entry", "add_watch"):
         assert name in by_name
-    for name in ("remove_watch", "list_versions", "diff", "list_sessions"):
+    for name in ("remove_watch", "list_snapshots", "diff", "list_sessions"):
         assert name in by_name
     # Descriptions tell a model when to call the tool, not only what it does.
     assert "after losing context" in (by_name["resume"].description or "")

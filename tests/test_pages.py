@@ -14,13 +14,13 @@ import httpx
 import jinja2
 import pytest
 
-from service import charts, pages
+from service import charts, pagedata
 from service.models import JournalIn, LogWatch, ProcessWatch, SessionIn, Signal
-from service.page_engine import ENV
 from service.render import TEMPLATES, markdown_html
 from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
+from service.templating import ENV
 from tests.conftest import FIXTURES
 
 # Each payload would run script or fetch something if a page let it through unescaped.
@@ -228,11 +228,11 @@ def test_every_page_template_renders_under_strict_undefined(snapshotter):
     assert ENV.undefined is jinja2.StrictUndefined
     store = snapshotter.store
     contexts = {
-        "index.html": {"rows": pages.index(store)},
-        "session.html": {"sid": "s1", "page": pages.session_page(store, "s1")},
-        "version.html": {"sid": "s1", "page": pages.version_page(store, "s1", 2)},
-        "diff.html": {"sid": "s1", "page": pages.diff_page(snapshotter, "s1", None, None)},
-        "now.html": {"sid": "s1", "page": pages.now_page(snapshotter, "s1")},
+        "index.html": {"rows": pagedata.index(store)},
+        "session.html": {"sid": "s1", "page": pagedata.session_page(store, "s1")},
+        "version.html": {"sid": "s1", "page": pagedata.version_page(store, "s1", 2)},
+        "diff.html": {"sid": "s1", "page": pagedata.diff_page(snapshotter, "s1", None, None)},
+        "now.html": {"sid": "s1", "page": pagedata.now_page(snapshotter, "s1")},
         "base.html": {"error": {"status": 404, "title": "not found", "detail": "gone"}},
     }
     on_disk = {p.name for p in TEMPLATES.glob("*.html") if not p.name.startswith("_")}
@@ -242,7 +242,7 @@ def test_every_page_template_renders_under_strict_undefined(snapshotter):
 
 
 def test_a_missing_field_fails_the_render(snapshotter):
-    page = pages.version_page(snapshotter.store, "s1", 1)
+    page = pagedata.version_page(snapshotter.store, "s1", 1)
     with pytest.raises(jinja2.UndefinedError):
         ENV.get_template("version.html").render({"page": page})  # no sid
 

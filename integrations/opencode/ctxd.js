@@ -2,27 +2,15 @@
 // prompt, and an empty user message as the "continue" signal. Copy this file into
 // .opencode/plugins/ (one project) or ~/.config/opencode/plugins/ (all of them).
 // Settings come from the environment: CTXD_URL, CTXD_TOKEN, CTXD_SESSION, CTXD_HOOK_MAX_CHARS.
-import { createHash } from "node:crypto"
-import path from "node:path"
-
 // opencode calls every export of a plugin file as a plugin: only CtxdPlugin is exported.
 
 const DEFAULT_URL = "http://127.0.0.1:8765"
 
-function slug(name) {
-  const text = name.toLowerCase().replace(/[^a-z0-9._-]+/g, "-").replace(/^[-._]+|[-._]+$/g, "")
-  return text.slice(0, 48).replace(/[-._]+$/, "")
-}
-
-function isContinue(text) {
-  const bare = text.trim().toLowerCase().replace(/[.!…]+$/, "").trim()
-  return ["", "continue", "go on", "carry on", "keep going"].includes(bare)
-}
-
 export const CtxdPlugin = async ({ client, directory, worktree }) => {
   const url = (process.env.CTXD_URL || DEFAULT_URL).replace(/\/+$/, "")
   const token = process.env.CTXD_TOKEN
-  const maxChars = Math.max(200, Number(process.env.CTXD_HOOK_MAX_CHARS) || 8000)
+  // Unset: the budget the server answers with the session (one definition, server side).
+  const givenMaxChars = Number(process.env.CTXD_HOOK_MAX_CHARS) || 0
   // opencode reports "/" as the worktree of a folder that is not a git checkout.
   const root = worktree && worktree !== "/" ? worktree : directory
   let session = null
@@ -43,38 +31,32 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
     return response
   }
 
-  // Same rule as `ctxd hook claude`: CTXD_SESSION; else the session scoped to this folder;
-  // else one made for the checkout, named after its folder (with a suffix when that name is
-  // taken by a session scoped elsewhere).
+  // The server decides, by the same rule as `ctxd hook claude` (POST /api/sessions/resolve):
+  // CTXD_SESSION; else the session scoped to this folder; else one made for the checkout.
   async function findSession() {
-    if (process.env.CTXD_SESSION) {
-      await call("PUT", `/api/sessions/${process.env.CTXD_SESSION}`, {})
-      return process.env.CTXD_SESSION
-    }
-    const scoped = await (await call("GET", `/api/sessions?cwd=${encodeURIComponent(directory)}`)).json()
-    if (scoped.length) return scoped[0].id
-    const name = path.basename(root) || "root"
-    let sid = slug(name) || "session"
-    const existing = await call("GET", `/api/sessions/${sid}`)
-    const known = existing.status === 200 ? await existing.json() : null
-    if (known && known.cwd !== null && known.cwd !== root) {
-      sid = `${sid}-${createHash("sha1").update(root).digest("hex").slice(0, 6)}`
-    }
-    await call("PUT", `/api/sessions/${sid}`, known ? { cwd: root } : { cwd: root, title: name })
-    return sid
+    const ask = { harness: "opencode", cwd: directory, root }
+    if (process.env.CTXD_SESSION) ask.session = process.env.CTXD_SESSION
+    const response = await call("POST", "/api/sessions/resolve", ask)
+    if (response.status !== 200) throw new Error(`no session: ${(await response.text()).slice(0, 300)}`)
+    const found = await response.json()
+    return { id: found.id, maxChars: Math.max(200, givenMaxChars || found.hook_max_chars) }
   }
 
-  async function base() {
+  async function resolved() {
     // Remembered once found; a failure is retried on the next event.
     session = session || findSession().catch((error) => {
       session = null
       throw error
     })
-    return `/api/sessions/${await session}`
+    return await session
   }
 
-  async function dump(fresh) {
-    const route = `${await base()}/resume?fresh=${fresh}&max_chars=${maxChars}`
+  async function base() {
+    return `/api/sessions/${(await resolved()).id}`
+  }
+
+  async function dump() {
+    const route = `${await base()}/resume?fresh=true&max_chars=${(await resolved()).maxChars}`
     const response = await call("GET", route)
     return response.status === 200 ? await response.text() : ""
   }
@@ -106,7 +88,7 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
     }),
 
     "experimental.session.compacting": safe(async (_input, output) => {
-      const markdown = await dump(true)
+      const markdown = await dump()
       if (markdown) {
         output.context.push(
           "The working state ctxd recorded for this session follows. Keep its objective, " +
@@ -120,12 +102,11 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
       const parts = output?.parts || []
       const texts = parts.filter((p) => p.type === "text" && !p.synthetic)
       const text = texts.map((p) => p.text || "").join("\n")
-      if (!isContinue(text)) {
-        await call("POST", `${await base()}/messages`, { text: text.slice(0, 100000) }, 5000)
-        return
-      }
-      await call("POST", `${await base()}/messages`, { text: "" })
-      const markdown = await dump(false)
+      // The server tells a bare "continue" (answered with the dump, 200) from a message (202).
+      const said = { text: text.slice(0, 100000), max_chars: (await resolved()).maxChars }
+      const response = await call("POST", `${await base()}/prompts`, said)
+      if (response.status !== 200) return
+      const markdown = await response.text()
       if (!markdown) return
       const blank = texts.find((p) => !(p.text || "").trim())
       if (blank) {

@@ -1,15 +1,13 @@
-"""Thin JSON/Markdown HTTP handlers of the API contract: one domain call each."""
+"""Thin JSON/Markdown HTTP handlers of the API contract: one use-case call each."""
 
 from asyncio import to_thread
 from functools import partial
 from typing import Annotated, Any
 
-from litestar import Controller, Request, Response, Router, delete, get, patch, post, put
+from litestar import Controller, Response, Router, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.params import Parameter
 
-from service import __version__, confine, recovery
-from service.collectors import commands
 from service.models import (
     SESSION_ID_PATTERN,
     Diff,
@@ -25,7 +23,8 @@ from service.models import (
     Watch,
     WatchIn,
 )
-from service.snapshots import Snapshotter
+from service.resolve import PromptIn, Resolved, ResolveIn
+from service.usecases import UseCases
 
 MARKDOWN = "text/markdown"  # Litestar appends "; charset=utf-8" to text types
 Sid = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)]
@@ -35,28 +34,20 @@ Version = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 RowId = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 
 
-def snapshotter(state: State) -> Snapshotter:
-    return state.snapshotter
+def use(state: State) -> UseCases:
+    return state.usecases
 
 
 @get("/health", sync_to_thread=True)
 def health(state: State) -> dict[str, str | int]:
-    size = snapshotter(state).data_dir_bytes()
-    return {"status": "ok", "version": __version__, "data_dir_bytes": size}
+    return use(state).health()
 
 
 @post("/api/prune", sync_to_thread=True)
 def prune(
     state: State, keep_days: Annotated[int | None, Parameter(ge=1, le=3650)] = None
 ) -> dict[str, int]:
-    snap = snapshotter(state)
-    return {"removed": snap.prune(keep_days or snap.settings.keep_days)}
-
-
-def mark_activity(request: Request) -> None:
-    """Any call about a session counts as its activity (the quiet trigger waits for silence)."""
-    if sid := request.path_params.get("sid"):
-        request.app.state.activity.mark(sid)
+    return {"removed": use(state).prune(keep_days)}
 
 
 class SessionController(Controller):
@@ -64,66 +55,68 @@ class SessionController(Controller):
 
     @put("/{sid:str}", sync_to_thread=True)
     def put_session(self, state: State, sid: Sid, data: SessionIn) -> Response[Session]:
-        session, created = snapshotter(state).store.put_session(sid, data)
+        session, created = use(state).put_session(sid, data)
         return Response(session, status_code=201 if created else 200)
+
+    @post("/resolve", sync_to_thread=True, status_code=200)
+    def resolve_session(self, state: State, data: ResolveIn) -> Resolved:
+        """The session of the agent whose hook asks (made if need be): one policy for all."""
+        return use(state).resolve_session(data)
 
     @get("/", sync_to_thread=True)
     def list_sessions(
         self, state: State, cwd: Annotated[str | None, Parameter(max_length=4096)] = None
     ) -> list[Session]:
-        return snapshotter(state).store.list_sessions(cwd=cwd)
+        return use(state).list_sessions(cwd=cwd)
 
     @get("/{sid:str}", sync_to_thread=True)
     def get_session(self, state: State, sid: Sid) -> Session:
-        return snapshotter(state).store.get_session(sid)
+        return use(state).get_session(sid)
 
     @post("/{sid:str}/watches", sync_to_thread=True)
     def add_watch(self, state: State, sid: Sid, data: WatchIn) -> Watch:
-        snap = snapshotter(state)
-        spec = commands.check_watch(data.root, snap.settings)  # not allowlisted: 403
-        confine.check_watch(spec, snap.settings)  # outside the watch roots: 403
-        return snap.store.add_watch(sid, spec, snap.settings.limits.max_watches_per_session)
+        return use(state).add_watch(sid, data.root)
 
     @get("/{sid:str}/watches", sync_to_thread=True)
     def list_watches(self, state: State, sid: Sid) -> list[Watch]:
-        return snapshotter(state).store.list_watches(sid)
+        return use(state).list_watches(sid)
 
     @get("/{sid:str}/watches/{wid:int}", sync_to_thread=True)
     def get_watch(self, state: State, sid: Sid, wid: RowId) -> Watch:
-        return snapshotter(state).store.get_watch(sid, wid)
+        return use(state).get_watch(sid, wid)
 
     @delete("/{sid:str}/watches/{wid:int}", sync_to_thread=True)
     def delete_watch(self, state: State, sid: Sid, wid: RowId) -> None:
-        snapshotter(state).store.delete_watch(sid, wid)
+        use(state).remove_watch(sid, wid)
 
     @post("/{sid:str}/journal", sync_to_thread=True)
     def add_entry(self, state: State, sid: Sid, data: JournalIn) -> JournalEntry:
-        return snapshotter(state).store.add_entry(sid, data)
+        return use(state).add_entry(sid, data)
 
     @patch("/{sid:str}/journal/{eid:int}", sync_to_thread=True)
     def update_entry(self, state: State, sid: Sid, eid: RowId, data: JournalUpdate) -> JournalEntry:
-        return snapshotter(state).store.update_entry(sid, eid, data)
+        return use(state).update_entry(sid, eid, data)
 
     @get("/{sid:str}/journal", sync_to_thread=True)
     def list_entries(self, state: State, sid: Sid) -> list[JournalEntry]:
-        return snapshotter(state).store.list_entries(sid)
+        return use(state).list_entries(sid)
 
     @post("/{sid:str}/snapshots", sync_to_thread=True)
     def take_snapshot(self, state: State, sid: Sid, data: SnapshotIn | None = None) -> Snapshot:
         note, force = (data.note, data.force) if data else (None, False)
-        return snapshotter(state).take(sid, trigger="manual", note=note, force=force)
+        return use(state).take(sid, note=note, force=force)
 
     @get("/{sid:str}/snapshots", sync_to_thread=True)
     def list_snapshots(self, state: State, sid: Sid) -> list[SnapshotSummary]:
-        return snapshotter(state).store.list_snapshots(sid)
+        return use(state).list_snapshots(sid)
 
     @get("/{sid:str}/snapshots/{n:int}", sync_to_thread=True)
     def get_snapshot(self, state: State, sid: Sid, n: Version) -> Snapshot:
-        return snapshotter(state).store.get_snapshot(sid, n)
+        return use(state).get_snapshot(sid, n)
 
     @get("/{sid:str}/snapshots/{n:int}/markdown", media_type=MARKDOWN, sync_to_thread=True)
     def get_markdown(self, state: State, sid: Sid, n: Version) -> str:
-        return snapshotter(state).store.get_markdown(sid, n)
+        return use(state).get_markdown(sid, n)
 
     @get("/{sid:str}/diff", sync_to_thread=True)
     def diff(
@@ -133,7 +126,7 @@ class SessionController(Controller):
         from_version: Annotated[int, Parameter(query="from", ge=1, le=MAX_ID)],
         to_version: Annotated[int, Parameter(query="to", ge=1, le=MAX_ID)],
     ) -> Diff:
-        return recovery.diff(snapshotter(state), sid, from_version, to_version)
+        return use(state).diff(sid, from_version, to_version)
 
     @get("/{sid:str}/resume", media_type=MARKDOWN)
     async def resume(
@@ -144,30 +137,34 @@ class SessionController(Controller):
         max_chars: Annotated[int | None, Parameter(ge=200, le=10_000_000)] = None,
         since: Annotated[int | None, Parameter(ge=1, le=MAX_ID)] = None,
     ) -> str:
-        snap = snapshotter(state)
+        cases = use(state)
         # The common case, the latest stored dump, is served from memory without a thread hop.
-        cached = recovery.resume_from_memory(
-            snap, sid, fresh=fresh, max_chars=max_chars, since=since
-        )
+        cached = cases.resume_from_memory(sid, fresh=fresh, max_chars=max_chars, since=since)
         if cached is not None:
             return cached
         return await to_thread(
-            partial(recovery.resume, snap, sid, fresh=fresh, max_chars=max_chars, since=since)
+            partial(cases.resume, sid, fresh=fresh, max_chars=max_chars, since=since)
         )
 
     @post("/{sid:str}/messages", sync_to_thread=True)
     def message(self, state: State, sid: Sid, data: MessageIn) -> Response[Any]:
-        markdown = recovery.message(snapshotter(state), sid, data.text)
+        markdown = use(state).message(sid, data.text)
+        if markdown is None:
+            return Response({"status": "recorded"}, status_code=202)
+        return Response(markdown, media_type=MARKDOWN, status_code=200)
+
+    @post("/{sid:str}/prompts", sync_to_thread=True)
+    def prompt(self, state: State, sid: Sid, data: PromptIn) -> Response[Any]:
+        """A hook's prompt: recorded (202), or for a bare "continue" the dump to inject (200)."""
+        markdown = use(state).prompt(sid, data.text, data.max_chars)
         if markdown is None:
             return Response({"status": "recorded"}, status_code=202)
         return Response(markdown, media_type=MARKDOWN, status_code=200)
 
     @post("/{sid:str}/heartbeat", sync_to_thread=True, status_code=204)
     def heartbeat(self, state: State, sid: Sid) -> None:
-        snapshotter(state).store.get_session(sid)
+        use(state).heartbeat(sid)
 
 
-# Any call about a session counts as its activity; the human pages do not.
-sessions_router = Router(
-    path="/api/sessions", route_handlers=[SessionController], before_request=mark_activity
-)
+# Any call about a session counts as its activity (the use cases mark it); pages do not.
+sessions_router = Router(path="/api/sessions", route_handlers=[SessionController])

@@ -1,22 +1,21 @@
 """The MCP endpoint at /mcp: ctxd's session API as tools and resources for a model."""
 
-import hmac
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 from litestar import Litestar
 from litestar.datastructures import State
-from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
+from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp_types import Resource as MCPResource
 from pydantic import Field, ValidationError
 
-from service import __version__, confine, recovery, redact
-from service.collectors import commands
-from service.errors import CtxdError, NotFound
+from service import __version__, redact
+from service.errors import CtxdError
+from service.harness import HOOK_MAX_CHARS
 from service.models import (
     SESSION_ID_PATTERN,
     JournalIn,
@@ -26,7 +25,7 @@ from service.models import (
     SnapshotIn,
     WatchSpec,
 )
-from service.snapshots import Snapshotter
+from service.usecases import UseCases
 
 T = TypeVar("T")
 Sid = Annotated[
@@ -49,14 +48,15 @@ def _run(call: Callable[[], T]) -> T:
     """Domain errors become tool errors a model can act on, with observed text redacted."""
     try:
         return call()
-    except NotFound as exc:
-        raise ToolError(f"{redact.text(str(exc))}; call list_sessions to see what exists") from None
+    except CtxdError as exc:
+        hint = "; call list_sessions to see what exists" if exc.status == 404 else ""
+        raise ToolError((redact.text(str(exc)) + hint)[:2000]) from None
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
         )
         raise ToolError(redact.text(f"invalid input: {problems}")[:2000]) from None
-    except (CtxdError, ValueError) as exc:
+    except ValueError as exc:
         raise ToolError(redact.text(str(exc))[:2000]) from None
 
 
@@ -68,9 +68,8 @@ def _given(**fields: Any) -> dict[str, Any]:
 class McpEndpoint:
     """An MCP server bound to one Litestar app: `serve` answers /mcp, `lifespan` runs it."""
 
-    def __init__(self, max_body_bytes: int, host: str, token: str | None) -> None:
+    def __init__(self, max_body_bytes: int, host: str) -> None:
         self.state: State | None = None
-        self.token = token
         self.server = _Server(self, "ctxd", instructions=INSTRUCTIONS, version=__version__)
         _register_tools(self)
         _register_resources(self)
@@ -81,10 +80,7 @@ class McpEndpoint:
         self.app = StreamableHTTPASGIApp(self.server.session_manager)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        given = dict(scope.get("headers", [])).get(b"authorization", b"")
-        if self.token and not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
-            await _deny(send)
-            return
+        # The bearer token was checked by the access middleware in front of every route.
         await self.app(scope, receive, send)  # type: ignore[arg-type]
 
     @asynccontextmanager
@@ -95,25 +91,10 @@ class McpEndpoint:
             yield
         self.state = None
 
-    def snap(self, sid: str | None = None) -> Snapshotter:
+    def use(self) -> UseCases:
         if self.state is None:
             raise ToolError("ctxd is starting or stopping; try again in a moment")
-        if sid is not None:
-            self.state.activity.mark(sid)  # a tool call counts as activity, as HTTP calls do
-        return self.state.snapshotter
-
-
-async def _deny(send: Send) -> None:
-    body = b'{"detail":"a bearer token is required (Authorization: Bearer $CTXD_TOKEN)"}'
-    headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-    start: HTTPResponseStartEvent = {
-        "type": "http.response.start",
-        "status": 401,
-        "headers": headers,
-    }
-    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
-    await send(start)
-    await send(end)
+        return self.state.usecases
 
 
 class _Server(MCPServer[Any]):
@@ -127,7 +108,7 @@ class _Server(MCPServer[Any]):
         listed = await super().list_resources()
         if self.endpoint.state is None:
             return listed
-        for s in self.endpoint.snap().store.list_sessions():
+        for s in self.endpoint.use().list_sessions():
             if s.versions:
                 listed.append(
                     MCPResource(
@@ -151,7 +132,7 @@ def _register_tools(ep: McpEndpoint) -> None:
     ) -> list[dict[str, Any]]:
         """Sessions, newest activity first. Call this first to find your session id; pass
         your working directory as `cwd` to get only the sessions scoped to it (deepest first)."""
-        return [s.model_dump(mode="json") for s in _run(lambda: ep.snap().store.list_sessions(cwd))]
+        return [s.model_dump(mode="json") for s in _run(lambda: ep.use().list_sessions(cwd))]
 
     @tool()
     def put_session(
@@ -160,19 +141,27 @@ def _register_tools(ep: McpEndpoint) -> None:
         objective: str | None = None,
         cwd: str | None = None,
         quiet_after_s: int | None = None,
+        schedule_every_s: int | None = None,
     ) -> dict[str, Any]:
-        """Create a session (or update its title, objective, cwd scope or quiet time). Call it
-        once when you start a long piece of work, with the objective in one or two sentences,
-        and again when the objective changes. Omitted fields stay as they are."""
-        given = _given(title=title, objective=objective, cwd=cwd, quiet_after_s=quiet_after_s)
+        """Create a session (or update its title, objective, cwd scope, quiet time or schedule:
+        a snapshot every `schedule_every_s` seconds, 0 for none). Call it once when you start
+        a long piece of work, with the objective in one or two sentences, and again when the
+        objective changes. Omitted fields stay as they are."""
+        given = _given(
+            title=title,
+            objective=objective,
+            cwd=cwd,
+            quiet_after_s=quiet_after_s,
+            schedule_every_s=schedule_every_s,
+        )
         data = _run(lambda: SessionIn(**given))
-        result, _ = _run(lambda: ep.snap(session).store.put_session(session, data))
+        result, _ = _run(lambda: ep.use().put_session(session, data))
         return result.model_dump(mode="json")
 
     @tool()
     def resume(
         session: Sid,
-        max_chars: Annotated[int | None, Field(ge=200, le=10_000_000)] = recovery.HOOK_MAX_CHARS,
+        max_chars: Annotated[int | None, Field(ge=200, le=10_000_000)] = HOOK_MAX_CHARS,
         fresh: bool = True,
         since: Version | None = None,
     ) -> str:
@@ -181,11 +170,7 @@ def _register_tools(ep: McpEndpoint) -> None:
         first after losing context. `fresh` observes the machine now (and stores a version if
         anything changed); `fresh=false` returns the latest stored dump. `max_chars` cuts it to
         fit (logs go first; null for the whole dump). `since=N` leads with changes since vN."""
-        return _run(
-            lambda: recovery.resume(
-                ep.snap(session), session, fresh=fresh, max_chars=max_chars, since=since
-            )
-        )
+        return _run(lambda: ep.use().resume(session, fresh=fresh, max_chars=max_chars, since=since))
 
     @tool()
     def take_snapshot(session: Sid, note: str | None = None, force: bool = False) -> dict[str, Any]:
@@ -193,8 +178,8 @@ def _register_tools(ep: McpEndpoint) -> None:
         build, a restart, a model load) or after a milestone, with a short `note` saying why.
         When nothing changed the latest version is confirmed instead, unless `force`."""
         asked = _run(lambda: SnapshotIn(note=note, force=force))  # the API's own bounds
-        snap = ep.snap(session)
-        s = _run(lambda: snap.take(session, trigger="manual", note=asked.note, force=asked.force))
+        cases = ep.use()
+        s = _run(lambda: cases.take(session, note=asked.note, force=asked.force))
         h = s.header
         return {
             "session": h.session,
@@ -203,7 +188,7 @@ def _register_tools(ep: McpEndpoint) -> None:
             "previous_version": h.previous_version,
             "signals": [sig.text for sig in s.signals],
             "changes": [c.text for c in s.changes],
-            "markdown": str(snap.session_dir(session) / "latest.md"),
+            "markdown": str(cases.snap.session_dir(session) / "latest.md"),
         }
 
     @tool()
@@ -214,17 +199,17 @@ def _register_tools(ep: McpEndpoint) -> None:
         outcome: str | None = None,
         status: str | None = None,
         key: str | None = None,
+        concerns: list[int] | None = None,
     ) -> dict[str, Any]:
         """Post to the session's narrative as you work, one entry per event: `attempt` (what
         you tried; `outcome`; status running/failed/succeeded/abandoned), `finding`,
         `hypothesis` (open/confirmed/refuted), `decision`, `next` (open/done), `question`
         (open/answered), `note`, `fact` (pinned in every dump: `key` = name, `text` = value),
-        `objective`. Returns the entry with its id, for update_entry."""
-        given = _given(outcome=outcome, status=status, key=key)
+        `objective`. `concerns` lists ids of the entries this one is about (a finding about
+        an attempt). Returns the entry with its id, for update_entry."""
+        given = _given(outcome=outcome, status=status, key=key, concerns=concerns)
         entry = _run(lambda: JournalIn(kind=kind, text=text, **given))
-        return _run(lambda: ep.snap(session).store.add_entry(session, entry)).model_dump(
-            mode="json"
-        )
+        return _run(lambda: ep.use().add_entry(session, entry)).model_dump(mode="json")
 
     @tool()
     def update_entry(
@@ -233,20 +218,22 @@ def _register_tools(ep: McpEndpoint) -> None:
         status: str | None = None,
         outcome: str | None = None,
         text: str | None = None,
+        concerns: list[int] | None = None,
     ) -> dict[str, Any]:
         """Change a journal entry as work goes on: an attempt that was `running` has `failed`
-        or `succeeded` (with its `outcome`), a next step is `done`, a hypothesis `confirmed`.
-        Omitted fields stay as they are; ids come from add_entry or list_entries."""
-        update = _run(lambda: JournalUpdate(**_given(status=status, outcome=outcome, text=text)))
-        snap = ep.snap(session)
-        return _run(lambda: snap.store.update_entry(session, entry_id, update)).model_dump(
+        or `succeeded` (with its `outcome`), a next step is `done`, a hypothesis `confirmed`;
+        `concerns` replaces the ids of the entries it is about. Omitted fields stay as they
+        are; ids come from add_entry or list_entries."""
+        given = _given(status=status, outcome=outcome, text=text, concerns=concerns)
+        update = _run(lambda: JournalUpdate(**given))
+        return _run(lambda: ep.use().update_entry(session, entry_id, update)).model_dump(
             mode="json"
         )
 
     @tool()
     def list_entries(session: Sid) -> list[dict[str, Any]]:
         """The session's journal entries with their ids, oldest first (for update_entry)."""
-        entries = _run(lambda: ep.snap(session).store.list_entries(session))
+        entries = _run(lambda: ep.use().list_entries(session))
         return [e.model_dump(mode="json") for e in entries]
 
     @tool()
@@ -256,40 +243,32 @@ def _register_tools(ep: McpEndpoint) -> None:
         glob; last `lines`), an `artifact` (file, directory or glob: size, mtime, fingerprint),
         a `port` (with an optional health `url`), or a `command` allowed by the server.
         Add one as soon as you launch a server, a build or a long job."""
-        snap = ep.snap(session)
-        spec = _run(lambda: commands.check_watch(watch, snap.settings))
-        _run(lambda: confine.check_watch(spec, snap.settings))
-        limit = snap.settings.limits.max_watches_per_session
-        return _run(lambda: snap.store.add_watch(session, spec, limit)).model_dump(mode="json")
+        return _run(lambda: ep.use().add_watch(session, watch)).model_dump(mode="json")
 
     @tool()
     def list_watches(session: Sid) -> list[dict[str, Any]]:
         """What the session watches, with ids (for remove_watch)."""
-        return [
-            w.model_dump(mode="json")
-            for w in _run(lambda: ep.snap(session).store.list_watches(session))
-        ]
+        return [w.model_dump(mode="json") for w in _run(lambda: ep.use().list_watches(session))]
 
     @tool()
     def remove_watch(session: Sid, watch_id: int) -> str:
         """Stop watching something that no longer matters (a process you stopped for good, a
         log you no longer need), so dumps stay short."""
-        _run(lambda: ep.snap(session).store.delete_watch(session, watch_id))
+        _run(lambda: ep.use().remove_watch(session, watch_id))
         return f"removed watch {watch_id} from {session}"
 
     @tool()
-    def list_versions(session: Sid) -> list[dict[str, Any]]:
-        """Stored versions of the session's dump, newest first: time, trigger, how many signals
-        and changes. Use it to pick versions for diff or resume(since=N)."""
-        versions = _run(lambda: ep.snap(session).store.list_snapshots(session))
-        return [v.model_dump(mode="json") for v in versions]
+    def list_snapshots(session: Sid) -> list[dict[str, Any]]:
+        """Stored snapshots of the session's dump, newest first: version, time, trigger, how
+        many signals and changes. Use it to pick versions for diff or resume(since=N)."""
+        snapshots = _run(lambda: ep.use().list_snapshots(session))
+        return [v.model_dump(mode="json") for v in snapshots]
 
     @tool()
     def diff(session: Sid, from_version: Version, to_version: Version) -> dict[str, Any]:
         """What changed between two versions: processes started and exited, log growth,
         artifact changes, new journal entries, and a unified diff of the two dumps."""
-        snap = ep.snap(session)
-        result = _run(lambda: recovery.diff(snap, session, from_version, to_version))
+        result = _run(lambda: ep.use().diff(session, from_version, to_version))
         return result.model_dump(mode="json")
 
 
@@ -302,11 +281,6 @@ def _register_resources(ep: McpEndpoint) -> None:
     )
     def latest(sid: str) -> str:
         try:
-            snap = ep.snap()
-            snap.store.get_session(sid)
-            version = snap.store.latest_version(sid)
-            if not version:
-                raise ResourceError(f"session '{sid}' has no snapshot yet; call take_snapshot")
-            return snap.store.get_markdown(sid, version)
-        except NotFound as exc:
+            return ep.use().latest_dump(sid)
+        except CtxdError as exc:
             raise ResourceError(redact.text(str(exc))) from None

@@ -23,8 +23,8 @@ class LazyMcp:
     manager started in a task of its own, when the first request reaches /mcp.
     """
 
-    def __init__(self, max_body_bytes: int, host: str, token: str | None) -> None:
-        self._args = (max_body_bytes, host, token)
+    def __init__(self, max_body_bytes: int, host: str) -> None:
+        self._args = (max_body_bytes, host)
         self._app: Litestar | None = None
         self._endpoint: McpEndpoint | None = None
         self._lock = asyncio.Lock()

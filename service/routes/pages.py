@@ -8,12 +8,18 @@ from litestar.exceptions import HTTPException, PermissionDeniedException, Valida
 from litestar.params import Parameter
 from litestar.response import Redirect, Template
 
-from service import pages, redact
+from service import pagedata, redact
 from service.errors import NotFound
-from service.page_engine import HEADERS
-from service.routes.api import Sid, Version, snapshotter
+from service.routes.api import Sid, Version
+from service.snapshots import Snapshotter
+from service.templating import HEADERS
 
 HTML = "text/html"  # Litestar appends "; charset=utf-8" to text types
+
+
+def snapshotter(state: State) -> Snapshotter:
+    """The pages read through the snapshotter directly: a reader's visit is not activity."""
+    return state.snapshotter
 
 
 def _error_page(status: int, title: str, detail: str) -> Template:
@@ -66,17 +72,17 @@ class PageController(Controller):
 
     @get("/", sync_to_thread=True, media_type=HTML)
     def index(self, state: State) -> Template:
-        rows = pages.index(snapshotter(state).store)
+        rows = pagedata.index(snapshotter(state).store)
         return Template("index.html", context={"rows": rows})
 
     @get("/s/{sid:str}", sync_to_thread=True, media_type=HTML)
     def session(self, state: State, sid: Sid) -> Template:
-        page = pages.session_page(snapshotter(state).store, sid)
+        page = pagedata.session_page(snapshotter(state).store, sid)
         return Template("session.html", context={"sid": sid, "page": page})
 
     @get("/s/{sid:str}/v/{n:int}", sync_to_thread=True, media_type=HTML)
     def version(self, state: State, sid: Sid, n: Version) -> Template:
-        page = pages.version_page(snapshotter(state).store, sid, n)
+        page = pagedata.version_page(snapshotter(state).store, sid, n)
         return Template("version.html", context={"sid": sid, "page": page})
 
     @get("/s/{sid:str}/diff", sync_to_thread=True, media_type=HTML)
@@ -87,12 +93,12 @@ class PageController(Controller):
         start: Annotated[int | None, Parameter(query="from", ge=1, le=2**63 - 1)] = None,
         end: Annotated[int | None, Parameter(query="to", ge=1, le=2**63 - 1)] = None,
     ) -> Template:
-        page = pages.diff_page(snapshotter(state), sid, start, end)
+        page = pagedata.diff_page(snapshotter(state), sid, start, end)
         return Template("diff.html", context={"sid": sid, "page": page})
 
     @get("/s/{sid:str}/now", sync_to_thread=True, media_type=HTML)
     def now(self, state: State, sid: Sid) -> Template:
-        page = pages.now_page(snapshotter(state), sid)
+        page = pagedata.now_page(snapshotter(state), sid)
         return Template("now.html", context={"sid": sid, "page": page})
 
     @post("/s/{sid:str}/now", sync_to_thread=True)

@@ -1,4 +1,4 @@
-"""What each HTML page shows, gathered from the store (read only) and the snapshotter's preview."""
+"""The page view-models: what each HTML page shows, read from the store and the snapshotter."""
 
 from dataclasses import dataclass
 from datetime import datetime

@@ -1,0 +1,80 @@
+"""The store's schema: its migrations, applied in order when a Store opens the database."""
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+migrations = Migrations("ctxd")
+
+
+@migrations()
+def m001_initial(db: Database) -> None:
+    db.table("sessions").create(
+        {
+            "id": str,
+            "title": str,
+            "objective": str,
+            "quiet_after_s": int,
+            "created_at": str,
+            "last_activity_at": str,
+        },
+        pk="id",
+    )
+    db.table("watches").create(
+        {"id": int, "session": str, "spec": str, "created_at": str},
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("watches").create_index(["session"])
+    db.table("journal").create(
+        {
+            "id": int,
+            "session": str,
+            "kind": str,
+            "text": str,
+            "outcome": str,
+            "status": str,
+            "key": str,
+            "created_at": str,
+        },
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("journal").create_index(["session"])
+    db.table("snapshots").create(
+        {
+            "id": int,
+            "session": str,
+            "version": int,
+            "taken_at": str,
+            "trigger": str,
+            "signals": int,
+            "changes": int,
+            "body": str,
+            "markdown": str,
+        },
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("snapshots").create_index(["session", "version"], unique=True)
+
+
+@migrations()
+def m002_last_message(db: Database) -> None:
+    db.table("sessions").add_column("last_message", str)
+    db.table("sessions").add_column("last_message_at", str)
+
+
+@migrations()
+def m003_sections_and_journal_updates(db: Database) -> None:
+    """Snapshots keep content-addressed, compressed sections: storage grows with change."""
+    db.table("blobs").create({"hash": str, "data": bytes}, pk="hash")
+    snapshots = db.table("snapshots")
+    snapshots.add_column("sections", str)
+    snapshots.add_column("markdown_z", bytes)
+    snapshots.add_column("content_key", str)
+    snapshots.add_column("confirmed_at", str)
+    snapshots.add_column("confirmations", int, not_null_default=0)
+    db.table("journal").add_column("concerns", str)
+    db.table("journal").add_column("updated_at", str)
+    db.table("sessions").add_column("cwd", str)
+    db.table("sessions").add_column("schedule_every_s", int)

@@ -1,0 +1,204 @@
+"""The store's snapshot rows: versions, content-addressed sections, Markdown, pruning."""
+
+import hashlib
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from service.errors import NotFound
+from service.models import Snapshot, SnapshotSummary
+from service.store_db import Connection, iso, now
+
+
+class SnapshotRows(Connection):
+    """Snapshots of sessions, each a version; the store's sessions part builds on this."""
+
+    # --- snapshots --------------------------------------------------------------------------
+
+    def add_snapshot(
+        self, sid: str, build: Callable[[int], tuple[Snapshot, str]], content_key: str = ""
+    ) -> Snapshot:
+        """Assign the next version, let `build` fill it in, and commit both together.
+
+        The version is chosen inside the write transaction, so two concurrent requests
+        can never get the same number, and a failed build leaves no gap.
+        """
+        with self._tx() as db:
+            self._require_session(sid)
+            # read and written under one lock and transaction: the number cannot race
+            version = self.latest_version(sid) + 1
+            snapshot, markdown = build(version)
+            db.table("snapshots").insert(
+                {
+                    "session": sid,
+                    "version": version,
+                    "taken_at": iso(snapshot.header.taken_at),
+                    "trigger": snapshot.header.trigger,
+                    "signals": len(snapshot.signals),
+                    "changes": len(snapshot.changes),
+                    "sections": json.dumps(self._put_sections(db, snapshot)),
+                    "markdown_z": zlib.compress(markdown.encode(), 6),
+                    "content_key": content_key,
+                }
+            )
+        return snapshot
+
+    def _put_sections(self, db: Database, snapshot: Snapshot) -> dict[str, str]:
+        """Store each part once by its hash: an unchanged log tail costs nothing the 2nd time."""
+        data = snapshot.model_dump(mode="json")
+        parts = {k: v for k, v in data.items() if k != "observations"}
+        parts.update({f"observations.{k}": v for k, v in data["observations"].items()})
+        refs = {}
+        for name, value in parts.items():
+            raw = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+            digest = hashlib.sha256(raw).hexdigest()[:32]
+            db.execute(
+                "insert or ignore into blobs (hash, data) values (?, ?)",
+                [digest, zlib.compress(raw, 6)],
+            )
+            refs[name] = digest
+        return refs
+
+    def confirm_snapshot(self, sid: str, version: int, at: datetime) -> None:
+        """A trigger found nothing new: the latest version is still true as of `at`."""
+        with self._tx() as db:
+            db.execute(
+                "update snapshots set confirmed_at = ?, confirmations = confirmations + 1"
+                " where session = ? and version = ?",
+                [iso(at), sid, version],
+            )
+
+    def set_markdown(self, sid: str, version: int, markdown: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "update snapshots set markdown_z = ? where session = ? and version = ?",
+                [zlib.compress(markdown.encode(), 6), sid, version],
+            )
+
+    def content_key(self, sid: str, version: int) -> str:
+        return self._snapshot_row(sid, version, "content_key")["content_key"] or ""
+
+    def last_snapshot_at(self, sid: str) -> datetime:
+        """When a snapshot of the session was last taken or confirmed (the epoch if never)."""
+        rows = self._rows(
+            "select max(max(taken_at, coalesce(confirmed_at, ''))) t from snapshots"
+            " where session = ?",
+            [sid],
+        )
+        return datetime.fromisoformat(rows[0]["t"]) if rows[0]["t"] else _EPOCH
+
+    def latest_version(self, sid: str) -> int:
+        rows = self._rows("select max(version) v from snapshots where session = ?", [sid])
+        return rows[0]["v"] or 0
+
+    def get_snapshot(self, sid: str, version: int, parts: frozenset[str] | None = None) -> Snapshot:
+        """One version; with `parts` (e.g. "signals", "observations.processes") only those
+        sections are read, and the others keep their empty defaults."""
+        row = self._snapshot_row(sid, version, "body, sections, confirmed_at, confirmations")
+        if row["sections"] is None:  # written before sections existed
+            snapshot = Snapshot.model_validate_json(row["body"])
+        else:
+            refs = json.loads(row["sections"])
+            if parts is not None:
+                refs = {k: v for k, v in refs.items() if k == "header" or k in parts}
+            snapshot = Snapshot.model_validate(self._load_sections(refs))
+        if row["confirmed_at"]:
+            snapshot.header.confirmed_at = datetime.fromisoformat(row["confirmed_at"])
+            snapshot.header.confirmations = row["confirmations"]
+        return snapshot
+
+    def _load_sections(self, refs: dict[str, str]) -> dict:
+        hashes = sorted(set(refs.values()))
+        marks = ",".join("?" * len(hashes))
+        rows = self._rows(f"select hash, data from blobs where hash in ({marks})", hashes)
+        blobs = {r["hash"]: json.loads(zlib.decompress(r["data"])) for r in rows}
+        data: dict = {"observations": {}}
+        for name, digest in refs.items():
+            if name.startswith("observations."):
+                data["observations"][name.split(".", 1)[1]] = blobs[digest]
+            else:
+                data[name] = blobs[digest]
+        return data
+
+    def get_markdown(self, sid: str, version: int) -> str:
+        row = self._snapshot_row(sid, version, "markdown, markdown_z")
+        if row["markdown_z"] is not None:
+            return zlib.decompress(row["markdown_z"]).decode()
+        return str(row["markdown"])
+
+    def _snapshot_row(self, sid: str, version: int, columns: str) -> dict:
+        rows = self._rows(
+            f"select {columns} from snapshots where session = ? and version = ?", [sid, version]
+        )
+        if not rows:
+            self._require_session(sid)
+            raise NotFound(f"no version {version} in session '{sid}'")
+        return rows[0]
+
+    def list_snapshots(self, sid: str) -> list[SnapshotSummary]:
+        self._require_session(sid)
+        rows = self._rows(
+            "select session, version, taken_at, trigger, signals, changes, confirmed_at"
+            " from snapshots where session = ? order by version desc",
+            [sid],
+        )
+        return [SnapshotSummary.model_validate(r) for r in rows]
+
+    def iter_versions(self) -> Iterator[tuple[str, int, bool]]:
+        """Every stored version as (session, version, is_latest), for rebuilding files."""
+        rows = self._rows(
+            "select s.session, s.version,"
+            " s.version = (select max(version) from snapshots where session = s.session) latest"
+            " from snapshots s order by s.session, s.version"
+        )
+        for r in rows:
+            yield r["session"], r["version"], bool(r["latest"])
+
+    def prune(self, keep_days: int, at: datetime | None = None) -> list[tuple[str, int]]:
+        """Thin out versions older than `keep_days`: keep one a day (the day's last), and the
+        first and last of each session. Returns the (session, version) pairs removed."""
+        cutoff = (at or now()) - timedelta(days=keep_days)
+        rows = self._rows(
+            "select session, version, taken_at from snapshots order by session, version"
+        )
+        by_session: dict[str, list[dict]] = {}
+        for r in rows:
+            by_session.setdefault(r["session"], []).append(r)
+        doomed = []
+        for sid, versions in by_session.items():
+            keep = {versions[0]["version"], versions[-1]["version"]}
+            last_of_day: dict[str, int] = {}
+            for r in versions:
+                last_of_day[r["taken_at"][:10]] = r["version"]
+            keep |= set(last_of_day.values())
+            doomed += [
+                (sid, r["version"])
+                for r in versions
+                if r["version"] not in keep and datetime.fromisoformat(r["taken_at"]) < cutoff
+            ]
+        with self._tx() as db:
+            for sid, version in doomed:
+                db.execute(
+                    "delete from snapshots where session = ? and version = ?", [sid, version]
+                )
+            db.execute(
+                "delete from blobs where hash not in (select value from snapshots,"
+                " json_each(snapshots.sections) where snapshots.sections is not null)"
+            )
+        return doomed
+
+    def size_bytes(self) -> int:
+        """The database with its WAL: what the data dir's truth costs on disk."""
+        return sum(p.stat().st_size for p in _db_files(self.path))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _db_files(path: Path) -> list[Path]:
+    candidates = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    return [p for p in candidates if p.exists()]

@@ -1,0 +1,196 @@
+"""The use cases: every operation a transport (HTTP, MCP, CLI via HTTP) performs, in one place.
+
+A transport only translates its input into these calls and their results or `CtxdError`s
+into its answers. The rules that apply to what an agent writes live here: redaction before
+anything is stored, watch admission, journal status rules, and activity marking (any call
+about a session counts as its activity; the quiet trigger waits for silence).
+"""
+
+from service import __version__, confine, recovery, redact, resolve
+from service.collectors import commands
+from service.errors import Invalid, NotFound
+from service.harness import HOOK_MAX_CHARS, is_continue
+from service.models import (
+    Diff,
+    JournalEntry,
+    JournalIn,
+    JournalUpdate,
+    Session,
+    SessionIn,
+    Snapshot,
+    SnapshotSummary,
+    Watch,
+    WatchSpec,
+    check_status,
+)
+from service.redact_names import is_secret_name
+from service.resolve import Resolved, ResolveIn
+from service.snapshots import Snapshotter
+from service.watcher import Activity
+
+
+class UseCases:
+    """ctxd's operations over one snapshotter (and its store) and the in-memory activity."""
+
+    def __init__(self, snap: Snapshotter, activity: Activity) -> None:
+        self.snap = snap
+        self.store = snap.store
+        self.settings = snap.settings
+        self.activity = activity
+
+    def _active(self, sid: str) -> str:
+        """One rule for every transport: a call about a session is activity of that session."""
+        self.activity.mark(sid)
+        return sid
+
+    # --- service ----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, str | int]:
+        size = self.snap.data_dir_bytes()
+        return {"status": "ok", "version": __version__, "data_dir_bytes": size}
+
+    def prune(self, keep_days: int | None = None) -> int:
+        return self.snap.prune(keep_days or self.settings.keep_days)
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    def put_session(self, sid: str, data: SessionIn) -> tuple[Session, bool]:
+        """Create or update a session; returns it and whether it was created."""
+        return self.store.put_session(self._active(sid), redact.scrub(data))
+
+    def list_sessions(self, cwd: str | None = None) -> list[Session]:
+        return self.store.list_sessions(cwd=cwd)
+
+    def get_session(self, sid: str) -> Session:
+        return self.store.get_session(self._active(sid))
+
+    def resolve_session(self, ask: ResolveIn) -> Resolved:
+        """The session of the agent that asks, made if need be (see `service/resolve.py`)."""
+        return Resolved.model_validate(self._resolve(ask).model_dump())
+
+    def _resolve(self, ask: ResolveIn) -> Session:
+        if ask.session:
+            return self.put_session(ask.session, SessionIn())[0]
+        if not ask.cwd.startswith("/"):
+            return self.put_session(*resolve.harness_session(ask))[0]
+        if scoped := self.store.list_sessions(cwd=ask.cwd):
+            return self.get_session(scoped[0].id)
+        root = ask.root if ask.root.startswith("/") else ask.cwd
+        base, _ = resolve.checkout_session(root, None, exists=False)
+        try:
+            taken_by, exists = self.store.get_session(base).cwd, True
+        except NotFound:
+            taken_by, exists = None, False
+        return self.put_session(*resolve.checkout_session(root, taken_by, exists))[0]
+
+    def heartbeat(self, sid: str) -> None:
+        self.store.get_session(self._active(sid))
+
+    # --- watches ----------------------------------------------------------------------------
+
+    def add_watch(self, sid: str, spec: WatchSpec) -> Watch:
+        """Admit a watch: the command allowlist (403), the watch roots (403), the limit (409)."""
+        self._active(sid)
+        spec = commands.check_watch(spec, self.settings)
+        confine.check_watch(spec, self.settings)
+        # a health URL or path may carry a token: what is kept is what may be shown
+        limit = self.settings.limits.max_watches_per_session
+        return self.store.add_watch(sid, redact.scrub(spec), limit)
+
+    def list_watches(self, sid: str) -> list[Watch]:
+        return self.store.list_watches(self._active(sid))
+
+    def get_watch(self, sid: str, wid: int) -> Watch:
+        return self.store.get_watch(self._active(sid), wid)
+
+    def remove_watch(self, sid: str, wid: int) -> None:
+        self.store.delete_watch(self._active(sid), wid)
+
+    # --- journal ----------------------------------------------------------------------------
+
+    def add_entry(self, sid: str, entry: JournalIn) -> JournalEntry:
+        # scrub the model, not its dump: a fact is redacted by its key (api_key = ...)
+        return self.store.add_entry(self._active(sid), redact.scrub(entry))
+
+    def update_entry(self, sid: str, eid: int, update: JournalUpdate) -> JournalEntry:
+        fields = update.model_dump(exclude_unset=True)
+        if "text" in fields and fields["text"] is None:  # an entry's text is never NULL
+            raise Invalid("text: cannot be null; omit it to keep the current text")
+        entry = self.store.get_entry(self._active(sid), eid)
+        if "status" in fields:
+            check_status(entry.kind, fields["status"])
+        fields = redact.scrub(fields)
+        if fields.get("text") and entry.key and is_secret_name(entry.key):
+            redact.learn(update.text or "")
+            fields["text"] = redact.REDACTED  # a fact named like a secret keeps no value
+        if "concerns" in fields:
+            fields["concerns"] = fields["concerns"] or []
+        return self.store.update_entry(sid, eid, fields)
+
+    def list_entries(self, sid: str) -> list[JournalEntry]:
+        return self.store.list_entries(self._active(sid))
+
+    # --- snapshots and recovery -------------------------------------------------------------
+
+    def take(self, sid: str, note: str | None = None, force: bool = False) -> Snapshot:
+        return self.snap.take(self._active(sid), trigger="manual", note=note, force=force)
+
+    def list_snapshots(self, sid: str) -> list[SnapshotSummary]:
+        return self.store.list_snapshots(self._active(sid))
+
+    def get_snapshot(self, sid: str, version: int) -> Snapshot:
+        return self.store.get_snapshot(self._active(sid), version)
+
+    def get_markdown(self, sid: str, version: int) -> str:
+        return self.store.get_markdown(self._active(sid), version)
+
+    def latest_dump(self, sid: str) -> str:
+        """The latest stored dump as Markdown (what the MCP resource serves)."""
+        self.store.get_session(sid)
+        version = self.store.latest_version(sid)
+        if not version:
+            raise NotFound(f"session '{sid}' has no snapshot yet; call take_snapshot")
+        return self.snap.latest_in_memory(sid) or self.store.get_markdown(sid, version)
+
+    def resume_from_memory(
+        self,
+        sid: str,
+        *,
+        fresh: bool = True,
+        max_chars: int | None = None,
+        since: int | None = None,
+    ) -> str | None:
+        """The latest dump from memory when nothing needs computing (no I/O, so it may run on
+        the event loop); None means "call `resume`"."""
+        return recovery.resume_from_memory(
+            self.snap, self._active(sid), fresh=fresh, max_chars=max_chars, since=since
+        )
+
+    def resume(
+        self,
+        sid: str,
+        *,
+        fresh: bool = True,
+        max_chars: int | None = None,
+        since: int | None = None,
+    ) -> str:
+        cached = self.resume_from_memory(sid, fresh=fresh, max_chars=max_chars, since=since)
+        if cached is not None:
+            return cached
+        return recovery.resume(self.snap, sid, fresh=fresh, max_chars=max_chars, since=since)
+
+    def prompt(self, sid: str, text: str, max_chars: int = HOOK_MAX_CHARS) -> str | None:
+        """A prompt a hook saw: recorded as the latest message; a bare "continue" instead takes
+        a fresh snapshot and returns it cut to `max_chars`, for the hook to inject."""
+        if not is_continue(text):
+            self.message(sid, text)
+            return None
+        self.message(sid, "")
+        return self.resume(sid, fresh=False, max_chars=max_chars)
+
+    def diff(self, sid: str, from_version: int, to_version: int) -> Diff:
+        return recovery.diff(self.snap, self._active(sid), from_version, to_version)
+
+    def message(self, sid: str, text: str) -> str | None:
+        """A user message; a blank one means "continue" and returns a fresh dump."""
+        return recovery.message(self.snap, self._active(sid), text)
