@@ -8,6 +8,7 @@ from pathlib import Path
 import jinja2
 from markdown_it import MarkdownIt
 
+from service.dump_files import DumpLocation
 from service.models import Flag, ProcessInfo, Snapshot
 from service.signals import human_duration
 
@@ -90,7 +91,8 @@ def roots_first(processes: list[ProcessInfo]) -> list[ProcessInfo]:
     return [p for p in processes if p.root]
 
 
-def render_dump(snapshot: Snapshot, *, location: str = "") -> str:
+def render_dump(snapshot: Snapshot, where: DumpLocation | None = None) -> str:
+    """The dump's Markdown; `where` fills its footer (none: a dump not stored anywhere)."""
     template = _ENV.get_template("dump.md.j2")
     return template.render(
         s=snapshot,
@@ -98,7 +100,7 @@ def render_dump(snapshot: Snapshot, *, location: str = "") -> str:
         n=snapshot.narrative,
         o=snapshot.observations,
         roots=roots_first(snapshot.observations.processes.items),
-        location=location,
+        where=where,
     )
 
 

@@ -98,7 +98,7 @@ def test_fingerprint_cache_is_kept_in_memory_and_stays_correct(tmp_path: Path) -
     path.write_bytes(b"v1")
     ctx = make_ctx()
     first = only_item(collect(make_watch(path), ctx=ctx)).fingerprint
-    assert list(ctx.memory[artifacts.NAME]["fingerprints"].values()) == [first]
+    assert list(ctx.memory[artifacts.NAME].fingerprints.values()) == [first]
     assert only_item(collect(make_watch(path), ctx=ctx)).fingerprint == first
     stat = path.stat()
     path.write_bytes(b"v2")  # same size; even with the old mtime put back, ctime moves on
@@ -323,15 +323,15 @@ def test_100_gb_sparse_plus_5000_files_cold_then_warm_reads_no_content(
     assert cold.files == 5001 and cold.truncated is False and cold.fingerprint_kind == "tree"
     assert cold.largest[0].path == "model.safetensors" and cold.size > 100 * 10**9
     assert sum(1 for e, _ in cold_events if e == "open") == 5001
-    assert ctx.memory["artifacts"]["last_opened_files"] == 5001
+    assert ctx.memory["artifacts"].last_opened_files == 5001
 
     warm, warm_events = audited(root, ctx, watch)
     assert warm.fingerprint == cold.fingerprint and warm.changes == []
     assert [e for e in warm_events if e[0] == "open"] == []  # stat only: no file opened
-    assert ctx.memory["artifacts"]["last_read_bytes"] == 0
+    assert ctx.memory["artifacts"].last_read_bytes == 0
 
     # Once the watchfiles watcher is up, an unchanged tree is not even walked.
-    watcher = ctx.memory["artifacts"]["trees"][(1, str(root.resolve()))]["watcher"]
+    watcher = ctx.memory["artifacts"].trees[(1, str(root.resolve()))].watcher
     wait_until(lambda: watcher.ready)
     audited(root, ctx, watch)  # this walk is the one the watcher vouches for
     idle, idle_events = audited(root, ctx, watch)

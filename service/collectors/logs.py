@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service import confine, redact
-from service.collectors import CollectContext
+from service.collectors import CollectContext, per_watch
 from service.collectors._fs import (
     OUTSIDE,
     NotRegular,
@@ -32,6 +32,7 @@ from service.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
 from service.settings import Limits
 
 NAME = "logs"
+SECTION = LogsSection
 CHECK_BYTES = 64
 
 
@@ -285,24 +286,28 @@ def collect_watch(
     return results
 
 
+@dataclass
+class LogsMemory:
+    """Per (watch, real path): where the previous snapshot stopped reading, what it showed."""
+
+    cursors: dict[tuple[int, str], Cursor] = field(default_factory=dict)
+
+
 def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     """Tail every log watch of the session; failures are listed, never raised."""
-    section = LogsSection()
-    cursors: dict = ctx.memory.get(NAME, {}).get("cursors", {})
-    seen: dict = {}
+    memory = ctx.memory_of(NAME, LogsMemory)
+    seen: dict[tuple[int, str], Cursor] = {}
     roots = tuple(confine.roots(ctx.settings))
-    for watch in watches:
-        if not isinstance(watch.spec, LogWatch):
-            continue
-        try:
-            results = collect_watch(watch.id, watch.spec, ctx.settings.limits, cursors, seen, roots)
-        except Exception as exc:  # a bad watch must not cost the rest of the dump
-            reason = f"error: {type(exc).__name__}: {exc}"
-            results = [Unavailable(watch_id=watch.id, target=watch.spec.path, reason=reason)]
-        for result in results:
-            if isinstance(result, LogInfo):
-                section.items.append(result)
-            else:
-                section.unavailable.append(result)
-    ctx.memory[NAME] = {"cursors": seen}  # only files still watched: memory stays bounded
-    return section
+
+    def observe(watch: Watch) -> list[LogInfo | Unavailable]:
+        assert isinstance(watch.spec, LogWatch)
+        limits = ctx.settings.limits
+        return collect_watch(watch.id, watch.spec, limits, memory.cursors, seen, roots)
+
+    items, unavailable = per_watch(watches, LogWatch, observe, _target)
+    memory.cursors = seen  # only files still watched: memory stays bounded
+    return LogsSection(items=items, unavailable=unavailable)
+
+
+def _target(watch: Watch) -> str:
+    return watch.spec.path if isinstance(watch.spec, LogWatch) else NAME

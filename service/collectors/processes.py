@@ -24,6 +24,7 @@ from service.models import (
 )
 
 NAME = "processes"
+SECTION = ProcessesSection
 
 # What decides how a GPU job behaves, and which Python and libraries it actually loads.
 _ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
@@ -39,7 +40,14 @@ WORKER_LINES = 6
 
 Key = tuple[int, float]
 
-__all__ = ["DEFAULT_ENV", "NAME", "collect", "parse_flags"]
+__all__ = ["DEFAULT_ENV", "NAME", "SECTION", "ProcessesMemory", "collect", "parse_flags"]
+
+
+@dataclass
+class ProcessesMemory:
+    """psutil handles kept between snapshots: a second cpu_percent() call is a real reading."""
+
+    handles: dict[Key, psutil.Process] = field(default_factory=dict)
 
 
 @dataclass
@@ -290,7 +298,7 @@ def _exited(
 def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section = ProcessesSection(stuck_after_s=ctx.settings.stuck_after_s)
     specs = [(w.id, w.spec) for w in watches if isinstance(w.spec, ProcessWatch)]
-    handles: dict[Key, psutil.Process] = ctx.memory.setdefault(NAME, {})
+    handles = ctx.memory_of(NAME, ProcessesMemory).handles
     try:
         table = _proctree.scan() if specs else {}
         excluded = _excluded()
