@@ -4,9 +4,12 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.settings import Settings
-from service.store import Store
+
+if TYPE_CHECKING:  # render imports this module for DumpLocation: keep that light
+    from service.store import Store
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ def version_file(version: int) -> str:
 class DumpFiles:
     """Writes and rebuilds the Markdown files; the database stays the truth they come from."""
 
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: "Store") -> None:
         self.settings = settings
         self.store = store
         # The newest dump of each session, as written: resume reads it without any I/O.

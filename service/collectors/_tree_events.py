@@ -2,7 +2,6 @@
 
 import logging
 import threading
-
 from collections.abc import Generator
 
 import watchfiles

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from service import confine
 from service.collectors import CollectContext, per_watch
-from service.collectors._tree_events import TreeWatcher
 from service.collectors._fingerprint import (
     Budget,
     CacheKey,
@@ -29,6 +28,7 @@ from service.collectors._fs import (
     is_glob,
     match_glob,
 )
+from service.collectors._tree_events import TreeWatcher
 from service.models import (
     ArtifactFile,
     ArtifactInfo,
