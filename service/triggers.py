@@ -6,6 +6,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+from service import happened
 from service.errors import NotFound
 from service.models import Observations, Session
 from service.snapshots import Snapshotter
@@ -36,32 +37,8 @@ class Activity:
 
 
 def detect_events(before: Observations | None, after: Observations) -> list[tuple[str, str]]:
-    """Pure: what in `after` is news worth a snapshot at once, as (code, what happened)."""
-    if before is None:
-        return []
-    events = []
-    alive = {p.key for p in after.processes.items}
-    for p in before.processes.items:
-        if p.key not in alive:
-            events.append(("process-exit", f"process {p.pid} ({p.name}) exited"))
-    was_listening = {(p.host, p.port) for p in before.ports.items if p.listening}
-    for port in after.ports.items:
-        if port.listening and (port.host, port.port) not in was_listening:
-            events.append(("port-open", f"{port.host}:{port.port} now listening"))
-    old_errors = {log.path: _errors(log) for log in before.logs.items}
-    for log in after.logs.items:
-        if _errors(log) and _errors(log) != old_errors.get(log.path):
-            events.append(("log-error", f"new error in {log.path}"))
-    old_prints = {a.path: a.fingerprint for a in before.artifacts.items}
-    for art in after.artifacts.items:
-        if art.path in old_prints and old_prints[art.path] != art.fingerprint:
-            events.append(("artifact-change", f"artifact {art.path} changed"))
-    return events
-
-
-def _errors(log: object) -> object:
-    # The error block of a log, where the logs collector reports one.
-    return getattr(log, "errors", None) or None
+    """Pure: what in `after` is news worth a snapshot at once, as (trigger word, text)."""
+    return happened.events(before, after)
 
 
 class Watcher:

@@ -29,6 +29,7 @@ from service.collectors._fs import (
     match_glob,
 )
 from service.collectors._tree_events import TreeWatcher
+from service.fmt import human_bytes
 from service.models import (
     ArtifactFile,
     ArtifactInfo,
@@ -282,18 +283,6 @@ def _target(watch: Watch) -> str:
     return watch.spec.path if isinstance(watch.spec, ArtifactWatch) else NAME
 
 
-def format_size(size: int) -> str:
-    """Decimal units, as `ls -h --si` and download pages show them: 12 MB, 1.5 GB."""
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            break
-        value /= 1000
-    if unit == "B":
-        return f"{size} B"
-    return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
-
-
 def describe_change(prev: ArtifactInfo | None, cur: ArtifactInfo | None) -> str | None:
     """A short text of what changed between two observations of one path, None if nothing."""
     if prev is None or cur is None:
@@ -302,7 +291,7 @@ def describe_change(prev: ArtifactInfo | None, cur: ArtifactInfo | None) -> str 
         return f"was a {prev.type}, now a {cur.type}"
     parts = []
     if prev.size != cur.size:
-        old, new = format_size(prev.size), format_size(cur.size)
+        old, new = human_bytes(prev.size), human_bytes(cur.size)
         if old == new:
             old, new = f"{prev.size:,} B", f"{cur.size:,} B"
         parts.append(f"size {old} -> {new}")
