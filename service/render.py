@@ -7,6 +7,7 @@ from pathlib import Path
 import jinja2
 from markdown_it import MarkdownIt
 
+from service.collectors import registry
 from service.dump_files import DumpLocation
 
 # human_bytes and utc are imported from here by the pages too
@@ -87,6 +88,7 @@ def render_dump(snapshot: Snapshot, where: DumpLocation | None = None) -> str:
         o=snapshot.observations,
         roots=roots_first(snapshot.observations.processes.items),
         where=where,
+        partials=[f"_{collector.NAME}.md.j2" for collector in registry()],
     )
 
 

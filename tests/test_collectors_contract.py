@@ -29,10 +29,10 @@ def test_a_collector_out_of_step_with_observations_is_refused() -> None:
 
     @dataclass
     class WrongSection:
-        NAME = "logs"
-        SECTION = LogsSection.__base__
+        NAME = "ports"
+        SECTION = LogsSection
 
-    with pytest.raises(TypeError, match=r"Observations\.logs"):
+    with pytest.raises(TypeError, match=r"Observations\.ports"):
         check_registry([registry()[0], WrongSection(), *registry()[2:]])
 
 

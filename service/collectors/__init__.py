@@ -91,10 +91,10 @@ def split(results: Iterable[Item | Unavailable]) -> tuple[list[Item], list[Unava
 
 
 def registry() -> Sequence[Collector]:
-    """The collectors, in the order their sections appear in Observations."""
+    """The collectors, in the order their sections appear in Observations and in the dump."""
     from service.collectors import artifacts, commands, gpus, host, logs, ports, processes
 
-    modules: tuple[Any, ...] = (processes, logs, artifacts, ports, host, gpus, commands)
+    modules: tuple[Any, ...] = (processes, ports, gpus, host, artifacts, commands, logs)
     return modules
 
 

@@ -237,10 +237,16 @@ class GpusSection(BaseModel):
 
 
 class Observations(BaseModel):
+    """One section per collector, named by its NAME, in the order the dump shows them.
+
+    Written out rather than generated from the registry, so each section keeps its static type
+    for mypy and editors; `collectors.check_registry` fails start-up if the two disagree.
+    """
+
     processes: ProcessesSection = ProcessesSection()
-    logs: LogsSection = LogsSection()
-    artifacts: ArtifactsSection = ArtifactsSection()
     ports: PortsSection = PortsSection()
-    host: HostInfo = HostInfo()
     gpus: GpusSection = GpusSection()
+    host: HostInfo = HostInfo()
+    artifacts: ArtifactsSection = ArtifactsSection()
     commands: CommandsSection = CommandsSection()
+    logs: LogsSection = LogsSection()
