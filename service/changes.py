@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from service import happened
-from service.collectors.artifacts import describe_change
+from service.collectors._artifact_text import describe_change
 from service.fmt import human_bytes
 from service.models import Change, Narrative, Observations, Signal, Snapshot
 

@@ -1,7 +1,6 @@
 """Build artifacts: size, mtime and fingerprint of files, trees and globs, and what changed."""
 
 import os
-import re
 import stat
 import time
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from pathlib import Path
 
 from service import confine
 from service.collectors import CollectContext, per_watch
+from service.collectors._artifact_text import describe_change, parse_dist
 from service.collectors._fingerprint import (
     Budget,
     CacheKey,
@@ -29,17 +29,18 @@ from service.collectors._fs import (
     match_glob,
 )
 from service.collectors._tree_events import TreeWatcher
-from service.fmt import human_bytes
 from service.models import (
     ArtifactFile,
     ArtifactInfo,
     ArtifactsSection,
     ArtifactWatch,
-    DistInfo,
     Unavailable,
     Watch,
 )
 from service.settings import Limits
+
+# describe_change and parse_dist: importable from here, as they were
+__all__ = ["NAME", "SECTION", "ArtifactsMemory", "collect", "describe_change", "parse_dist"]
 
 NAME = "artifacts"
 SECTION = ArtifactsSection
@@ -49,31 +50,6 @@ CHANGES_SHOWN = 20
 WATCH_DIRS_MAX = 2000  # inotify needs one watch per directory: huge trees are walked instead
 # Asking the watcher costs about 2 ms: any walk slower than that is worth replacing.
 WATCH_WORTH_S = 0.005
-
-_WHEEL = re.compile(
-    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?"
-    r"-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
-)
-_SDIST = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*)\.(?:tar\.gz|tar\.bz2|tar\.xz|zip)$")
-
-
-def parse_dist(filename: str) -> DistInfo | None:
-    """Name, version and tags of a wheel or sdist, from its file name alone."""
-    m = _WHEEL.match(filename)
-    if m:
-        tags = [
-            f"{py}-{abi}-{plat}"
-            for py in m["py"].split(".")
-            for abi in m["abi"].split(".")
-            for plat in m["plat"].split(".")
-        ]
-        return DistInfo(
-            kind="wheel", name=m["name"], version=m["version"], build=m["build"], tags=tags[:20]
-        )
-    m = _SDIST.match(filename)
-    if m:
-        return DistInfo(kind="sdist", name=m["name"], version=m["version"])
-    return None
 
 
 def to_datetime(mtime_ns: int) -> datetime:
@@ -281,29 +257,3 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
 
 def _target(watch: Watch) -> str:
     return watch.spec.path if isinstance(watch.spec, ArtifactWatch) else NAME
-
-
-def describe_change(prev: ArtifactInfo | None, cur: ArtifactInfo | None) -> str | None:
-    """A short text of what changed between two observations of one path, None if nothing."""
-    if prev is None or cur is None:
-        return None if prev is cur else ("new" if prev is None else "gone")
-    if prev.type != cur.type:
-        return f"was a {prev.type}, now a {cur.type}"
-    parts = []
-    if prev.size != cur.size:
-        old, new = human_bytes(prev.size), human_bytes(cur.size)
-        if old == new:
-            old, new = f"{prev.size:,} B", f"{cur.size:,} B"
-        parts.append(f"size {old} -> {new}")
-    if cur.type == "directory":
-        if cur.changes:
-            parts.extend(cur.changes)
-        elif prev.fingerprint != cur.fingerprint:
-            parts.append("contents changed")
-        return ", ".join(parts) or None
-    pending = "pending" in (prev.fingerprint_kind, cur.fingerprint_kind)
-    if prev.fingerprint != cur.fingerprint and not pending:
-        parts.append("content changed")
-    elif prev.modified_at != cur.modified_at:
-        parts.append("rebuilt, same content" if not pending else "modified time changed")
-    return ", ".join(parts) or None
