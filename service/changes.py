@@ -84,7 +84,8 @@ def ports(before: Observations, after: Observations) -> list[Change]:
         was = old.get((p.host, p.port))
         if was is not None and was != p.listening:
             state = "now listening" if p.listening else "stopped listening"
-            changes.append(Change(kind="port", text=f"{p.host}:{p.port} {state}"))
+            kind = happened.PORT_OPENED if p.listening else happened.PORT_CLOSED
+            changes.append(Change(kind=kind, text=f"{p.host}:{p.port} {state}"))
     return changes
 
 

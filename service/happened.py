@@ -8,6 +8,7 @@ from service.models import ArtifactInfo, LogInfo, Observations, PortInfo, Proces
 
 PROCESS_EXITED = "process_exited"
 PORT_OPENED = "port_opened"
+PORT_CLOSED = "port_closed"
 LOG_ERROR = "log_error"
 ARTIFACT_CHANGED = "artifact_changed"
 

@@ -146,7 +146,7 @@ def expected_ports(current: Observations) -> list[Signal]:
         if not port.listening:
             who = f" (expected by watch {port.expected_by})" if port.expected_by else ""
             signals.append(
-                Signal(severity="critical", code="port_closed", subject=where,
+                Signal(severity="critical", code=happened.PORT_CLOSED, subject=where,
                        text=f"{where} not listening{who}")
             )  # fmt: skip
         elif port.health_error or (port.health_status is not None and port.health_status >= 400):

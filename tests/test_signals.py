@@ -210,3 +210,16 @@ def test_events_signals_and_changes_name_one_exit_and_one_opening_alike():
     # a port never seen closed (a watch added while it listens) opened nothing
     fresh = obs(ports=[PortInfo(host="127.0.0.1", port=9000, listening=True)])
     assert detect_events(obs(), fresh) == [] and not signals.ports_opened(fresh, obs())
+
+
+def test_a_port_change_is_named_like_its_signal():
+    from service import happened
+
+    closed = PortInfo(host="127.0.0.1", port=8000, listening=False)
+    listening = closed.model_copy(update={"listening": True})
+    assert [c.kind for c in changes.ports(obs(ports=[closed]), obs(ports=[listening]))] == [
+        happened.PORT_OPENED
+    ]
+    assert [c.kind for c in changes.ports(obs(ports=[listening]), obs(ports=[closed]))] == [
+        happened.PORT_CLOSED
+    ]
