@@ -45,8 +45,12 @@ class Collector(Protocol):
     `per_watch`); a raise costs the whole section, which the runner then marks unavailable.
     """
 
-    NAME: str
-    SECTION: type[BaseModel]
+    # properties: read-only, so a module's `SECTION = HostInfo` satisfies `type[BaseModel]`
+    @property
+    def NAME(self) -> str: ...
+
+    @property
+    def SECTION(self) -> type[BaseModel]: ...
 
     def collect(self, watches: list[Watch], ctx: CollectContext) -> BaseModel: ...
 
@@ -94,7 +98,8 @@ def registry() -> Sequence[Collector]:
     """The collectors, in the order their sections appear in Observations and in the dump."""
     from service.collectors import artifacts, commands, gpus, host, logs, ports, processes
 
-    modules: tuple[Any, ...] = (processes, ports, gpus, host, artifacts, commands, logs)
+    # typed as Collector: mypy checks each module against the protocol
+    modules: tuple[Collector, ...] = (processes, ports, gpus, host, artifacts, commands, logs)
     return modules
 
 
