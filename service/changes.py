@@ -5,9 +5,10 @@ import json
 import math
 from typing import Any
 
-from service.collectors.artifacts import describe_change
+from service import happened
+from service.collectors._artifact_text import describe_change
+from service.fmt import human_bytes
 from service.models import Change, Narrative, Observations, Signal, Snapshot
-from service.render import human_bytes
 
 
 def compare(before: Snapshot | None, after: Snapshot) -> list[Change]:
@@ -27,9 +28,8 @@ def processes(before: Observations, after: Observations) -> list[Change]:
     old = {p.key: p for p in before.processes.items}
     new = {p.key: p for p in after.processes.items}
     changes = [
-        Change(kind="process_exited", text=f"exited: {p.pid} {p.name} (was {p.state})")
-        for k, p in old.items()
-        if k not in new
+        Change(kind=happened.PROCESS_EXITED, text=f"exited: {p.pid} {p.name} (was {p.state})")
+        for p in happened.exited(before, after)
     ]
     changes += [
         Change(kind="process_started", text=f"started: {p.pid} {p.name}")
@@ -84,7 +84,8 @@ def ports(before: Observations, after: Observations) -> list[Change]:
         was = old.get((p.host, p.port))
         if was is not None and was != p.listening:
             state = "now listening" if p.listening else "stopped listening"
-            changes.append(Change(kind="port", text=f"{p.host}:{p.port} {state}"))
+            kind = happened.PORT_OPENED if p.listening else happened.PORT_CLOSED
+            changes.append(Change(kind=kind, text=f"{p.host}:{p.port} {state}"))
     return changes
 
 
@@ -114,7 +115,7 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
     raised = [
         Change(kind="signal_raised", text=f"new signal: {s.text}")
         for k, s in new.items()
-        if k not in old and s.code != "process_exited"
+        if k not in old and s.code != happened.PROCESS_EXITED
     ]
     cleared = [
         Change(kind="signal_cleared", text=f"no longer: {s.text}")

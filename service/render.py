@@ -2,27 +2,19 @@
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import jinja2
 from markdown_it import MarkdownIt
 
+from service.collectors import registry
+from service.dump_files import DumpLocation
+
+# human_bytes and utc are imported from here by the pages too
+from service.fmt import human_bytes, human_duration, utc
 from service.models import Flag, ProcessInfo, Snapshot
-from service.signals import human_duration
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-
-
-def human_bytes(size: int | float | None) -> str:
-    if size is None:
-        return "?"
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1024 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TB"
 
 
 def fence(lines: list[str], info: str = "text") -> str:
@@ -51,10 +43,6 @@ def inline(value: object) -> str:
 def cell_code(value: object) -> str:
     """An inline code span inside a table cell: GFM splits cells at a pipe even in code."""
     return inline(value).replace("|", "\\|")
-
-
-def utc(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
 
 
 def flag_text(flag: Flag) -> str:
@@ -90,7 +78,8 @@ def roots_first(processes: list[ProcessInfo]) -> list[ProcessInfo]:
     return [p for p in processes if p.root]
 
 
-def render_dump(snapshot: Snapshot, *, location: str = "") -> str:
+def render_dump(snapshot: Snapshot, where: DumpLocation | None = None) -> str:
+    """The dump's Markdown; `where` fills its footer (none: a dump not stored anywhere)."""
     template = _ENV.get_template("dump.md.j2")
     return template.render(
         s=snapshot,
@@ -98,7 +87,8 @@ def render_dump(snapshot: Snapshot, *, location: str = "") -> str:
         n=snapshot.narrative,
         o=snapshot.observations,
         roots=roots_first(snapshot.observations.processes.items),
-        location=location,
+        where=where,
+        partials=[f"_{collector.NAME}.md.j2" for collector in registry()],
     )
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-IDLE_CPU_PERCENT = 1.0
+from service.thresholds import IDLE_CPU_PERCENT
+
 # A process no collector has asked about for this long is no longer watched by anyone.
 FORGET_AFTER_S = 600.0
 # An exited process is remembered this long, so the next snapshot can say when it was last alive.

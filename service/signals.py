@@ -1,20 +1,33 @@
 """Pure functions from observations (and the previous ones) to signals, worst first."""
 
-import re
-
+from service import happened
+from service.collectors._logtext import error_line_indexes
+from service.fmt import human_duration
 from service.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
-
-LOG_SILENT_AFTER_S = 120.0
-IDLE_CPU_PERCENT = 1.0
-STUCK_AFTER_S = 120.0
-GPU_HELD_BYTES = 1024**3
-MEMORY_GROWTH_BPS = 1024**2
-DISK_FREE_RATIO = 0.05
-DISK_FREE_BYTES = 2 * 1024**3
-_ERROR_LINE = re.compile(
-    r"Traceback|\bERROR\b|\w*Error\b|\berror:|Exception|FATAL|CRITICAL|Killed|Segmentation fault|"
-    r"out of memory|NCCL WARN|core dumped",
+from service.thresholds import (
+    DISK_CRITICAL_RATIO,
+    DISK_FREE_BYTES,
+    DISK_FREE_RATIO,
+    GPU_HELD_BYTES,
+    IDLE_CPU_PERCENT,
+    LOG_SILENT_AFTER_S,
+    MEMORY_GROWTH_BPS,
+    STUCK_AFTER_S,
 )
+
+# re-exported: the thresholds live in one module, named as signals always named them
+__all__ = [
+    "DISK_FREE_BYTES",
+    "DISK_FREE_RATIO",
+    "GPU_HELD_BYTES",
+    "IDLE_CPU_PERCENT",
+    "LOG_SILENT_AFTER_S",
+    "MEMORY_GROWTH_BPS",
+    "STUCK_AFTER_S",
+    "derive",
+    "human_duration",
+    "last_error_line",
+]
 
 
 def derive(current: Observations, previous: Observations | None) -> list[Signal]:
@@ -51,11 +64,14 @@ def _idle_for(members: list[ProcessInfo]) -> float | None:
 
 
 def last_error_line(current: Observations) -> tuple[str, str] | None:
-    """(log path, line) of the newest line that looks like an error in any watched log."""
+    """(log path, line) of the newest line that looks like an error in any watched log.
+
+    The logs collector's matcher: a setting's value (log_level='ERROR') is no error here either.
+    """
     for log in sorted(current.logs.items, key=lambda lg: lg.silent_for_s):
-        for line in reversed(log.lines):
-            if _ERROR_LINE.search(line):
-                return log.path, line.strip()[:200]
+        found = error_line_indexes(log.lines)
+        if found:
+            return log.path, log.lines[found[-1]].strip()[:200]
     return None
 
 
@@ -90,20 +106,16 @@ def stuck_trees(current: Observations) -> list[Signal]:
 def exited_processes(current: Observations, previous: Observations | None) -> list[Signal]:
     if previous is None:
         return []
-    alive = {p.key for p in current.processes.items}
     last_seen = {e.key: e.last_seen_at for e in current.processes.exited}
-    known = {e.key for e in current.processes.exited}
     error = last_error_line(current)
     signals = []
-    for p in previous.processes.items:
-        if p.key in alive or (current.processes.exited and p.key not in known):
-            continue  # still here, or the collector knows it is alive beyond its row limit
+    for p in happened.exited(previous, current):
         seen = last_seen.get(p.key) or p.seen_at
         when = f"; last seen alive {seen:%H:%M:%S} UTC" if seen else ""
         crashed = f"; last error in {error[0]}: {error[1]}" if error and p.root else ""
         verb = "crashed" if crashed else "exited"
         signals.append(
-            Signal(severity="critical" if p.root else "warning", code="process_exited",
+            Signal(severity="critical" if p.root else "warning", code=happened.PROCESS_EXITED,
                    subject=p.key,
                    text=f"process {p.pid} ({p.name}) {verb} since the previous snapshot"
                    f"{when}{crashed}")
@@ -134,7 +146,7 @@ def expected_ports(current: Observations) -> list[Signal]:
         if not port.listening:
             who = f" (expected by watch {port.expected_by})" if port.expected_by else ""
             signals.append(
-                Signal(severity="critical", code="port_closed", subject=where,
+                Signal(severity="critical", code=happened.PORT_CLOSED, subject=where,
                        text=f"{where} not listening{who}")
             )  # fmt: skip
         elif port.health_error or (port.health_status is not None and port.health_status >= 400):
@@ -150,16 +162,14 @@ def ports_opened(current: Observations, previous: Observations | None) -> list[S
     """The thing started: a port closed in the previous snapshot listens now."""
     if previous is None:
         return []
-    was = {(p.host, p.port): p.listening for p in previous.ports.items}
     signals = []
-    for port in current.ports.items:
-        if port.listening and was.get((port.host, port.port)) is False:
-            owner = f" (pid {port.owner_pid})" if port.owner_pid else ""
-            where = f"{port.host}:{port.port}"
-            signals.append(
-                Signal(severity="info", code="port_opened", subject=where,
-                       text=f"{where} now listening{owner}")
-            )  # fmt: skip
+    for port in happened.opened(previous, current):
+        owner = f" (pid {port.owner_pid})" if port.owner_pid else ""
+        where = f"{port.host}:{port.port}"
+        signals.append(
+            Signal(severity="info", code=happened.PORT_OPENED, subject=where,
+                   text=f"{where} now listening{owner}")
+        )  # fmt: skip
     return signals
 
 
@@ -228,8 +238,8 @@ def disks_nearly_full(current: Observations) -> list[Signal]:
         ratio = disk.free_bytes / disk.total_bytes
         if ratio < DISK_FREE_RATIO or disk.free_bytes < DISK_FREE_BYTES:
             signals.append(
-                Signal(severity="critical" if ratio < 0.01 else "warning", code="disk_full",
-                       subject=disk.path,
+                Signal(severity="critical" if ratio < DISK_CRITICAL_RATIO else "warning",
+                       code="disk_full", subject=disk.path,
                        text=f"disk holding {disk.path} nearly full: "
                        f"{disk.free_bytes / 1024**3:.1f} GB free ({ratio:.0%})")
             )  # fmt: skip
@@ -248,14 +258,3 @@ def unavailable_watches(current: Observations) -> list[Signal]:
         for section in sections
         for u in section.unavailable
     ]
-
-
-def human_duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"

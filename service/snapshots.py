@@ -1,30 +1,24 @@
-"""Builds a Snapshot: run collectors, redact, derive signals and changes, store, write files."""
+"""Builds a Snapshot: observe, derive signals and changes, dedup, commit, then write its files."""
 
-import logging
-import os
 import socket
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from service import changes, redact, render, signals
-from service.collectors import CollectContext, registry
+from service.collect_runner import CollectorRunner
+from service.collectors import check_registry, registry
+from service.dump_files import DumpFiles, link_atomic, version_file, write_atomic
 from service.models import (
     JournalEntry,
     Narrative,
     Observations,
     Snapshot,
     SnapshotHeader,
-    Unavailable,
 )
 from service.settings import Settings
 from service.store import Store, now
-
-log = logging.getLogger(__name__)
 
 _NARRATIVE_LISTS = {
     "attempt": "attempts",
@@ -36,24 +30,28 @@ _NARRATIVE_LISTS = {
     "note": "notes",
 }
 
+# a collector and its Observations field must agree: fail at start-up, not in a snapshot
+check_registry(registry())
+
 
 class Snapshotter:
-    """Owns what outlives one snapshot: collector memory per session and the per-session lock."""
+    """Assembles, dedups and commits snapshots; one lock per session keeps versions in order.
+
+    The collectors run in a `CollectorRunner`, the Markdown files live in `DumpFiles`.
+    """
 
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
         self.store = store
-        self._memory: dict[str, dict[str, Any]] = {}
+        # looked up at each run, so a test can swap the registry of this module
+        self.runner = CollectorRunner(settings, lambda: registry())
+        self.files = DumpFiles(settings, store)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collector")
         self._size_cache: tuple[float, int] = (0.0, 0)
-        self._inflight: dict[tuple[str, str], Future] = {}
-        # The newest dump of each session, as written: resume reads it without any I/O.
-        self._latest: dict[str, str] = {}
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.runner.close()
 
     def _lock(self, sid: str) -> threading.Lock:
         with self._guard:
@@ -66,53 +64,9 @@ class Snapshotter:
         purpose: str = "snapshot",
         only: frozenset[str] | None = None,
     ) -> Observations:
-        """Run every collector over the session's watches; a failure is a section, not a raise.
-
-        Collector memory (read offsets, CPU baselines) is kept per purpose, so the watcher's
-        cheap probes never consume what the next real snapshot should report.
-        """
+        """The session's watches observed now (see `CollectorRunner.observe`)."""
         watches = self.store.list_watches(sid)
-        key = f"{purpose}:{sid}"
-        memory = self._memory.setdefault(key, {})
-        ctx = CollectContext(
-            settings=self.settings, previous=previous, memory=memory, probe=purpose == "probe"
-        )
-        chosen = [c for c in registry() if only is None or c.NAME in only]
-        # All collectors start at once: most of their time is spent in system calls, so the
-        # snapshot costs about the slowest of them, not their sum. Each has its own deadline.
-        deadline = time.monotonic() + self.settings.limits.collector_timeout_s
-        sections = {}
-        for name, future in [(c.NAME, self._submit(key, c, watches, ctx)) for c in chosen]:
-            sections[name] = (
-                self._result(name, future, deadline) if future is not None else _busy(name)
-            )
-        observations = Observations.model_validate(sections)
-        # A probe is compared and dropped, never kept or shown; what it reports goes through
-        # the redactor as the event snapshot's note.
-        return observations if ctx.probe else redact.scrub(observations)
-
-    def _submit(
-        self, key: str, collector: Any, watches: list, ctx: CollectContext
-    ) -> Future | None:
-        """Start a collector, unless its previous run for the same memory is still going: a
-        timed-out collector cannot be stopped, and two runs must not share one memory."""
-        with self._guard:
-            running = self._inflight.get((key, collector.NAME))
-            if running is not None and not running.done():
-                return None
-            future = self._pool.submit(collector.collect, watches, ctx)
-            self._inflight[(key, collector.NAME)] = future
-            return future
-
-    def _result(self, name: str, future: Future, deadline: float) -> Any:
-        try:
-            return future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            reason = f"timed out after {self.settings.limits.collector_timeout_s:g} s"
-        except Exception as exc:  # a collector bug must not cost the whole dump
-            log.exception("collector %s failed", name)
-            reason = f"collector failed: {type(exc).__name__}"
-        return {"unavailable": [Unavailable(target=name, reason=reason)]}
+        return self.runner.observe(sid, watches, previous, purpose=purpose, only=only)
 
     def assemble(
         self, sid: str, trigger: str, note: str | None = None, purpose: str = "snapshot"
@@ -190,22 +144,14 @@ class Snapshotter:
         return snapshot, self.render(snapshot)
 
     def render(self, snapshot: Snapshot) -> str:
-        sid, version = snapshot.header.session, snapshot.header.version
-        base = self.settings.base_url
-        location = (
-            f"- Markdown: `{(self.session_dir(sid) / version_file(version)).resolve()}`\n"
-            f"- JSON: {base}/api/sessions/{sid}/snapshots/{version}\n"
-            f"- Resume: {base}/api/sessions/{sid}/resume"
-        )
-        return render.render_dump(snapshot, location=location)
+        header = snapshot.header
+        return render.render_dump(snapshot, self.files.locate(header.session, header.version))
 
     def data_dir_bytes(self) -> int:
         """Database plus Markdown files; cached for a minute, as walking the folder costs."""
         stamp, size = self._size_cache
         if time.monotonic() - stamp > 60:
-            size = self.store.size_bytes() + sum(
-                p.stat().st_size for p in self.settings.data_dir.glob("*/*.md") if p.is_file()
-            )
+            size = self.store.size_bytes() + self.files.markdown_bytes()
             self._size_cache = (time.monotonic(), size)
         return size
 
@@ -213,54 +159,23 @@ class Snapshotter:
         """Thin out old versions in the database, then remove their Markdown files."""
         removed = self.store.prune(keep_days)
         for sid, version in removed:
-            (self.session_dir(sid) / version_file(version)).unlink(missing_ok=True)
+            self.files.remove(sid, version)
         self._size_cache = (0.0, 0)
         return len(removed)
 
     def session_dir(self, sid: str) -> Path:
-        return self.settings.data_dir / sid
+        return self.files.session_dir(sid)
 
     def write_files(self, sid: str, version: int, markdown: str, *, latest: bool) -> None:
-        folder = self.session_dir(sid)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / version_file(version), markdown)
-        if latest:
-            link_atomic(folder / version_file(version), folder / "latest.md")
-            self._latest[sid] = markdown
+        self.files.write(sid, version, markdown, latest=latest)
 
     def latest_in_memory(self, sid: str) -> str | None:
         """The newest stored dump of a session, if written or checked since start-up."""
-        return self._latest.get(sid)
+        return self.files.latest_in_memory(sid)
 
     def rebuild_files(self) -> int:
         """Rewrite any Markdown file missing on disk from the database (the truth)."""
-        written = 0
-        for sid, version, is_latest in self.store.iter_versions():
-            folder = self.session_dir(sid)
-            missing = not (folder / version_file(version)).exists()
-            if not (missing or is_latest):
-                continue
-            markdown = self.store.get_markdown(sid, version)
-            if is_latest:
-                self._latest[sid] = markdown
-            stale_latest = is_latest and _differs(folder / "latest.md", markdown)
-            if missing or stale_latest:
-                folder.mkdir(parents=True, exist_ok=True)
-                if missing:
-                    write_atomic(folder / version_file(version), markdown)
-                if stale_latest:
-                    link_atomic(folder / version_file(version), folder / "latest.md")
-                written += 1
-        return written
-
-
-def _busy(name: str) -> dict[str, list[Unavailable]]:
-    reason = "still busy: its previous run has not finished (a hung filesystem or probe?)"
-    return {"unavailable": [Unavailable(target=name, reason=reason)]}
-
-
-def version_file(version: int) -> str:
-    return f"v{version:04d}.md"
+        return self.files.rebuild()
 
 
 def build_narrative(objective: str, entries: list[JournalEntry]) -> Narrative:
@@ -279,33 +194,4 @@ def build_narrative(objective: str, entries: list[JournalEntry]) -> Narrative:
     return narrative
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same folder, fsync, rename: a reader sees the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def link_atomic(target: Path, link: Path) -> None:
-    """`link` becomes another name of `target`'s content, atomically: no second copy to sync."""
-    tmp = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        os.link(target, tmp)
-        os.replace(tmp, link)
-    except OSError:  # a filesystem without hard links gets a copy
-        write_atomic(link, target.read_text(encoding="utf-8"))
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _differs(path: Path, text: str) -> bool:
-    try:
-        return path.read_text(encoding="utf-8") != text
-    except OSError:
-        return True
+__all__ = ["Snapshotter", "build_narrative", "link_atomic", "version_file", "write_atomic"]

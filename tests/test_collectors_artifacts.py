@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.collectors import CollectContext, artifacts
+from service.fmt import human_bytes
 from service.models import ArtifactInfo, ArtifactsSection, ArtifactWatch, Unavailable, Watch
 from service.settings import Limits, Settings
 
@@ -98,7 +99,7 @@ def test_fingerprint_cache_is_kept_in_memory_and_stays_correct(tmp_path: Path) -
     path.write_bytes(b"v1")
     ctx = make_ctx()
     first = only_item(collect(make_watch(path), ctx=ctx)).fingerprint
-    assert list(ctx.memory[artifacts.NAME]["fingerprints"].values()) == [first]
+    assert list(ctx.memory[artifacts.NAME].fingerprints.values()) == [first]
     assert only_item(collect(make_watch(path), ctx=ctx)).fingerprint == first
     stat = path.stat()
     path.write_bytes(b"v2")  # same size; even with the old mtime put back, ctime moves on
@@ -252,9 +253,9 @@ def test_describe_change() -> None:
     )
     assert (
         artifacts.describe_change(
-            info(size=10_000_000, fingerprint="s3:a"), info(size=12_000_000, fingerprint="s3:b")
+            info(size=10 * 1024**2, fingerprint="s3:a"), info(size=12 * 1024**2, fingerprint="s3:b")
         )
-        == "size 10 MB -> 12 MB, content changed"
+        == "size 10.0 MB -> 12.0 MB, content changed"
     )
     assert artifacts.describe_change(info(mtime=1.0), info(mtime=2.0)) == ("rebuilt, same content")
     directory = info().model_copy(update={"type": "directory", "entries": 3})
@@ -268,12 +269,11 @@ def test_describe_change_shows_bytes_when_rounded_sizes_are_equal() -> None:
     assert text == "size 10,000,001 B -> 10,000,500 B, content changed"
 
 
-def test_format_size() -> None:
-    assert artifacts.format_size(999) == "999 B"
-    assert artifacts.format_size(1500) == "1.5 KB"
-    assert artifacts.format_size(12_000_000) == "12 MB"
-    assert artifacts.format_size(547 * 10**9) == "547 GB"
-    assert artifacts.format_size(3 * 10**15) == "3000 TB"
+def test_artifact_sizes_read_like_every_other_size_in_the_dump() -> None:
+    """One unit system in the Changes list: 1 MB = 1024 KB, as for logs and memory."""
+    text = artifacts.describe_change(info(size=5 * 1024**2), info(size=6 * 1024**2))
+    assert text == f"size {human_bytes(5 * 1024**2)} -> {human_bytes(6 * 1024**2)}"
+    assert text == "size 5.0 MB -> 6.0 MB"
 
 
 # --- a model-sized directory: cold, warm, and what changed -----------------------------------
@@ -323,15 +323,15 @@ def test_100_gb_sparse_plus_5000_files_cold_then_warm_reads_no_content(
     assert cold.files == 5001 and cold.truncated is False and cold.fingerprint_kind == "tree"
     assert cold.largest[0].path == "model.safetensors" and cold.size > 100 * 10**9
     assert sum(1 for e, _ in cold_events if e == "open") == 5001
-    assert ctx.memory["artifacts"]["last_opened_files"] == 5001
+    assert ctx.memory["artifacts"].last_opened_files == 5001
 
     warm, warm_events = audited(root, ctx, watch)
     assert warm.fingerprint == cold.fingerprint and warm.changes == []
     assert [e for e in warm_events if e[0] == "open"] == []  # stat only: no file opened
-    assert ctx.memory["artifacts"]["last_read_bytes"] == 0
+    assert ctx.memory["artifacts"].last_read_bytes == 0
 
     # Once the watchfiles watcher is up, an unchanged tree is not even walked.
-    watcher = ctx.memory["artifacts"]["trees"][(1, str(root.resolve()))]["watcher"]
+    watcher = ctx.memory["artifacts"].trees[(1, str(root.resolve()))].watcher
     wait_until(lambda: watcher.ready)
     audited(root, ctx, watch)  # this walk is the one the watcher vouches for
     idle, idle_events = audited(root, ctx, watch)

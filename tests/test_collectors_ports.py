@@ -173,3 +173,27 @@ def test_a_hung_server_that_never_accepts_stays_listening() -> None:
         for _ in range(20):
             (row,) = ports.collect(watches, context()).items
             assert row.listening
+
+
+def test_a_health_url_with_credentials_is_that_watch_line_only(
+    listener: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One bad port watch (a health URL with user:pass@) must not cost the others (issue 18)."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = int(other.getsockname()[1])
+        bad = PortWatch(port=port, url=f"http://user:pass@127.0.0.1:{port}/health")
+        real_probe = ports.probe_health
+
+        def probe(url: str, timeout: float = 1.0):  # issue 18: the probe raised on userinfo
+            if "@" in url:
+                raise ValueError(f"cannot probe {url}")
+            return real_probe(url, timeout)
+
+        monkeypatch.setattr(ports, "probe_health", probe)
+        section = ports.collect([watch(1, bad), watch(2, PortWatch(port=listener))], context())
+    assert [(p.port, p.listening) for p in section.items] == [(listener, True)]
+    assert [(u.watch_id, u.target) for u in section.unavailable] == [(1, f"127.0.0.1:{port}")]
+    assert "ValueError" in section.unavailable[0].reason
+    assert "pass" not in section.model_dump_json()

@@ -139,11 +139,11 @@ def test_busy_process_has_meaningful_cpu() -> None:
         ctx = context()
         first = processes.collect([watch(pid=busy.pid)], ctx)
         assert first.items[0].cpu_percent is not None and first.items[0].cpu_percent > 10
-        handle = next(iter(ctx.memory[processes.NAME].values()))
+        handle = next(iter(ctx.memory[processes.NAME].handles.values()))
         time.sleep(0.3)
         second = processes.collect([watch(pid=busy.pid)], ctx)
         assert second.items[0].cpu_percent is not None and second.items[0].cpu_percent > 10
-        assert next(iter(ctx.memory[processes.NAME].values())) is handle
+        assert next(iter(ctx.memory[processes.NAME].handles.values())) is handle
     finally:
         busy.kill()
         busy.wait(timeout=10)
@@ -167,13 +167,13 @@ def test_zombie_is_reported_not_raised() -> None:
 def test_process_vanishing_between_collects(sleeper) -> None:
     ctx = context()
     assert len(processes.collect([watch(pid=sleeper.pid)], ctx).items) == 1
-    assert len(ctx.memory[processes.NAME]) == 1
+    assert len(ctx.memory[processes.NAME].handles) == 1
     sleeper.kill()
     sleeper.wait(timeout=10)
     section = processes.collect([watch(pid=sleeper.pid)], ctx)
     assert section.items == []
     assert section.unavailable[0].reason == f"no process with pid {sleeper.pid}"
-    assert ctx.memory[processes.NAME] == {}
+    assert ctx.memory[processes.NAME].handles == {}
 
 
 def test_process_vanishing_mid_collection(sleeper, monkeypatch) -> None:

@@ -78,3 +78,13 @@ def test_fit_never_splits_at_a_heading_inside_a_log_fence():
     cut = fit(dump, 300)
     assert len(cut) <= 300 and cut.count("```") % 2 == 0
     assert "left out: Logs." in cut and "## Where this dump lives" in cut
+
+
+def test_the_dump_includes_one_partial_per_collector_in_registry_order() -> None:
+    from service.collectors import registry
+    from service.render import TEMPLATES
+
+    for collector in registry():
+        assert (TEMPLATES / f"_{collector.NAME}.md.j2").is_file(), collector.NAME
+    dump = (TEMPLATES / "dump.md.j2").read_text()
+    assert "_processes.md.j2" not in dump  # the registry decides, not a list in the template

@@ -170,3 +170,56 @@ def test_gpu_zombie_memory_and_disk_signals() -> None:
     assert codes["zombie"].startswith("process 11 (python) is a zombie")
     assert "+300 MB/min" in codes["memory_growing"]
     assert codes["disk_full"] == "disk holding /data nearly full: 1.0 GB free (1%)"
+
+
+def _log(path: str, lines: list[str]) -> LogInfo:
+    return LogInfo(watch_id=2, path=path, size=1, modified_at=T0, silent_for_s=1.0, lines=lines)
+
+
+def test_a_setting_named_error_is_no_error_line_for_signals_either():
+    """One matcher: log_level='ERROR' in a server-args dump is not "the last error"."""
+    args = _log("/srv.log", ["server_args=ServerArgs(log_level='ERROR', port=30000)"])
+    assert signals.last_error_line(obs(logs=[args])) is None
+    real = _log("/srv.log", ["starting", "RuntimeError: CUDA error: out of memory", "exiting"])
+    assert signals.last_error_line(obs(logs=[real])) == (
+        "/srv.log",
+        "RuntimeError: CUDA error: out of memory",
+    )
+
+
+def test_events_signals_and_changes_name_one_exit_and_one_opening_alike():
+    from service import happened
+    from service.triggers import detect_events
+
+    closed = PortInfo(host="127.0.0.1", port=8000, listening=False)
+    before = obs(proc(7, root=True), ports=[closed])
+    after = obs(ports=[closed.model_copy(update={"listening": True})])
+    events = [word for word, _ in detect_events(before, after)]
+    codes = {s.code for s in signals.derive(after, before)}
+    assert events == ["process-exit", "port-open"]
+    assert {happened.PROCESS_EXITED, happened.PORT_OPENED} <= codes
+    snap = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=T0, trigger="t"))
+    kinds = {
+        c.kind
+        for c in changes.compare(
+            snap.model_copy(update={"observations": before}),
+            snap.model_copy(update={"observations": after}),
+        )
+    }
+    assert happened.PROCESS_EXITED in kinds
+    # a port never seen closed (a watch added while it listens) opened nothing
+    fresh = obs(ports=[PortInfo(host="127.0.0.1", port=9000, listening=True)])
+    assert detect_events(obs(), fresh) == [] and not signals.ports_opened(fresh, obs())
+
+
+def test_a_port_change_is_named_like_its_signal():
+    from service import happened
+
+    closed = PortInfo(host="127.0.0.1", port=8000, listening=False)
+    listening = closed.model_copy(update={"listening": True})
+    assert [c.kind for c in changes.ports(obs(ports=[closed]), obs(ports=[listening]))] == [
+        happened.PORT_OPENED
+    ]
+    assert [c.kind for c in changes.ports(obs(ports=[listening]), obs(ports=[closed]))] == [
+        happened.PORT_CLOSED
+    ]

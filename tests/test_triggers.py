@@ -214,7 +214,7 @@ def test_detect_events_is_pure_and_names_what_happened():
         ProcessesSection,
         ProcessInfo,
     )
-    from service.watcher import detect_events
+    from service.triggers import detect_events
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     worker = ProcessInfo(

@@ -1,19 +1,27 @@
-"""The collector registry: one explicit tuple of modules, each exposing NAME and collect()."""
+"""The collector contract and registry: what a collector is, and the tuple of all of them."""
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from service.models import Observations
+from pydantic import BaseModel
+
+from service import redact
+from service.models import Observations, Unavailable, Watch
 from service.settings import Settings
+
+M = TypeVar("M")
+Item = TypeVar("Item", bound=BaseModel)
 
 
 @dataclass
 class CollectContext:
     """What every collector receives beside the session's watches.
 
-    `memory` survives between snapshots of one session, so a collector can keep state such as
-    psutil handles (for meaningful CPU %) or the previous read offset of a log; each collector
-    owns the key named after it.
+    `memory` survives between snapshots of one session (one memory per purpose), so a
+    collector can keep state such as psutil handles (for meaningful CPU %) or the previous
+    read offset of a log. Each collector owns the entry named after it, a typed dataclass
+    obtained with `memory_of`.
     """
 
     settings: Settings
@@ -23,9 +31,88 @@ class CollectContext:
     # skip what costs and only a dump needs, such as socket owners and health requests.
     probe: bool = False
 
+    def memory_of(self, name: str, kind: Callable[[], M]) -> M:
+        """The collector `name`'s memory, made by `kind()` on its first run."""
+        if name not in self.memory:
+            self.memory[name] = kind()
+        return self.memory[name]
 
-def registry() -> tuple[Any, ...]:
-    """The collectors, in the order their sections appear in Observations."""
+
+class Collector(Protocol):
+    """One section of Observations: NAME is its field, SECTION its model, collect() fills it.
+
+    collect() must not raise for a bad watch: that watch gets an Unavailable line (see
+    `per_watch`); a raise costs the whole section, which the runner then marks unavailable.
+    """
+
+    # properties: read-only, so a module's `SECTION = HostInfo` satisfies `type[BaseModel]`
+    @property
+    def NAME(self) -> str: ...
+
+    @property
+    def SECTION(self) -> type[BaseModel]: ...
+
+    def collect(self, watches: list[Watch], ctx: CollectContext) -> BaseModel: ...
+
+
+def per_watch(
+    watches: list[Watch],
+    kind: type,
+    observe: Callable[[Watch], Iterable[Item | Unavailable]],
+    target: Callable[[Watch], str],
+) -> tuple[list[Item], list[Unavailable]]:
+    """Each watch of `kind` observed on its own: an exception is that watch's Unavailable line.
+
+    Returns (items, unavailable) in watch order, so a bad watch never costs the others.
+    """
+    results: list[Item | Unavailable] = []
+    for watch in watches:
+        if not isinstance(watch.spec, kind):
+            continue
+        try:
+            results += observe(watch)
+        except Exception as exc:  # a bad watch must not cost the rest of the dump
+            results.append(unavailable_from(exc, watch.id, target(watch)))
+    return split(results)
+
+
+def unavailable_from(exc: BaseException, watch_id: int | None, target: str) -> Unavailable:
+    """An exception as the Unavailable line of the one watch it happened to, redacted."""
+    reason = redact.text(f"error: {type(exc).__name__}: {exc}")[:300]
+    return Unavailable(watch_id=watch_id, target=target, reason=reason)
+
+
+def split(results: Iterable[Item | Unavailable]) -> tuple[list[Item], list[Unavailable]]:
+    """(items, unavailable lines), each in the order given."""
+    items: list[Item] = []
+    unavailable: list[Unavailable] = []
+    for result in results:
+        if isinstance(result, Unavailable):
+            unavailable.append(result)
+        else:
+            items.append(result)
+    return items, unavailable
+
+
+def registry() -> Sequence[Collector]:
+    """The collectors, in the order their sections appear in Observations and in the dump."""
     from service.collectors import artifacts, commands, gpus, host, logs, ports, processes
 
-    return (processes, ports, logs, artifacts, host, gpus, commands)
+    # typed as Collector: mypy checks each module against the protocol
+    modules: tuple[Collector, ...] = (processes, ports, gpus, host, artifacts, commands, logs)
+    return modules
+
+
+def check_registry(collectors: Sequence[Collector]) -> None:
+    """Observations has one field per collector, named NAME, of type SECTION, in order.
+
+    Observations is written out (not generated) so mypy and editors know each section's
+    type; this check, run by the tests and at start-up, makes a mismatch an error at once.
+    """
+    fields = Observations.model_fields
+    names = [c.NAME for c in collectors]
+    if names != list(fields):
+        raise TypeError(f"Observations fields {list(fields)} differ from collectors {names}")
+    for c in collectors:
+        if fields[c.NAME].annotation is not c.SECTION:
+            raise TypeError(f"Observations.{c.NAME} is not {c.SECTION.__name__}")

@@ -1,15 +1,15 @@
 """Build artifacts: size, mtime and fingerprint of files, trees and globs, and what changed."""
 
 import os
-import re
 import stat
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
 
 from service import confine
-from service.collectors import CollectContext
-from service.collectors._changes import TreeWatcher
+from service.collectors import CollectContext, per_watch
+from service.collectors._artifact_text import describe_change, parse_dist
 from service.collectors._fingerprint import (
     Budget,
     CacheKey,
@@ -28,49 +28,28 @@ from service.collectors._fs import (
     is_glob,
     match_glob,
 )
+from service.collectors._tree_events import TreeWatcher
 from service.models import (
     ArtifactFile,
     ArtifactInfo,
     ArtifactsSection,
     ArtifactWatch,
-    DistInfo,
     Unavailable,
     Watch,
 )
 from service.settings import Limits
 
+# describe_change and parse_dist: importable from here, as they were
+__all__ = ["NAME", "SECTION", "ArtifactsMemory", "collect", "describe_change", "parse_dist"]
+
 NAME = "artifacts"
+SECTION = ArtifactsSection
 MATCHES_MAX = 100
 SUMMARY_FILES = 3
 CHANGES_SHOWN = 20
 WATCH_DIRS_MAX = 2000  # inotify needs one watch per directory: huge trees are walked instead
 # Asking the watcher costs about 2 ms: any walk slower than that is worth replacing.
 WATCH_WORTH_S = 0.005
-
-_WHEEL = re.compile(
-    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?"
-    r"-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
-)
-_SDIST = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*)\.(?:tar\.gz|tar\.bz2|tar\.xz|zip)$")
-
-
-def parse_dist(filename: str) -> DistInfo | None:
-    """Name, version and tags of a wheel or sdist, from its file name alone."""
-    m = _WHEEL.match(filename)
-    if m:
-        tags = [
-            f"{py}-{abi}-{plat}"
-            for py in m["py"].split(".")
-            for abi in m["abi"].split(".")
-            for plat in m["plat"].split(".")
-        ]
-        return DistInfo(
-            kind="wheel", name=m["name"], version=m["version"], build=m["build"], tags=tags[:20]
-        )
-    m = _SDIST.match(filename)
-    if m:
-        return DistInfo(kind="sdist", name=m["name"], version=m["version"])
-    return None
 
 
 def to_datetime(mtime_ns: int) -> datetime:
@@ -121,22 +100,56 @@ def tree_changes(old: dict, new: dict, truncated: bool) -> list[str]:
     return lines
 
 
+@dataclass
+class TreeMemo:
+    """One watched directory as the previous collection left it."""
+
+    watcher: TreeWatcher | None = None
+    generation: int | None = None  # the watcher's, settled before the last walk
+    info: ArtifactInfo | None = None
+    files: dict[str, tuple[int, int, str]] | None = None  # rel -> (size, mtime_ns, fingerprint)
+    keys: dict[CacheKey, str] = field(default_factory=dict)
+
+
+@dataclass
+class ArtifactsMemory:
+    """What the artifacts collector keeps between snapshots."""
+
+    fingerprints: dict[CacheKey, str] = field(default_factory=dict)  # only current files
+    trees: dict[tuple[int, str], TreeMemo] = field(default_factory=dict)
+    last_read_bytes: int = 0
+    last_opened_files: int = 0
+
+
+@dataclass
+class _Walk:
+    """What one collect() shares across watches."""
+
+    cache: dict[CacheKey, str]
+    budget: Budget
+    trees: dict[tuple[int, str], TreeMemo]
+    roots: tuple[Path, ...]
+    seen: dict[CacheKey, str] = field(default_factory=dict)
+    kept_trees: dict[tuple[int, str], TreeMemo] = field(default_factory=dict)
+
+
 def observe_tree(
-    watch_id: int, root: str, root_st: os.stat_result, limits: Limits, memo: dict[str, Any]
+    watch_id: int, root: str, root_st: os.stat_result, limits: Limits, memo: TreeMemo, walk: _Walk
 ) -> ArtifactInfo:
     """Walk, fingerprint and summarise a directory; `memo` is this tree's state from last time."""
-    watcher: TreeWatcher | None = memo.get("watcher")
-    known = memo.get("generation") if memo.get("info") is not None else None
+    watcher = memo.watcher
+    known = memo.generation if memo.info is not None else None
     if watcher is not None and known is not None and watcher.settled_generation() == known:
-        memo["info"] = memo["info"].model_copy(update={"changes": []})  # nothing changed: no walk
-        memo["seen"].update(memo["keys"])
-        return memo["info"]
+        assert memo.info is not None
+        memo.info = memo.info.model_copy(update={"changes": []})  # nothing changed: no walk
+        walk.seen.update(memo.keys)
+        return memo.info
     # settled before the walk: an event during the walk makes the next collection walk again
     generation = watcher.settled_generation() if watcher is not None else None
     started = time.perf_counter()
     entries, truncated, dirs = walk_tree(root, limits.artifact_entries_max)
     walk_s = time.perf_counter() - started
-    cache, seen, budget = memo["cache"], memo["seen"], memo["budget"]
+    cache, seen, budget = walk.cache, walk.seen, walk.budget
     files: dict[str, tuple[int, int, str]] = {}
     parts = []
     for entry in entries:
@@ -148,7 +161,7 @@ def observe_tree(
     pending = any(kind_of(fp) == "pending" for _, _, fp in files.values())
     tree = fingerprint_tree(parts)
     newest = max([root_st.st_mtime_ns, *(e.mtime_ns for e in entries)])
-    previous = memo.get("files")
+    previous = memo.files
     info = ArtifactInfo(
         watch_id=watch_id,
         path=root,
@@ -164,10 +177,10 @@ def observe_tree(
         largest=summary(sorted(regular, key=lambda e: e.size, reverse=True)),
         changes=tree_changes(previous, files, truncated) if previous is not None else [],
     )
-    memo.update(files=files, info=info, generation=generation)
-    memo["keys"] = {e.key: files[e.rel][2] for e in regular if e.key is not None}
+    memo.files, memo.info, memo.generation = files, info, generation
+    memo.keys = {e.key: files[e.rel][2] for e in regular if e.key is not None}
     if watcher is None and not truncated and dirs <= WATCH_DIRS_MAX and walk_s >= WATCH_WORTH_S:
-        memo["watcher"] = TreeWatcher(root)  # from the next collection on, walks are skipped
+        memo.watcher = TreeWatcher(root)  # from the next collection on, walks are skipped
     return info
 
 
@@ -179,7 +192,7 @@ def summary(entries: list[FileEntry]) -> list[ArtifactFile]:
 
 
 def observe_artifact(
-    watch_id: int, path: str, limits: Limits, state: dict[str, Any]
+    watch_id: int, path: str, limits: Limits, state: _Walk
 ) -> ArtifactInfo | Unavailable:
     """One file or directory; failures become an Unavailable with a reason."""
     try:
@@ -187,22 +200,21 @@ def observe_artifact(
     except OSError as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc))
     real = os.path.realpath(path)
-    if state.get("roots") and not confine.allowed(path, state["roots"]):
+    if state.roots and not confine.allowed(path, state.roots):
         # checked again at every look: a glob match or a symlink can point outside later
         return Unavailable(watch_id=watch_id, target=path, reason=OUTSIDE)
     if stat.S_ISDIR(st.st_mode):
-        memo = state["trees"].get((watch_id, real), {})
-        memo.update(cache=state["cache"], seen=state["seen"], budget=state["budget"])
-        state["kept_trees"][(watch_id, real)] = memo
-        return observe_tree(watch_id, real, st, limits, memo)
+        memo = state.trees.get((watch_id, real)) or TreeMemo()
+        state.kept_trees[(watch_id, real)] = memo
+        return observe_tree(watch_id, real, st, limits, memo, state)
     reason = explain_mode(st.st_mode)
     if reason:
         return Unavailable(watch_id=watch_id, target=path, reason=reason)  # never open a fifo
-    return observe_file(watch_id, real, limits, state["cache"], state["seen"], state["budget"])
+    return observe_file(watch_id, real, limits, state.cache, state.seen, state.budget)
 
 
 def collect_watch(
-    watch_id: int, spec: ArtifactWatch, limits: Limits, state: dict[str, Any]
+    watch_id: int, spec: ArtifactWatch, limits: Limits, state: _Walk
 ) -> list[ArtifactInfo | Unavailable]:
     """Observations for one artifact watch: its path, or the newest matches of its glob."""
     target = os.path.expanduser(spec.path)
@@ -220,77 +232,28 @@ def collect_watch(
 
 def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
     """Observe every artifact watch of the session; failures are listed, never raised."""
-    section = ArtifactsSection()
-    memory = ctx.memory.get(NAME, {})
+    memory = ctx.memory_of(NAME, ArtifactsMemory)
     limits = ctx.settings.limits
-    seen: dict[CacheKey, str] = {}
-    state: dict[str, Any] = {
-        "cache": memory.get("fingerprints", {}),
-        "seen": seen,
-        "budget": Budget(limits.fingerprint_budget_bytes),
-        "trees": memory.get("trees", {}),
-        "kept_trees": {},
-        "roots": tuple(confine.roots(ctx.settings)),
-    }
-    for watch in watches:
-        if not isinstance(watch.spec, ArtifactWatch):
-            continue
-        try:
-            results = collect_watch(watch.id, watch.spec, limits, state)
-        except Exception as exc:  # a bad watch must not cost the rest of the dump
-            reason = f"error: {type(exc).__name__}: {exc}"
-            results = [Unavailable(watch_id=watch.id, target=watch.spec.path, reason=reason)]
-        for result in results:
-            if isinstance(result, ArtifactInfo):
-                section.items.append(result)
-            else:
-                section.unavailable.append(result)
-    for key, memo in state["trees"].items():
-        if key not in state["kept_trees"] and memo.get("watcher") is not None:
-            memo["watcher"].stop()  # the watch is gone: so is its watcher thread
-    budget: Budget = state["budget"]
-    ctx.memory[NAME] = {
-        "fingerprints": seen,  # only current files: the cache stays bounded
-        "trees": state["kept_trees"],
-        "last_read_bytes": budget.read,
-        "last_opened_files": budget.opened,
-    }
-    return section
+    state = _Walk(
+        cache=memory.fingerprints,
+        budget=Budget(limits.fingerprint_budget_bytes),
+        trees=memory.trees,
+        roots=tuple(confine.roots(ctx.settings)),
+    )
+
+    def observe(watch: Watch) -> list[ArtifactInfo | Unavailable]:
+        assert isinstance(watch.spec, ArtifactWatch)
+        return collect_watch(watch.id, watch.spec, limits, state)
+
+    items, unavailable = per_watch(watches, ArtifactWatch, observe, _target)
+    for key, memo in state.trees.items():
+        if key not in state.kept_trees and memo.watcher is not None:
+            memo.watcher.stop()  # the watch is gone: so is its watcher thread
+    memory.fingerprints = state.seen  # only current files: the cache stays bounded
+    memory.trees = state.kept_trees
+    memory.last_read_bytes, memory.last_opened_files = state.budget.read, state.budget.opened
+    return ArtifactsSection(items=items, unavailable=unavailable)
 
 
-def format_size(size: int) -> str:
-    """Decimal units, as `ls -h --si` and download pages show them: 12 MB, 1.5 GB."""
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            break
-        value /= 1000
-    if unit == "B":
-        return f"{size} B"
-    return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
-
-
-def describe_change(prev: ArtifactInfo | None, cur: ArtifactInfo | None) -> str | None:
-    """A short text of what changed between two observations of one path, None if nothing."""
-    if prev is None or cur is None:
-        return None if prev is cur else ("new" if prev is None else "gone")
-    if prev.type != cur.type:
-        return f"was a {prev.type}, now a {cur.type}"
-    parts = []
-    if prev.size != cur.size:
-        old, new = format_size(prev.size), format_size(cur.size)
-        if old == new:
-            old, new = f"{prev.size:,} B", f"{cur.size:,} B"
-        parts.append(f"size {old} -> {new}")
-    if cur.type == "directory":
-        if cur.changes:
-            parts.extend(cur.changes)
-        elif prev.fingerprint != cur.fingerprint:
-            parts.append("contents changed")
-        return ", ".join(parts) or None
-    pending = "pending" in (prev.fingerprint_kind, cur.fingerprint_kind)
-    if prev.fingerprint != cur.fingerprint and not pending:
-        parts.append("content changed")
-    elif prev.modified_at != cur.modified_at:
-        parts.append("rebuilt, same content" if not pending else "modified time changed")
-    return ", ".join(parts) or None
+def _target(watch: Watch) -> str:
+    return watch.spec.path if isinstance(watch.spec, ArtifactWatch) else NAME

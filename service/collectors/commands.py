@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from service import redact
-from service.collectors import CollectContext
+from service.collectors import CollectContext, per_watch
 from service.collectors._logtext import clean_line
 from service.collectors.logs import redact_lines
 from service.errors import Refused
@@ -20,6 +20,7 @@ from service.settings import Settings
 T = TypeVar("T")
 
 NAME = "commands"
+SECTION = CommandsSection
 READ_BYTES = 65_536
 # Past this much output the command is stopped: what is shown is bounded anyway.
 HARD_CAP_FACTOR = 4
@@ -138,20 +139,11 @@ def observe(watch: Watch, settings: Settings) -> CommandInfo | Unavailable:
 
 def collect(watches: list[Watch], ctx: CollectContext) -> CommandsSection:
     """Run every command watch at once, so one slow command does not delay the others."""
-    section = CommandsSection()
     mine = [w for w in watches if isinstance(w.spec, CommandWatch)]
     if not mine:
-        return section
+        return CommandsSection()
     with ThreadPoolExecutor(max_workers=min(8, len(mine))) as pool:
-        futures = [(w, pool.submit(observe, w, ctx.settings)) for w in mine]
-        for watch, future in futures:
-            try:
-                result = future.result()
-            except Exception as exc:  # a bad watch must not cost the rest of the dump
-                reason = f"error: {type(exc).__name__}: {exc}"
-                result = Unavailable(watch_id=watch.id, target=NAME, reason=reason)
-            if isinstance(result, CommandInfo):
-                section.items.append(result)
-            else:
-                section.unavailable.append(result)
-    return section
+        futures = {w.id: pool.submit(observe, w, ctx.settings) for w in mine}
+        items, unavailable = per_watch(mine, CommandWatch, lambda w: [futures[w.id].result()],
+                                       lambda _: NAME)  # fmt: skip
+    return CommandsSection(items=items, unavailable=unavailable)

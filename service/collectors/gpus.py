@@ -20,6 +20,7 @@ from service.collectors._gputext import (
 from service.models import GpuInfo, GpuProcess, GpusSection, Unavailable, Watch
 
 NAME = "gpus"
+SECTION = GpusSection
 
 QUERY_GPU = (
     "index,uuid,name,driver_version,compute_cap,utilization.gpu,memory.used,memory.total,"

@@ -7,6 +7,7 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from service.collectors import CollectContext
 from service.models import ArtifactWatch, DiskInfo, HostInfo, LogWatch, Unavailable, Watch
 
 NAME = "host"
+SECTION = HostInfo
 
 OS_RELEASE = Path("/etc/os-release")
 CPUINFO = Path("/proc/cpuinfo")
@@ -125,12 +127,19 @@ def _probe(probes: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], list[U
     return values, failures
 
 
+@dataclass
+class HostMemory:
+    """What does not change while ctxd runs, read on the first collection."""
+
+    static: tuple[dict[str, Any], list[Unavailable]] | None = None
+
+
 def collect(watches: list[Watch], ctx: CollectContext, os_release: Path = OS_RELEASE) -> HostInfo:
     try:
-        cached = ctx.memory.get(NAME)
-        if cached is None:
-            cached = ctx.memory[NAME] = _static(os_release)
-        static, static_failures = cached
+        memory = ctx.memory_of(NAME, HostMemory)
+        if memory.static is None:
+            memory.static = _static(os_release)
+        static, static_failures = memory.static
         dynamic, failures = _probe(
             {
                 "load_avg": lambda: [round(x, 2) for x in os.getloadavg()],

@@ -10,10 +10,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from service import redact
-from service.collectors import CollectContext, _procfs
+from service.collectors import CollectContext, _procfs, split, unavailable_from
 from service.models import PortInfo, PortsSection, PortWatch, ProcessWatch, Unavailable, Watch
 
 NAME = "ports"
+SECTION = PortsSection
 PROC_NET = _procfs.PROC / "net"
 
 CONNECT_TIMEOUT_S = 0.2
@@ -154,22 +155,27 @@ def _is_local(host: str) -> bool:
     return host in ("localhost", "0.0.0.0", "::") or is_loopback(f"http://{host}/")
 
 
+def _check_alone(
+    row: PortInfo, ctx: CollectContext, local: set[int] | None
+) -> PortInfo | Unavailable:
+    """_check, with any failure turned into that row's line: one port never costs the section."""
+    try:
+        return _check(row, ctx, local)
+    except Exception as exc:
+        watch_id = row.watch_id if row.watch_id is not None else row.expected_by
+        return unavailable_from(exc, watch_id, f"{row.host}:{row.port}")
+
+
 def collect(watches: list[Watch], ctx: CollectContext) -> PortsSection:
-    section = PortsSection()
+    """Every watched and expected port, checked at once (ten closed ports cost one timeout)."""
     rows = targets(watches)
     if not rows:
-        return section
+        return PortsSection()
     try:
-        # Threads, so ten closed ports cost about one connect timeout instead of ten.
         local = _local_listening()
         with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(rows))) as pool:
-            results = list(pool.map(partial(_check, ctx=ctx, local=local), rows))
+            results = list(pool.map(partial(_check_alone, ctx=ctx, local=local), rows))
     except Exception as exc:  # e.g. no threads left: say so rather than fail the dump
-        section.unavailable.append(Unavailable(target=NAME, reason=_short(repr(exc))))
-        return section
-    for result in results:
-        if isinstance(result, Unavailable):
-            section.unavailable.append(result)
-        else:
-            section.items.append(result)
-    return section
+        return PortsSection(unavailable=[Unavailable(target=NAME, reason=_short(repr(exc)))])
+    items, unavailable = split(results)
+    return PortsSection(items=items, unavailable=unavailable)

@@ -12,7 +12,8 @@ import psutil
 
 from service import redact, sampler
 from service.collectors import CollectContext, _procfs, _proctree
-from service.collectors._argv import fold_workers, parse_flags
+from service.collectors._argv import parse_flags
+from service.collectors._proc_summary import featured, workers
 from service.models import (
     ExitedProcess,
     ProcessesSection,
@@ -20,10 +21,10 @@ from service.models import (
     ProcessWatch,
     Unavailable,
     Watch,
-    WorkerGroup,
 )
 
 NAME = "processes"
+SECTION = ProcessesSection
 
 # What decides how a GPU job behaves, and which Python and libraries it actually loads.
 _ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
@@ -32,14 +33,17 @@ DEFAULT_ENV = _ML_ENV + _PATH_ENV
 
 _ATTRS = ["ppid", "name", "username", "status", "memory_info", "num_threads", "create_time"]
 _ATTRS += ["cmdline", "cwd", "exe"]
-# Beyond this many rows the dump shows a summary and the most telling rows, not a long table.
-TABLE_ROWS = 30
-FEATURED_EACH = 8
-WORKER_LINES = 6
 
 Key = tuple[int, float]
 
-__all__ = ["DEFAULT_ENV", "NAME", "collect", "parse_flags"]
+__all__ = ["DEFAULT_ENV", "NAME", "SECTION", "ProcessesMemory", "collect", "parse_flags"]
+
+
+@dataclass
+class ProcessesMemory:
+    """psutil handles kept between snapshots: a second cpu_percent() call is a real reading."""
+
+    handles: dict[Key, psutil.Process] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,30 +238,6 @@ def _excluded() -> set[int]:
     return own
 
 
-def _featured(items: list[ProcessInfo]) -> list[int]:
-    """Roots, then the busiest, largest and newest rows: what a reader of 500 rows wants."""
-    if len(items) <= TABLE_ROWS:
-        return []
-    picked = [p.pid for p in items if p.root][:FEATURED_EACH]
-    rankings = (
-        lambda p: -(p.cpu_percent or 0.0),
-        lambda p: -(p.rss_bytes or 0),
-        lambda p: p.age_s,
-    )
-    for rank in rankings:
-        picked += [p.pid for p in sorted(items, key=rank)[:FEATURED_EACH]]
-    return list(dict.fromkeys(picked))
-
-
-def _workers(items: list[ProcessInfo]) -> list[WorkerGroup]:
-    groups: list[WorkerGroup] = []
-    for root in (p for p in items if p.root):
-        argvs = [p.argv for p in items if p.tree == root.pid and not p.root and p.argv]
-        folded = fold_workers(argvs)[:WORKER_LINES]
-        groups += [WorkerGroup(tree=root.pid, count=n, command=cmd) for n, cmd in folded]
-    return groups
-
-
 def _still_alive(pid: int, started_at: datetime) -> bool:
     try:
         return abs(psutil.Process(pid).create_time() - started_at.timestamp()) < 0.01
@@ -290,7 +270,7 @@ def _exited(
 def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section = ProcessesSection(stuck_after_s=ctx.settings.stuck_after_s)
     specs = [(w.id, w.spec) for w in watches if isinstance(w.spec, ProcessWatch)]
-    handles: dict[Key, psutil.Process] = ctx.memory.setdefault(NAME, {})
+    handles = ctx.memory_of(NAME, ProcessesMemory).handles
     try:
         table = _proctree.scan() if specs else {}
         excluded = _excluded()
@@ -327,8 +307,8 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     for key in set(handles) - state.seen:
         del handles[key]
     section.matched = len(matched)
-    section.featured = _featured(section.items)
-    section.workers = _workers(section.items)
+    section.featured = featured(section.items)
+    section.workers = workers(section.items)
     with contextlib.suppress(Exception):
         _exited(ctx, section, state, {wid for wid, _ in specs})
     return section

@@ -1,15 +1,34 @@
-"""A watchfiles notifier per watched tree: says whether anything under it changed since a walk."""
+"""Filesystem events per watched tree (watchfiles): did anything under it change since a walk?"""
 
 import logging
 import threading
+from collections.abc import Generator
 
-from watchfiles._rust_notify import RustNotify
+import watchfiles
 
 log = logging.getLogger(__name__)
 
 # How long one question waits for events already on their way: the notifier's own thread
 # has read the kernel's events within microseconds, so a millisecond is plenty.
 ASK_TIMEOUT_MS = 1
+
+
+def _events(root: str) -> Generator[set, None, None]:
+    """watchfiles' public generator, made to answer at once: what arrived, or an empty set.
+
+    No filter: any change under an artifact tree (even in .git or __pycache__) is a change.
+    Not raise_interrupt: this runs in collector threads, where no Ctrl-C belongs.
+    """
+    return watchfiles.watch(
+        root,
+        watch_filter=None,
+        debounce=1,
+        step=1,
+        rust_timeout=ASK_TIMEOUT_MS,
+        yield_on_timeout=True,
+        raise_interrupt=False,
+        ignore_permission_denied=True,
+    )
 
 
 class TreeWatcher:
@@ -25,9 +44,9 @@ class TreeWatcher:
         self.root = root
         self.generation = 0
         self._lock = threading.Lock()
-        self._notify: RustNotify | None
+        self._notify: Generator[set, None, None] | None = _events(root)
         try:
-            self._notify = RustNotify([root], False, False, 50, True, True)
+            next(self._notify)  # starts the notifier (its first answer: what came in 1 ms)
         except Exception as exc:  # a tree that cannot be watched is walked every time
             log.info("not watching %s: %s", root, type(exc).__name__)
             self._notify = None
@@ -42,12 +61,12 @@ class TreeWatcher:
             if self._notify is None:
                 return None
             try:
-                changes = self._notify.watch(1, 1, ASK_TIMEOUT_MS, None)
+                changes = next(self._notify)
             except Exception as exc:  # e.g. the root was removed: fall back to walking
                 log.info("stopped watching %s: %s", self.root, type(exc).__name__)
                 self._notify = None
                 return None
-            if isinstance(changes, set) and changes:
+            if changes:
                 self.generation += 1
             return self.generation
 

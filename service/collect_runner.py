@@ -1,0 +1,92 @@
+"""Runs the collectors: one pool, a deadline each, one run at a time per memory, per purpose."""
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from service import redact
+from service.collectors import CollectContext, Collector
+from service.models import Observations, Unavailable, Watch
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class CollectorRunner:
+    """Owns what outlives one collection: the pool, collector memory and runs still going."""
+
+    def __init__(self, settings: Settings, collectors: Callable[[], Sequence[Collector]]) -> None:
+        self.settings = settings
+        self._collectors = collectors
+        self._memory: dict[str, dict[str, Any]] = {}
+        self._guard = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collector")
+        self._inflight: dict[tuple[str, str], Future] = {}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def observe(
+        self,
+        sid: str,
+        watches: list[Watch],
+        previous: Observations | None = None,
+        purpose: str = "snapshot",
+        only: frozenset[str] | None = None,
+    ) -> Observations:
+        """Run every collector over the session's watches; a failure is a section, not a raise.
+
+        Collector memory (read offsets, CPU baselines) is kept per purpose, so the watcher's
+        cheap probes never consume what the next real snapshot should report.
+        """
+        key = f"{purpose}:{sid}"
+        with self._guard:
+            memory = self._memory.setdefault(key, {})
+        ctx = CollectContext(
+            settings=self.settings, previous=previous, memory=memory, probe=purpose == "probe"
+        )
+        chosen = [c for c in self._collectors() if only is None or c.NAME in only]
+        # All collectors start at once: most of their time is spent in system calls, so the
+        # snapshot costs about the slowest of them, not their sum. Each has its own deadline.
+        deadline = time.monotonic() + self.settings.limits.collector_timeout_s
+        sections = {}
+        for name, future in [(c.NAME, self._submit(key, c, watches, ctx)) for c in chosen]:
+            sections[name] = (
+                self._result(name, future, deadline) if future is not None else _busy(name)
+            )
+        observations = Observations.model_validate(sections)
+        # A probe is compared and dropped, never kept or shown; what it reports goes through
+        # the redactor as the event snapshot's note.
+        return observations if ctx.probe else redact.scrub(observations)
+
+    def _submit(
+        self, key: str, collector: Collector, watches: list[Watch], ctx: CollectContext
+    ) -> Future | None:
+        """Start a collector, unless its previous run for the same memory is still going: a
+        timed-out collector cannot be stopped, and two runs must not share one memory."""
+        with self._guard:
+            running = self._inflight.get((key, collector.NAME))
+            if running is not None and not running.done():
+                return None
+            future = self._pool.submit(collector.collect, watches, ctx)
+            self._inflight[(key, collector.NAME)] = future
+            return future
+
+    def _result(self, name: str, future: Future, deadline: float) -> Any:
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            reason = f"timed out after {self.settings.limits.collector_timeout_s:g} s"
+        except Exception as exc:  # a collector bug must not cost the whole dump
+            log.exception("collector %s failed", name)
+            reason = f"collector failed: {type(exc).__name__}"
+        return {"unavailable": [Unavailable(target=name, reason=reason)]}
+
+
+def _busy(name: str) -> dict[str, list[Unavailable]]:
+    reason = "still busy: its previous run has not finished (a hung filesystem or probe?)"
+    return {"unavailable": [Unavailable(target=name, reason=reason)]}

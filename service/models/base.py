@@ -1,0 +1,17 @@
+"""What every model module shares: the strict input base and bounded text types."""
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SESSION_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN)]
+ShortText = Annotated[str, Field(max_length=200)]
+LongText = Annotated[str, Field(max_length=20_000)]
+PathText = Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+class Strict(BaseModel):
+    """Input models reject fields they do not know, so a typo is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid")

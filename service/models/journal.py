@@ -1,0 +1,82 @@
+"""The journal: entries the agent writes, and the narrative a dump shows of them."""
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from service.errors import Invalid
+from service.models.base import LongText, ShortText, Strict
+
+JournalKind = Literal[
+    "objective", "attempt", "finding", "hypothesis", "decision", "next", "note", "fact", "question"
+]
+
+
+STATUSES: dict[str, tuple[str, ...]] = {
+    "attempt": ("running", "failed", "succeeded", "abandoned"),
+    "hypothesis": ("open", "confirmed", "refuted"),
+    "next": ("open", "done"),
+    "question": ("open", "answered"),
+}
+
+
+def check_status(kind: str | None, status: str | None) -> None:
+    allowed = STATUSES.get(kind or "")
+    if status is not None and allowed and status not in allowed:
+        raise Invalid(f"status of a '{kind}' is one of {', '.join(allowed)}; got '{status}'")
+    if status is not None and not allowed and kind is not None:
+        raise Invalid(f"a '{kind}' entry has no status")
+
+
+class JournalIn(Strict):
+    kind: JournalKind
+    text: Annotated[str, Field(min_length=1, max_length=20_000)]
+    outcome: LongText | None = None
+    status: ShortText | None = None
+    key: ShortText | None = None
+    concerns: list[Annotated[int, Field(ge=1)]] = Field(default=[], max_length=50)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "JournalIn":
+        if self.kind == "fact" and not self.key:
+            raise ValueError("a 'fact' entry needs a 'key' (its value goes in 'text')")
+        check_status(self.kind, self.status)
+        return self
+
+
+class JournalUpdate(Strict):
+    """Fields of an entry that can change as work goes on; omitted fields stay as they are."""
+
+    text: Annotated[str, Field(min_length=1, max_length=20_000)] | None = None
+    outcome: LongText | None = None
+    status: ShortText | None = None
+    concerns: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, max_length=50)
+
+
+class JournalEntry(BaseModel):
+    id: int
+    session: str
+    kind: JournalKind
+    text: str
+    outcome: str | None = None
+    status: str | None = None
+    key: str | None = None
+    concerns: list[int] = []
+    created_at: datetime
+    updated_at: datetime | None = None
+
+
+class Narrative(BaseModel):
+    """The journal as a dump shows it: current state, grouped by kind."""
+
+    objective: str = ""
+    latest_message: str | None = None
+    facts: dict[str, str] = {}
+    attempts: list[JournalEntry] = []
+    findings: list[JournalEntry] = []
+    decisions: list[JournalEntry] = []
+    next_steps: list[JournalEntry] = []
+    questions: list[JournalEntry] = []
+    notes: list[JournalEntry] = []
+    last_entry_id: int = 0

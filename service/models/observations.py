@@ -1,0 +1,252 @@
+"""What the collectors observed: one section model per collector, and Observations."""
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class Unavailable(BaseModel):
+    """A watch (or a whole collector) that could not be observed, and why."""
+
+    watch_id: int | None = None
+    target: str
+    reason: str
+
+
+class Flag(BaseModel):
+    """One command-line argument: `name` is None for a positional argument."""
+
+    name: str | None = None
+    value: str | None = None
+
+
+class ProcessInfo(BaseModel):
+    watch_id: int
+    pid: int
+    ppid: int
+    name: str
+    user: str | None = None
+    state: str
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    vms_bytes: int | None = None
+    threads: int | None = None
+    started_at: datetime
+    age_s: float
+    argv: list[str] = []
+    flags: list[Flag] = []
+    env: dict[str, str] = {}
+    root: bool = False
+    tree: int | None = None
+    cwd: str | None = None
+    exe: str | None = None
+    idle_for_s: float | None = None
+    io_read_bps: float | None = None
+    io_write_bps: float | None = None
+    rss_growth_bps: float | None = None
+    open_files: int | None = None
+    listening: list[int] = []
+    packages: dict[str, str] = {}
+    not_permitted: list[str] = []
+    seen_at: datetime | None = None
+
+    @property
+    def key(self) -> str:
+        """Identity across snapshots: a reused pid with another start time is another process."""
+        return f"{self.pid}@{self.started_at.timestamp():.2f}"
+
+
+class WorkerGroup(BaseModel):
+    """Children of one root whose command lines differ only in a rank-like part."""
+
+    tree: int
+    count: int
+    command: str
+
+
+class ExitedProcess(BaseModel):
+    watch_id: int
+    pid: int
+    name: str
+    root: bool = False
+    key: str
+    last_seen_at: datetime | None = None
+
+
+class ProcessesSection(BaseModel):
+    items: list[ProcessInfo] = []
+    unavailable: list[Unavailable] = []
+    matched: int = 0
+    featured: list[int] = []
+    workers: list[WorkerGroup] = []
+    exited: list[ExitedProcess] = []
+    stuck_after_s: float | None = None
+
+
+class LogInfo(BaseModel):
+    watch_id: int
+    path: str
+    size: int
+    modified_at: datetime
+    silent_for_s: float
+    inode: int | None = None
+    binary: bool = False
+    lines: list[str] = []
+    growth_bytes: int | None = None  # since the previous snapshot; None: first or replaced
+    rotated: bool = False  # a new file (inode) at the path since the previous snapshot
+    rotated_from: str | None = None  # where the old file went, when found beside it
+    truncated: bool = False  # shrank, or rewritten, since the previous snapshot
+    scanned_bytes: int = 0  # new bytes scanned for errors
+    skipped_bytes: int = 0  # new bytes beyond the scan bound, not scanned
+    errors: list[str] = []  # the first error block (a whole traceback, up to a bound)
+    error_summary: str | None = None  # its most telling line (the exception line)
+    error_new: bool = False  # found in this snapshot's new bytes, not carried over
+    error_lines: int = 0  # error-shaped lines among the new bytes
+
+
+class LogsSection(BaseModel):
+    items: list[LogInfo] = []
+    unavailable: list[Unavailable] = []
+
+
+class ArtifactFile(BaseModel):
+    path: str  # relative to the directory
+    size: int
+    modified_at: datetime
+
+
+class DistInfo(BaseModel):
+    kind: Literal["wheel", "sdist"]
+    name: str
+    version: str
+    build: str | None = None
+    tags: list[str] = []
+
+
+class ArtifactInfo(BaseModel):
+    watch_id: int
+    path: str
+    type: Literal["file", "directory"]
+    size: int
+    modified_at: datetime
+    fingerprint: str
+    fingerprint_kind: Literal["sha256", "sampled", "tree", "pending"] | None = None
+    entries: int | None = None
+    truncated: bool = False
+    files: int | None = None  # directories: regular files under it
+    newest: list[ArtifactFile] = []  # directories: a few most recently modified files
+    largest: list[ArtifactFile] = []  # directories: a few largest files
+    changes: list[str] = []  # directories: files added, removed, modified since last time
+    dist: DistInfo | None = None  # wheels and sdists: parsed from the file name
+
+
+class ArtifactsSection(BaseModel):
+    items: list[ArtifactInfo] = []
+    unavailable: list[Unavailable] = []
+
+
+class CommandInfo(BaseModel):
+    watch_id: int
+    label: str  # the allowlist name
+    argv: list[str]
+    exit_code: int | None = None  # None: timed out or could not start
+    timed_out: bool = False
+    duration_s: float = 0.0
+    output: list[str] = []  # stdout then stderr, cleaned, bounded
+    output_cut: bool = False
+
+
+class CommandsSection(BaseModel):
+    items: list[CommandInfo] = []
+    unavailable: list[Unavailable] = []
+
+
+class PortInfo(BaseModel):
+    watch_id: int | None = None
+    host: str
+    port: int
+    listening: bool
+    expected_by: int | None = None
+    url: str | None = None
+    health_status: int | None = None
+    health_error: str | None = None
+    health_latency_ms: float | None = None
+    health_body: str | None = None
+    owner_pid: int | None = None
+
+
+class PortsSection(BaseModel):
+    items: list[PortInfo] = []
+    unavailable: list[Unavailable] = []
+
+
+class HostInfo(BaseModel):
+    hostname: str = ""
+    os: str = ""
+    kernel: str = ""
+    cpu_count: int | None = None
+    load_avg: list[float] = []
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    python: str = ""
+    cpu_model: str = ""
+    swap_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    uptime_s: float | None = None
+    disks: list["DiskInfo"] = []
+    unavailable: list[Unavailable] = []
+
+
+class DiskInfo(BaseModel):
+    """Free space of the filesystem holding `path` (the data dir or a watched path)."""
+
+    path: str
+    total_bytes: int
+    free_bytes: int
+
+
+class GpuProcess(BaseModel):
+    pid: int
+    name: str = ""
+    used_memory_bytes: int | None = None
+    watched: bool = False
+
+
+class GpuInfo(BaseModel):
+    index: int
+    name: str = ""
+    uuid: str | None = None
+    compute_capability: str | None = None
+    utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    processes: list[GpuProcess] = []
+
+
+class GpusSection(BaseModel):
+    source: Literal["nvml", "nvidia-smi", "none"] = "none"
+    reason: str = ""
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    items: list[GpuInfo] = []
+    unavailable: list[Unavailable] = []
+
+
+class Observations(BaseModel):
+    """One section per collector, named by its NAME, in the order the dump shows them.
+
+    Written out rather than generated from the registry, so each section keeps its static type
+    for mypy and editors; `collectors.check_registry` fails start-up if the two disagree.
+    """
+
+    processes: ProcessesSection = ProcessesSection()
+    ports: PortsSection = PortsSection()
+    gpus: GpusSection = GpusSection()
+    host: HostInfo = HostInfo()
+    artifacts: ArtifactsSection = ArtifactsSection()
+    commands: CommandsSection = CommandsSection()
+    logs: LogsSection = LogsSection()

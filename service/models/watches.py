@@ -1,0 +1,107 @@
+"""Watches: one input model per kind (the `kind` tells them apart) and the stored watch."""
+
+import re
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, RootModel, field_validator, model_validator
+
+from service.models.base import PathText, Strict
+
+
+class ProcessWatch(Strict):
+    kind: Literal["process"] = "process"
+    pid: int | None = Field(None, ge=1, le=2**22)
+    match: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    children: bool = True
+    expect_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default=[], max_length=32)
+    env: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default=[], max_length=64
+    )
+    packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]] = Field(
+        default=[], max_length=32
+    )
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "ProcessWatch":
+        if [self.pid, self.match, self.name].count(None) != 2:
+            raise ValueError("give exactly one of 'pid', 'match' or 'name'")
+        return self
+
+
+class LogWatch(Strict):
+    kind: Literal["log"] = "log"
+    path: PathText
+    lines: int = Field(40, ge=1, le=500)
+    files: int = Field(5, ge=1, le=20, description="newest files shown when path is a glob")
+    errors: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
+        default=[], max_length=20, description="extra regular expressions of error lines"
+    )
+
+    @field_validator("errors")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression {pattern!r}: {exc}") from None
+        return value
+
+
+class ArtifactWatch(Strict):
+    kind: Literal["artifact"] = "artifact"
+    path: PathText
+
+
+class CommandWatch(Strict):
+    """A command from the server's allowlist, by its configured name or its exact argv."""
+
+    kind: Literal["command"] = "command"
+    name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, min_length=1, max_length=64
+    )
+    timeout_s: float = Field(10.0, gt=0, le=60)
+    cwd: PathText | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "CommandWatch":
+        if (self.name is None) == (self.argv is None):
+            raise ValueError("give exactly one of 'name' or 'argv'")
+        return self
+
+
+class PortWatch(Strict):
+    kind: Literal["port"] = "port"
+    port: int = Field(ge=1, le=65535)
+    host: Annotated[str, Field(min_length=1, max_length=255)] = "127.0.0.1"
+    url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] | None = None
+
+
+WatchSpec = Annotated[
+    ProcessWatch | LogWatch | ArtifactWatch | PortWatch | CommandWatch,
+    Field(discriminator="kind"),
+]
+
+
+class WatchIn(RootModel[WatchSpec]):
+    """A watch as posted: one of the kinds, told apart by `kind`."""
+
+
+class Watch(BaseModel):
+    id: int
+    session: str
+    created_at: datetime
+    spec: WatchSpec
