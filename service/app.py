@@ -20,8 +20,8 @@ from service.routes.pages import PageController
 from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
+from service.triggers import Activity, Watcher
 from service.usecases import UseCases
-from service.watcher import Activity, Watcher
 
 log = logging.getLogger("ctxd")
 

@@ -26,7 +26,7 @@ from service.models import (
 from service.redact_names import is_secret_name
 from service.resolve import Resolved, ResolveIn
 from service.snapshots import Snapshotter
-from service.watcher import Activity
+from service.triggers import Activity
 
 
 class UseCases:

@@ -83,7 +83,8 @@ def _message(step: Step, model: str, n: int) -> dict[str, Any]:
         tool_input: dict[str, Any] = {"command": step.bash, "description": "scripted step"}
         if step.background:
             tool_input["run_in_background"] = True
-        content = [{"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash", "input": tool_input}]
+        call = {"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash", "input": tool_input}
+        content = [call]
         stop = "tool_use"
     else:
         content = [{"type": "text", "text": step.text}]
@@ -114,10 +115,11 @@ def _events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             start = {**block, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         events += [
-            ("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
+            ("content_block_start", {"type": "content_block_start", "index": i}),
             ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
             ("content_block_stop", {"type": "content_block_stop", "index": i}),
-        ]  # fmt: skip
+        ]
+        events[-3][1]["content_block"] = start
     stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
     events += [
         ("message_delta", {"type": "message_delta", "delta": stop, "usage": {"output_tokens": 10}}),

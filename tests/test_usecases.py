@@ -121,8 +121,8 @@ def test_every_use_case_about_a_session_marks_its_activity(tmp_path):
     from service.settings import Settings
     from service.snapshots import Snapshotter
     from service.store import Store
+    from service.triggers import Activity
     from service.usecases import UseCases
-    from service.watcher import Activity
 
     settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
     snap = Snapshotter(settings, Store(settings.db_path))
