@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar, cast
+from urllib.parse import unquote
 
 from pydantic import BaseModel
 
@@ -59,10 +60,19 @@ _ASSIGNMENT = re.compile(
     + _VALUE,
     re.IGNORECASE,
 )
+# A query parameter after a scheme and host: `_ASSIGNMENT` reads `https:` as the name and the
+# whole URL as its value, so the parameters are matched on their own.
+_QUERY = re.compile(r"(?<=[?&;])(?P<name>[A-Za-z_][\w.-]{0,63}+)=(?P<val>[^\s&#?\"'<>]{1,4096}+)")
 _FLAG_SPACE = re.compile(
     r"(?<![\w.-])(?P<name>--?[A-Za-z][\w.-]{0,63}+)(?P<sep>[ \t]{1,8})"
     r"(?=[^\s-])" + _VALUE
 )
+# `-p VALUE` is a password for mysql and sshpass, a port, pid or directory switch elsewhere:
+# redacted unless the value reads as a port mapping, a number or a path.
+_PASSWORD_PROGRAMS = re.compile(r"(?<![\w-])(?:mysql\w*|mariadb[\w-]*|sshpass)(?![\w-])")
+_NOT_A_PASSWORD = re.compile(r"[\d.:\[\]-]+(?:/(?:tcp|udp|sctp))?|\S*/\S*|~\S*")
+_GLUED_P = re.compile(r"(?<!\S)-p(?P<val>[^\s'\"-][^\s'\"]{3,4096}+)")
+_USER_FLAGS = frozenset({"-u", "--user", "--proxy-user", "-U"})
 # Cheap gate: a string none of the rules could touch is returned as is, which is most of them.
 _TRIGGER = re.compile(
     r"[=:]|PRIVATE KEY|(?i:bearer|basic)|(?<!\S)--?[A-Za-z][\w.-]{0,63}+[ \t]"
@@ -79,13 +89,53 @@ def _pem(value: str) -> str:
     return _PEM_BLOCK.sub(lambda m: m["begin"] + REDACTED + (m["end"] or ""), value)
 
 
+def _learn_quoted(value: str) -> None:
+    learn(value)
+    if "%" in value or "+" in value:
+        learn(unquote(value))
+
+
+def _url_password(m: re.Match[str]) -> str:
+    _learn_quoted(m[0][len(m["head"]) : -1])
+    return m["head"] + REDACTED + "@"
+
+
+def _flag_value(name: str, val: str, program_sets_p: bool = False) -> str | None:
+    """The redacted value of a flag whose name alone does not say secret, else None."""
+    if val.startswith(REDACTED[:-1]):
+        return None
+    if name == "-p" and (program_sets_p or not _NOT_A_PASSWORD.fullmatch(val)):
+        learn(val)
+        return REDACTED
+    user, colon, password = val.partition(":")
+    if name in _USER_FLAGS and colon and password and not password.startswith(REDACTED[:-1]):
+        learn(password)
+        return user + ":" + REDACTED
+    return None
+
+
 def _named_value(m: re.Match[str]) -> str:
+    head = m[0][: m.start("val") - m.start()]
     if not is_secret_name(m["name"]):
-        return m[0]
+        by_flag = _flag_value(m["name"], m["val"]) if m["name"].startswith("-") else None
+        return m[0] if by_flag is None else head + by_flag
     val = m["val"]
     quote = next((q for q in ('\\"', "\\'", '"', "'") if val.startswith(q)), "")
     close = quote if quote and len(val) >= 2 * len(quote) and val.endswith(quote) else ""
-    return m[0][: m.start("val") - m.start()] + quote + REDACTED + close
+    return head + quote + REDACTED + close
+
+
+def _query_value(m: re.Match[str]) -> str:
+    if not is_secret_name(m["name"]) or m["val"] == REDACTED:
+        return m[0]
+    _learn_quoted(m["val"])
+    return m[0][: m.start("val") - m.start()] + REDACTED
+
+
+def _glued_p(value: str) -> str:
+    if not _PASSWORD_PROGRAMS.search(value):
+        return value
+    return _GLUED_P.sub(lambda m: "-p" + (_flag_value("-p", m["val"], True) or m["val"]), value)
 
 
 def _standalone_auth(m: re.Match[str]) -> str:
@@ -98,7 +148,9 @@ def _standalone_auth(m: re.Match[str]) -> str:
 _RULES: list[Callable[[str], str]] = [
     lambda v: _pem(v) if "PRIVATE KEY" in v else v,
     lambda v: redact_shapes.TOKENS.sub(REDACTED, v),
-    lambda v: _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED + "@", v),
+    lambda v: _URL_PASSWORD.sub(_url_password, v),
+    lambda v: _QUERY.sub(_query_value, v) if "=" in v else v,
+    lambda v: _glued_p(v) if "-p" in v else v,
     lambda v: _COOKIE.sub(lambda m: m["head"] + REDACTED, v),
     lambda v: _STANDALONE_AUTH.sub(_standalone_auth, v),
     lambda v: _ASSIGNMENT.sub(_named_value, v),
@@ -177,30 +229,41 @@ def env(variables: Mapping[str, str]) -> dict[str, str]:
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}=")
 
 
-def _arg(arg: str, previous_was_secret_flag: bool) -> str:
-    if previous_was_secret_flag and not arg.startswith("-"):
-        learn(arg)
-        return REDACTED
+def _arg(arg: str, flag: str | None, password_program: bool) -> str:
+    """`flag`: the argument before, when it is a flag that takes this one as its value."""
+    if flag is not None and not arg.startswith("-"):
+        if is_secret_name(flag):
+            learn(arg)
+            return REDACTED
+        by_flag = _flag_value(flag, arg, password_program)
+        if by_flag is not None:
+            return by_flag
     name, eq, value = arg.partition("=")
     if eq and (arg.startswith("-") or _ENV_ASSIGNMENT.match(arg)) and is_secret_name(name):
         learn(value)
         return name + "=" + REDACTED
+    if eq and name in _USER_FLAGS:
+        by_flag = _flag_value(name, value)
+        if by_flag is not None:
+            return name + "=" + by_flag
+    if password_program and arg.startswith("-p") and len(arg) > 2 and "=" not in arg:
+        learn(arg[2:])
+        return "-p" + REDACTED
     return text(arg)
 
 
 def argv(args: Sequence[str]) -> list[str]:
     """Redact a command line: values of secret-named flags in every form, then by content."""
     out: list[str] = []
-    secret_flag = False
+    flag: str | None = None
+    program = os.path.basename(args[0]) if args else ""
+    password_program = bool(_PASSWORD_PROGRAMS.fullmatch(program))
     for arg in args:
         try:
-            out.append(_arg(arg, secret_flag))
+            out.append(_arg(arg, flag, password_program))
         except Exception:
             out.append(WITHHELD)
-        try:
-            secret_flag = arg.startswith("-") and "=" not in arg and is_secret_name(arg)
-        except Exception:
-            secret_flag = True
+        flag = arg if arg.startswith("-") and "=" not in arg else None
     return out
 
 
