@@ -10,6 +10,7 @@ import hmac
 import json
 import math
 import os
+import re
 import secrets
 import socket
 import threading
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from litestar.types import ASGIApp, Receive, Scope, Send, WebSocketCloseEvent
+from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send, WebSocketCloseEvent
 
 from service.settings import Settings
 
@@ -26,6 +27,26 @@ LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 WILDCARD = frozenset({"0.0.0.0", "::", ""})
 # Buckets of clients not seen for this long are dropped, so the table stays small.
 _IDLE_S = 600.0
+# The JSON decoder and validators recurse per level: 100,000 `[` end in RecursionError (a 500).
+# ctxd's own bodies nest a handful of levels.
+MAX_JSON_DEPTH = 64
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]')
+
+
+def too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when `body` opens more than `limit` arrays or objects at once (strings skipped)."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for m in _JSON_TOKENS.finditer(body):
+        c = m[0][0]
+        if c in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in b"]}":
+            depth -= 1
+    return False
 
 
 def new_token_file(path: Path) -> str:
@@ -102,6 +123,8 @@ class AccessMiddleware:
             await self.app(scope, receive, send)
             return
         refusal = self.check(scope)
+        if refusal is None and scope["type"] == "http":
+            refusal, receive = await self._read_body(receive)
         if refusal is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
@@ -137,6 +160,30 @@ class AccessMiddleware:
         if length.isdigit() and int(length) > self.max_body:
             return 413, f"request body larger than {self.max_body} bytes", {}
         return None
+
+    async def _read_body(self, receive: Receive) -> tuple[tuple[int, str, dict] | None, Receive]:
+        """Read the whole body (it is bounded) to refuse one nested too deep; replay it."""
+        messages: list[ReceiveMessage] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_body:
+                return (413, f"request body larger than {self.max_body} bytes", {}), receive
+            if not message.get("more_body", False):
+                break
+        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        if too_deep(body):
+            detail = f"request body is nested deeper than {MAX_JSON_DEPTH} levels"
+            return (400, detail, {}), receive
+
+        async def replay() -> ReceiveMessage:
+            return messages.pop(0) if messages else await receive()
+
+        return None, replay
 
     def _same_site(self, origin: str) -> bool:
         try:
