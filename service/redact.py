@@ -267,6 +267,54 @@ def argv(args: Sequence[str]) -> list[str]:
     return out
 
 
+# --- cuts and line windows -------------------------------------------------------------------
+
+# The last word of a cut text that starts like a known token: a fragment the shapes no longer
+# match (20 of 36 characters) but which is still most of a secret.
+_SHAPE_FRAGMENT = re.compile(r"(?<![A-Za-z0-9])(?:" + redact_shapes.PREFIXES + r")[\w.+/=-]*\Z")
+# A PEM body line: exactly 64 (PEM), 70 (OpenSSH) or 76 (MIME) base64 characters with upper,
+# lower and digits, and not hex. A window that starts inside a key has no BEGIN to go by; a
+# sha256 digest, a UUID, a log line or base64 of another width does not look like this.
+_KEY_LINE = re.compile(
+    r"(?=[^a-z]*[a-z])(?=[^A-Z]*[A-Z])(?=\D*\d)(?:[A-Za-z0-9+/]{64}|[A-Za-z0-9+/]{70}|[A-Za-z0-9+/]{76})"
+)
+_KEY_TAIL = re.compile(r"[A-Za-z0-9+/]{1,76}={0,2}")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def cut(value: str, limit: int, marker: str = " …") -> str:
+    """`value` redacted, then cut to `limit` characters (plus `marker`): redaction sees every
+    token whole, and a fragment of a known shape left at the edge is withheld."""
+    out = text(value)
+    if len(out) <= limit:
+        return out
+    head = out[:limit]
+    fragment = _SHAPE_FRAGMENT.search(head)
+    if fragment:
+        head = head[: fragment.start()] + WITHHELD
+    return head + marker
+
+
+def _is_key_line(line: str) -> bool:
+    return bool(_KEY_LINE.fullmatch(line)) and not _HEX.fullmatch(line)
+
+
+def lines(rows: Sequence[str]) -> list[str]:
+    """Redact a window of lines as one text (a PEM block spread over lines is seen whole), and
+    withhold PEM body lines even when the window holds neither BEGIN nor END."""
+    if not rows:
+        return []
+    out = text("\n".join(rows)).split("\n")
+    previous_was_key = False
+    for i, row in enumerate(out):
+        line = row.strip()
+        is_key = _is_key_line(line) or (previous_was_key and bool(_KEY_TAIL.fullmatch(line)))
+        if is_key:
+            out[i] = REDACTED
+        previous_was_key = is_key and len(line) >= 64
+    return out
+
+
 # --- deep redaction ---------------------------------------------------------------------------
 
 # A model holding a name and its value (Flag, a fact) is redacted by name like a dict entry.

@@ -120,3 +120,68 @@ def test_access_log_query_token() -> None:
     )  # fmt: skip
     redact.RedactingFilter().filter(own)
     assert own.getMessage() == f"fetching https://api.example.com/v1/models?access_token={REDACTED}"
+
+
+# --- cuts and windows ---------------------------------------------------------------------------
+
+GHP36 = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8D9f0G1h2"
+
+
+def test_cut_redacts_before_cutting() -> None:
+    line = "x" * 1990 + " " + GHP36 + " tail"
+    assert 0 < len(line[:2000].split()[-1]) < len(GHP36), "the cut lands inside the token"
+    out = redact.cut(line, 2000)
+    assert GHP36[4:12] not in out
+    assert len(out) <= 2000 + len(" …")
+
+
+def test_cut_withholds_a_shape_fragment_at_the_edge() -> None:
+    fragment = "error: token " + GHP36[:20]  # cut upstream: 20 of its 36 characters
+    assert redact.text(fragment) == fragment, "a fragment no longer has the token's shape"
+    out = redact.cut(fragment + " and more text beyond the cut", len(fragment))
+    assert GHP36[4:20] not in out
+    assert out.startswith("error: token ")
+
+
+def test_cut_keeps_short_text_and_ordinary_edges() -> None:
+    assert redact.cut("short", 300) == "short"
+    assert redact.cut("a" * 400, 300) == "a" * 300 + " …"
+
+
+def test_summary_cut() -> None:
+    summary = "RuntimeError: " + "y" * 280 + f" key={GHP36}"
+    assert GHP36[:20] not in redact.cut(summary, 300)
+
+
+PEM64 = [
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+    "MZR4xG0kz3iVvF8X8Q1nBC+0XyZ3Tk7fS8uZfz5hJ2QjL1bF9Yv7t0rW2k8nQ9P3",
+    "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3v",
+    "Tk7fS8uZfz5hJ2Q=",
+]
+
+
+def test_window_inside_a_private_key_without_begin_or_end() -> None:
+    window = ["step 10 loss 0.3", PEM64[1], PEM64[2], PEM64[3]]
+    assert redact.lines(window) == ["step 10 loss 0.3", REDACTED, REDACTED, REDACTED]
+    assert redact.lines(PEM64[1:3]) == [REDACTED, REDACTED]
+
+
+@pytest.mark.parametrize(
+    "noise",
+    [
+        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",  # sha256 hex
+        "x" * 64,
+        "2025-01-01 12:00:00 INFO MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIB",
+        "aGVsbG8gd29ybGQgdGhpcyBpcyBhIGJhc2U2NCBsaW5lIG9mIG90aGVyIGxlbmd0aA",  # 66 chars
+        "Tk7fS8uZfz5hJ2Q=",  # a short base64 tail with no key line before it
+    ],
+)
+def test_window_keeps_ordinary_noise(noise: str) -> None:
+    assert redact.lines(["a", noise, "b"]) == ["a", noise, "b"]
+
+
+def test_window_with_begin_still_redacts_the_block() -> None:
+    rows = ["-----BEGIN PRIVATE KEY-----", PEM64[0], PEM64[1]]
+    out = redact.lines(rows)
+    assert not any(PEM64[0][:20] in row or PEM64[1][:20] in row for row in out)
