@@ -15,12 +15,13 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
 from pydantic import BaseModel
 
-from service import redact_known, redact_shapes
+from service import redact_known, redact_learned, redact_shapes
 from service.redact_names import is_secret_name
 
 REDACTED = "[REDACTED]"
@@ -174,6 +175,8 @@ def _text(value: str, _generation: int = 0) -> str:
     deadline = time.monotonic() + TIME_BUDGET_S
     # Iterate to a fixpoint so text(text(x)) == text(x) holds by construction.
     for _ in range(4):
+        for hit in redact_learned.found(value):  # learned before a restart: known again now
+            redact_known.learn(hit)
         out = redact_known.replace(value, REDACTED)
         if _TRIGGER.search(out):
             for rule in _RULES:
@@ -194,9 +197,19 @@ _text_short = lru_cache(maxsize=16384)(_text)
 def learn(value: str) -> None:
     """Remember a secret value so it is redacted wherever it reappears, in any encoding."""
     try:
-        redact_known.learn(value)
+        if redact_known.learn(value):
+            redact_learned.remember(value.strip())
     except Exception:
         log.warning("could not remember a secret value; it is still redacted where seen")
+
+
+def load_learned(data_dir: Path) -> None:
+    """Call at start-up: values learned before a restart are recognised again (by digest)."""
+    try:
+        count = redact_learned.load(data_dir)
+        log.info("recognising %d digest(s) of secret values learned before", count)
+    except OSError as exc:
+        log.warning("learned secret values not loaded (%s); only what is seen now is known", exc)
 
 
 def learn_env(variables: Mapping[str, str]) -> None:
