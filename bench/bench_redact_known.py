@@ -11,14 +11,17 @@ from service import redact, redact_known, redact_learned
 
 LINE = "2025-01-01 12:00:00 INFO step=1200 loss=0.3132 lr: 1e-4 tokens/s=5321 worker=3\n"
 TEXT = LINE * (1_000_000 // len(LINE))
+# The digest scan's worst case: every line has a word as long as a stored value's form.
+ID_LINE = "2025-01-01 12:00:00 INFO req={} path=/v1/chat/completions status=200\n"
+IDS_TEXT = "".join(ID_LINE.format(secrets.token_urlsafe(24)) for _ in range(12_000))
 
 
-def median_ms(runs: int = 5) -> float:
+def median_ms(runs: int = 5, text: str = TEXT) -> float:
     times = []
     for _ in range(runs):
         redact._text_short.cache_clear()
         started = time.perf_counter()
-        redact.text(TEXT)
+        redact.text(text)
         times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times)
 
@@ -39,6 +42,8 @@ def main() -> None:
             redact_known.forget_all()  # a restart: only the digests remain
             redact_learned.load(Path(data))
             print(f"1 MB log, {count:3d} values by digest: median {median_ms():7.1f} ms")
+            ids = median_ms(text=IDS_TEXT)
+            print(f"1 MB log of request ids, {count:3d} values by digest: median {ids:7.1f} ms")
             short = "python serve.py --model m --port 8000 --tp 8"
             started = time.perf_counter()
             for i in range(10_000):

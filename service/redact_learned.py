@@ -3,15 +3,15 @@
 A value learned once (an env var under a secret name, a URL password) is redacted in memory by
 redact_known; a restarted ctxd has forgotten it and would store it raw where it reappears
 without its name. So each learned value's forms (itself, URL-encoded, base64) are kept as
-HMAC-SHA256 digests under a random key; both files live in the data directory, mode 0600.
-At redaction time, only while some stored digest has not been seen again since the start, the
-words of a text whose length matches a stored form are hashed and compared; a hit is learned
-again in clear, in memory, and redacted with all its encodings by redact_known.
+keyed BLAKE2b digests (a MAC in one C call, cheaper than HMAC) under a random key; both files
+live in the data directory, mode 0600. At redaction time, only while some stored digest has not
+been seen again since the start, the words of a text whose length matches a stored form are
+hashed and compared; a hit is learned again in clear, in memory, and redacted with all its
+encodings by redact_known.
 """
 
 import base64
 import hashlib
-import hmac
 import os
 import re
 import secrets
@@ -48,7 +48,7 @@ def forms(value: str) -> set[str]:
 
 def _digest(form: str) -> bytes:
     assert _key is not None
-    return hmac.new(_key, form.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()[:16]
+    return hashlib.blake2b(form.encode("utf-8", "surrogatepass"), key=_key, digest_size=16).digest()
 
 
 def _private_file(path: Path, data: bytes) -> None:
