@@ -341,6 +341,12 @@ def _scrub_dict(d: Mapping[Any, Any]) -> dict[Any, Any]:
             out[text(k)] = _by_name(k, v)
         else:
             out[_scrub(k)] = _scrub(v)
+    # A dumped fact ({"key": "api_key", "text": V}) is a name and its value, like the model.
+    for name_field, value_field in _NAME_VALUE_FIELDS:
+        name, value = d.get(name_field), d.get(value_field)
+        if isinstance(name, str) and isinstance(value, str) and is_secret_name(name):
+            learn(value)
+            out[value_field] = REDACTED
     return out
 
 

@@ -185,3 +185,12 @@ def test_window_with_begin_still_redacts_the_block() -> None:
     rows = ["-----BEGIN PRIVATE KEY-----", PEM64[0], PEM64[1]]
     out = redact.lines(rows)
     assert not any(PEM64[0][:20] in row or PEM64[1][:20] in row for row in out)
+
+
+def test_scrub_a_dumped_fact() -> None:
+    fact = {"kind": "fact", "key": "api_key", "text": "canary-fact-9901", "n": 1}
+    out = redact.scrub(fact)
+    assert out == {"kind": "fact", "key": "api_key", "text": REDACTED, "n": 1}
+    assert redact.text("canary-fact-9901") == REDACTED, "and learned"
+    plain = {"kind": "fact", "key": "gpu_count", "text": "eight GPUs"}
+    assert redact.scrub(plain) == plain
