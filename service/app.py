@@ -89,6 +89,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     # Its lifespan comes second: the MCP tools need the snapshotter the first one sets up.
     mcp = LazyMcp(settings.limits.max_body_bytes, settings.host, settings.token)
     redact.install_log_filter(log)
+    redact.load_learned(settings.data_dir)  # secrets learned before a restart, as digests
     redact.learn_own_env()
     return Litestar(
         route_handlers=[health, prune, sessions_router, PageController, mcp.handler],

@@ -217,3 +217,38 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
     places["ctxd's own log"] = srv.log()
     leaks = {where: found for where, text in places.items() if (found := _leaks(text))}
     assert not leaks, f"{len(CANARIES)} planted values, leaked: {leaks}"
+
+
+RESTART_VALUE = "canary-restart-pw-6604"
+
+
+def test_a_secret_learned_before_a_restart_never_comes_out(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_server(
+        data, tmp_path / "first.log", env={"CANARY_RESTART_API_KEY": RESTART_VALUE}
+    )
+    stop_server(first)  # it learned the value from its own environment, and kept a digest
+    log = tmp_path / "app.log"
+    raw = RESTART_VALUE.encode()
+    log.write_text(
+        f"retrying with {RESTART_VALUE}\n"
+        f"GET /cb?k={quote(RESTART_VALUE, safe='')}&x=1\n"
+        f"blob {base64.b64encode(raw).decode()}\n"
+    )
+    srv = start_server(data, tmp_path / "second.log")
+    try:
+        with srv.client() as c:
+            c.put("/api/sessions/restart", json={"title": "restart"})
+            watch = {"kind": "log", "path": str(log), "lines": 10}
+            assert c.post("/api/sessions/restart/watches", json=watch).status_code == 201
+            shot = c.post("/api/sessions/restart/snapshots", json={"force": True})
+            assert shot.status_code < 300
+            served = shot.text + c.get("/api/sessions/restart/resume").text
+            assert "[REDACTED]" in served
+    finally:
+        stop_server(srv)
+    forms = _forms(RESTART_VALUE)
+    stored = [p for p in data.rglob("*") if p.is_file()]
+    leaks = [str(p.name) for p in stored for form in forms if form.encode() in p.read_bytes()]
+    leaks += [f"served {form}" for form in forms if form in served]
+    assert not leaks, f"{len(forms)} forms planted, leaked: {leaks}"
