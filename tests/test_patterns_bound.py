@@ -68,3 +68,24 @@ def test_the_cache_is_bounded() -> None:
 def test_refusal_says_why() -> None:
     with pytest.raises(ValueError, match=r"more than 10000 nodes"):
         _patterns.check("(?:a{1000}){1000}")
+
+
+def test_a_log_watchs_patterns_are_bounded_together() -> None:
+    _patterns.check_all(["a{5000}", "b+"])
+    with pytest.raises(ValueError, match="more than"):
+        _patterns.check_all(["a{6000}", "b{6000}"])
+
+
+MODELS_WIRING = "needs models.py to call _patterns.check / check_all (coordinator)"
+
+
+@pytest.mark.xfail(strict=True, reason=MODELS_WIRING)
+def test_a_watch_with_a_huge_pattern_is_refused_with_the_reason() -> None:
+    from pydantic import ValidationError
+
+    from service.models import LogWatch, ProcessWatch
+
+    with pytest.raises(ValidationError, match="more than 10000 nodes"):
+        ProcessWatch(match="(?:a{1000}){1000}")
+    with pytest.raises(ValidationError, match="more than 10000 nodes"):
+        LogWatch(path="/tmp/x.log", errors=["a{6000}", "b{6000}"])

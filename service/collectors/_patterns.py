@@ -69,6 +69,14 @@ def check(pattern: str) -> None:
         )
 
 
+def check_all(patterns: list[str]) -> None:
+    """check() each pattern, and their union: a log watch's `errors` are compiled as one."""
+    for pattern in patterns:
+        check(pattern)
+    if len(patterns) > 1:
+        check("|".join(f"(?:{p})" for p in patterns))
+
+
 def compiled(pattern: str, multiline: bool = False) -> regex.Pattern:
     """The compiled pattern; PatternTooLarge before compiling one that would not fit."""
     check(pattern)
