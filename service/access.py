@@ -142,10 +142,11 @@ class AccessMiddleware:
         if self.hosts is not None and host not in self.hosts:
             return 403, f"Host {host!r} is not allowed; add it to CTXD_ALLOWED_HOSTS", {}
         origin = headers.get("origin")
-        if origin is not None and not self._same_site(origin):
-            return 403, "cross-origin requests are refused", {}
-        if headers.get("sec-fetch-site") == "cross-site":
-            return 403, "cross-site requests are refused", {}
+        if origin is not None and not self._own_origin(origin, headers.get("host", ""), scope):
+            return 403, "cross-origin requests are refused (same-site is not same-origin)", {}
+        # Another port of the same machine is "same-site": a page there is not ctxd's.
+        if headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+            return 403, "requests from another site or origin are refused", {}
         if self.token is not None:
             given = headers.get("authorization", "").encode("latin-1")
             if not hmac.compare_digest(given, self.token):
@@ -185,16 +186,24 @@ class AccessMiddleware:
 
         return None, replay
 
-    def _same_site(self, origin: str) -> bool:
+    def _own_origin(self, origin: str, host: str, scope: Scope) -> bool:
+        """True only for ctxd's own origin: the scheme it is served on and the exact host and
+        port the request was sent to (which the Host check already allowed)."""
         try:
             parts = urlsplit(origin)
-            name = (parts.hostname or "").lower()
+            name, port = (parts.hostname or "").lower(), parts.port
+            own = urlsplit(f"//{host}")
+            own_name, own_port = (own.hostname or "").lower(), own.port
         except ValueError:
             return False
-        if parts.scheme not in ("http", "https") or not name:
+        scheme = str(scope.get("scheme", "http"))
+        if parts.scheme != scheme or not name:
             return False  # "null" (sandboxed frames, file://) is never ours
-        name = f"[{name}]" if ":" in name else name
-        return self.hosts is None or name in self.hosts or name.strip("[]") in self.hosts
+        default = 443 if scheme == "https" else 80
+        if (name, port or default) != (own_name, own_port or default):
+            return False
+        bracketed = f"[{name}]" if ":" in name else name
+        return self.hosts is None or bracketed in self.hosts or name in self.hosts
 
 
 async def _reply(send: Send, status: int, detail: str, extra: dict[str, str]) -> None:

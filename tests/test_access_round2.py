@@ -31,3 +31,28 @@ def test_depth_ignores_brackets_inside_strings() -> None:
     assert not access.too_deep(b'{"a": "\\"' + b"[" * 1000 + b'"}', 64)
     assert access.too_deep(b"[" * 65, 64)
     assert not access.too_deep(b"[" * 64 + b"]" * 64, 64)
+
+
+def test_same_site_is_not_same_origin(server: Server, client: httpx.Client) -> None:
+    """A page on another port of the same machine must not add watches: only ctxd's origin."""
+    client.put("/api/sessions/o", json={"title": "o"})
+    port = server.url.rsplit(":", 1)[1]
+    other = "3000" if port != "3000" else "3001"
+    watch = b'{"kind": "process", "name": "x"}'
+    for origin, site in (
+        (f"http://127.0.0.1:{other}", "same-site"),
+        (f"http://localhost:{other}", "same-site"),
+        (f"https://127.0.0.1:{port}", "same-site"),  # another scheme is another origin
+        (f"http://localhost:{port}", "same-site"),  # another host name is another origin
+    ):
+        headers = {"Origin": origin, "Sec-Fetch-Site": site, "Content-Type": "text/plain"}
+        r = client.post("/api/sessions/o/watches", content=watch, headers=headers)
+        assert r.status_code == 403, (origin, r.status_code)
+        assert client.post("/s/o/now", headers=headers).status_code == 403, origin
+    r = client.post(
+        "/api/sessions/o/watches", content=watch, headers={"Sec-Fetch-Site": "same-site"}
+    )
+    assert r.status_code == 403, "same-site without an Origin"
+    own = {"Origin": server.url, "Sec-Fetch-Site": "same-origin", **JSON}
+    assert client.post("/api/sessions/o/watches", content=watch, headers=own).status_code == 201
+    assert client.get("/api/sessions/o", headers={"Sec-Fetch-Site": "none"}).status_code == 200
