@@ -66,6 +66,36 @@ def new_token_file(path: Path) -> str:
     return token
 
 
+# 16 characters of `ctxd token --new`'s alphabet are 96 bits; `CTXD_TOKEN=a` is not a token.
+TOKEN_MIN_CHARS = 16
+TOKEN_MIN_DISTINCT = 8
+
+
+def token_problem(settings: Settings) -> str | None:
+    """One line saying why the configured token must not be used, or None when it may."""
+    token = settings.token
+    if token is None:
+        return None
+    if len(token) < TOKEN_MIN_CHARS or len(set(token)) < TOKEN_MIN_DISTINCT:
+        return (
+            f"the token is too weak: use at least {TOKEN_MIN_CHARS} characters, "
+            f"{TOKEN_MIN_DISTINCT} of them different (`ctxd token --new` writes one)"
+        )
+    path = settings.token_file
+    if path is not None and token == _file_token(path):
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o077:
+            return f"token file {path} is mode {mode:04o}, readable by others: chmod 600 {path}"
+    return None
+
+
+def _file_token(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
 def allowed_hosts(settings: Settings) -> frozenset[str] | None:
     """Host header names accepted; None accepts any (configured with "*")."""
     extra = {h.lower() for h in settings.allowed_hosts}
