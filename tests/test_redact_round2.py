@@ -35,11 +35,12 @@ def _fresh_cache() -> Iterator[None]:
         (["ssh", "-p", "2222", "h"], ["ssh", "-p", "2222", "h"]),
         (["mkdir", "-p", "/var/run/x"], ["mkdir", "-p", "/var/run/x"]),
         (["gcc", "-pthread", "a.c"], ["gcc", "-pthread", "a.c"]),
+        (["python", "-m", "pytest", "-p", "no:cacheprovider"], None),
         (["curl", "-u", "justauser", "h"], ["curl", "-u", "justauser", "h"]),
     ],
 )
-def test_password_flags(args: list[str], expected: list[str]) -> None:
-    assert redact.argv(args) == expected
+def test_password_flags(args: list[str], expected: list[str] | None) -> None:
+    assert redact.argv(args) == (args if expected is None else expected)
 
 
 def test_password_flags_are_learned() -> None:
