@@ -109,8 +109,11 @@ def found(text: str) -> list[str]:
     if not _pending or _key is None:
         return []
     lengths, hits = _lengths, []
+    shortest = min(lengths, default=0)
     for run in _RUN.finditer(text):
         word = run[0]
+        if len(word) < shortest:
+            continue  # most words of a log: no stored form is this short
         cuts = [m.start() for m in _BOUNDARY.finditer(word)][:_MAX_CUTS]
         starts = [0, *(c + 1 for c in cuts)]
         ends = [*cuts, len(word)]
