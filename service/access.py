@@ -10,6 +10,7 @@ import hmac
 import json
 import math
 import os
+import re
 import secrets
 import socket
 import threading
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from litestar.types import ASGIApp, Receive, Scope, Send, WebSocketCloseEvent
+from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send, WebSocketCloseEvent
 
 from service.settings import Settings
 
@@ -26,6 +27,26 @@ LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 WILDCARD = frozenset({"0.0.0.0", "::", ""})
 # Buckets of clients not seen for this long are dropped, so the table stays small.
 _IDLE_S = 600.0
+# The JSON decoder and validators recurse per level: 100,000 `[` end in RecursionError (a 500).
+# ctxd's own bodies nest a handful of levels.
+MAX_JSON_DEPTH = 64
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]')
+
+
+def too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when `body` opens more than `limit` arrays or objects at once (strings skipped)."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for m in _JSON_TOKENS.finditer(body):
+        c = m[0][0]
+        if c in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in b"]}":
+            depth -= 1
+    return False
 
 
 def new_token_file(path: Path) -> str:
@@ -43,6 +64,36 @@ def new_token_file(path: Path) -> str:
     finally:
         tmp.unlink(missing_ok=True)
     return token
+
+
+# 16 characters of `ctxd token --new`'s alphabet are 96 bits; `CTXD_TOKEN=a` is not a token.
+TOKEN_MIN_CHARS = 16
+TOKEN_MIN_DISTINCT = 8
+
+
+def token_problem(settings: Settings) -> str | None:
+    """One line saying why the configured token must not be used, or None when it may."""
+    token = settings.token
+    if token is None:
+        return None
+    if len(token) < TOKEN_MIN_CHARS or len(set(token)) < TOKEN_MIN_DISTINCT:
+        return (
+            f"the token is too weak: use at least {TOKEN_MIN_CHARS} characters, "
+            f"{TOKEN_MIN_DISTINCT} of them different (`ctxd token --new` writes one)"
+        )
+    path = settings.token_file
+    if path is not None and token == _file_token(path):
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o077:
+            return f"token file {path} is mode {mode:04o}, readable by others: chmod 600 {path}"
+    return None
+
+
+def _file_token(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def allowed_hosts(settings: Settings) -> frozenset[str] | None:
@@ -102,6 +153,8 @@ class AccessMiddleware:
             await self.app(scope, receive, send)
             return
         refusal = self.check(scope)
+        if refusal is None and scope["type"] == "http":
+            refusal, receive = await self._read_body(receive)
         if refusal is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
@@ -119,10 +172,11 @@ class AccessMiddleware:
         if self.hosts is not None and host not in self.hosts:
             return 403, f"Host {host!r} is not allowed; add it to CTXD_ALLOWED_HOSTS", {}
         origin = headers.get("origin")
-        if origin is not None and not self._same_site(origin):
-            return 403, "cross-origin requests are refused", {}
-        if headers.get("sec-fetch-site") == "cross-site":
-            return 403, "cross-site requests are refused", {}
+        if origin is not None and not self._own_origin(origin, headers.get("host", ""), scope):
+            return 403, "cross-origin requests are refused (same-site is not same-origin)", {}
+        # Another port of the same machine is "same-site": a page there is not ctxd's.
+        if headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+            return 403, "requests from another site or origin are refused", {}
         if self.token is not None:
             given = headers.get("authorization", "").encode("latin-1")
             if not hmac.compare_digest(given, self.token):
@@ -138,16 +192,48 @@ class AccessMiddleware:
             return 413, f"request body larger than {self.max_body} bytes", {}
         return None
 
-    def _same_site(self, origin: str) -> bool:
+    async def _read_body(self, receive: Receive) -> tuple[tuple[int, str, dict] | None, Receive]:
+        """Read the whole body (it is bounded) to refuse one nested too deep; replay it."""
+        messages: list[ReceiveMessage] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_body:
+                return (413, f"request body larger than {self.max_body} bytes", {}), receive
+            if not message.get("more_body", False):
+                break
+        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        if too_deep(body):
+            detail = f"request body is nested deeper than {MAX_JSON_DEPTH} levels"
+            return (400, detail, {}), receive
+
+        async def replay() -> ReceiveMessage:
+            return messages.pop(0) if messages else await receive()
+
+        return None, replay
+
+    def _own_origin(self, origin: str, host: str, scope: Scope) -> bool:
+        """True only for ctxd's own origin: the scheme it is served on and the exact host and
+        port the request was sent to (which the Host check already allowed)."""
         try:
             parts = urlsplit(origin)
-            name = (parts.hostname or "").lower()
+            name, port = (parts.hostname or "").lower(), parts.port
+            own = urlsplit(f"//{host}")
+            own_name, own_port = (own.hostname or "").lower(), own.port
         except ValueError:
             return False
-        if parts.scheme not in ("http", "https") or not name:
+        scheme = str(scope.get("scheme", "http"))
+        if parts.scheme != scheme or not name:
             return False  # "null" (sandboxed frames, file://) is never ours
-        name = f"[{name}]" if ":" in name else name
-        return self.hosts is None or name in self.hosts or name.strip("[]") in self.hosts
+        default = 443 if scheme == "https" else 80
+        if (name, port or default) != (own_name, own_port or default):
+            return False
+        bracketed = f"[{name}]" if ":" in name else name
+        return self.hosts is None or bracketed in self.hosts or name in self.hosts
 
 
 async def _reply(send: Send, status: int, detail: str, extra: dict[str, str]) -> None:

@@ -92,6 +92,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     # The access middleware in front of every route checks the bearer token for /mcp too.
     mcp = LazyMcp(settings.limits.max_body_bytes, settings.host)
     redact.install_log_filter(log)
+    redact.load_learned(settings.data_dir)  # secrets learned before a restart, as digests
     redact.learn_own_env()
     return Litestar(
         route_handlers=[health, prune, sessions_router, PageController, mcp.handler],

@@ -2,108 +2,45 @@
 
 Three kinds of rule: by name (an env var, flag or key that says it holds a secret has its value
 replaced whatever the value is), by content (token shapes from redact_shapes, PEM blocks, URL
-passwords, auth headers, `name=value` in free text) and known values (a value once seen under
-a secret name, see redact_known). Everything fails closed: if a rule raises or the time budget
-runs out, the value is withheld. Every regex is linear: starts are pinned by a lookbehind to
-the start of a run, and runs that must be followed by something are bounded, so 1 MB of log
-costs ~1 MB.
+passwords, auth headers, `name=value` in free text, URL query parameters, `-p` and `-u`) and
+known values (a value once seen under a secret name or in a URL's password, see redact_known;
+kept across restarts as keyed digests, see redact_learned). `cut` redacts before it cuts and
+`lines` withholds PEM body lines of a window that shows neither BEGIN nor END.
+Everything fails closed: if a rule raises or the time budget runs out, the value is withheld.
+Every regex is linear: starts are pinned by a lookbehind to the start of a run, and runs that
+must be followed by something are bounded, so 1 MB of log costs ~1 MB.
 """
 
 import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
-from service import redact_known, redact_shapes
+from service import redact_known, redact_learned, redact_shapes
 from service.redact_names import is_secret_name
+from service.redact_rules import (
+    _PASSWORD_PROGRAMS,
+    _RULES,
+    _TRIGGER,
+    _USER_FLAGS,
+    REDACTED,
+    WITHHELD,
+    _flag_value,
+    learn,
+)
 
-REDACTED = "[REDACTED]"
-WITHHELD = "[WITHHELD]"
 MAX_CHARS = 2_000_000
 # Rules are linear, so this is never reached by honest input; it bounds a regression.
 TIME_BUDGET_S = 2.0
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-# --- by content -------------------------------------------------------------------------------
-
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
-_PEM_BLOCK = re.compile(
-    rf"(?P<begin>{_PEM_BEGIN.pattern})(?:.*?(?P<end>{_PEM_END.pattern})|.*)", re.DOTALL
-)
-_URL_PASSWORD = re.compile(
-    r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,31}+://[^\s:/@?#]{0,256}+:)"
-    r"[^\s/?#]{1,1024}@"  # greedy to the last '@', so a raw '@' in a password is covered
-)
-_STANDALONE_AUTH = re.compile(
-    r"(?<![\w-])(?P<head>(?:bearer|basic)[ \t]{1,8})(?P<val>[A-Za-z0-9._~+/=-]{8,}+)",
-    re.IGNORECASE,
-)
-_COOKIE = re.compile(
-    r"(?<![\w-])(?P<head>(?:set-)?cookie[ \t]{0,4}:[ \t]{0,4})[^\r\n\"']+", re.IGNORECASE
-)
-_VALUE = (
-    r"(?P<val>\[REDACTED\]|\"(?:[^\"\\\n]|\\.){0,4096}+\"?|'(?:[^'\\\n]|\\.){0,4096}+'?"
-    r"|\\[\"'][^\\\n\"']{0,4096}+(?:\\[\"'])?|[^\s\"',;&)}\]]++)"  # \"json in json\"
-)
-_ASSIGNMENT = re.compile(
-    r"(?<![\w.-])(?P<q>[\"']?)(?P<name>-{0,2}[A-Za-z_][\w.-]{0,63}+)\\?(?P=q)"
-    r"(?P<sep>[ \t]{0,4}[:=][ \t]{0,4})(?P<scheme>(?:bearer|basic|token|digest)[ \t]{1,8})?"
-    + _VALUE,
-    re.IGNORECASE,
-)
-_FLAG_SPACE = re.compile(
-    r"(?<![\w.-])(?P<name>--?[A-Za-z][\w.-]{0,63}+)(?P<sep>[ \t]{1,8})"
-    r"(?=[^\s-])" + _VALUE
-)
-# Cheap gate: a string none of the rules could touch is returned as is, which is most of them.
-_TRIGGER = re.compile(
-    r"[=:]|PRIVATE KEY|(?i:bearer|basic)|(?<!\S)--?[A-Za-z][\w.-]{0,63}+[ \t]"
-    r"|" + redact_shapes.PREFIXES
-)
-
-
-def _pem(value: str) -> str:
-    end = _PEM_END.search(value)
-    begin = _PEM_BEGIN.search(value)
-    if end and (begin is None or begin.start() > end.start()):
-        # A tail window that starts inside a key: everything before END is key material.
-        value = REDACTED + value[end.start() :]
-    return _PEM_BLOCK.sub(lambda m: m["begin"] + REDACTED + (m["end"] or ""), value)
-
-
-def _named_value(m: re.Match[str]) -> str:
-    if not is_secret_name(m["name"]):
-        return m[0]
-    val = m["val"]
-    quote = next((q for q in ('\\"', "\\'", '"', "'") if val.startswith(q)), "")
-    close = quote if quote and len(val) >= 2 * len(quote) and val.endswith(quote) else ""
-    return m[0][: m.start("val") - m.start()] + quote + REDACTED + close
-
-
-def _standalone_auth(m: re.Match[str]) -> str:
-    val = m["val"]
-    # "Bearer authentication" in prose is not a credential; real ones have digits or length.
-    looks_real = len(val) >= 20 or any(not c.isalpha() for c in val)
-    return m["head"] + REDACTED if looks_real else m[0]
-
-
-_RULES: list[Callable[[str], str]] = [
-    lambda v: _pem(v) if "PRIVATE KEY" in v else v,
-    lambda v: redact_shapes.TOKENS.sub(REDACTED, v),
-    lambda v: _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED + "@", v),
-    lambda v: _COOKIE.sub(lambda m: m["head"] + REDACTED, v),
-    lambda v: _STANDALONE_AUTH.sub(_standalone_auth, v),
-    lambda v: _ASSIGNMENT.sub(_named_value, v),
-    lambda v: _FLAG_SPACE.sub(_named_value, v),
-]
 
 
 def text(value: str) -> str:
@@ -122,6 +59,8 @@ def _text(value: str, _generation: int = 0) -> str:
     deadline = time.monotonic() + TIME_BUDGET_S
     # Iterate to a fixpoint so text(text(x)) == text(x) holds by construction.
     for _ in range(4):
+        for hit in redact_learned.found(value):  # learned before a restart: known again now
+            redact_known.learn(hit)
         out = redact_known.replace(value, REDACTED)
         if _TRIGGER.search(out):
             for rule in _RULES:
@@ -139,12 +78,13 @@ def _text(value: str, _generation: int = 0) -> str:
 _text_short = lru_cache(maxsize=16384)(_text)
 
 
-def learn(value: str) -> None:
-    """Remember a secret value so it is redacted wherever it reappears, in any encoding."""
+def load_learned(data_dir: Path) -> None:
+    """Call at start-up: values learned before a restart are recognised again (by digest)."""
     try:
-        redact_known.learn(value)
-    except Exception:
-        log.warning("could not remember a secret value; it is still redacted where seen")
+        count = redact_learned.load(data_dir)
+        log.info("recognising %d digest(s) of secret values learned before", count)
+    except OSError as exc:
+        log.warning("learned secret values not loaded (%s); only what is seen now is known", exc)
 
 
 def learn_env(variables: Mapping[str, str]) -> None:
@@ -177,30 +117,89 @@ def env(variables: Mapping[str, str]) -> dict[str, str]:
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}=")
 
 
-def _arg(arg: str, previous_was_secret_flag: bool) -> str:
-    if previous_was_secret_flag and not arg.startswith("-"):
-        learn(arg)
-        return REDACTED
+def _arg(arg: str, flag: str | None, password_program: bool) -> str:
+    """`flag`: the argument before, when it is a flag that takes this one as its value."""
+    if flag is not None and not arg.startswith("-"):
+        if is_secret_name(flag):
+            learn(arg)
+            return REDACTED
+        by_flag = _flag_value(flag, arg, password_program)
+        if by_flag is not None:
+            return by_flag
     name, eq, value = arg.partition("=")
     if eq and (arg.startswith("-") or _ENV_ASSIGNMENT.match(arg)) and is_secret_name(name):
         learn(value)
         return name + "=" + REDACTED
+    if eq and name in _USER_FLAGS:
+        by_flag = _flag_value(name, value)
+        if by_flag is not None:
+            return name + "=" + by_flag
+    if password_program and arg.startswith("-p") and len(arg) > 2 and "=" not in arg:
+        learn(arg[2:])
+        return "-p" + REDACTED
     return text(arg)
 
 
 def argv(args: Sequence[str]) -> list[str]:
     """Redact a command line: values of secret-named flags in every form, then by content."""
     out: list[str] = []
-    secret_flag = False
+    flag: str | None = None
+    program = os.path.basename(args[0]) if args else ""
+    password_program = bool(_PASSWORD_PROGRAMS.fullmatch(program))
     for arg in args:
         try:
-            out.append(_arg(arg, secret_flag))
+            out.append(_arg(arg, flag, password_program))
         except Exception:
             out.append(WITHHELD)
-        try:
-            secret_flag = arg.startswith("-") and "=" not in arg and is_secret_name(arg)
-        except Exception:
-            secret_flag = True
+        flag = arg if arg.startswith("-") and "=" not in arg else None
+    return out
+
+
+# --- cuts and line windows -------------------------------------------------------------------
+
+# The last word of a cut text that starts like a known token: a fragment the shapes no longer
+# match (20 of 36 characters) but which is still most of a secret.
+_SHAPE_FRAGMENT = re.compile(r"(?<![A-Za-z0-9])(?:" + redact_shapes.PREFIXES + r")[\w.+/=-]*\Z")
+# A PEM body line: exactly 64 (PEM), 70 (OpenSSH) or 76 (MIME) base64 characters with upper,
+# lower and digits, and not hex. A window that starts inside a key has no BEGIN to go by; a
+# sha256 digest, a UUID, a log line or base64 of another width does not look like this.
+_KEY_LINE = re.compile(
+    r"(?=[^a-z]*[a-z])(?=[^A-Z]*[A-Z])(?=\D*\d)(?:[A-Za-z0-9+/]{64}|[A-Za-z0-9+/]{70}|[A-Za-z0-9+/]{76})"
+)
+_KEY_TAIL = re.compile(r"[A-Za-z0-9+/]{1,76}={0,2}")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def cut(value: str, limit: int, marker: str = " …") -> str:
+    """`value` redacted, then cut to `limit` characters (plus `marker`): redaction sees every
+    token whole, and a fragment of a known shape left at the edge is withheld."""
+    out = text(value)
+    if len(out) <= limit:
+        return out
+    head = out[:limit]
+    fragment = _SHAPE_FRAGMENT.search(head)
+    if fragment:
+        head = head[: fragment.start()] + WITHHELD
+    return head + marker
+
+
+def _is_key_line(line: str) -> bool:
+    return bool(_KEY_LINE.fullmatch(line)) and not _HEX.fullmatch(line)
+
+
+def lines(rows: Sequence[str]) -> list[str]:
+    """Redact a window of lines as one text (a PEM block spread over lines is seen whole), and
+    withhold PEM body lines even when the window holds neither BEGIN nor END."""
+    if not rows:
+        return []
+    out = text("\n".join(rows)).split("\n")
+    previous_was_key = False
+    for i, row in enumerate(out):
+        line = row.strip()
+        is_key = _is_key_line(line) or (previous_was_key and bool(_KEY_TAIL.fullmatch(line)))
+        if is_key:
+            out[i] = REDACTED
+        previous_was_key = is_key and len(line) >= 64
     return out
 
 
@@ -217,6 +216,12 @@ def _scrub_dict(d: Mapping[Any, Any]) -> dict[Any, Any]:
             out[text(k)] = _by_name(k, v)
         else:
             out[_scrub(k)] = _scrub(v)
+    # A dumped fact ({"key": "api_key", "text": V}) is a name and its value, like the model.
+    for name_field, value_field in _NAME_VALUE_FIELDS:
+        name, value = d.get(name_field), d.get(value_field)
+        if isinstance(name, str) and isinstance(value, str) and is_secret_name(name):
+            learn(value)
+            out[value_field] = REDACTED
     return out
 
 

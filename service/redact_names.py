@@ -30,6 +30,12 @@ _NOT_AUTH = frozenset(
     | {"plugin", "server", "sock", "socket", "level", "timeout"}
 )
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})  # the shell's working directories
+# A name ending in KEY (MY_SERVICE_KEY) holds a key unless the word before says it is an index.
+_NOT_KEY_QUALIFIERS = frozenset(
+    {"primary", "foreign", "sort", "partition", "cache", "hash", "dict", "map", "group", "public"}
+    | {"routing", "shard", "lookup", "index", "unique", "composite", "natural", "surrogate", "pub"}
+    | {"idempotency", "dedup", "row", "column", "field", "s3", "object", "bucket", "hot"}
+)
 
 
 @lru_cache(maxsize=8192)
@@ -40,6 +46,8 @@ def is_secret_name(name: str) -> bool:
     if any(g in w for w in words for g in _GLUED) or _WORDS.intersection(words):
         return True
     if any(w == "key" and p in _KEY_QUALIFIERS for p, w in pairwise(words)):
+        return True
+    if len(words) >= 2 and words[-1] in ("key", "keys") and words[-2] not in _NOT_KEY_QUALIFIERS:
         return True
     if any(w.endswith("token") for w in words) and not _NOT_TOKEN.intersection(words):
         return True

@@ -1,7 +1,10 @@
 """Canary secrets planted everywhere ctxd looks never come out anywhere ctxd writes or answers.
 
 Planted: a watched process's flags and environment, a log (raw, re-encoded, and a private key
-cut off by the tail window), artifact names and a command's output. Searched: the database
+cut off by the tail window), artifact names, a command's output and journal entries; round two
+adds `-p VALUE`, `-u user:password`, tokens in URL query strings, names ending in KEY, a
+DATABASE_URL password that reappears bare, a secret fact, a value learned before a restart.
+Searched: the database
 (every value, decompressed, and the raw -wal and -shm bytes), the Markdown files, every HTTP
 response, the MCP output and ctxd's own log.
 """
@@ -34,9 +37,20 @@ ARTIFACT_TOKEN = "sk-ant-api03-" + "CanaryArtifact_" * 3
 CMD_PASSWORD = "canary-cmd-pw-3307"
 CMD_TOKEN = "glpat-" + "CanaryCommand" * 2
 
+# Round two: forms a red-team pass got through.
+MYSQL_P = "Hunter2CanaryPw"
+CURL_PW = "canary-curl-pw-2231"
+QUERY_TOKEN = "canaryQueryTok0123456789abc"
+QUERY_LOG_TOKEN = "canaryLogQuery9876543210zyx"
+KEY_VALUE = "canary-svc-key-7781"
+NOTE_KEY = "canary-note-key-4410"
+DBURL_PW = "canary-dburl-pw-5523"
+FACT_VALUE = "canary-fact-value-9901"
+
 CANARIES = [
     FLAG_TOKEN, FLAG_VALUE, URL_PASSWORD, ENV_VALUE, HF_VALUE, LOG_BEARER, PEM_LINE,
     ARTIFACT_TOKEN, CMD_PASSWORD, CMD_TOKEN,
+    MYSQL_P, CURL_PW, QUERY_TOKEN, QUERY_LOG_TOKEN, KEY_VALUE, NOTE_KEY, DBURL_PW, FACT_VALUE,
 ]  # fmt: skip
 
 
@@ -79,6 +93,9 @@ def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
         f"GET /cb?k={quote(ENV_VALUE, safe='')}&x=1\n"
         f"config {json.dumps({'key': ENV_VALUE})}\n"
         "serving on port 8000\n"
+        f"fetching https://api.example.com/v1/models?access_token={QUERY_LOG_TOKEN}\n"
+        f"MY_SERVICE_KEY={KEY_VALUE}\n"
+        f"auth failed for password {DBURL_PW}\n"
     )
     builds = tmp_path / "build"
     builds.mkdir()
@@ -88,7 +105,12 @@ def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
         sys.executable, "-c", "import time; time.sleep(300)",
         "--api-key", FLAG_VALUE, f"--hub={FLAG_TOKEN}",
         f"--db=postgres://app:{URL_PASSWORD}@db:5432/x",
-        env={"CANARY_SERVICE_TOKEN": ENV_VALUE, "HF_TOKEN": HF_VALUE, "PATH": "/usr/bin:/bin"},
+        "-p", MYSQL_P, "-u", f"canuser:{CURL_PW}",
+        "--endpoint", f"https://api.example.com/v1?api_key={QUERY_TOKEN}",
+        env={
+            "CANARY_SERVICE_TOKEN": ENV_VALUE, "HF_TOKEN": HF_VALUE, "PATH": "/usr/bin:/bin",
+            "MY_SERVICE_KEY": KEY_VALUE, "DATABASE_URL": f"postgres://app:{DBURL_PW}@db/x",
+        },
     )  # fmt: skip
     return proc, log, builds
 
@@ -136,13 +158,23 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
 
             call("PUT", "/api/sessions/canary", json={"title": "canary"})
             for watch in (
-                {"kind": "process", "pid": proc.pid, "env": ["CANARY_*", "HF_*"]},
+                {
+                    "kind": "process",
+                    "pid": proc.pid,
+                    "env": ["CANARY_*", "HF_*", "MY_*", "DATABASE_URL"],
+                },
                 {"kind": "log", "path": str(log), "lines": 12},
                 {"kind": "artifact", "path": str(builds / "*.bin")},
                 {"kind": "artifact", "path": str(builds)},
                 {"kind": "command", "name": "canary"},
             ):
                 assert call("POST", "/api/sessions/canary/watches", json=watch).status_code == 201
+            for entry in (
+                {"kind": "note", "text": f"set MY_SERVICE_KEY={NOTE_KEY} in the unit file"},
+                {"kind": "fact", "key": "api_key", "text": FACT_VALUE},
+            ):
+                assert call("POST", "/api/sessions/canary/journal", json=entry).status_code < 300
+            first_snapshot = len(responses)
             call("POST", "/api/sessions/canary/snapshots", json={"force": True})
             call("POST", "/api/sessions/canary/snapshots", json={"force": True, "note": "two"})
             for path in (
@@ -151,6 +183,7 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
                 "/api/sessions/canary/resume",
                 "/api/sessions/canary/diff?from=1&to=2",
                 "/api/sessions/canary/watches",
+                "/api/sessions/canary/journal",
                 "/api/sessions/canary/snapshots",
                 "/api/sessions",
                 "/",
@@ -161,7 +194,7 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
             ):
                 assert call("GET", path).status_code == 200, path
             call("POST", "/api/sessions/canary/messages", json={"text": ""})
-            snapshot = json.loads(responses[2 + 5])
+            snapshot = json.loads(responses[first_snapshot + 1])
             said = json.dumps(snapshot["observations"])
             assert "[REDACTED]" in said, "the planted values were observed, and redacted"
             assert snapshot["observations"]["commands"]["items"], "the command ran"
@@ -175,13 +208,47 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
     finally:
         stop_server(srv)
 
-    for i, text in enumerate(responses):
-        assert not _leaks(text), (i, _leaks(text))
-    assert not _leaks(_db_text(data / "ctxd.db")), "database values"
-    for name, raw in raw_files.items():
-        assert not _leaks(raw.decode("latin-1")), name
+    places = {f"response {i}": text for i, text in enumerate(responses)}
+    places["database values"] = _db_text(data / "ctxd.db")
+    places |= {name: raw.decode("latin-1") for name, raw in raw_files.items()}
     markdown = [p for p in data.rglob("*.md")]
     assert markdown
-    for path in markdown:
-        assert not _leaks(path.read_text()), path
-    assert not _leaks(srv.log()), "ctxd's own log"
+    places |= {str(path.relative_to(data)): path.read_text() for path in markdown}
+    places["ctxd's own log"] = srv.log()
+    leaks = {where: found for where, text in places.items() if (found := _leaks(text))}
+    assert not leaks, f"{len(CANARIES)} planted values, leaked: {leaks}"
+
+
+RESTART_VALUE = "canary-restart-pw-6604"
+
+
+def test_a_secret_learned_before_a_restart_never_comes_out(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_server(
+        data, tmp_path / "first.log", env={"CANARY_RESTART_API_KEY": RESTART_VALUE}
+    )
+    stop_server(first)  # it learned the value from its own environment, and kept a digest
+    log = tmp_path / "app.log"
+    raw = RESTART_VALUE.encode()
+    log.write_text(
+        f"retrying with {RESTART_VALUE}\n"
+        f"GET /cb?k={quote(RESTART_VALUE, safe='')}&x=1\n"
+        f"blob {base64.b64encode(raw).decode()}\n"
+    )
+    srv = start_server(data, tmp_path / "second.log")
+    try:
+        with srv.client() as c:
+            c.put("/api/sessions/restart", json={"title": "restart"})
+            watch = {"kind": "log", "path": str(log), "lines": 10}
+            assert c.post("/api/sessions/restart/watches", json=watch).status_code == 201
+            shot = c.post("/api/sessions/restart/snapshots", json={"force": True})
+            assert shot.status_code < 300
+            served = shot.text + c.get("/api/sessions/restart/resume").text
+            assert "[REDACTED]" in served
+    finally:
+        stop_server(srv)
+    forms = _forms(RESTART_VALUE)
+    stored = [p for p in data.rglob("*") if p.is_file()]
+    leaks = [str(p.name) for p in stored for form in forms if form.encode() in p.read_bytes()]
+    leaks += [f"served {form}" for form in forms if form in served]
+    assert not leaks, f"{len(forms)} forms planted, leaked: {leaks}"

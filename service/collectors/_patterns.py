@@ -1,9 +1,17 @@
 """Regular expressions given by users, run with a time bound so one cannot freeze ctxd."""
 
+import re
 import time
 from functools import lru_cache
 
 import regex
+
+# `regex` unrolls counted repeats when it compiles: `(?:a{1000}){1000}` is a million nodes,
+# ~260 MB. A pattern's size is estimated from its parse tree, which costs nothing to build,
+# and one over this bound is refused before it is compiled (~2.6 MB at most each).
+MAX_PATTERN_SIZE = 10_000
+# Few patterns live at once (one per watch); a bounded cache of bounded patterns is bounded.
+CACHE_PATTERNS = 32
 
 # Python's own `re` holds the GIL while it backtracks: a pattern like `(.+)+X` would stop
 # every thread of the service. The `regex` engine takes a timeout and releases the GIL.
@@ -18,8 +26,65 @@ class SlowPattern(Exception):
         super().__init__(f"pattern /{pattern}/ is too slow (backtracking?); simplify it")
 
 
-@lru_cache(maxsize=512)
+class PatternTooLarge(ValueError):
+    """A pattern whose compiled form would be too large: refused, never compiled."""
+
+
+def _size(tree: object, depth: int = 0) -> int:
+    """Nodes the pattern unrolls to: counted repeats multiply their body (sre parse tree)."""
+    if depth > 100:
+        raise PatternTooLarge("pattern is nested more than 100 levels deep")
+    total = 0
+    for op, arg in tree:  # type: ignore[attr-defined]
+        name = str(op)
+        if name.endswith("REPEAT"):
+            low, high, body = arg
+            count = low if high == re._constants.MAXREPEAT else high  # type: ignore[attr-defined]
+            total += max(1, count) * _size(body, depth + 1)
+        elif name in ("SUBPATTERN", "ATOMIC_GROUP") or name.startswith("ASSERT"):
+            total += 1 + _size(arg[-1], depth + 1)
+        elif name == "BRANCH":
+            total += 1 + sum(_size(branch, depth + 1) for branch in arg[1])
+        elif name == "GROUPREF_EXISTS":
+            total += 1 + sum(_size(b, depth + 1) for b in arg[1:] if b is not None)
+        else:
+            total += 1
+        if total > MAX_PATTERN_SIZE:
+            break
+    return total
+
+
+def check(pattern: str) -> None:
+    """Raise PatternTooLarge (a ValueError that says why) for a pattern too large to compile."""
+    try:
+        tree = re._parser.parse(pattern)  # type: ignore[attr-defined]
+    except re.error as exc:
+        raise PatternTooLarge(f"not a valid regular expression: {exc}") from None
+    except RecursionError:
+        raise PatternTooLarge("pattern is nested too deeply") from None
+    if _size(tree) > MAX_PATTERN_SIZE:
+        raise PatternTooLarge(
+            f"pattern would compile to more than {MAX_PATTERN_SIZE} nodes (counted repeats "
+            "multiply: (?:a{100}){100} is 10,000); use smaller counts or + and *"
+        )
+
+
+def check_all(patterns: list[str]) -> None:
+    """check() each pattern, and their union: a log watch's `errors` are compiled as one."""
+    for pattern in patterns:
+        check(pattern)
+    if len(patterns) > 1:
+        check("|".join(f"(?:{p})" for p in patterns))
+
+
 def compiled(pattern: str, multiline: bool = False) -> regex.Pattern:
+    """The compiled pattern; PatternTooLarge before compiling one that would not fit."""
+    check(pattern)
+    return _compiled(pattern, multiline)
+
+
+@lru_cache(maxsize=CACHE_PATTERNS)
+def _compiled(pattern: str, multiline: bool) -> regex.Pattern:
     return regex.compile(pattern, regex.M if multiline else 0)
 
 
