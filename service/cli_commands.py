@@ -26,12 +26,20 @@ class CliError(Exception):
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
+    from service.access import token_problem
     from service.app import create_app
     from service.settings import Settings
 
     overrides = {k: v for k in ("host", "port", "data_dir") if (v := getattr(args, k)) is not None}
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        problems = (e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise CliError("; ".join(problems)) from None
+    if (problem := token_problem(settings)) is not None:
+        raise CliError(problem)
     if settings.host not in LOOPBACK and not settings.token:
         raise CliError(
             f"refusing to listen on {settings.host} without a token: "

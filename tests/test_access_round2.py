@@ -78,10 +78,6 @@ def test_token_strength_and_file_mode(tmp_path) -> None:  # type: ignore[no-unty
     assert "mode 0644" in problem and "chmod 600" in problem and "\n" not in problem
 
 
-CLI_WIRING = "needs cli.serve to call access.token_problem and report a bad Settings in one line"
-
-
-@pytest.mark.xfail(strict=True, reason=CLI_WIRING)
 def test_serve_refuses_bad_tokens_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     weak = tmp_path / "weak"
     weak.write_text("a\n")

@@ -76,10 +76,6 @@ def test_a_log_watchs_patterns_are_bounded_together() -> None:
         _patterns.check_all(["a{6000}", "b{6000}"])
 
 
-MODELS_WIRING = "needs models.py to call _patterns.check / check_all (coordinator)"
-
-
-@pytest.mark.xfail(strict=True, reason=MODELS_WIRING)
 def test_a_watch_with_a_huge_pattern_is_refused_with_the_reason() -> None:
     from pydantic import ValidationError
 

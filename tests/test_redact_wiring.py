@@ -1,14 +1,7 @@
-"""Secrets the log collector still cuts before the redactor sees them whole.
-
-These fail until the collectors call the redactor's `cut` and `lines` (the wiring is listed in
-the hardening notes); they are strict xfails, so the wiring turns them into failures that say
-to drop the marker.
-"""
+"""Secrets at the log collector's cuts: redacted before any cut, and PEM windows withheld."""
 
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from service.collectors import CollectContext, logs
 from service.models import LogsSection, LogWatch, Watch
@@ -20,7 +13,6 @@ PEM64 = [
     "MZR4xG0kz3iVvF8X8Q1nBC+0XyZ3Tk7fS8uZfz5hJ2QjL1bF9Yv7t0rW2k8nQ9P3",
     "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3v",
 ]
-WIRING = "needs the collectors switched to redact.cut / redact.lines (coordinator)"
 
 
 def _collect(path: Path, lines: int) -> str:
@@ -30,21 +22,18 @@ def _collect(path: Path, lines: int) -> str:
     return section.model_dump_json()
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING)
 def test_token_straddling_the_line_cut(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text("x" * 1979 + " " + GHP36 + " more\n")  # 20 of 36 before the cut
     assert GHP36[4:20] not in _collect(log, 5)
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING)
 def test_token_straddling_the_error_summary(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text("RuntimeError: " + "y" * 265 + " " + GHP36 + "\n")
     assert GHP36[4:20] not in _collect(log, 5)
 
 
-@pytest.mark.xfail(strict=True, reason=WIRING)
 def test_window_inside_a_private_key(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text("-----BEGIN PRIVATE KEY-----\n" + "\n".join(PEM64 * 5) + "\n")

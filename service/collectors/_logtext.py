@@ -5,6 +5,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate
 
+from service import redact
 from service.collectors import _patterns
 
 BLOCK_BYTES = 64 * 1024
@@ -62,7 +63,7 @@ def clean_line(line: str, max_line_chars: int) -> str:
             break
     if len(text) > max_line_chars or (text and dropped):
         cut = len(text) - max_line_chars + dropped
-        text = text[:max_line_chars] + CUT_MARKER.format(cut)
+        text = redact.cut(text, max_line_chars, marker="") + CUT_MARKER.format(cut)
     return text
 
 
@@ -188,5 +189,5 @@ def summarize(block: Sequence[str]) -> str:
     chosen = next((x for x in reversed(block) if _EXCEPTION_LINE.search(x)), block[0])
     chosen = chosen.strip()
     if len(chosen) > ERROR_SUMMARY_CHARS:
-        chosen = chosen[:ERROR_SUMMARY_CHARS] + " …"
+        chosen = redact.cut(chosen, ERROR_SUMMARY_CHARS)
     return chosen

@@ -36,8 +36,9 @@ SECTION = LogsSection
 
 
 def redact_lines(lines: list[str]) -> list[str]:
-    """Redact lines as one text, so a secret spread over lines (a PEM block) is seen whole."""
-    return redact.text("\n".join(lines)).split("\n") if lines else []
+    """Redact a window of lines, so a secret spread over lines (a PEM block) is seen whole,
+    even when the window starts inside it."""
+    return redact.lines(lines)
 
 
 def observe_log(

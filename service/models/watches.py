@@ -31,6 +31,9 @@ class ProcessWatch(Strict):
                 re.compile(value)
             except re.error as exc:
                 raise ValueError(f"not a valid regular expression: {exc}") from None
+            from service.collectors._patterns import check  # late: collectors import models
+
+            check(value)  # bounded compiled size: a 400 that says why, not 1 GB of RSS
         return value
 
     @model_validator(mode="after")
@@ -57,6 +60,9 @@ class LogWatch(Strict):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"not a valid regular expression {pattern!r}: {exc}") from None
+        from service.collectors._patterns import check_all  # late: collectors import models
+
+        check_all(value)  # compiled together, so bounded together
         return value
 
 
