@@ -5,13 +5,21 @@ import os
 import sys
 from pathlib import Path
 
-from service import cli_commands as commands
-from service.cli_commands import DEFAULT_URL, EXIT_SERVICE, CliError
+from service import __version__
+from service.hooks import hook_main
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    # A hook runs on every prompt and tool call: answered before argparse and the client
+    # are even imported, and with exit 0 whatever its arguments say.
+    hooked = hook_main(given, sys.stdin, sys.stdout, sys.stderr)
+    if hooked is not None:
+        return hooked
+    from service.cli_commands import EXIT_SERVICE, CliError
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     try:
         return int(args.func(args) or 0)
     except CliError as exc:
@@ -24,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from service import cli_commands as commands
+    from service.cli_commands import DEFAULT_URL
+
     parser = argparse.ArgumentParser(prog="ctxd", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
     parser.add_argument(
         "--url", default=DEFAULT_URL, help="the running service (default %(default)s)"
     )
@@ -87,6 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host")
     p.add_argument("--health-url")
     p.set_defaults(func=commands.watch)
+
+    p = sub.add_parser("action", help="tell ctxd a command you ran or a file you edited")
+    p.add_argument("session")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--command", help="the shell command line you ran")
+    what.add_argument("--edited", metavar="PATH", help="a file you wrote or edited")
+    p.add_argument("--cwd", default=os.getcwd(), help="where it ran (default: here)")
+    p.add_argument("--exit", type=int, dest="exit_status", help="its exit status")
+    p.add_argument("--background", action="store_true", help="it was sent to the background")
+    p.set_defaults(func=commands.action)
 
     p = sub.add_parser("note", help="add a journal entry (attempt, finding, decision, next, ...)")
     p.add_argument("session")

@@ -115,6 +115,19 @@ def watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def action(args: argparse.Namespace) -> int:
+    done: dict[str, Any] = {"harness": "cli", "cwd": args.cwd}
+    if args.command is not None:
+        done |= {"kind": "command", "command": args.command, "background": args.background}
+        if args.exit_status is not None:
+            done["exit_status"] = args.exit_status
+    else:
+        done |= {"kind": "file_edit", "path": os.path.abspath(args.edited)}
+    path = f"/api/sessions/{args.session}/actions"
+    _print_json(_call(args, "POST", path, json={"actions": [done]}))
+    return 0
+
+
 def note(args: argparse.Namespace) -> int:
     entry = {"kind": args.kind, "text": args.text}
     entry.update({k: v for k in ("outcome", "status", "key") if (v := getattr(args, k))})

@@ -1,161 +1,160 @@
-"""Claude Code hook commands: read the hook's JSON on stdin, tell ctxd, never block the agent."""
+"""Claude Code hook commands: forward the hook's JSON to ctxd, print what comes back as the
+harness's JSON hook output, and never get in the agent's way: exit 0 whatever happens.
+
+Standard library only, and nothing of ctxd imported on the hook path: it runs on every prompt
+and every tool call. The policy (which session, what to record, what to inject, one dump per
+turn) is the server's (`service/harness_events.py`), so this file only carries messages.
+"""
 
 import json
 import os
 import shlex
-import subprocess
 import sys
-from dataclasses import dataclass
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
-
-from service.client import Client, Unreachable, detail
-from service.harness import HOOK_MAX_CHARS
-
-RESUME_SOURCES = ("compact", "resume", "clear")
 MAX_PAYLOAD_CHARS = 1_000_000
+OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
+# Events a person waits on get the time a fresh snapshot may take; the others are quick.
+SLOW_EVENTS = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
+QUICK_TIMEOUT_S = 5.0
+# Events whose trouble the person should see (a note per tool call would be noise).
+TELL_EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact")
+INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
+RESUME_SOURCES = "compact|resume|clear|fork"
+TOOLS = "Bash|Edit|Write|MultiEdit|NotebookEdit"
 
 
 class HookError(Exception):
-    """Why a hook did nothing: printed as one line on stderr, and the hook still exits 0."""
+    """Why a hook did nothing: one line for the person, and the hook still exits 0."""
 
 
-@dataclass
-class HookPayload:
-    event: str
-    session_id: str = ""
-    cwd: str = ""
-    trigger: str = ""
-    source: str = ""
-    prompt: str = ""
+def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int | None:
+    """`ctxd [--url U] hook claude`: handled here without argparse (a usage error would exit
+    2, which Claude Code reads as "block"); None when argv is some other command."""
+    args = list(argv)
+    url = os.environ.get("CTXD_URL", "http://127.0.0.1:8765")
+    if args[:1] == ["--url"] and len(args) > 1:
+        url, args = args[1], args[2:]
+    elif args[:1] and args[0].startswith("--url="):
+        url, args = args[0].split("=", 1)[1], args[1:]
+    if args[:1] != ["hook"] or "--print-config" in args or "-h" in args or "--help" in args:
+        return None
+    if args[1:2] != ["claude"] or len(args) > 2:
+        print(f"ctxd hook: ignored arguments {shlex.join(args[1:])!r}", file=stderr)
+    return run_claude(url, stdin, stdout, stderr)
 
 
-def parse_payload(text: str) -> HookPayload:
-    """The fields ctxd uses from a Claude Code hook's JSON; unknown fields are ignored."""
+def run_claude(url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    event = ""
+    try:
+        payload = parse_payload(stdin.read(MAX_PAYLOAD_CHARS))
+        event = str(payload["hook_event_name"])
+        answer = forward(url, payload, SLOW_EVENTS.get(event, QUICK_TIMEOUT_S))
+        output = hook_output(event, answer)
+    except HookError as exc:
+        print(f"ctxd hook: {exc}", file=stderr)
+        output = {"systemMessage": f"ctxd: {exc}"} if event in TELL_EVENTS else None
+    except Exception as exc:  # never a traceback, never a non-zero exit
+        print(f"ctxd hook: {type(exc).__name__}: {exc}"[:500], file=stderr)
+        output = None
+    if output:
+        stdout.write(json.dumps(output) + "\n")
+    return 0
+
+
+def parse_payload(text: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HookError(f"hook input is not JSON ({exc.msg} at char {exc.pos})") from None
     if not isinstance(data, dict) or not isinstance(data.get("hook_event_name"), str):
         raise HookError("hook input has no 'hook_event_name'; is this a Claude Code hook?")
+    return data
 
-    def field(name: str) -> str:
-        value = data.get(name)
-        return value if isinstance(value, str) else ""
 
-    return HookPayload(
-        event=data["hook_event_name"],
-        session_id=field("session_id"),
-        cwd=field("cwd"),
-        trigger=field("trigger"),
-        source=field("source"),
-        prompt=field("prompt"),
+def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """POST the event to ctxd; its answer: {"session", "context", "message"}."""
+    cwd = payload.get("cwd")
+    body: dict[str, Any] = {
+        "payload": payload,
+        "root": git_root(cwd) if isinstance(cwd, str) else "",
+    }
+    if session := os.environ.get("CTXD_SESSION"):
+        body["session"] = session
+    if (given := os.environ.get("CTXD_HOOK_MAX_CHARS", "")).strip().isdigit():
+        body["max_chars"] = max(200, int(given))
+    request = urllib.request.Request(
+        url.rstrip("/") + "/api/hooks/claude",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **_auth()},
+        method="POST",
     )
-
-
-def git_toplevel(cwd: str) -> str | None:
     try:
-        done = subprocess.run(
-            ["git", "-C", cwd, "rev-parse", "--show-toplevel"],
-            capture_output=True, text=True, timeout=2, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    top = done.stdout.strip()
-    return top if done.returncode == 0 and top else None
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            answer = json.loads(response.read(20_000_000) or b"{}")
+    except urllib.error.HTTPError as exc:
+        said = exc.read(2000).decode(errors="replace")
+        raise HookError(f"ctxd answered HTTP {exc.code}: {_detail(said)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise HookError(
+            f"ctxd is not reachable at {url} ({reason}); start it with `ctxd serve`; "
+            "the agent goes on without it"
+        ) from None
+    return answer if isinstance(answer, dict) else {}
 
 
-class Service:
-    """The few ctxd calls a hook makes, each with a short connect timeout."""
-
-    def __init__(self, url: str, read_timeout: float) -> None:
-        self.client = Client(url, timeout=read_timeout, connect_timeout=0.5)
-
-    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self.client.call(method, path, **kwargs)
-        except Unreachable as exc:
-            raise HookError(
-                f"ctxd is not reachable ({exc}); start it with `ctxd serve`; "
-                "the agent goes on without it"
-            ) from None
-        if response.status_code >= 400 and response.status_code != 404:
-            raise HookError(f"{method} {path}: HTTP {response.status_code}: {detail(response)}")
-        return response
+def hook_output(event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
+    """Claude Code's JSON hook output: context for the model, a message for the person."""
+    output: dict[str, Any] = {}
+    context, message = answer.get("context"), answer.get("message")
+    if context and event in INJECT_EVENTS:
+        sid = answer.get("session", "")
+        lead = (
+            f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
+            f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
+        )
+        output["hookSpecificOutput"] = {"hookEventName": event, "additionalContext": lead + context}
+    if message:
+        output["systemMessage"] = f"ctxd: {message}"
+    return output or None
 
 
-def find_session(service: Service, payload: HookPayload) -> tuple[str, int]:
-    """The ctxd session of this agent, by the server's one policy (POST /api/sessions/resolve);
-    the hook only tells what it knows: CTXD_SESSION, the cwd, its git top-level, its id."""
-    ask = {"harness": "claude", "cwd": payload.cwd, "harness_session": payload.session_id}
-    if sid := os.environ.get("CTXD_SESSION"):
-        ask["session"] = sid
-    elif payload.cwd.startswith("/"):
-        ask["root"] = git_toplevel(payload.cwd) or payload.cwd
-    found = service.call("POST", "/api/sessions/resolve", json=ask)
-    if found.status_code != 200:
-        raise HookError(f"no session for this agent: {detail(found)}")
-    session = found.json()
-    return str(session["id"]), int(session.get("hook_max_chars", HOOK_MAX_CHARS))
-
-
-def handle(service: Service, payload: HookPayload, max_chars: int | None = None) -> str:
-    """Does what the event calls for; returns what the harness should inject (or "").
-    `max_chars` is the dump budget the user set; None takes the server's."""
-    event = payload.event
-    if event == "SessionStart" and payload.source not in RESUME_SOURCES:
-        return ""  # a brand-new conversation has nothing to resume
-    if event not in ("PreCompact", "SessionStart", "UserPromptSubmit", "Stop"):
+def git_root(cwd: str) -> str:
+    """The checkout holding `cwd` (a `.git` folder or file), found without running git."""
+    if not cwd.startswith("/"):
         return ""
-    sid, budget = find_session(service, payload)
-    budget = max_chars or budget
-    base = f"/api/sessions/{sid}"
-    if event == "PreCompact":
-        # It cannot inject anything: it saves what SessionStart(compact) reads back.
-        note = f"Claude Code compaction ({payload.trigger or 'unknown'} trigger)"
-        service.call("POST", f"{base}/snapshots", json={"note": note})
-        return ""
-    if event == "Stop":
-        service.call("POST", f"{base}/heartbeat")
-        return ""
-    if event == "UserPromptSubmit":
-        # The server tells a bare "continue" (answered with the dump) from a message (202).
-        said = {"text": payload.prompt, "max_chars": budget}
-        response = service.call("POST", f"{base}/prompts", json=said)
-        return _lead(sid, response) if response.status_code == 200 else ""
-    params = {"fresh": "true", "max_chars": budget}
-    return _lead(sid, service.call("GET", f"{base}/resume", params=params))
+    path = Path(cwd)
+    for folder in (path, *path.parents):
+        if (folder / ".git").exists():
+            return str(folder)
+    return ""
 
 
-def _lead(sid: str, response: httpx.Response) -> str:
-    if response.status_code != 200:
-        raise HookError(f"no dump for session '{sid}': {detail(response)[:300]}")
-    lead = (
-        f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
-        f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
-    )
-    return lead + response.text
+def _tail(value: Any) -> Any:
+    """A tool's output cut to its end: what ctxd keeps, and a request the server accepts."""
+    if isinstance(value, str):
+        return value[-OUTPUT_KEPT_CHARS:]
+    if isinstance(value, dict):
+        return {k: _tail(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tail(v) for v in value[-20:]]
+    return value
 
 
-def run_claude(url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    """`ctxd hook claude`: always exits 0, since a failing hook would block the agent."""
+def _auth() -> dict[str, str]:
+    token = os.environ.get("CTXD_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _detail(said: str) -> str:
     try:
-        given = os.environ.get("CTXD_HOOK_MAX_CHARS")
-        max_chars = max(200, int(given)) if given else None
-        timeout = float(os.environ.get("CTXD_HOOK_TIMEOUT", "30"))
-        payload = parse_payload(stdin.read(MAX_PAYLOAD_CHARS))
-        text = handle(Service(url, timeout), payload, max_chars)
-    except HookError as exc:
-        print(f"ctxd hook: {exc}", file=stderr)
-        return 0
-    except (ValueError, httpx.HTTPError) as exc:
-        print(f"ctxd hook: {type(exc).__name__}: {exc}"[:500], file=stderr)
-        return 0
-    if text:
-        stdout.write(text if text.endswith("\n") else text + "\n")
-    return 0
+        return str(json.loads(said).get("detail", said))[:300]
+    except (ValueError, AttributeError):
+        return said[:300]
 
 
 def hook_command(url: str, default_url: str) -> str:
@@ -168,17 +167,20 @@ def hook_command(url: str, default_url: str) -> str:
 
 
 def claude_config(command: str) -> dict[str, Any]:
-    """The `hooks` block for Claude Code's settings.json."""
+    """The `hooks` block for Claude Code's settings.json. Tool calls are reported
+    asynchronously: no tool call ever waits on ctxd."""
 
-    def entry(timeout: int, matcher: str | None = None) -> list[dict[str, Any]]:
-        hook = {"type": "command", "command": command, "timeout": timeout}
+    def entry(timeout: int, matcher: str | None = None, **extra: Any) -> list[dict[str, Any]]:
+        hook = {"type": "command", "command": command, "timeout": timeout, **extra}
         return [{**({"matcher": matcher} if matcher else {}), "hooks": [hook]}]
 
     return {
         "hooks": {
             "PreCompact": entry(60),
-            "SessionStart": entry(60, "|".join(RESUME_SOURCES)),
+            "SessionStart": entry(60, RESUME_SOURCES),
             "UserPromptSubmit": entry(60),
+            "PostToolUse": entry(30, TOOLS, **{"async": True}),
+            "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
             "Stop": entry(10),
         }
     }

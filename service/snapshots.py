@@ -6,7 +6,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from service import changes, redact, render, signals
+from service import agent_context, changes, launch_history, redact, render, signals
 from service.collect_runner import CollectorRunner
 from service.collectors import check_registry, registry
 from service.dump_files import DumpFiles, link_atomic, version_file, write_atomic
@@ -77,8 +77,11 @@ class Snapshotter:
         latest = self.store.latest_version(sid)
         previous = self.store.get_snapshot(sid, latest) if latest else None
         before = previous.observations if previous else None
-        observations = self.observe(sid, before, purpose=purpose)
+        watches = self.store.list_watches(sid)
+        observations = self.runner.observe(sid, watches, before, purpose=purpose)
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
+        launch_history.follow(self.store, sid, watches, observations)
+        agent_context.enrich(narrative, self.store, session, watches)
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
         snapshot = Snapshot(

@@ -22,6 +22,7 @@ from service.models import (
     Watch,
     WatchSpec,
 )
+from service.store_agent import AgentRows
 from service.store_db import iso, now
 from service.store_schema import migrations
 from service.store_snapshots import SnapshotRows
@@ -32,7 +33,7 @@ __all__ = ["DEFAULT_QUIET_AFTER_S", "Store", "migrations", "now"]
 DEFAULT_QUIET_AFTER_S = 300
 
 
-class Store(SnapshotRows):
+class Store(AgentRows, SnapshotRows):
     """Sessions, their watches and journal entries, on top of the snapshot rows."""
 
     # --- sessions ---------------------------------------------------------------------------
@@ -42,7 +43,9 @@ class Store(SnapshotRows):
         moment = iso(now())
         with self._tx() as db:
             exists = bool(self._rows("select 1 from sessions where id = ?", [sid]))
-            fields = data.model_dump(exclude_none=True)
+            fields: dict[str, Any] = data.model_dump(exclude_none=True)
+            if "objective" in fields:
+                fields["objective_source"] = None  # set by hand from now on
             if exists:
                 if fields:
                     db.table("sessions").update(sid, fields)
@@ -86,6 +89,12 @@ class Store(SnapshotRows):
             self.get_session(sid)
             db.table("sessions").update(sid, fields)
 
+    def set_objective(self, sid: str, objective: str, source: str | None) -> None:
+        """The objective and where it came from (None: set by hand)."""
+        with self._tx() as db:
+            self.get_session(sid)
+            db.table("sessions").update(sid, {"objective": objective, "objective_source": source})
+
     def last_message(self, sid: str) -> tuple[str | None, datetime | None]:
         rows = self._rows("select last_message, last_message_at from sessions where id = ?", [sid])
         if not rows or rows[0]["last_message"] is None:
@@ -94,13 +103,15 @@ class Store(SnapshotRows):
 
     # --- watches ----------------------------------------------------------------------------
 
-    def add_watch(self, sid: str, spec: WatchSpec, limit: int) -> Watch:
+    def add_watch(self, sid: str, spec: WatchSpec, limit: int, reason: str | None = None) -> Watch:
+        """Store a watch; one with a `reason` was added by ctxd itself (automatic)."""
         with self._tx() as db:
             self.get_session(sid)
             count = self._rows("select count(*) n from watches where session = ?", [sid])[0]["n"]
             if count >= limit:
                 raise LimitReached(f"session '{sid}' already has {count} watches (limit {limit})")
-            row = {"session": sid, "spec": spec.model_dump_json(), "created_at": iso(now())}
+            row: dict[str, Any] = {"session": sid, "spec": spec.model_dump_json()}
+            row |= {"created_at": iso(now()), "auto": int(reason is not None), "reason": reason}
             wid = _new_id(db.table("watches").insert(row))
         return self.get_watch(sid, wid)
 
@@ -155,7 +166,8 @@ class Store(SnapshotRows):
 
 
 _SESSION_SQL = (
-    "select s.id, s.title, s.objective, s.quiet_after_s, s.schedule_every_s, s.cwd,"
+    "select s.id, s.title, s.objective, s.objective_source, s.quiet_after_s,"
+    " s.schedule_every_s, s.cwd, s.discovery,"
     " s.created_at, s.last_activity_at,"
     " (select count(*) from snapshots where session = s.id) versions from sessions s"
 )
@@ -183,5 +195,7 @@ def _watch(row: dict) -> Watch:
             "session": row["session"],
             "created_at": row["created_at"],
             "spec": json.loads(row["spec"]),
+            "auto": bool(row.get("auto")),
+            "reason": row.get("reason"),
         }
     )

@@ -78,3 +78,38 @@ def m003_sections_and_journal_updates(db: Database) -> None:
     db.table("journal").add_column("updated_at", str)
     db.table("sessions").add_column("cwd", str)
     db.table("sessions").add_column("schedule_every_s", int)
+
+
+@migrations()
+def m004_agent_actions_and_launches(db: Database) -> None:
+    """What ctxd learns by itself: the agent's actions, automatic watches, launches."""
+    db.table("watches").add_column("auto", int, not_null_default=0)
+    db.table("watches").add_column("reason", str)
+    db.table("sessions").add_column("objective_source", str)
+    db.table("sessions").add_column("discovery", int, not_null_default=1)
+    db.table("actions").create(
+        {"id": int, "session": str, "at": str, "kind": str, "body": str},
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("actions").create_index(["session", "id"])
+    db.table("launches").create(
+        {
+            "id": int,
+            "session": str,
+            "watch_id": int,
+            "start_key": str,
+            "pid": int,
+            "started_at": str,
+            "argv": str,
+            "cwd": str,
+            "env": str,
+            "expected_ports": str,
+            "ended_at": str,
+            "port_opened": int,
+            "idle_s": float,
+        },
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("launches").create_index(["session", "start_key"], unique=True)

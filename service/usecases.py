@@ -7,9 +7,12 @@ about a session counts as its activity; the quiet trigger waits for silence).
 """
 
 from service import __version__, confine, recovery, redact, resolve
+from service.agent_actions import Action, ActionIntake
 from service.collectors import commands
+from service.discovery.objective import is_substantive
 from service.errors import Invalid, NotFound
 from service.harness import HOOK_MAX_CHARS, is_continue
+from service.harness_events import Harness, HarnessEvents, HookIn, HookOut
 from service.models import (
     Diff,
     JournalEntry,
@@ -28,6 +31,8 @@ from service.resolve import Resolved, ResolveIn
 from service.snapshots import Snapshotter
 from service.triggers import Activity
 
+OBJECTIVE_CHARS = 2000
+
 
 class UseCases:
     """ctxd's operations over one snapshotter (and its store) and the in-memory activity."""
@@ -37,6 +42,11 @@ class UseCases:
         self.store = snap.store
         self.settings = snap.settings
         self.activity = activity
+        self.intake = ActionIntake(snap, self.add_watch)
+        self.events = HarnessEvents(self)
+
+    def close(self) -> None:
+        self.intake.close()
 
     def _active(self, sid: str) -> str:
         """One rule for every transport: a call about a session is activity of that session."""
@@ -88,14 +98,15 @@ class UseCases:
 
     # --- watches ----------------------------------------------------------------------------
 
-    def add_watch(self, sid: str, spec: WatchSpec) -> Watch:
-        """Admit a watch: the command allowlist (403), the watch roots (403), the limit (409)."""
+    def add_watch(self, sid: str, spec: WatchSpec, reason: str | None = None) -> Watch:
+        """Admit a watch: the command allowlist (403), the watch roots (403), the limit (409).
+        A `reason` marks one ctxd added by itself (automatic)."""
         self._active(sid)
         spec = commands.check_watch(spec, self.settings)
         confine.check_watch(spec, self.settings)
         # a health URL or path may carry a token: what is kept is what may be shown
         limit = self.settings.limits.max_watches_per_session
-        return self.store.add_watch(sid, redact.scrub(spec), limit)
+        return self.store.add_watch(sid, redact.scrub(spec), limit, reason)
 
     def list_watches(self, sid: str) -> list[Watch]:
         return self.store.list_watches(self._active(sid))
@@ -183,10 +194,33 @@ class UseCases:
         """A prompt a hook saw: recorded as the latest message; a bare "continue" instead takes
         a fresh snapshot and returns it cut to `max_chars`, for the hook to inject."""
         if not is_continue(text):
-            self.message(sid, text)
+            self.note_prompt(sid, text)
             return None
         self.message(sid, "")
         return self.resume(sid, fresh=False, max_chars=max_chars)
+
+    def note_prompt(self, sid: str, text: str) -> None:
+        """A user's prompt, kept as the latest message; the first substantive one stands as
+        the objective while none was set."""
+        if is_continue(text):
+            self.store.touch(self._active(sid))
+            return
+        self.message(sid, text)
+        session = self.store.get_session(sid)
+        if not session.objective and is_substantive(text):
+            objective = redact.text(text.strip())[:OBJECTIVE_CHARS]
+            self.store.set_objective(sid, objective, "the user's first prompt")
+
+    # --- what the agent did ------------------------------------------------------------------
+
+    def record_actions(self, sid: str, actions: list[Action]) -> list[Watch]:
+        """The agent's actions, kept redacted; returns the watches they added by themselves."""
+        self.store.get_session(self._active(sid))  # an unknown session is a 404
+        return self.intake.record(sid, actions)
+
+    def hook(self, harness: Harness, given: HookIn) -> HookOut:
+        """A harness's hook event: its session, what to record, what to hand the model."""
+        return self.events.handle(harness, given)
 
     def diff(self, sid: str, from_version: int, to_version: int) -> Diff:
         return recovery.diff(self.snap, self._active(sid), from_version, to_version)

@@ -98,6 +98,20 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
       }
     }),
 
+    // What the agent did, for ctxd to watch and recall by itself (issue: zero configuration):
+    // forwarded as opencode gave it; the server maps it to actions. Never awaited by a turn.
+    "tool.execute.after": safe(async (input, output) => {
+      const payload = {
+        event: "tool.execute.after",
+        sessionID: input?.sessionID,
+        input: { tool: input?.tool, sessionID: input?.sessionID, callID: input?.callID, args: input?.args },
+        output: { title: output?.title, output: String(output?.output ?? "").slice(-8000), metadata: output?.metadata },
+        args: input?.args,
+        cwd: directory,
+      }
+      await call("POST", "/api/hooks/opencode", { payload, root, session: process.env.CTXD_SESSION || undefined }, 5000)
+    }),
+
     "chat.message": safe(async (input, output) => {
       const parts = output?.parts || []
       const texts = parts.filter((p) => p.type === "text" && !p.synthetic)

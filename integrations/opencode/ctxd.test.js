@@ -177,3 +177,21 @@ test("with ctxd down every hook returns quietly and logs one warning each", asyn
     assert.match(entry.message, /opencode goes on without it/)
   }
 })
+
+test("tool calls reach ctxd as actions, and a launch is watched by itself", async () => {
+  const project = path.join(work, "launcher")
+  mkdirSync(project)
+  const { hooks, client } = await plugin(project, { CTXD_SESSION: "launcher" })
+  const command = "nohup python3 serve.py --port 30777 > serve.log 2>&1 &"
+  // The shapes opencode 1.18 passes to tool.execute.after for its bash tool.
+  const input = { tool: "bash", sessionID: "ses_01JZCTXDTEST00000000000002", callID: "call_1", args: { command } }
+  const output = { title: command, output: "", metadata: { exit: 0, description: "start" } }
+  await hooks["tool.execute.after"](input, output)
+  const watches = (await api("GET", "/api/sessions/launcher/watches")).body
+  const kinds = watches.map((w) => w.spec.kind).sort()
+  assert.deepEqual(kinds, ["log", "port", "process"])
+  assert.ok(watches.every((w) => w.auto && /launched|output|expected port/.test(w.reason)))
+  const dump = (await api("GET", "/api/sessions/launcher/resume")).body
+  assert.match(dump, /serve\.py --port 30777/)
+  assert.deepEqual(client.logs, [])
+})

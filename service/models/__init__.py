@@ -16,6 +16,7 @@ from service.models.base import (
 )
 from service.models.journal import (
     STATUSES,
+    HistoryItem,
     JournalEntry,
     JournalIn,
     JournalKind,
@@ -94,6 +95,7 @@ __all__ = [
     "GpuInfo",
     "GpuProcess",
     "GpusSection",
+    "HistoryItem",
     "HostInfo",
     "Invalid",
     "JournalEntry",

@@ -67,6 +67,17 @@ class JournalEntry(BaseModel):
     updated_at: datetime | None = None
 
 
+class HistoryItem(BaseModel):
+    """One line of the dump's Attempts: a launch ctxd saw, or an attempt the agent wrote."""
+
+    at: datetime
+    source: Literal["launch", "journal"]
+    text: str
+    status: str | None = None
+    outcome: str | None = None
+    command: str | None = None  # a launch's command line (redacted)
+
+
 class Narrative(BaseModel):
     """The journal as a dump shows it: current state, grouped by kind."""
 
@@ -80,3 +91,9 @@ class Narrative(BaseModel):
     questions: list[JournalEntry] = []
     notes: list[JournalEntry] = []
     last_entry_id: int = 0
+    # What ctxd learned from the agent's own actions (issue: zero configuration)
+    objective_source: str | None = None  # "the user's first prompt" when not set by hand
+    history: list[HistoryItem] = []  # launches and journal attempts, oldest first
+    recent_commands: list[str] = []
+    workspace: str | None = None  # git branch, HEAD, dirty and recently edited files
+    auto_watches: list[str] = []

@@ -13,6 +13,8 @@ class SessionIn(Strict):
     quiet_after_s: int | None = Field(None, ge=1, le=7 * 24 * 3600)
     schedule_every_s: int | None = Field(None, ge=0, le=7 * 24 * 3600)
     cwd: PathText | None = None
+    # whether ctxd adds watches by itself from the agent's actions and the machine
+    discovery: bool | None = None
 
     @field_validator("cwd")
     @classmethod
@@ -26,6 +28,8 @@ class Session(BaseModel):
     id: str
     title: str = ""
     objective: str = ""
+    objective_source: str | None = None  # None: set by hand; else e.g. "the user's first prompt"
+    discovery: bool = True
     quiet_after_s: int = 300
     schedule_every_s: int | None = None
     cwd: str | None = None

@@ -111,3 +111,6 @@ class Watch(BaseModel):
     session: str
     created_at: datetime
     spec: WatchSpec
+    # added by ctxd from the agent's actions or the machine, with why; removable like any
+    auto: bool = False
+    reason: str | None = None

@@ -2,12 +2,14 @@
 
 from asyncio import to_thread
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from litestar import Controller, Response, Router, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.params import Parameter
 
+from service.agent_actions import ActionsIn, ActionsOut
+from service.harness_events import HookIn, HookOut
 from service.models import (
     SESSION_ID_PATTERN,
     Diff,
@@ -48,6 +50,12 @@ def prune(
     state: State, keep_days: Annotated[int | None, Parameter(ge=1, le=3650)] = None
 ) -> dict[str, int]:
     return {"removed": use(state).prune(keep_days)}
+
+
+@post("/api/hooks/{harness:str}", sync_to_thread=True, status_code=200)
+def hook(state: State, harness: Literal["claude", "opencode"], data: HookIn) -> HookOut:
+    """A harness hook event as the harness gave it; the answer says what to inject."""
+    return use(state).hook(harness, data)
 
 
 class SessionController(Controller):
@@ -160,6 +168,12 @@ class SessionController(Controller):
         if markdown is None:
             return Response({"status": "recorded"}, status_code=202)
         return Response(markdown, media_type=MARKDOWN, status_code=200)
+
+    @post("/{sid:str}/actions", sync_to_thread=True, status_code=202)
+    def record_actions(self, state: State, sid: Sid, data: ActionsIn) -> ActionsOut:
+        """What the agent just did; the watches it calls for are added by themselves."""
+        watches = use(state).record_actions(sid, list(data.actions))
+        return ActionsOut(recorded=len(data.actions), watches=watches)
 
     @post("/{sid:str}/heartbeat", sync_to_thread=True, status_code=204)
     def heartbeat(self, state: State, sid: Sid) -> None:

@@ -14,6 +14,7 @@ from mcp_types import Resource as MCPResource
 from pydantic import Field, ValidationError
 
 from service import __version__, redact
+from service.discovery.actions import parse_action
 from service.errors import CtxdError
 from service.harness import HOOK_MAX_CHARS
 from service.models import (
@@ -244,6 +245,32 @@ def _register_tools(ep: McpEndpoint) -> None:
         a `port` (with an optional health `url`), or a `command` allowed by the server.
         Add one as soon as you launch a server, a build or a long job."""
         return _run(lambda: ep.use().add_watch(session, watch)).model_dump(mode="json")
+
+    @tool()
+    def record_action(
+        session: Sid,
+        command: str | None = None,
+        cwd: str | None = None,
+        exit_status: int | None = None,
+        output: str | None = None,
+        background: bool = False,
+        edited_path: str | None = None,
+    ) -> dict[str, Any]:
+        """Tell ctxd what you just did when no hook does it for you: a shell `command` you ran
+        (with its `cwd`, `exit_status`, the tail of its `output`, whether it went to the
+        `background`), or a file you edited (`edited_path`). ctxd then watches what it
+        launched, logged, listened on or built, and lists it among recent commands."""
+        given: dict[str, Any] = {"harness": "mcp"}
+        if command is not None:
+            given |= {"kind": "command", "command": command, "background": background}
+            given |= _given(cwd=cwd, exit_status=exit_status, output_tail=output)
+        elif edited_path is not None:
+            given |= {"kind": "file_edit", "path": edited_path, **_given(cwd=cwd)}
+        else:
+            raise ToolError("give a `command` you ran or an `edited_path`")
+        action = _run(lambda: parse_action(given))
+        watches = _run(lambda: ep.use().record_actions(session, [action]))
+        return {"recorded": 1, "watches": [w.model_dump(mode="json") for w in watches]}
 
     @tool()
     def list_watches(session: Sid) -> list[dict[str, Any]]:

@@ -1,0 +1,140 @@
+"""Launches as attempts: each new root of a process watch, followed from snapshot to snapshot.
+
+A launch starts when a snapshot first sees a root process of a process watch, and ends when
+a later one no longer sees it (or saw it exit). It keeps its argv, cwd and environment (as
+observed, so already redacted), whether its expected port ever opened and how long it sat
+idle; the dump's Attempts merges launches with the agent's own journal attempts.
+"""
+
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+from service.discovery.launches import Launch, flag_diff, summary_line
+from service.fmt import human_duration
+from service.models import HistoryItem, JournalEntry, Observations, ProcessWatch, Watch
+from service.store import Store
+
+COMMAND_CHARS = 400
+
+
+def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> None:
+    """Record the launches this observation shows: new roots start one, vanished roots end
+    theirs, and running ones get their port state and idle time."""
+    process_watches = {w.id: w for w in watches if isinstance(w.spec, ProcessWatch)}
+    if not process_watches:
+        return
+    items = seen.processes.items
+    listening = {p.tree: set(p.listening) for p in items if p.listening}
+    for p in items:
+        if p.tree is not None and p.tree != p.pid:
+            listening.setdefault(p.tree, set()).update(p.listening)
+    open_ports = {port.port for port in seen.ports.items if port.listening}
+    now = datetime.now(UTC)
+    running = set()
+    for p in items:
+        watch = process_watches.get(p.watch_id)
+        if not p.root or watch is None:
+            continue
+        assert isinstance(watch.spec, ProcessWatch)
+        running.add(p.key)
+        expected = list(watch.spec.expect_ports)
+        ports = listening.get(p.pid, set()) | (open_ports & set(expected))
+        store.save_launch(
+            sid,
+            {
+                "start_key": p.key,
+                "watch_id": watch.id,
+                "pid": p.pid,
+                "started_at": p.started_at,
+                "argv": p.argv,
+                "cwd": p.cwd,
+                "env": p.env,
+                "expected_ports": expected,
+                "port_opened": int(bool(set(expected) & ports)) if expected else None,
+                "idle_s": p.idle_for_s,
+            },
+        )
+    gone = {e.key: e.last_seen_at for e in seen.processes.exited if e.root}
+    for launch in store.list_launches(sid):
+        if launch["ended_at"] or launch["start_key"] in running:
+            continue
+        if launch["watch_id"] not in process_watches:
+            continue  # its watch was removed: it is no longer followed, not "gone"
+        ended = gone.get(launch["start_key"]) or now
+        # a port seen open once stays "opened" in the history
+        store.save_launch(sid, {"start_key": launch["start_key"], "ended_at": ended})
+
+
+def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[HistoryItem]:
+    """Launches and journal attempts in one list, oldest first."""
+    launches = store.list_launches(sid)
+    items = [_journal(a) for a in attempts]
+    now = datetime.now(UTC)
+    previous: Launch | None = None
+    for row in launches:
+        launch = _launch(row)
+        items.append(_item(launch, previous, now))
+        previous = launch
+    return sorted(items, key=lambda i: i.at)
+
+
+def _journal(entry: JournalEntry) -> HistoryItem:
+    return HistoryItem(
+        at=entry.created_at,
+        source="journal",
+        text=entry.text,
+        status=entry.status,
+        outcome=entry.outcome,
+    )
+
+
+def _launch(row: dict[str, Any]) -> Launch:
+    ended = row.get("ended_at")
+    return Launch(
+        pid=row["pid"],
+        argv=tuple(row["argv"]),
+        started_at=datetime.fromisoformat(row["started_at"]),
+        cwd=row.get("cwd"),
+        env=row["env"],
+        expected_ports=tuple(row["expected_ports"]),
+        ended_at=datetime.fromisoformat(ended) if ended else None,
+        port_opened=None if row.get("port_opened") is None else bool(row["port_opened"]),
+        idle_s=row.get("idle_s"),
+    )
+
+
+def _item(launch: Launch, previous: Launch | None, now: datetime) -> HistoryItem:
+    program = (
+        " ".join([PurePosixPath(launch.argv[0]).name, *launch.argv[1:2]]) if launch.argv else "?"
+    )
+    text = f"launched `{program}` (pid {launch.pid}) at {launch.started_at:%H:%M:%S} UTC"
+    notes = []
+    if launch.ended_at is None:
+        status = "running"
+        notes.append(f"running for {human_duration((now - launch.started_at).total_seconds())}")
+        if launch.idle_s is not None and launch.idle_s >= 10:
+            notes.append(f"idle for {human_duration(launch.idle_s)}")
+    else:
+        status = "ended"
+        lasted = human_duration((launch.ended_at - launch.started_at).total_seconds())
+        notes.append(f"gone after {lasted} (exit status unknown)")
+    ports = ", ".join(str(p) for p in launch.expected_ports)
+    if launch.port_opened is False:
+        notes.append(f"port {ports} {'never opened' if launch.ended_at else 'not open yet'}")
+    elif launch.port_opened:
+        notes.append(f"port {ports} opened")
+    if previous is not None:
+        diff = flag_diff(previous.argv, launch.argv, previous.env, launch.env)
+        notes.append(summary_line(diff, program))
+    command = " ".join(launch.argv)
+    if len(command) > COMMAND_CHARS:
+        command = command[:COMMAND_CHARS] + " …"
+    return HistoryItem(
+        at=launch.started_at,
+        source="launch",
+        text=text,
+        status=status,
+        outcome="; ".join(notes),
+        command=command,
+    )

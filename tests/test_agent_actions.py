@@ -1,0 +1,112 @@
+"""What the agent did, told by MCP and over HTTP: stored redacted, watches added by themselves,
+bad input answered clearly."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from service.agent_actions import built_since
+from tests.conftest import Server
+from tests.test_mcp import _session_calls as mcp_session
+
+SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
+
+
+def test_mcp_record_action_adds_watches_for_a_launch(
+    server: Server, client: httpx.Client, tmp_path: Path
+):
+    client.put("/api/sessions/mcp-acts", json={"cwd": str(tmp_path)})
+    command = f"HF_TOKEN={SECRET} nohup python3 serve.py --port 30555 > {tmp_path}/serve.log 2>&1 &"
+    args = {"session": "mcp-acts", "command": command, "cwd": str(tmp_path), "exit_status": 0}
+    out = asyncio.run(mcp_session(server.url, [("record_action", args)]))
+    result = json.loads(out["results"][0].content[0].text)
+    kinds = sorted(w["spec"]["kind"] for w in result["watches"])
+    assert kinds == ["log", "port", "process"] and all(w["auto"] for w in result["watches"])
+    process = next(w for w in result["watches"] if w["spec"]["kind"] == "process")
+    assert process["spec"]["match"] == "serve\\.py" and process["spec"]["expect_ports"] == [30555]
+    dump = client.get("/api/sessions/mcp-acts/resume").text
+    assert "serve.py --port 30555" in dump and SECRET not in dump
+    assert "## Watched without being asked" in dump and "launched by the command at" in dump
+
+
+def test_actions_over_http_bad_input_and_the_ring(server: Server, client: httpx.Client):
+    client.put("/api/sessions/acts", json={})
+    for bad in (
+        {},
+        {"actions": []},
+        {"actions": [{"kind": "command"}]},
+        {"actions": [{"kind": "teleport", "command": "x"}]},
+        {"actions": [{"kind": "command", "command": "ls"}] * 101},
+    ):
+        answer = client.post("/api/sessions/acts/actions", json=bad)
+        assert answer.status_code == 400, (bad, answer.text)
+        assert answer.json()["detail"]
+    # not shell at all, and a megabyte of output: recorded, capped, nothing else
+    weird = [
+        {"kind": "command", "command": "'unbalanced \" ;;; | & )(", "exit_status": 2},
+        {"kind": "command", "command": "cat big", "output_tail": "x" * 900_000 + "END"},
+        {"kind": "file_edit", "path": "/etc/shadow", "tool": "Edit"},
+    ]
+    answer = client.post("/api/sessions/acts/actions", json={"actions": weird})
+    assert answer.status_code == 202 and answer.json() == {"recorded": 3, "watches": []}
+    tail = client.get("/api/sessions/acts/resume").text
+    assert "cat big" in tail
+    huge = {"actions": [{"kind": "command", "command": "x", "output_tail": "y" * 2_000_000}]}
+    answer = client.post("/api/sessions/acts/actions", json=huge)
+    assert answer.status_code == 413 and answer.json()["detail"]
+    for i in range(230):  # a ring: the oldest go
+        client.post(
+            "/api/sessions/acts/actions",
+            json={"actions": [{"kind": "command", "command": f"echo {i}"}]},
+        )
+    dump = client.get("/api/sessions/acts/resume").text
+    assert "`echo 229`" in dump and "`echo 0`" not in dump
+    assert client.post("/api/sessions/nobody/actions", json={"actions": weird}).status_code == 404
+
+
+def test_built_since_finds_new_artifacts_as_globs(tmp_path: Path):
+    (tmp_path / "dist").mkdir()
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "dist" / "old.whl").write_text("old")
+    os.utime(tmp_path / "dist" / "old.whl", (time.time() - 3600, time.time() - 3600))
+    since = time.time() - 60
+    assert built_since(str(tmp_path), since) == []
+    (tmp_path / "dist" / "kernel-0.2-py3-none-any.whl").write_text("new")
+    (tmp_path / ".git" / "pack.zip").write_text("hidden")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "libk.so").write_text("so")
+    found = built_since(str(tmp_path), since)
+    assert sorted(found) == [str(tmp_path / "build" / "*.so"), str(tmp_path / "dist" / "*.whl")]
+
+
+def test_cli_action_records_a_command_and_adds_its_watches(server: Server, tmp_path: Path):
+    httpx.put(f"{server.url}/api/sessions/cli-acts", json={}).raise_for_status()
+    ctxd = [sys.executable, "-m", "service", "--url", server.url, "action", "cli-acts"]
+    ran = ["--command", "make -j8 2>&1 | tee build.log", "--exit", "2", "--cwd", str(tmp_path)]
+    done = subprocess.run([*ctxd, *ran], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["recorded"] == 1
+    bad = subprocess.run([*ctxd], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--command" in bad.stderr
+    dump = httpx.get(f"{server.url}/api/sessions/cli-acts/resume").text
+    assert "`make -j8 2>&1 | tee build.log` → exit 2" in dump
+
+
+def test_a_session_can_switch_discovery_off(server: Server, client: httpx.Client):
+    client.put("/api/sessions/quiet", json={"discovery": False}).raise_for_status()
+    assert client.get("/api/sessions/quiet").json()["discovery"] is False
+    launch = {"kind": "command", "command": "nohup python3 serve.py --port 30999 > s.log &"}
+    answer = client.post("/api/sessions/quiet/actions", json={"actions": [launch]})
+    assert answer.json() == {"recorded": 1, "watches": []}
+    assert client.get("/api/sessions/quiet/watches").json() == []
+    assert "serve.py --port 30999" in client.get("/api/sessions/quiet/resume").text
+    client.put("/api/sessions/quiet", json={"discovery": True})
+    answer = client.post("/api/sessions/quiet/actions", json={"actions": [launch]})
+    # without a cwd the relative log path cannot be placed: the process and its port
+    assert sorted(w["spec"]["kind"] for w in answer.json()["watches"]) == ["port", "process"]

@@ -1,0 +1,172 @@
+"""The real Claude Code CLI, offline against a scripted model, with ctxd's hooks as installed.
+
+Nothing is registered with ctxd by hand: the scripted agent launches an SGLang-like server
+with `nohup`, kills it, relaunches it with debug flags and rebuilds a wheel; then the user
+sends a bare "continue". What the model receives for that turn is what this test reads.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+from tests.scripted_model import ScriptedModel, Step
+
+CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
+SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
+
+LAUNCHER = '''\
+"""An SGLang-like launcher: 8 workers load the weights, then wait forever; the port never opens."""
+import argparse, multiprocessing, time
+
+def worker(rank):
+    time.sleep(10**6)
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-path"); parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--port", type=int); parser.add_argument("--log-level", default="info")
+    parser.add_argument("--disable-cuda-graph", action="store_true")
+    args = parser.parse_args()
+    print(f"server_args: tp={args.tp} port={args.port} log_level={args.log_level}", flush=True)
+    workers = [multiprocessing.Process(target=worker, args=(r,)) for r in range(args.tp)]
+    for w in workers:
+        w.start()
+    for shard in range(1, 20):
+        pct = shard * 100 // 19
+        print(f"Loading safetensors checkpoint shards: {pct}% Completed | {shard}/19", flush=True)
+    print("Load weight end. avail mem=12.31 GB", flush=True)
+    print("Capturing batches (bs=8): waiting for all ranks", flush=True)
+    for w in workers:
+        w.join()
+'''
+
+MAKEFILE = """\
+wheel:
+\tmkdir -p dist
+\tpython3 -c "import zipfile; z = zipfile.ZipFile('dist/kernel-0.2-py3-none-any.whl', 'w'); \\
+\t  z.writestr('kernel/__init__.py', 'x = 2')"
+"""
+
+LAUNCH = "nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
+
+
+@pytest.fixture
+def ctxd(tmp_path: Path) -> Iterator[Server]:
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log")
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    top = tmp_path / "sglang-debug"
+    top.mkdir()
+    (top / "launch_server.py").write_text(LAUNCHER)
+    (top / "Makefile").write_text(MAKEFILE)
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    yield top
+    for proc in psutil.process_iter(["cmdline"]):
+        if any("launch_server.py" in part for part in proc.info["cmdline"] or []):
+            proc.kill()
+
+
+def claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": model.url,
+        "ANTHROPIC_API_KEY": "sk-ant-scripted-model",
+        "IS_SANDBOX": "1",  # root may skip permission prompts only in a sandbox
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    argv = [str(CLAUDE), *args, "--dangerously-skip-permissions", "--output-format", "json"]
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def running_launcher() -> psutil.Process:
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
+        cmdline = proc.info["cmdline"] or []
+        if "--disable-cuda-graph" in cmdline and not any(
+            "launch_server.py" in " ".join(p.cmdline()) for p in [proc.parent()] if p
+        ):
+            return proc
+    raise AssertionError("the relaunched server is not running")
+
+
+@pytest.mark.skipif(
+    not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
+)
+def test_continue_after_unregistered_work_carries_what_the_agent_did(
+    ctxd: Server, workspace: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    config = subprocess.run(
+        [sys.executable, "-m", "service", "--url", ctxd.url, "hook", "claude", "--print-config"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    (home / ".claude" / "settings.json").write_text(config)
+
+    model = ScriptedModel(
+        [
+            Step(bash=f"{LAUNCH} > server.log 2>&1 &"),
+            Step(bash="sleep 2; tail -3 server.log"),
+            Step(bash="pkill -f '[l]aunch_server.py'; sleep 1"),
+            Step(
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --disable-cuda-graph --log-level debug"
+                " > server.log 2>&1 &"
+            ),
+            Step(bash="make wheel"),
+            Step(bash="sleep 2; tail -2 server.log"),
+            Step(text="Relaunched with the debug flags; the server is loading."),
+            Step(text="Picking up where we were."),
+        ]
+    )
+    try:
+        claude(
+            ["-p", "The SGLang server hangs after loading the weights on 8 GPUs; find out why."],
+            workspace, home, model,
+        )  # fmt: skip
+        claude(["--continue", "-p", "continue"], workspace, home, model)
+    finally:
+        model.close()
+
+    context = model.context_of_last_turn()
+    (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
+    (Path(__file__).parent / "artifacts" / "harness_claude_continue.txt").write_text(context)
+    server = running_launcher()
+    workers = server.children()
+
+    # once, and within Claude Code's 10,000-character hook output limit
+    assert context.count("## Objective") == 1, context
+    added = context[context.index("## Objective") - 400 :]
+    assert len(added) <= 10_000
+    # the objective from the first prompt, as the user's words
+    assert "hangs after loading the weights" in context
+    # the running launch: PID, tree, flags
+    assert str(server.pid) in context
+    assert len(workers) == 8 and all(str(w.pid) in context for w in workers[:1])
+    assert "--disable-cuda-graph" in context and "--log-level" in context
+    # its log tail, its expected port not listening
+    assert "Capturing batches (bs=8): waiting for all ranks" in context
+    assert re.search(r"30000.*not listening|not listening.*30000", context), context
+    # the earlier launch, how it ended, and what changed
+    assert re.search(r"ended[^\n]*gone after", context), context
+    assert re.search(r"relaunched with --disable-cuda-graph, --log-level debug added", context)
+    # the rebuilt wheel and the recent commands
+    assert "kernel-0.2-py3-none-any.whl" in context
+    assert "make wheel" in context
+    # the token the agent put on a command line: never in what ctxd adds, nor in its files
+    assert SECRET not in context
+    for path in ctxd.data_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
