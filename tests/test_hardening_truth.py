@@ -7,6 +7,7 @@ the start-up cases: temp files of a killed process, a read-only data directory, 
 """
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -91,10 +92,12 @@ def test_temp_files_of_a_killed_process_are_removed_at_start(tmp_path: Path) -> 
     stale.write_text("half a dump")
     keep = data / "s" / "notes.tmp"  # not ctxd's pattern: left alone
     keep.write_text("mine")
+    live = data / "s" / f".v0003.md.{os.getpid()}.140001.tmp"  # its writer still runs
+    live.write_text("being written")
     srv = start_server(data, tmp_path / "ctxd.log")
     stop_server(srv)
     assert not stale.exists()
-    assert keep.exists()
+    assert keep.exists() and live.exists()
 
 
 def test_latest_md_replaced_by_a_directory_is_reported_once_and_snapshots_work(
@@ -115,6 +118,9 @@ def test_latest_md_replaced_by_a_directory_is_reported_once_and_snapshots_work(
             assert (server.data_dir / "s" / f"v{expected:04d}.md").exists()
     assert (latest / "mine.txt").read_text() == "someone's"
     assert server.log().count("is a directory") == 1
+    again = start_server(server.data_dir, server.data_dir.parent / "again.log")  # start-up too
+    stop_server(again)
+    assert "Traceback" not in again.log()
 
 
 @pytest.fixture
