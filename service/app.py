@@ -71,18 +71,23 @@ def create_app(settings: Settings | None = None) -> Litestar:
         store = Store(settings.db_path)
         snapshotter = Snapshotter(settings, store)
         sampler.shared(settings.sample_interval_s)  # watched processes are sampled from now on
-        rebuilt = snapshotter.rebuild_files()
+        cleaned = 0 if store.read_only else snapshotter.files.clean_temps()  # killed mid-write
+        if cleaned:
+            log.info("removed %d temp file(s) left by a killed process", cleaned)
+        rebuilt = snapshotter.rebuild_files()  # tolerant: a read-only dir only logs
         if rebuilt:
             log.info("rewrote %d Markdown file(s) from the database", rebuilt)
         app.state.snapshotter = snapshotter
         app.state.activity = Activity()
         app.state.usecases = UseCases(snapshotter, app.state.activity)
         watcher = Watcher(snapshotter, app.state.activity)
-        triggers = asyncio.create_task(watcher.run())
+        # read-only: what is stored is served, and nothing is taken in the background
+        triggers = asyncio.create_task(watcher.run()) if not store.read_only else None
         try:
             yield
         finally:
-            triggers.cancel()
+            if triggers is not None:
+                triggers.cancel()
             await asyncio.to_thread(watcher.stop)
             app.state.usecases.close()
             snapshotter.close()

@@ -85,3 +85,31 @@ def allowed(path: str, roots_: Iterable[Path]) -> bool:
     except (Refused, Invalid):
         return False
     return True
+
+
+def refusal(real: str, roots_: Iterable[Path]) -> str | None:
+    """Why an already resolved path (an opened descriptor's) may not be read, or None.
+
+    No roots means no root confinement (a caller that has none), but /proc, /sys and /dev
+    are refused all the same.
+    """
+    for refused in REFUSED:
+        if _under(real, refused):
+            return f"{refused} is never watched"
+    bases = [str(r) for r in roots_]
+    if bases and not any(_under(real, b) for b in bases):
+        return "outside the watch roots (see CTXD_WATCH_ROOTS)"
+    return None
+
+
+def pseudo_devices() -> frozenset[int]:
+    """Device numbers of /proc, /sys and /dev where they are mounted: a descriptor on one of
+    them is refused even when a bind mount gives it a name under a root."""
+    found = set()
+    for path in REFUSED:
+        try:
+            if os.path.ismount(path):
+                found.add(os.stat(path).st_dev)
+        except OSError:
+            continue
+    return frozenset(found)

@@ -1,5 +1,6 @@
 """The dump files on disk: one Markdown file per version, `latest.md`, and the latest in memory."""
 
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from service.settings import Settings
 
 if TYPE_CHECKING:  # render imports this module for DumpLocation: keep that light
     from service.store import Store
+
+log = logging.getLogger("ctxd")
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,12 @@ class DumpFiles:
     def __init__(self, settings: Settings, store: "Store") -> None:
         self.settings = settings
         self.store = store
-        # The newest dump of each session, as written: resume reads it without any I/O.
+        # The newest dump of each session, as committed: resume reads it without any I/O.
         self._latest: dict[str, str] = {}
+        # Committed versions whose files could not be written yet, per session.
+        self._behind: dict[str, set[int]] = {}
+        self._guard = threading.Lock()
+        self._blocked: set[str] = set()  # sessions whose latest.md is a directory, reported
 
     def session_dir(self, sid: str) -> Path:
         return self.settings.data_dir / sid
@@ -45,13 +52,64 @@ class DumpFiles:
             resume_url=f"{base}/api/sessions/{sid}/resume",
         )
 
-    def write(self, sid: str, version: int, markdown: str, *, latest: bool) -> None:
+    def write(self, sid: str, version: int, markdown: str, *, latest: bool) -> bool:
+        """Write a committed version's files; False (logged, never raised) when they could not
+        be: the commit is the truth, so the latest in memory follows it before any file
+        does, and the files are written again on the next success or at start-up."""
+        if latest:
+            self._latest[sid] = markdown
+        try:
+            self._write(sid, version, markdown, latest=latest)
+        except OSError as exc:
+            with self._guard:
+                self._behind.setdefault(sid, set()).add(version)
+            log.warning(
+                "session %s v%d is stored; its Markdown files could not be written (%s) and "
+                "are rewritten from the database once they can be",
+                sid,
+                version,
+                os.strerror(exc.errno) if exc.errno else type(exc).__name__,
+            )
+            return False
+        self._catch_up(sid)
+        return True
+
+    def _write(self, sid: str, version: int, markdown: str, *, latest: bool) -> None:
         folder = self.session_dir(sid)
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / version_file(version), markdown)
         if latest:
-            link_atomic(folder / version_file(version), folder / "latest.md")
-            self._latest[sid] = markdown
+            self._link_latest(sid, folder / version_file(version))
+
+    def _link_latest(self, sid: str, target: Path) -> None:
+        """latest.md names `target`; a directory in its place is someone's, so it is left as
+        it is and reported once (the versions and resume do not need it)."""
+        link = target.with_name("latest.md")
+        if link.is_dir() and not link.is_symlink():
+            if sid not in self._blocked:
+                self._blocked.add(sid)
+                log.warning("%s is a directory: latest.md is not updated until it is moved", link)
+            return
+        self._blocked.discard(sid)
+        link_atomic(target, link)
+
+    def _catch_up(self, sid: str) -> None:
+        """Write the files of earlier versions whose writing failed, now that one worked."""
+        with self._guard:
+            behind = self._behind.pop(sid, set())
+        for version in sorted(behind):
+            try:
+                markdown = self.store.get_markdown(sid, version)
+                folder = self.session_dir(sid)
+                if not (folder / version_file(version)).exists():
+                    write_atomic(folder / version_file(version), markdown)
+            except Exception:  # pruned meanwhile, or the disk failed again: start-up rebuilds
+                continue
+
+    def files_behind(self, sid: str) -> list[int]:
+        """Committed versions of `sid` whose Markdown files are not written yet."""
+        with self._guard:
+            return sorted(self._behind.get(sid, ()))
 
     def remove(self, sid: str, version: int) -> None:
         (self.session_dir(sid) / version_file(version)).unlink(missing_ok=True)
@@ -64,8 +122,12 @@ class DumpFiles:
         return sum(p.stat().st_size for p in self.settings.data_dir.glob("*/*.md") if p.is_file())
 
     def rebuild(self) -> int:
-        """Rewrite any Markdown file missing on disk from the database (the truth)."""
-        written = 0
+        """Rewrite any Markdown file missing on disk from the database (the truth).
+
+        A file that cannot be written (a read-only or full data directory) is logged once
+        and left for the next start-up: the latest dump in memory is set all the same.
+        """
+        written, failed = 0, 0
         for sid, version, is_latest in self.store.iter_versions():
             folder = self.session_dir(sid)
             missing = not (folder / version_file(version)).exists()
@@ -75,14 +137,46 @@ class DumpFiles:
             if is_latest:
                 self._latest[sid] = markdown
             stale_latest = is_latest and _differs(folder / "latest.md", markdown)
-            if missing or stale_latest:
+            if not (missing or stale_latest):
+                continue
+            try:
                 folder.mkdir(parents=True, exist_ok=True)
                 if missing:
                     write_atomic(folder / version_file(version), markdown)
                 if stale_latest:
-                    link_atomic(folder / version_file(version), folder / "latest.md")
-                written += 1
+                    self._link_latest(sid, folder / version_file(version))
+            except OSError:
+                failed += 1
+                continue
+            written += 1
+        if failed:
+            log.warning("%d Markdown file(s) could not be rewritten from the database", failed)
         return written
+
+    def clean_temps(self) -> int:
+        """Remove temp files (`.v0001.md.PID.TID.tmp`) left by a process that was killed."""
+        removed = 0
+        for path in self.settings.data_dir.glob("*/.*.tmp"):
+            parts = path.name.split(".")
+            pid = int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
+            if pid is None or (pid != os.getpid() and _alive(pid)):
+                continue
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                continue
+        return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def write_atomic(path: Path, text: str) -> None:

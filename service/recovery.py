@@ -4,6 +4,7 @@ import difflib
 from collections.abc import Callable
 
 from service import changes, redact, render
+from service.errors import Invalid
 from service.models import Diff, Snapshot
 from service.snapshots import Snapshotter, version_file
 
@@ -140,6 +141,9 @@ def message(snap: Snapshotter, sid: str, text: str) -> str | None:
 
 
 def diff(snap: Snapshotter, sid: str, from_version: int, to_version: int) -> Diff:
+    """What changed from one version to a later one (or the same one: nothing)."""
+    if from_version > to_version:  # a reversed diff reads as undoing: refuse, say the fix
+        raise Invalid(f"from must be older than to: ask for from={to_version}&to={from_version}")
     before = snap.store.get_snapshot(sid, from_version)
     after = snap.store.get_snapshot(sid, to_version)
     lines = difflib.unified_diff(

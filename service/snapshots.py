@@ -110,7 +110,9 @@ class Snapshotter:
     ) -> Snapshot:
         """Store version N+1, or, when nothing changed (and not `force`), confirm version N.
 
-        Returns only after the commit, and after the Markdown files are written.
+        Returns after the commit, which is the truth: the latest dump in memory follows it
+        at once, and a failure to write the Markdown files afterwards is logged, not raised
+        (`files_behind` lists such versions; their files are written again later).
         """
         with self._lock(sid):
             snapshot = self.assemble(sid, trigger, note)
@@ -169,8 +171,13 @@ class Snapshotter:
     def session_dir(self, sid: str) -> Path:
         return self.files.session_dir(sid)
 
-    def write_files(self, sid: str, version: int, markdown: str, *, latest: bool) -> None:
-        self.files.write(sid, version, markdown, latest=latest)
+    def write_files(self, sid: str, version: int, markdown: str, *, latest: bool) -> bool:
+        """False when the files could not be written (logged; see DumpFiles.write)."""
+        return self.files.write(sid, version, markdown, latest=latest)
+
+    def files_behind(self, sid: str) -> list[int]:
+        """Committed versions whose Markdown files are not on disk yet."""
+        return self.files.files_behind(sid)
 
     def latest_in_memory(self, sid: str) -> str | None:
         """The newest stored dump of a session, if written or checked since start-up."""

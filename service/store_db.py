@@ -1,5 +1,7 @@
 """The store's connection: one SQLite connection, one lock, the schema applied on open."""
 
+import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -11,6 +13,8 @@ from sqlite_utils import Database
 
 from service.errors import NotFound
 from service.store_schema import migrations
+
+log = logging.getLogger("ctxd")
 
 
 def now() -> datetime:
@@ -25,20 +29,42 @@ class Connection:
     """One connection, one writer: every call holds the lock, so versions never race."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
-        self.db = Database(conn)
-        self.db.enable_wal()
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        # Without a limit the WAL file keeps its high-water size (4 MB+) after checkpoints.
-        self.db.execute("PRAGMA journal_size_limit=1048576")
-        self.db.execute("PRAGMA wal_autocheckpoint=256")
         self._lock = threading.RLock()
-        with self._lock:
-            migrations.apply(self.db)
+        # True when the data directory cannot be written: what is stored is served, and every
+        # write fails as "readonly" (a 503 saying nothing was saved).
+        self.read_only = False
+        try:
+            self.db = self._open_writable(path)
+        except (sqlite3.Error, OSError):
+            if not path.exists() or os.access(path.parent, os.W_OK):
+                raise
+            self.db = Database(_open_read_only(path))
+            self.read_only = True
+            log.warning(
+                "the data directory %s is read-only: serving what is stored, read-only; "
+                "writes are refused (503) until it is writable and ctxd restarts",
+                path.parent,
+            )
+
+    def _open_writable(self, path: Path) -> Database:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+        try:
+            db = Database(conn)
+            db.enable_wal()
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA busy_timeout=30000")
+            # Without a limit the WAL file keeps its high-water size (4 MB+) after checkpoints.
+            db.execute("PRAGMA journal_size_limit=1048576")
+            db.execute("PRAGMA wal_autocheckpoint=256")
+            with self._lock:
+                migrations.apply(db)
+        except BaseException:
+            conn.close()
+            raise
+        return db
 
     def close(self) -> None:
         with self._lock:
@@ -56,3 +82,14 @@ class Connection:
     def _require_session(self, sid: str) -> None:
         if not self._rows("select 1 from sessions where id = ?", [sid]):
             raise NotFound(f"no session '{sid}'")
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """The database in a directory that cannot be written. Without a -wal file nothing is
+    pending, and `immutable` lets SQLite read it without creating the -shm file it cannot
+    create; with one (after a crash), a plain read-only open needs its -shm to be there."""
+    wal = path.with_name(path.name + "-wal")
+    query = "?mode=ro" if wal.exists() and wal.stat().st_size else "?mode=ro&immutable=1"
+    conn = sqlite3.connect(path.resolve().as_uri() + query, uri=True, check_same_thread=False)
+    conn.execute("select count(*) from sqlite_master").fetchone()  # fails here, not later
+    return conn

@@ -1,4 +1,5 @@
-"""A full disk or a read-only data dir: an error reply, no partial files, and recovery after."""
+"""A full disk or a read-only data dir: an error before the commit, the commit's truth after
+it, no partial files, and recovery after."""
 
 import contextlib
 import subprocess
@@ -70,7 +71,9 @@ def test_full_disk_is_507_and_leaves_nothing_partial(small_fs: Path, tmp_path: P
     assert "Traceback" not in srv.log()
 
 
-def test_read_only_data_dir_is_503_and_files_come_back(small_fs: Path, tmp_path: Path) -> None:
+def test_read_only_data_dir_keeps_the_commit_and_files_come_back(
+    small_fs: Path, tmp_path: Path
+) -> None:
     data = small_fs / "data"
     srv = start_server(data, tmp_path / "ctxd.log")
     bound = False
@@ -83,12 +86,17 @@ def test_read_only_data_dir_is_503_and_files_come_back(small_fs: Path, tmp_path:
         subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
         bound = True
         subprocess.run(["mount", "-o", "remount,bind,ro", str(data)], check=True)
+        # The database file was open before the remount, so the commit still succeeds; only
+        # the Markdown files fail. The commit is the truth: 201, and resume serves version 2.
         status, text = _snapshot(srv, "ro")
-        assert status in (503, 507), text
-        assert "cannot be written" in text and "Traceback" not in text
+        assert status == 201, text
         with srv.client() as c:
             assert c.get("/health").status_code == 200
-            assert c.get("/api/sessions/ro/resume", params={"fresh": "false"}).status_code == 200
+            r = c.get("/api/sessions/ro/resume", params={"fresh": "false"})
+            assert r.status_code == 200 and "/api/sessions/ro/snapshots/2" in r.text
+            assert c.get("/api/sessions/ro/snapshots").json()[0]["version"] == 2
+        assert not (data / "ro" / "v0002.md").exists()
+        assert "could not be written" in srv.log()
     finally:
         stop_server(srv)
         if bound:

@@ -4,9 +4,17 @@ import hashlib
 import itertools
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-from service.collectors._fs import NotRegular, open_regular, read_exact
+from service.collectors._fs import (
+    NotRegular,
+    open_confined,
+    open_dir_confined,
+    read_exact,
+    stat_confined,
+)
 
 HEX_CHARS = 16
 SAMPLES = 5
@@ -64,14 +72,23 @@ def kind_of(fingerprint: str) -> str:
 
 
 def fingerprint_path(
-    path: str, cache: dict[CacheKey, str], seen: dict[CacheKey, str], budget: Budget, limits
+    path: str,
+    cache: dict[CacheKey, str],
+    seen: dict[CacheKey, str],
+    budget: Budget,
+    limits,
+    roots: Iterable[Path] = (),
+    known: os.stat_result | None = None,
 ) -> tuple[os.stat_result, str]:
     """Stat and fingerprint of one file, from the cache when its identity is unchanged.
 
-    Raises OSError or NotRegular. When the budget is spent the fingerprint is "pending"
-    (not cached), and the next collection continues where this one stopped.
+    Raises OSError or NotRegular (Outside for a file beyond `roots`, judged on what is
+    opened). When the budget is spent the fingerprint is "pending" (not cached), and the
+    next collection continues where this one stopped. `known` is the path's stat, already
+    verified by the caller; without it an lstat only serves the cache lookup, and what is
+    returned comes from the opened, verified descriptor.
     """
-    st = os.stat(path)
+    st = known if known is not None else os.stat(path, follow_symlinks=False)
     cached = cache.get(cache_key(st)) if stat.S_ISREG(st.st_mode) else None
     if cached is not None:
         seen[cache_key(st)] = cached
@@ -80,7 +97,7 @@ def fingerprint_path(
     cost = st.st_size if st.st_size <= full_max else SAMPLES * limits.fingerprint_chunk_bytes
     if stat.S_ISREG(st.st_mode) and cost > budget.left and budget.opened:
         return st, "pending:"
-    fd, st = open_regular(path)
+    fd, st = open_confined(path, roots)
     try:
         fingerprint, read = fingerprint_fd(fd, st.st_size, full_max, limits.fingerprint_chunk_bytes)
     finally:
@@ -93,7 +110,13 @@ def fingerprint_path(
 
 
 def fingerprint_entry(
-    root: str, entry: FileEntry, cache: dict, seen: dict, budget: Budget, limits
+    root: str,
+    entry: FileEntry,
+    cache: dict,
+    seen: dict,
+    budget: Budget,
+    limits,
+    roots: Iterable[Path] = (),
 ) -> str:
     """The fingerprint of a walked file: cached, computed, "pending:", or "error:<reason>"."""
     if entry.key is None:
@@ -102,48 +125,80 @@ def fingerprint_entry(
         seen[entry.key] = cache[entry.key]
         return cache[entry.key]
     try:
-        return fingerprint_path(os.path.join(root, entry.rel), cache, seen, budget, limits)[1]
+        path = os.path.join(root, entry.rel)
+        return fingerprint_path(path, cache, seen, budget, limits, roots)[1]
     except (OSError, NotRegular) as exc:
         return f"error:{type(exc).__name__}"
 
 
-def walk_tree(root: str, max_entries: int) -> tuple[list[FileEntry], bool, int]:
+def _entry_stat(folder: str, entry: os.DirEntry, roots: Iterable[Path]) -> os.stat_result:
+    """The entry's own stat; for a link to a file under the roots, its target's (model
+    caches are trees of links to blobs). A link out of the roots, or a broken one, counts as
+    the link itself: its target's size and time are never seen."""
+    own = entry.stat(follow_symlinks=False)
+    if not stat.S_ISLNK(own.st_mode):
+        return own
+    try:
+        return stat_confined(os.path.join(folder, entry.name), roots)[0]
+    except (OSError, NotRegular):
+        return own
+
+
+def _list(
+    fd: int, folder: str, rel_dir: str, room: int, roots: tuple[Path, ...]
+) -> tuple[list[tuple[FileEntry, bool]], bool]:
+    """One directory's entries in name order (is_dir marks those to enter); (…, truncated)."""
+    try:
+        with os.scandir(fd) as it:
+            batch = list(itertools.islice(it, room + 1))
+    except OSError:
+        return [], False
+    batch.sort(key=lambda e: e.name)
+    found: list[tuple[FileEntry, bool]] = []
+    for entry in batch:
+        if len(found) >= room:
+            return found, True
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        try:
+            st = _entry_stat(folder, entry, roots)
+        except OSError:
+            continue  # vanished during the walk
+        if stat.S_ISDIR(st.st_mode) and not entry.is_symlink():
+            found.append((FileEntry(rel + "/", 0, st.st_mtime_ns, None), True))
+            continue
+        regular = stat.S_ISREG(st.st_mode)
+        key = cache_key(st) if regular else None
+        found.append((FileEntry(rel, st.st_size if regular else 0, st.st_mtime_ns, key), False))
+    return found, False
+
+
+def walk_tree(
+    root: str, max_entries: int, roots: Iterable[Path] = ()
+) -> tuple[list[FileEntry], bool, int]:
     """Entries under `root`, depth first in name order, without entering symlinked dirs.
 
-    Returns (entries, truncated, directories). Symlinks to files are followed for size
-    (model caches are trees of links to blobs).
+    Returns (entries, truncated, directories). Each directory is listed through a descriptor
+    verified to lie under `roots`, so a directory swapped for a link mid-walk is not listed.
     """
+    bases = tuple(roots)
     entries: list[FileEntry] = []
     stack, dirs = [""], 0
     while stack:
         rel_dir = stack.pop()
         dirs += 1
+        folder = os.path.join(root, rel_dir)
         try:
-            with os.scandir(os.path.join(root, rel_dir)) as it:
-                batch = list(itertools.islice(it, max_entries - len(entries) + 1))
-        except OSError:
+            fd = open_dir_confined(folder, bases)
+        except (OSError, NotRegular):
             continue  # an unreadable subdirectory is skipped, not fatal
-        batch.sort(key=lambda e: e.name)
-        subdirs = []
-        for entry in batch:
-            if len(entries) >= max_entries:
-                return entries, True, dirs
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    mtime = entry.stat(follow_symlinks=False).st_mtime_ns
-                    entries.append(FileEntry(rel + "/", 0, mtime, None))
-                    subdirs.append(rel)
-                    continue
-                try:
-                    st = entry.stat()
-                except OSError:
-                    st = entry.stat(follow_symlinks=False)  # broken link: count the link
-            except OSError:
-                continue  # vanished during the walk
-            regular = stat.S_ISREG(st.st_mode)
-            key = cache_key(st) if regular else None
-            entries.append(FileEntry(rel, st.st_size if regular else 0, st.st_mtime_ns, key))
+        try:  # the entries stat through `fd`: it stays open until they are read
+            found, truncated = _list(fd, folder, rel_dir, max_entries - len(entries), bases)
+        finally:
+            os.close(fd)
+        entries.extend(e for e, _ in found)
+        subdirs = [e.rel.rstrip("/") for e, is_dir in found if is_dir]
+        if truncated:
+            return entries, True, dirs
         stack.extend(reversed(subdirs))
     return entries, False, dirs
 

@@ -1,10 +1,15 @@
 """Filesystem helpers shared by the file collectors: safe opens, globs and reasons for failure."""
 
 import errno
+import functools
 import glob
 import itertools
 import os
 import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from service import confine
 
 GLOB_EXAMINED_MAX = 10_000
 ROTATED_SEARCH_MAX = 1000
@@ -25,6 +30,14 @@ OUTSIDE = "outside the watch roots (see CTXD_WATCH_ROOTS)"
 
 class NotRegular(Exception):
     """The path is not a regular file; the message says what it is instead."""
+
+
+class Outside(NotRegular):
+    """What was opened lies outside the watch roots or on /proc, /sys, /dev: never read.
+
+    A kind of NotRegular so that every caller reports it the same way: its message is the
+    reason shown for the watch.
+    """
 
 
 class ShrankError(Exception):
@@ -54,28 +67,107 @@ def explain_mode(mode: int) -> str | None:
 
 
 def open_regular(path: str) -> tuple[int, os.stat_result]:
-    """An fd and fstat for a regular file; raises OSError or NotRegular.
+    """An fd and fstat for a regular file; raises OSError or NotRegular (see open_confined)."""
+    return open_confined(path, ())
 
-    The mode is checked on a stat before opening (opening a fifo or device could block or
-    act) and again on the fd (the path may have been swapped in between). O_NOATIME is
-    used where allowed, so ctxd looking at a file does not change what `ls -lu` says.
+
+@functools.cache
+def _pseudo_devices() -> frozenset[int]:
+    return confine.pseudo_devices()
+
+
+def _verify(fd: int, st: os.stat_result, roots: Iterable[Path]) -> None:
+    """Raise Outside unless the open descriptor `fd` (whose fstat is `st`) may be read.
+
+    The name in /proc/self/fd is what the kernel opened, whatever links were swapped on the
+    way; it must lie under a root and still name the same device and inode (a name left over
+    from a rename or deletion proves nothing).
     """
-    reason = explain_mode(os.stat(path).st_mode)
+    if st.st_dev in _pseudo_devices():
+        raise Outside("a pseudo filesystem (/proc, /sys, /dev) is never watched")
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as exc:
+        raise Outside("cannot verify what was opened (/proc is not mounted)") from exc
+    reason = confine.refusal(opened, roots)
+    if reason:
+        raise Outside(reason)
+    try:
+        named = os.stat(opened, follow_symlinks=False)
+    except OSError as exc:
+        raise Outside("changed while opening (renamed or removed)") from exc
+    if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+        raise Outside("changed while opening (renamed or replaced)")
+
+
+def _no_link(st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):  # swapped in after the name was resolved
+        raise OSError(errno.ELOOP, "symlink loop")
+
+
+def stat_confined(path: str, roots: Iterable[Path] = ()) -> tuple[os.stat_result, str]:
+    """The stat of what `path` leads to, and its real path, only if that lies under a root.
+
+    Opened with O_PATH (nothing is read, a device or fifo is not really opened) and the final
+    component not followed, then verified like open_confined: the size and time of a file
+    outside the roots are never seen, even while links are being swapped.
+    """
+    real = os.path.realpath(path)
+    fd = os.open(real, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        _no_link(st)
+        _verify(fd, st, roots)
+    finally:
+        os.close(fd)
+    return st, real
+
+
+def open_confined(path: str, roots: Iterable[Path] = ()) -> tuple[int, os.stat_result]:
+    """An fd and fstat for a regular file under `roots`; raises OSError or NotRegular/Outside.
+
+    The name is resolved once and opened without following its final component (a link
+    swapped in meanwhile fails as a loop); the descriptor is then verified (see _verify)
+    before a byte is read, so checking one file and reading another cannot happen. The mode
+    is checked on an lstat before opening (opening a fifo or device could block or act) and
+    again on the fd. O_NOATIME where allowed: ctxd looking does not change `ls -lu`.
+    openat2(RESOLVE_NO_SYMLINKS) would also stop a swap of a parent directory before the
+    open, but Python does not expose it (only through ctypes and syscall numbers, and kernels
+    before 5.6 lack it); verifying the descriptor gives the same guarantee for what is read.
+    """
+    real = os.path.realpath(path)
+    pre = os.stat(real, follow_symlinks=False)
+    _no_link(pre)
+    reason = explain_mode(pre.st_mode)
     if reason:
         raise NotRegular(reason)
+    flags = OPEN_FLAGS | os.O_NOFOLLOW
     try:
-        fd = os.open(path, OPEN_FLAGS)
+        fd = os.open(real, flags)
     except PermissionError:
-        fd = os.open(path, OPEN_FLAGS & ~getattr(os, "O_NOATIME", 0))  # not the owner
+        fd = os.open(real, flags & ~getattr(os, "O_NOATIME", 0))  # not the owner
     try:
         st = os.fstat(fd)
         reason = explain_mode(st.st_mode)
         if reason:
             raise NotRegular(reason)
+        _verify(fd, st, roots)
     except BaseException:
         os.close(fd)
         raise
     return fd, st
+
+
+def open_dir_confined(path: str, roots: Iterable[Path] = ()) -> int:
+    """A directory fd for listing (os.scandir(fd)), verified like open_confined."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(os.path.realpath(path), flags)
+    try:
+        _verify(fd, os.fstat(fd), roots)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_exact(fd: int, size: int, offset: int) -> bytes:

@@ -21,12 +21,12 @@ from service.collectors._fingerprint import (
     walk_tree,
 )
 from service.collectors._fs import (
-    OUTSIDE,
     NotRegular,
     explain_error,
     explain_mode,
     is_glob,
     match_glob,
+    stat_confined,
 )
 from service.collectors._tree_events import TreeWatcher
 from service.models import (
@@ -57,10 +57,13 @@ def to_datetime(mtime_ns: int) -> datetime:
 
 
 def observe_file(
-    watch_id: int, path: str, limits: Limits, cache: dict, seen: dict, budget: Budget
+    watch_id: int, path: str, st: os.stat_result, limits: Limits, state: "_Walk"
 ) -> ArtifactInfo | Unavailable:
+    """One regular file whose stat `st` was taken through a verified descriptor."""
     try:
-        st, fingerprint = fingerprint_path(path, cache, seen, budget, limits)
+        st, fingerprint = fingerprint_path(
+            path, state.cache, state.seen, state.budget, limits, state.roots, known=st
+        )
     except FileNotFoundError:
         return Unavailable(watch_id=watch_id, target=path, reason="vanished while reading")
     except NotRegular as exc:
@@ -147,13 +150,13 @@ def observe_tree(
     # settled before the walk: an event during the walk makes the next collection walk again
     generation = watcher.settled_generation() if watcher is not None else None
     started = time.perf_counter()
-    entries, truncated, dirs = walk_tree(root, limits.artifact_entries_max)
+    entries, truncated, dirs = walk_tree(root, limits.artifact_entries_max, walk.roots)
     walk_s = time.perf_counter() - started
     cache, seen, budget = walk.cache, walk.seen, walk.budget
     files: dict[str, tuple[int, int, str]] = {}
     parts = []
     for entry in entries:
-        fingerprint = fingerprint_entry(root, entry, cache, seen, budget, limits)
+        fingerprint = fingerprint_entry(root, entry, cache, seen, budget, limits, walk.roots)
         parts.append((entry.rel, entry.size, fingerprint))
         if entry.key is not None:
             files[entry.rel] = (entry.size, entry.mtime_ns, fingerprint)
@@ -196,13 +199,13 @@ def observe_artifact(
 ) -> ArtifactInfo | Unavailable:
     """One file or directory; failures become an Unavailable with a reason."""
     try:
-        st = os.stat(path)
+        # checked at every look, on what is opened: a glob match or a symlink can point
+        # outside later, or flip while it is looked at
+        st, real = stat_confined(path, state.roots)
+    except NotRegular as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=str(exc))
     except OSError as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc))
-    real = os.path.realpath(path)
-    if state.roots and not confine.allowed(path, state.roots):
-        # checked again at every look: a glob match or a symlink can point outside later
-        return Unavailable(watch_id=watch_id, target=path, reason=OUTSIDE)
     if stat.S_ISDIR(st.st_mode):
         memo = state.trees.get((watch_id, real)) or TreeMemo()
         state.kept_trees[(watch_id, real)] = memo
@@ -210,7 +213,7 @@ def observe_artifact(
     reason = explain_mode(st.st_mode)
     if reason:
         return Unavailable(watch_id=watch_id, target=path, reason=reason)  # never open a fifo
-    return observe_file(watch_id, real, limits, state.cache, state.seen, state.budget)
+    return observe_file(watch_id, real, st, limits, state)
 
 
 def collect_watch(

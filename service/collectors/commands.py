@@ -61,6 +61,10 @@ def _kill(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # its own group: children go too
 
 
+# Characters past the output cut that redaction still sees: more than any token is long.
+CUT_CONTEXT = 1024
+
+
 def run(argv: list[str], timeout_s: float, max_chars: int, cwd: str | None = None) -> dict:
     """Run `argv` (never a shell); output bounded to `max_chars`, cut off after `timeout_s`."""
     started = time.monotonic()
@@ -104,7 +108,8 @@ def run(argv: list[str], timeout_s: float, max_chars: int, cwd: str | None = Non
     proc.stdout.close()
     text = b"".join(chunks).decode("utf-8", errors="replace")
     if len(text) > max_chars:
-        text, cut = text[:max_chars], True
+        # redacted before the cut, with room past it, so a token across the cut is seen whole
+        text, cut = redact.cut(text[: max_chars + CUT_CONTEXT], max_chars, marker=""), True
     lines = [clean_line(line, 2000) for line in text.splitlines()]
     return {
         "argv": argv,

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 
+from service import redact
 from service.collectors import CollectContext
 from service.models import ArtifactWatch, DiskInfo, HostInfo, LogWatch, Unavailable, Watch
 
@@ -116,6 +117,10 @@ def _static(os_release: Path) -> tuple[dict[str, Any], list[Unavailable]]:
     return _probe(probes)
 
 
+def _reason(exc: Exception) -> str:
+    return redact.cut(f"{type(exc).__name__}: {exc}", 200, marker="")
+
+
 def _probe(probes: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], list[Unavailable]]:
     values: dict[str, Any] = {}
     failures: list[Unavailable] = []
@@ -123,7 +128,7 @@ def _probe(probes: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], list[U
         try:
             values[field] = probe()
         except Exception as exc:  # one missing fact must not hide the others
-            failures.append(Unavailable(target=field, reason=f"{type(exc).__name__}: {exc}"[:200]))
+            failures.append(Unavailable(target=field, reason=_reason(exc)))
     return values, failures
 
 
@@ -154,4 +159,6 @@ def collect(watches: list[Watch], ctx: CollectContext, os_release: Path = OS_REL
         )
         return HostInfo(**static, **dynamic, unavailable=[*static_failures, *failures])
     except Exception as exc:  # never raise into the snapshot
-        return HostInfo(unavailable=[Unavailable(target=NAME, reason=repr(exc)[:200])])
+        return HostInfo(
+            unavailable=[Unavailable(target=NAME, reason=redact.cut(repr(exc), 200, marker=""))]
+        )

@@ -21,7 +21,7 @@ from service.collectors._fs import (
     explain_error,
     is_glob,
     match_glob,
-    open_regular,
+    open_confined,
 )
 from service.collectors._logtext import (
     detect_binary,
@@ -55,7 +55,7 @@ def observe_log(
     cursor: Cursor | None = cursors.get((watch_id, real))
     lines = min(spec.lines, limits.log_lines_max)
     try:
-        fd, st = open_regular(path)
+        fd, st = open_confined(path, roots)
     except NotRegular as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=str(exc)), cursor
     except FileNotFoundError:

@@ -87,8 +87,8 @@ def probe_health(
                 body += chunk
                 if len(body) >= 4 * BODY_CHARS:
                     break
-            excerpt = " ".join(body.decode("utf-8", "replace").split())[:BODY_CHARS]
-            return response.status_code, None, latency, redact.text(excerpt) or None
+            excerpt = " ".join(body.decode("utf-8", "replace").split())
+            return response.status_code, None, latency, redact.cut(excerpt, BODY_CHARS, "") or None
     except httpx.TimeoutException:
         return None, f"timed out after {timeout:g} s", None, None
     except httpx.ConnectError as exc:
@@ -98,7 +98,7 @@ def probe_health(
 
 
 def _short(reason: str) -> str:
-    return redact.text(reason)[:200]
+    return redact.cut(reason, 200, marker="")
 
 
 def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortInfo | Unavailable:

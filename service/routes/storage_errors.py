@@ -2,7 +2,10 @@
 
 A full disk or a read-only data directory is the operator's to fix, not a bug: it gets a
 clear 507 or 503 saying nothing was saved. SQLite rolls the transaction back and Markdown is
-written through a temp file, so no partial file stays behind.
+written through a temp file, so no partial file stays behind. The commit is the truth: a
+snapshot's files failing after its commit never reach here (DumpFiles.write logs that and the
+answer is the committed version); a data directory read-only at start-up serves what it has
+and every write ends here as "read-only".
 """
 
 import errno
