@@ -57,7 +57,8 @@ class UseCases:
 
     def health(self) -> dict[str, str | int]:
         size = self.snap.data_dir_bytes()
-        return {"status": "ok", "version": __version__, "data_dir_bytes": size}
+        storage = "read-only" if self.store.read_only else "writable"
+        return {"status": "ok", "version": __version__, "data_dir_bytes": size, "storage": storage}
 
     def prune(self, keep_days: int | None = None) -> int:
         return self.snap.prune(keep_days or self.settings.keep_days)

@@ -282,6 +282,9 @@ AUDIT: list[list[tuple[str, str]]] = []
 
 
 def _audit(event: str, args: tuple) -> None:
+    no_content = os.O_PATH | os.O_DIRECTORY  # a pin or a listing opens no file's content
+    if event == "open" and len(args) > 2 and isinstance(args[2], int) and args[2] & no_content:
+        return
     if AUDIT and event in ("open", "os.scandir") and args and isinstance(args[0], str | Path):
         for sink in AUDIT:
             sink.append((event, str(args[0])))

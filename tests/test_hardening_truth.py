@@ -161,7 +161,6 @@ def test_a_restart_on_a_read_only_data_dir_serves_what_it_has(
     assert "Traceback" not in srv.log()
 
 
-@pytest.mark.xfail(strict=True, reason="UseCases.health must report store.read_only (wiring)")
 def test_health_says_read_only(stored_then_read_only: Path, tmp_path: Path) -> None:
     srv = start_server(stored_then_read_only, tmp_path / "ro.log")
     try:
