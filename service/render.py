@@ -14,7 +14,15 @@ from service.dump_files import DumpLocation
 from service.fmt import human_bytes, human_duration, utc
 from service.models import Flag, ProcessInfo, Snapshot
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+def _templates() -> Path:
+    """Installed, the templates ship inside the package (`service/templates`, see
+    pyproject.toml); in a checkout they are the repository's top-level `templates/`."""
+    here = Path(__file__).resolve().parent
+    shipped = here / "templates"
+    return shipped if (shipped / "dump.md.j2").exists() else here.parent / "templates"
+
+
+TEMPLATES = _templates()
 
 
 def fence(lines: list[str], info: str = "text") -> str:
