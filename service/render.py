@@ -14,6 +14,7 @@ from service.dump_files import DumpLocation
 from service.fmt import human_bytes, human_duration, utc
 from service.models import Flag, ProcessInfo, Snapshot
 
+
 def _templates() -> Path:
     """Installed, the templates ship inside the package (`service/templates`, see
     pyproject.toml); in a checkout they are the repository's top-level `templates/`."""
