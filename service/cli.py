@@ -100,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-url")
     p.set_defaults(func=commands.watch)
 
+    for name, remove in (("install", False), ("uninstall", True)):
+        verb = "remove ctxd's hooks and MCP server from" if remove else "add them to"
+        p = sub.add_parser(name, help=f"{verb} Claude Code's settings".replace("them", "ctxd"))
+        p.add_argument("harness", choices=["claude"])
+        p.add_argument(
+            "--scope",
+            choices=["user", "project"],
+            default="user",
+            help="~/.claude (user, default), or this checkout's .claude and .mcp.json",
+        )
+        p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+        p.set_defaults(func=commands.install, remove=remove)
+
     p = sub.add_parser("action", help="tell ctxd a command you ran or a file you edited")
     p.add_argument("session")
     what = p.add_mutually_exclusive_group(required=True)

@@ -109,12 +109,13 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     ctxd: Server, workspace: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    (home / ".claude").mkdir(parents=True)
-    config = subprocess.run(
-        [sys.executable, "-m", "service", "--url", ctxd.url, "hook", "claude", "--print-config"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    (home / ".claude" / "settings.json").write_text(config)
+    home.mkdir()
+    # installed the way a user installs it: one command, nothing registered by hand
+    installed = subprocess.run(
+        [sys.executable, "-m", "service", "--url", ctxd.url, "install", "claude"],
+        capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    assert "updated" in installed.stdout
 
     model = ScriptedModel(
         [

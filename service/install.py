@@ -1,0 +1,140 @@
+"""`ctxd install|uninstall claude`: ctxd's hooks and MCP server merged into Claude Code's own
+settings files, idempotently, keeping everything else, with a backup and a dry run.
+
+Ours are recognised by their command (`… hook claude`) and by the MCP server's name `ctxd`,
+so uninstall removes exactly what install added and a second install changes nothing.
+"""
+
+import difflib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.hooks import claude_config
+
+MCP_NAME = "ctxd"
+BACKUP_SUFFIX = ".ctxd-backup"
+
+
+class InstallError(Exception):
+    """A settings file ctxd will not touch (not JSON, not an object): said in one line."""
+
+
+@dataclass
+class Change:
+    path: Path
+    before: str
+    after: str
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def diff(self) -> str:
+        lines = difflib.unified_diff(
+            self.before.splitlines(), self.after.splitlines(),
+            fromfile=str(self.path), tofile=str(self.path), lineterm="",
+        )  # fmt: skip
+        return "\n".join(lines)
+
+
+def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
+    """(settings.json holding the hooks, the file holding the MCP servers) for a scope."""
+    if scope == "project":
+        return project / ".claude" / "settings.json", project / ".mcp.json"
+    return home / ".claude" / "settings.json", home / ".claude.json"
+
+
+def plan(
+    command: str, url: str, scope: str, project: Path, home: Path, remove: bool
+) -> list[Change]:
+    """What install (or uninstall, with `remove`) would write, file by file."""
+    settings_path, mcp_path = targets(scope, project, home)
+    settings, mcp = _load(settings_path), _load(mcp_path)
+    hooks = _without_ours(settings.get("hooks", {}))
+    if not remove:
+        for event, entries in claude_config(command)["hooks"].items():
+            hooks.setdefault(event, []).extend(entries)
+    new_settings = {**settings, "hooks": hooks} if hooks else _drop(settings, "hooks")
+    servers = {k: v for k, v in mcp.get("mcpServers", {}).items() if k != MCP_NAME}
+    if not remove:
+        servers[MCP_NAME] = {"type": "http", "url": url.rstrip("/") + "/mcp"}
+    new_mcp = {**mcp, "mcpServers": servers} if servers else _drop(mcp, "mcpServers")
+    return [
+        Change(settings_path, _text(settings_path), _dump(new_settings, settings_path)),
+        Change(mcp_path, _text(mcp_path), _dump(new_mcp, mcp_path)),
+    ]
+
+
+def apply(changes: list[Change]) -> list[Path]:
+    """Write the files that change (a backup of each first, once); returns those written."""
+    written = []
+    for change in changes:
+        if not change.changed:
+            continue
+        change.path.parent.mkdir(parents=True, exist_ok=True)
+        backup = change.path.with_name(change.path.name + BACKUP_SUFFIX)
+        if change.path.exists() and not backup.exists():
+            shutil.copy2(change.path, backup)
+        tmp = change.path.with_name(f".{change.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(change.after, encoding="utf-8")
+        os.replace(tmp, change.path)
+        written.append(change.path)
+    return written
+
+
+def _is_ours(hook: Any) -> bool:
+    command = hook.get("command", "") if isinstance(hook, dict) else ""
+    return isinstance(command, str) and command.rstrip().endswith("hook claude")
+
+
+def _without_ours(hooks: Any) -> dict[str, list[Any]]:
+    if not isinstance(hooks, dict):
+        raise InstallError("its 'hooks' is not an object; fix the file by hand first")
+    kept: dict[str, list[Any]] = {}
+    for event, entries in hooks.items():
+        left = []
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                others = [h for h in entry["hooks"] if not _is_ours(h)]
+                if others:
+                    left.append({**entry, "hooks": others})
+            else:
+                left.append(entry)
+        if left:
+            kept[event] = left
+    return kept
+
+
+def _load(path: Path) -> dict[str, Any]:
+    text = _text(path)
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        why = f"{path} is not JSON ({exc.msg}, line {exc.lineno}); not touched"
+        raise InstallError(why) from None
+    if not isinstance(data, dict):
+        raise InstallError(f"{path} does not hold a JSON object; not touched")
+    return data
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+def _dump(data: dict[str, Any], path: Path) -> str:
+    if not data and not path.exists():
+        return ""
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _drop(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != key}

@@ -1,0 +1,86 @@
+"""`ctxd install|uninstall claude` on real settings files that already hold other hooks."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+THEIRS = {
+    "model": "opus",
+    "hooks": {
+        "PostToolUse": [
+            {"matcher": "Edit", "hooks": [{"type": "command", "command": "prettier --write"}]}
+        ],
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+    },
+}
+THEIR_MCP = {"mcpServers": {"github": {"type": "http", "url": "https://example.com/mcp"}}}
+
+
+def ctxd(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], cwd=cwd, env=env,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_install_merges_is_idempotent_and_uninstall_removes_exactly_ours(tmp_path: Path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".claude").mkdir(parents=True)
+    work.mkdir()
+    settings, mcp = home / ".claude" / "settings.json", home / ".claude.json"
+    settings.write_text(json.dumps(THEIRS, indent=4))
+    mcp.write_text(json.dumps(THEIR_MCP))
+    original = settings.read_text(), mcp.read_text()
+
+    dry = ctxd(home, work, "install", "claude", "--dry-run")
+    assert dry.returncode == 0 and "+" in dry.stdout and "hook claude" in dry.stdout
+    assert (settings.read_text(), mcp.read_text()) == original  # a dry run writes nothing
+
+    done = ctxd(home, work, "install", "claude")
+    assert done.returncode == 0, done.stderr
+    merged = json.loads(settings.read_text())
+    assert merged["model"] == "opus"
+    post = merged["hooks"]["PostToolUse"]
+    assert post[0] == THEIRS["hooks"]["PostToolUse"][0]  # theirs kept, first
+    assert post[1]["hooks"][0]["command"].endswith("hook claude")
+    assert post[1]["hooks"][0]["async"] is True
+    assert {"SessionStart", "UserPromptSubmit", "PreCompact"} <= set(merged["hooks"])
+    servers = json.loads(mcp.read_text())["mcpServers"]
+    assert servers["github"] == THEIR_MCP["mcpServers"]["github"]
+    assert servers["ctxd"] == {"type": "http", "url": "http://127.0.0.1:8765/mcp"}
+    assert (settings.with_name("settings.json.ctxd-backup")).read_text() == original[0]
+
+    once = settings.read_text(), mcp.read_text()
+    again = ctxd(home, work, "install", "claude")
+    assert again.returncode == 0 and "already installed" in again.stdout
+    assert (settings.read_text(), mcp.read_text()) == once
+
+    gone = ctxd(home, work, "uninstall", "claude")
+    assert gone.returncode == 0, gone.stderr
+    assert json.loads(settings.read_text()) == THEIRS
+    assert json.loads(mcp.read_text()) == THEIR_MCP
+    assert "nothing to remove" in ctxd(home, work, "uninstall", "claude").stdout
+
+
+def test_project_scope_and_files_it_will_not_touch(tmp_path: Path):
+    home, work = tmp_path / "home", tmp_path / "repo"
+    (work / "src").mkdir(parents=True)
+    home.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    done = ctxd(home, work / "src", "--url", "http://127.0.0.1:9999", "install", "claude",
+                "--scope", "project")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    hooks = json.loads((work / ".claude" / "settings.json").read_text())["hooks"]
+    assert "--url http://127.0.0.1:9999 hook claude" in hooks["Stop"][0]["hooks"][0]["command"]
+    mcp = json.loads((work / ".mcp.json").read_text())
+    assert mcp["mcpServers"]["ctxd"]["url"] == "http://127.0.0.1:9999/mcp"
+    assert not (home / ".claude").exists()
+
+    broken = work / ".claude" / "settings.json"
+    broken.write_text("{ not json")
+    refused = ctxd(home, work, "install", "claude", "--scope", "project")
+    assert refused.returncode == 2 and "is not JSON" in refused.stderr
+    assert broken.read_text() == "{ not json"
