@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     event_probe_s: float = Field(5.0, gt=0, le=3600)
     event_min_gap_s: float = Field(5.0, ge=0, le=3600)
     keep_days: int = Field(30, ge=1, le=3650)
+    # An automatic watch whose target (process, log, artifact) is gone this long retires.
+    auto_retire_s: float = Field(900.0, ge=0, le=30 * 24 * 3600)
     # The only commands a `command` watch may run (CTXD_COMMANDS, JSON: name -> argv).
     commands: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_COMMANDS))
     limits: Limits = Field(default_factory=Limits)

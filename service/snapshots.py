@@ -19,6 +19,7 @@ from service.models import (
 )
 from service.settings import Settings
 from service.store import Store, now
+from service.watch_retirement import Retirement
 
 _NARRATIVE_LISTS = {
     "attempt": "attempts",
@@ -46,6 +47,7 @@ class Snapshotter:
         # looked up at each run, so a test can swap the registry of this module
         self.runner = CollectorRunner(settings, lambda: registry())
         self.files = DumpFiles(settings, store)
+        self.retirement = Retirement(settings.auto_retire_s)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._size_cache: tuple[float, int] = (0.0, 0)
@@ -81,6 +83,8 @@ class Snapshotter:
         observations = self.runner.observe(sid, watches, before, purpose=purpose)
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         launch_history.follow(self.store, sid, watches, observations)
+        if purpose == "snapshot":
+            self.retirement.review(self.store, sid, watches, observations)
         agent_context.enrich(narrative, self.store, session, watches)
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None

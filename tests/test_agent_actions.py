@@ -110,3 +110,25 @@ def test_a_session_can_switch_discovery_off(server: Server, client: httpx.Client
     answer = client.post("/api/sessions/quiet/actions", json={"actions": [launch]})
     # without a cwd the relative log path cannot be placed: the process and its port
     assert sorted(w["spec"]["kind"] for w in answer.json()["watches"]) == ["port", "process"]
+
+
+def test_automatic_watches_whose_target_is_gone_retire_and_keep_their_history(tmp_path: Path):
+    from tests.conftest import start_server, stop_server
+
+    server = start_server(tmp_path / "d", tmp_path / "log", env={"CTXD_AUTO_RETIRE_S": "0"})
+    try:
+        client = server.client()
+        client.put("/api/sessions/gone", json={"cwd": str(tmp_path)})
+        keep = {"kind": "log", "path": str(tmp_path / "by-hand.log")}
+        client.post("/api/sessions/gone/watches", json=keep).raise_for_status()
+        launch = {"kind": "command", "command": "nohup python3 nothere.py > nothere.log 2>&1 &"}
+        launch["cwd"] = str(tmp_path)
+        added = client.post("/api/sessions/gone/actions", json={"actions": [launch]}).json()
+        assert len(added["watches"]) == 2
+        client.post("/api/sessions/gone/snapshots", json={"force": True})  # gone: noted
+        client.post("/api/sessions/gone/snapshots", json={"force": True})  # still gone: retired
+        left = client.get("/api/sessions/gone/watches").json()
+        assert [w["spec"]["path"] for w in left] == [keep["path"]]  # the agent's own stays
+        assert "nothere.py" in client.get("/api/sessions/gone/resume").text  # in history
+    finally:
+        stop_server(server)
