@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
         p.set_defaults(func=commands.install, remove=remove)
 
+    p = sub.add_parser("doctor", help="check the installation end to end and say what to fix")
+    p.set_defaults(func=commands.doctor)
+
     p = sub.add_parser("action", help="tell ctxd a command you ran or a file you edited")
     p.add_argument("session")
     what = p.add_mutually_exclusive_group(required=True)

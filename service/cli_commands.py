@@ -115,6 +115,19 @@ def watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def doctor(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from service import doctor as checks
+    from service import hooks
+
+    project = Path(hooks.git_root(os.getcwd()) or os.getcwd())
+    findings = list(checks.examine(args.url, Path.home(), project))
+    for finding in findings:
+        print(finding.line())
+    return 0 if all(f.ok for f in findings) else EXIT_SERVICE
+
+
 def install(args: argparse.Namespace) -> int:
     from pathlib import Path
 

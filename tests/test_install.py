@@ -84,3 +84,21 @@ def test_project_scope_and_files_it_will_not_touch(tmp_path: Path):
     refused = ctxd(home, work, "install", "claude", "--scope", "project")
     assert refused.returncode == 2 and "is not JSON" in refused.stderr
     assert broken.read_text() == "{ not json"
+
+
+def test_doctor_says_what_to_fix_then_that_all_is_well(server, tmp_path: Path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    before = ctxd(home, work, "--url", server.url, "doctor")
+    assert before.returncode == 1
+    assert f"ok   service at {server.url}" in before.stdout
+    assert (
+        "FIX  Claude Code hooks: none" in before.stdout and "ctxd install claude" in before.stdout
+    )
+    down = ctxd(home, work, "--url", "http://127.0.0.1:9", "doctor")
+    assert down.returncode == 1 and "start it: `ctxd serve`" in down.stdout
+    ctxd(home, work, "--url", server.url, "install", "claude").check_returncode()
+    after = ctxd(home, work, "--url", server.url, "doctor")
+    assert after.returncode == 0, after.stdout
+    assert "ok   Claude Code hook (user)" in after.stdout and "MCP server 'ctxd'" in after.stdout
