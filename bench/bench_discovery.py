@@ -6,6 +6,7 @@ Run: .venv/bin/python -m bench.bench_discovery [--others 1000] [--runs 15]
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -74,7 +75,10 @@ def bench_hook(runs: int, workspace: Path) -> None:
 
     def hook(url: str) -> None:
         argv = [sys.executable, "-m", "service", "--url", url, "hook", "claude"]
-        subprocess.run(argv, input=json.dumps(payload), capture_output=True, text=True, check=True)
+        env = {**os.environ, "CTXD_AUTOSTART": "0"}  # "down" stays down
+        subprocess.run(
+            argv, input=json.dumps(payload), capture_output=True, text=True, check=True, env=env
+        )
 
     with tempfile.TemporaryDirectory() as data:
         server = start_server(Path(data))

@@ -15,6 +15,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
 
+from service import autostart
+
 MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
 # Events a person waits on get the time a fresh snapshot may take; the others are quick.
@@ -29,6 +31,10 @@ TOOLS = "Bash|Edit|Write|MultiEdit|NotebookEdit"
 
 class HookError(Exception):
     """Why a hook did nothing: one line for the person, and the hook still exits 0."""
+
+
+class Down(HookError):
+    """Nothing answers at the service's address."""
 
 
 def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int | None:
@@ -52,7 +58,15 @@ def run_claude(url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     try:
         payload = parse_payload(stdin.read(MAX_PAYLOAD_CHARS))
         event = str(payload["hook_event_name"])
-        answer = forward(url, payload, SLOW_EVENTS.get(event, QUICK_TIMEOUT_S))
+        timeout = SLOW_EVENTS.get(event, QUICK_TIMEOUT_S)
+        try:
+            answer = forward(url, payload, timeout)
+        except Down:
+            started = autostart.ensure(url, wait=event in TELL_EVENTS)
+            if started is None:
+                raise
+            answer = forward(url, payload, timeout)
+            answer["message"] = answer.get("message") or started
         output = hook_output(event, answer)
     except HookError as exc:
         print(f"ctxd hook: {exc}", file=stderr)
@@ -100,7 +114,8 @@ def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]
         raise HookError(f"ctxd answered HTTP {exc.code}: {_detail(said)}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise HookError(
+        kind = Down if isinstance(reason, ConnectionRefusedError) else HookError
+        raise kind(
             f"ctxd is not reachable at {url} ({reason}); start it with `ctxd serve`; "
             "the agent goes on without it"
         ) from None

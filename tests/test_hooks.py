@@ -131,14 +131,14 @@ def test_service_down_or_bad_input_never_blocks_the_agent(tmp_path: Path):
         ("SessionStart", {"source": "resume"}),
         ("Stop", {}),
     ):
-        out = hook(down, payload(event, tmp_path, **extra))
+        out = hook(down, payload(event, tmp_path, **extra), CTXD_AUTOSTART="0")
         assert out.returncode == 0
         assert "not reachable" in out.stderr and "Traceback" not in out.stderr
         # the person sees it where Claude Code shows hook messages; a tool call stays quiet
         told = json.loads(out.stdout)["systemMessage"] if out.stdout else ""
         assert ("not reachable" in told) == (event != "Stop")
     for bad in ("", "not json", "[1, 2]", '{"session_id": "x"}'):
-        out = hook(down, bad)
+        out = hook(down, bad, CTXD_AUTOSTART="0")
         assert out.returncode == 0 and out.stderr.startswith("ctxd hook: "), out.stderr
 
 
@@ -208,3 +208,37 @@ def test_tool_calls_add_watches_and_attempts_by_themselves(
     assert (
         b"hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE" not in (server.data_dir / "ctxd.db").read_bytes()
     )
+
+
+def test_ten_hooks_at_once_start_one_service(tmp_path: Path):
+    """ctxd down: the first hook starts it in the background (with a lock), the others wait
+    for it, and the prompt still gets its answer."""
+    import psutil
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    argv = [sys.executable, "-m", "service", "--url", url, "hook", "claude"]
+    event = json.dumps(payload("UserPromptSubmit", tmp_path, prompt="fix the OOM"))
+    hooks = [
+        subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(10)
+    ]  # fmt: skip
+    try:
+        results = [h.communicate(event, timeout=120) for h in hooks]
+        assert all(h.returncode == 0 for h in hooks), results
+        said = [json.loads(out)["systemMessage"] for out, _ in results if out]
+        assert sum("started it" in s for s in said) == 1, said
+        assert httpx.get(f"{url}/health", timeout=5).json()["status"] == "ok"
+        assert (tmp_path / "xdg" / "ctxd" / "ctxd.db").exists()
+    finally:
+        servers = [
+            p for p in psutil.process_iter(["cmdline"])
+            if "serve" in (p.info["cmdline"] or []) and str(port) in (p.info["cmdline"] or [])
+        ]  # fmt: skip
+        for server in servers:
+            server.terminate()
+        psutil.wait_procs(servers, timeout=10)
+    assert len(servers) == 1
