@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
+from http.client import HTTPConnection
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -58,8 +58,12 @@ def _waited(url: str, wait: bool, said: str) -> str:
 
 
 def _healthy(url: str) -> bool:
+    parts = urlsplit(url)
+    connection = HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=1)
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=1) as answer:
-            return bool(answer.status == 200)
+        connection.request("GET", parts.path.rstrip("/") + "/health")
+        return connection.getresponse().status == 200
     except OSError:
         return False
+    finally:
+        connection.close()

@@ -10,10 +10,10 @@ import json
 import os
 import shlex
 import sys
-import urllib.error
-import urllib.request
+from http.client import HTTPConnection, HTTPSConnection
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from service import autostart
 
@@ -93,33 +93,39 @@ def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]
     """POST the event to ctxd; its answer: {"session", "context", "message"}."""
     cwd = payload.get("cwd")
     body: dict[str, Any] = {
-        "payload": payload,
+        # a tool's output cut to its end: what ctxd keeps, in a request it accepts
+        "payload": {**payload, "tool_response": _tail(payload.get("tool_response"))},
         "root": git_root(cwd) if isinstance(cwd, str) else "",
     }
     if session := os.environ.get("CTXD_SESSION"):
         body["session"] = session
     if (given := os.environ.get("CTXD_HOOK_MAX_CHARS", "")).strip().isdigit():
         body["max_chars"] = max(200, int(given))
-    request = urllib.request.Request(
-        url.rstrip("/") + "/api/hooks/claude",
-        data=json.dumps(body).encode(),
-        headers={"content-type": "application/json", **_auth()},
-        method="POST",
-    )
+    status, said = post(url, "/api/hooks/claude", json.dumps(body).encode(), timeout)
+    if status != 200:
+        raise HookError(f"ctxd answered HTTP {status}: {_detail(said.decode(errors='replace'))}")
+    answer = json.loads(said or b"{}")
+    return answer if isinstance(answer, dict) else {}
+
+
+def post(url: str, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+    """One request with http.client (lighter to import than urllib.request)."""
+    parts = urlsplit(url)
+    kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+    connection = kind(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    headers = {"content-type": "application/json", **_auth()}
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            answer = json.loads(response.read(20_000_000) or b"{}")
-    except urllib.error.HTTPError as exc:
-        said = exc.read(2000).decode(errors="replace")
-        raise HookError(f"ctxd answered HTTP {exc.code}: {_detail(said)}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        kind = Down if isinstance(reason, ConnectionRefusedError) else HookError
-        raise kind(
-            f"ctxd is not reachable at {url} ({reason}); start it with `ctxd serve`; "
+        connection.request("POST", parts.path.rstrip("/") + path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read(20_000_000)
+    except OSError as exc:
+        kind_of = Down if isinstance(exc, ConnectionRefusedError) else HookError
+        raise kind_of(
+            f"ctxd is not reachable at {url} ({exc}); start it with `ctxd serve`; "
             "the agent goes on without it"
         ) from None
-    return answer if isinstance(answer, dict) else {}
+    finally:
+        connection.close()
 
 
 def hook_output(event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
