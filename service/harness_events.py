@@ -71,6 +71,8 @@ class HarnessEvents:
         sid = self.use.resolve_session(ask).id
         budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
         out = HookOut(session=sid)
+        if event in ("SessionStart", "UserPromptSubmit") and _text(p, "transcript_path"):
+            self.use.objective_from_transcript(sid, _text(p, "transcript_path"))
         if event in ("PostToolUse", "PostToolUseFailure"):
             self.use.record_actions(sid, actions.from_claude(p))
         elif event == "tool.execute.after":

@@ -6,10 +6,12 @@ anything is stored, watch admission, journal status rules, and activity marking 
 about a session counts as its activity; the quiet trigger waits for silence).
 """
 
+import os
+
 from service import __version__, confine, recovery, redact, resolve
 from service.agent_actions import Action, ActionIntake
 from service.collectors import commands
-from service.discovery.objective import is_substantive
+from service.discovery.objective import first_prompt_in_transcript, is_substantive
 from service.errors import Invalid, NotFound
 from service.harness import HOOK_MAX_CHARS, is_continue
 from service.harness_events import Harness, HarnessEvents, HookIn, HookOut
@@ -43,6 +45,7 @@ class UseCases:
         self.settings = snap.settings
         self.activity = activity
         self.intake = ActionIntake(snap, self.add_watch)
+        self._transcripts_read: set[str] = set()
         self.events = HarnessEvents(self)
 
     def close(self) -> None:
@@ -210,6 +213,25 @@ class UseCases:
         session = self.store.get_session(sid)
         if not session.objective and is_substantive(text):
             objective = redact.text(text.strip())[:OBJECTIVE_CHARS]
+            self.store.set_objective(sid, objective, "the user's first prompt")
+
+    def objective_from_transcript(self, sid: str, path: str) -> None:
+        """While a session has no objective, the first substantive prompt of the harness's
+        transcript stands for it (the user's words from before ctxd was installed). Only a
+        `.jsonl` under a `.claude/projects` folder inside the watch roots is read."""
+        session = self.store.get_session(sid)
+        if session.objective or path in self._transcripts_read:
+            return
+        if len(self._transcripts_read) > 10_000:  # one per conversation: bounded anyway
+            self._transcripts_read.clear()
+        self._transcripts_read.add(path)
+        real = os.path.realpath(path)
+        if not real.endswith(".jsonl") or "/.claude/projects/" not in real:
+            return
+        if not confine.allowed(real, confine.roots(self.settings)):
+            return
+        if text := first_prompt_in_transcript(real):
+            objective = redact.text(text)[:OBJECTIVE_CHARS]
             self.store.set_objective(sid, objective, "the user's first prompt")
 
     # --- what the agent did ------------------------------------------------------------------

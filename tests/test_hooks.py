@@ -242,3 +242,27 @@ def test_ten_hooks_at_once_start_one_service(tmp_path: Path):
             server.terminate()
         psutil.wait_procs(servers, timeout=10)
     assert len(servers) == 1
+
+
+def test_objective_from_the_transcript_when_none_was_set(
+    server: Server, client: httpx.Client, repo: Path, tmp_path: Path
+):
+    transcript = tmp_path / "home" / ".claude" / "projects" / "-work-train" / "3f1c.jsonl"
+    transcript.parent.mkdir(parents=True)
+    records = [
+        {"type": "user", "isMeta": True, "message": {"role": "user", "content": "Caveat: x"}},
+        {"type": "user", "message": {"role": "user", "content": "continue"}},
+        {"type": "user", "message": {"role": "user", "content": [
+            {"type": "text", "text": "Make the trainer stop running out of memory at step 400"}
+        ]}},
+        {"type": "user", "message": {"role": "user", "content": "and then add tests"}},
+    ]  # fmt: skip
+    transcript.write_text("not json\n" + "\n".join(json.dumps(r) for r in records) + "\n")
+    outside = payload("SessionStart", repo, source="clear", transcript_path="/etc/passwd")
+    assert hook(server.url, outside).returncode == 0
+    assert client.get("/api/sessions/train-loop").json()["objective"] == ""
+    start = payload("SessionStart", repo, source="compact", transcript_path=str(transcript))
+    assert hook(server.url, start).returncode == 0
+    session = client.get("/api/sessions/train-loop").json()
+    assert session["objective"] == "Make the trainer stop running out of memory at step 400"
+    assert session["objective_source"] == "the user's first prompt"
