@@ -4,6 +4,7 @@ from service import happened
 from service.collectors._logtext import error_line_indexes
 from service.fmt import human_duration
 from service.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
+from service.models.snapshot import Severity
 from service.thresholds import (
     DISK_CRITICAL_RATIO,
     DISK_FREE_BYTES,
@@ -27,12 +28,14 @@ __all__ = [
     "derive",
     "human_duration",
     "last_error_line",
+    "root_cause",
 ]
 
 
 def derive(current: Observations, previous: Observations | None) -> list[Signal]:
     signals = [
         *stuck_trees(current),
+        *log_errors(current, previous),
         *exited_processes(current, previous),
         *idle_processes(current),
         *expected_ports(current),
@@ -75,6 +78,43 @@ def last_error_line(current: Observations) -> tuple[str, str] | None:
     return None
 
 
+def root_cause(current: Observations) -> tuple[str, str] | None:
+    """(log path, line) that best explains a failure: the root cause of a new error block,
+    else of an earlier one, else the newest error-shaped line of a tail."""
+    logs = sorted(current.logs.items, key=lambda lg: lg.silent_for_s)
+    for new in (True, False):
+        for log in logs:
+            if log.error_summary and log.error_new == new:
+                return log.path, log.error_summary
+    return last_error_line(current)
+
+
+def _of_age(span: float, age: float | None) -> str:
+    """ "7 s of its 11 s": a span next to the age it is part of (too early to call a hang?)."""
+    if age is None or age < span:
+        return human_duration(span)
+    return f"{human_duration(span)} of its {human_duration(age)}"
+
+
+def log_errors(current: Observations, previous: Observations | None) -> list[Signal]:
+    """An error in a watched log, named by its root cause and its log, counted when repeated."""
+    signals = []
+    for log in current.logs.items:
+        if not log.errors or not log.error_summary:
+            continue
+        times = f" ({log.error_repeats} times)" if log.error_repeats > 1 else ""
+        if log.error_new:
+            lead = "new error" if previous is not None else "error"
+            severity: Severity = "critical"
+        else:
+            lead, severity = "earlier error, none new since,", "warning"
+        signals.append(
+            Signal(severity=severity, code=happened.LOG_ERROR, subject=log.path,
+                   text=f"{lead} in {log.path}: {log.error_summary}{times}")
+        )  # fmt: skip
+    return signals
+
+
 def stuck_trees(current: Observations) -> list[Signal]:
     """A tree alive with every member idle past the threshold, and evidence it should not be."""
     threshold = current.processes.stuck_after_s or STUCK_AFTER_S
@@ -95,7 +135,8 @@ def stuck_trees(current: Observations) -> list[Signal]:
                 evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
         if not evidence:
             continue  # idle and serving (or nothing expected of it): waiting, not stuck
-        text = f"stuck: all {len(members)} processes in tree {tree} idle for {human_duration(idle)}"
+        age = max((p.age_s for p in members), default=None)
+        text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
         signals.append(
             Signal(severity="critical", code="stuck", subject=str(tree),
                    text="; ".join([text, *evidence]))
@@ -107,18 +148,19 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
     if previous is None:
         return []
     last_seen = {e.key: e.last_seen_at for e in current.processes.exited}
-    error = last_error_line(current)
+    error = root_cause(current)
     signals = []
     for p in happened.exited(previous, current):
         seen = last_seen.get(p.key) or p.seen_at
-        when = f"; last seen alive {seen:%H:%M:%S} UTC" if seen else ""
-        crashed = f"; last error in {error[0]}: {error[1]}" if error and p.root else ""
+        when = f", last seen alive {seen:%H:%M:%S} UTC" if seen else ""
+        # the evidence leads: what a reader acts on is the cause, not the exit
+        crashed = f": {error[1]} (in {error[0]});" if error and p.root else ""
         verb = "crashed" if crashed else "exited"
         signals.append(
             Signal(severity="critical" if p.root else "warning", code=happened.PROCESS_EXITED,
                    subject=p.key,
-                   text=f"process {p.pid} ({p.name}) {verb} since the previous snapshot"
-                   f"{when}{crashed}")
+                   text=f"process {p.pid} ({p.name}) {verb}{crashed} "
+                   f"{'exited ' if crashed else ''}since the previous snapshot{when}")
         )  # fmt: skip
     return signals
 
@@ -133,21 +175,35 @@ def idle_processes(current: Observations) -> list[Signal]:
         return []  # the stuck signal already says it, with its evidence
     spans = [p.idle_for_s for p in procs]
     known = [s for s in spans if s is not None]
-    since = f" for {human_duration(min(known))}" if known and len(known) == len(spans) else ""
+    age = max((p.age_s for p in procs), default=None)
+    since = f" for {_of_age(min(known), age)}" if known and len(known) == len(spans) else ""
     who = "the watched process is" if len(procs) == 1 else f"all {len(procs)} watched processes"
     text = f"{who} alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
     return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
 
 
+def _expecting(current: Observations, watch_id: int | None) -> str:
+    """Who expects a port, in words: its watched process, or that none is running."""
+    if watch_id is None:
+        return ""
+    members = [p for p in current.processes.items if p.watch_id == watch_id]
+    if not members:
+        return f"; the process watch that expects it (watch {watch_id}) has no live process"
+    lead = next((p for p in members if p.root), members[0])
+    return f"; expected by the watched process {lead.name} (pid {lead.pid})"
+
+
 def expected_ports(current: Observations) -> list[Signal]:
     signals = []
+    cause = root_cause(current)
     for port in current.ports.items:
         where = f"{port.host}:{port.port}"
         if not port.listening:
-            who = f" (expected by watch {port.expected_by})" if port.expected_by else ""
+            why = f": {cause[1]} (in {cause[0]})" if cause else ""
+            who = _expecting(current, port.expected_by)
             signals.append(
                 Signal(severity="critical", code=happened.PORT_CLOSED, subject=where,
-                       text=f"{where} not listening{who}")
+                       text=f"{where} not listening{why}{who}")
             )  # fmt: skip
         elif port.health_error or (port.health_status is not None and port.health_status >= 400):
             why = port.health_error or f"HTTP {port.health_status}"

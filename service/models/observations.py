@@ -103,6 +103,7 @@ class LogInfo(BaseModel):
     error_summary: str | None = None  # its most telling line (the exception line)
     error_new: bool = False  # found in this snapshot's new bytes, not carried over
     error_lines: int = 0  # error-shaped lines among the new bytes
+    error_repeats: int = 0  # error lines that say what error_summary says (8 ranks, one cause)
 
 
 class LogsSection(BaseModel):
