@@ -48,8 +48,9 @@ def test_the_news_fields_of_a_log_do_not_enter_the_key(tmp_path: Path) -> None:
     from service.models import LogInfo, LogsSection, Observations, Snapshot, SnapshotHeader
 
     def snapshot(**news) -> Snapshot:
-        log = LogInfo(watch_id=1, path="/x.log", size=10, modified_at=datetime(2026, 1, 1, tzinfo=UTC),
-                      silent_for_s=1, errors=["ValueError: x"], error_summary="ValueError: x", **news)  # fmt: skip
+        log = LogInfo(watch_id=1, path="/x.log", size=10, silent_for_s=1,
+                      modified_at=datetime(2026, 1, 1, tzinfo=UTC),
+                      errors=["ValueError: x"], error_summary="ValueError: x", **news)  # fmt: skip
         header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
         return Snapshot(header=header, observations=Observations(logs=LogsSection(items=[log])))
 
