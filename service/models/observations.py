@@ -63,6 +63,9 @@ class WorkerGroup(BaseModel):
     tree: int
     count: int
     command: str
+    # set when the members are alike (state, CPU, memory): the table shows them as one row
+    pids: list[int] = []
+    ranks: str | None = None  # the varying part of their command lines: "0-7"
 
 
 class ExitedProcess(BaseModel):
