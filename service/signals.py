@@ -1,5 +1,7 @@
 """Pure functions from observations (and the previous ones) to signals, worst first."""
 
+from collections import Counter
+
 from service import happened
 from service.collectors._logtext import error_line_indexes
 from service.fmt import human_duration
@@ -135,6 +137,12 @@ def stuck_trees(current: Observations) -> list[Signal]:
                 evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
         if not evidence:
             continue  # idle and serving (or nothing expected of it): waiting, not stuck
+        waits = Counter(p.waiting for p in members if p.waiting)
+        if waits:  # where they wait, one entry per distinct point: eight in one call is one
+            points = (
+                f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
+            )
+            evidence.append("waiting in " + ", ".join(points))
         age = max((p.age_s for p in members), default=None)
         text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
         signals.append(

@@ -47,7 +47,19 @@ def processes_part(section: ProcessesSection) -> str:
 def start_launcher(spawn, tag: str) -> tuple[subprocess.Popen, list[int]]:
     root = spawn(sys.executable, "-c", LAUNCHER, tag, stdout=subprocess.PIPE, text=True)
     kids = [int(pid) for pid in root.stdout.readline().split()]
+    settled = [root.pid, *kids]  # each asleep in time.sleep: alike, not some still starting
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len({_wchan(pid) for pid in settled}) != 1:
+        time.sleep(0.05)
     return root, kids
+
+
+def _wchan(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/wchan") as handle:
+            return handle.read()
+    except OSError:
+        return "?"
 
 
 def test_alike_workers_are_one_row_with_their_ranks(spawn) -> None:

@@ -50,10 +50,10 @@ def _folds_to(members: list[ProcessInfo], count: int, command: str) -> bool:
     return len(members) == count and fold_workers([p.argv for p in members]) == [(count, command)]
 
 
-def _band(p: ProcessInfo) -> tuple[str, str, int]:
-    """What a reader compares workers by: name, state, and idle or how busy."""
+def _band(p: ProcessInfo) -> tuple[str, str, int, str | None]:
+    """What a reader compares workers by: name, state, idle or how busy, where it waits."""
     cpu = p.cpu_percent or 0.0
-    return p.name, p.state, 0 if cpu < 1 else 1 + int(cpu // 25)
+    return p.name, p.state, 0 if cpu < 1 else 1 + int(cpu // 25), p.waiting
 
 
 def _alike(members: list[ProcessInfo]) -> bool:

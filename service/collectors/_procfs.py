@@ -1,7 +1,8 @@
-"""Reads /proc for what psutil does cheaply not: open descriptors, listening sockets, packages."""
+"""Reads /proc for what psutil does cheaply not: descriptors, sockets, packages, waiting points."""
 
 import itertools
 import os
+import platform
 import re
 import time
 from pathlib import Path
@@ -52,6 +53,38 @@ def descriptors(pid: int, proc: Path = PROC) -> tuple[int, set[int]]:
         if match:
             sockets.add(int(match.group(1)))
     return len(names), sockets
+
+
+# The calls a blocked server or worker waits in, by their x86_64 numbers (/proc/PID/syscall).
+_SYSCALLS_X86_64 = {
+    0: "read", 7: "poll", 23: "select", 35: "nanosleep", 43: "accept", 45: "recvfrom",
+    47: "recvmsg", 61: "wait4", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
+    270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 288: "accept4", 441: "epoll_pwait2",
+}  # fmt: skip
+
+
+def waiting_point(pid: int, proc: Path = PROC) -> str | None:
+    """Where a sleeping process waits, the kernel's view: "futex_do_wait (futex)".
+
+    /proc/PID/wchan names the kernel function; /proc/PID/syscall (readable with ptrace
+    rights) the call it sits in. None when it runs or nothing can be read.
+    """
+    try:
+        wchan = (proc / str(pid) / "wchan").read_text().strip()
+    except OSError:
+        wchan = ""
+    call = ""
+    try:
+        first = (proc / str(pid) / "syscall").read_text().split(maxsplit=1)[0]
+        if first.isdigit():
+            number = int(first)
+            known = _SYSCALLS_X86_64.get(number) if platform.machine() == "x86_64" else None
+            call = known or f"syscall {number}"
+    except (OSError, IndexError):
+        pass
+    if wchan in ("", "0"):
+        return call or None
+    return f"{wchan} ({call})" if call else wchan
 
 
 def socket_owner(

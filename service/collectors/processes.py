@@ -121,6 +121,8 @@ def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatc
         )  # fmt: skip
         row.packages = _procfs.package_versions(dirs, spec.packages)
     row.not_permitted = [] if zombie else denied
+    if state in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
+        row.waiting = _procfs.waiting_point(proc.pid)
     return row
 
 

@@ -50,6 +50,7 @@ class ProcessInfo(BaseModel):
     packages: dict[str, str] = {}
     not_permitted: list[str] = []
     seen_at: datetime | None = None
+    waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
 
     @property
     def key(self) -> str:
