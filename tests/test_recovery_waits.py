@@ -2,8 +2,8 @@
 
 import os
 import platform
-import signal as signals_module
 import random
+import signal as signals_module
 import subprocess
 import sys
 import time
