@@ -155,13 +155,52 @@ def site_dirs(
     return [d for d in dict.fromkeys(dirs) if d.is_dir()][:SITE_DIRS_MAX]
 
 
+# The versions that decide how a GPU inference or training stack behaves, read for every
+# Python root without being asked: torch (with its CUDA build), the CUDA runtime and NCCL
+# wheels, triton, flashinfer, vllm, sglang, sgl-kernel, transformers.
+STACK_PACKAGES = (
+    "torch", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-nccl-cu12",
+    "nvidia-nccl-cu13", "triton", "flashinfer-python", "flashinfer", "vllm", "sglang",
+    "sgl-kernel", "transformers",
+)  # fmt: skip
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", re.M)
+_LISTINGS: dict[Path, tuple[int, list[str]]] = {}
+
+
+def _listing(folder: Path) -> list[str]:
+    """os.listdir of a site folder, kept until the folder changes (installs touch it)."""
+    stamp = folder.stat().st_mtime_ns
+    kept = _LISTINGS.get(folder)
+    if kept is None or kept[0] != stamp:
+        if len(_LISTINGS) > 256:
+            _LISTINGS.clear()
+        kept = _LISTINGS[folder] = (stamp, os.listdir(folder))
+    return kept[1]
+
+
+def stack_versions(dirs: list[Path]) -> dict[str, str]:
+    """The STACK_PACKAGES installed in `dirs`; torch's says which CUDA it was built for."""
+    found = {n: v for n, v in package_versions(dirs, list(STACK_PACKAGES)).items()
+             if v != "not installed"}  # fmt: skip
+    if "torch" in found and "+" not in found["torch"]:
+        for folder in dirs:
+            try:
+                text = (folder / "torch" / "version.py").read_text()[:4096]
+            except OSError:
+                continue
+            m = _TORCH_CUDA.search(text)
+            found["torch"] += f" (CUDA {m.group(1)})" if m else " (CPU build)"
+            break
+    return found
+
+
 def package_versions(dirs: list[Path], names: list[str]) -> dict[str, str]:
     """{name: version} from `*.dist-info` / `*.egg-info` folder names, first folder wins."""
     wanted = {normalise(n): n for n in names}
     found: dict[str, str] = {}
     for folder in dirs:
         try:
-            entries = os.listdir(folder)
+            entries = _listing(folder)
         except OSError:
             continue
         for entry in entries:
