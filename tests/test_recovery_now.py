@@ -128,6 +128,11 @@ def test_one_cause_from_four_ranks_is_one_signal_with_a_count(tmp_path: Path) ->
         assert "ValueError: Free memory on device cuda:0 (1.0/23.56 GiB) is too low" in first
         assert first.endswith("(4 times)")
         assert not any("ValueError" in line for line in rest)
+        logs_part = markdown.split("## Logs\n", 1)[1]
+        assert "**Error since the previous snapshot**: root cause `ValueError: Free memory" in (
+            logs_part
+        )
+        assert "is too low`, 4 times" in logs_part
     finally:
         s.close()
 
