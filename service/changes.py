@@ -126,7 +126,8 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
 
 
 # Readings that move on their own while nothing happens: never a reason for a new version.
-_VOLATILE_KEYS = {"load_avg", "memory_available_bytes", "seen_at", "confirmed_at"}
+# (where a sleeping process waits moves between calls while it idles: it is shown, not keyed)
+_VOLATILE_KEYS = {"load_avg", "memory_available_bytes", "seen_at", "confirmed_at", "waiting"}
 # A log's "since the previous read" figures (growth, bytes scanned, whether its error is new)
 # are news about a step, not state: the first read of a file reports them, the next does not,
 # and what they report shows in its size, inode and error block, which stay in the key.

@@ -60,3 +60,26 @@ def test_the_news_fields_of_a_log_do_not_enter_the_key(tmp_path: Path) -> None:
     grown = snapshot().model_copy(deep=True)
     grown.observations.logs.items[0].size = 11
     assert changes.content_key(grown) != changes.content_key(later_read)
+
+
+def test_where_a_sleeping_process_waits_is_shown_but_not_keyed() -> None:
+    from datetime import UTC, datetime
+
+    from service.models import (
+        Observations,
+        ProcessesSection,
+        ProcessInfo,
+        Snapshot,
+        SnapshotHeader,
+    )
+
+    def snapshot(waiting: str) -> Snapshot:
+        started = datetime(2026, 1, 1, tzinfo=UTC)
+        row = ProcessInfo(watch_id=1, pid=7, ppid=1, name="python", state="sleeping",
+                          started_at=started, age_s=60, waiting=waiting)  # fmt: skip
+        header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+        observations = Observations(processes=ProcessesSection(items=[row]))
+        return Snapshot(header=header, observations=observations)
+
+    epoll, futex = snapshot("do_epoll_wait (epoll_wait)"), snapshot("futex_do_wait (futex)")
+    assert changes.content_key(epoll) == changes.content_key(futex)
