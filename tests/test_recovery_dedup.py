@@ -21,6 +21,9 @@ def test_an_unchanged_session_is_confirmed_not_versioned_again(tmp_path: Path, s
     quiet = tmp_path / "quiet.log"
     quiet.write_text("INFO ready\n")
     child = spawn(sys.executable, "-c", "import time; time.sleep(60)")
+    deadline = time.monotonic() + 10  # asleep first: a process still starting is news
+    while time.monotonic() < deadline and _state(child.pid) != "S":
+        time.sleep(0.05)
     settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
     snap = Snapshotter(settings, Store(settings.db_path))
     try:
@@ -40,6 +43,11 @@ def test_an_unchanged_session_is_confirmed_not_versioned_again(tmp_path: Path, s
         assert third.header.version == 2
     finally:
         snap.close()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_the_news_fields_of_a_log_do_not_enter_the_key(tmp_path: Path) -> None:
