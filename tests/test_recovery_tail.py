@@ -124,3 +124,14 @@ def test_a_hole_read_from_its_middle_says_more_than(tmp_path: Path) -> None:
     info = tail_of(path)  # the tail budget (1 MB) ends inside the 4 MB hole
     assert info.lines[0].startswith("[… more than 1024.0 KB of NUL bytes")
     assert info.lines[1:] == ["after the hole"]
+
+
+def test_folding_stays_linear_on_long_lines_that_look_like_frames() -> None:
+    import time
+
+    from service.collectors._progress import fold_progress
+
+    lines = [" " * 1990 + "% 1/2", "a" * 390 + " " * 1600 + "%|x| 1/2 [", "5% " * 600 + "1/2"]
+    started = time.process_time()
+    fold_progress(lines * 700)
+    assert time.process_time() - started < 2.0  # a backtracking match took 10 s here

@@ -9,11 +9,15 @@ import re
 from collections.abc import Sequence
 
 FOLDED = " [{} earlier frames of this bar folded]"
+FRAME_CHARS_MAX = 400
 
 # tqdm and the bars built on it: "desc:  45%|████▌ | 2.24G/4.97G [", "desc:  58% 707M/1.22G [",
 # SGLang's and vLLM's "Loading safetensors checkpoint shards:   5% Completed | 1/19 [".
-_TQDM = re.compile(
-    r"^(?P<desc>.*?)\s*(?<![\d.])\d{1,3}%\s*(?:Completed\s*)?(?:\|[^|]*\|\s*|\|\s*|\s+)"
+# The percentage is found first and what follows it matched there: no backtracking over a
+# long description.
+_PERCENT = re.compile(r"(?<![\d.])\d{1,3}%")
+_AFTER_PERCENT = re.compile(
+    r"(?:\s*Completed)?(?:\s*\|[^|]*\|\s*|\s*\|\s*|\s+)"
     r"[\d.]+[kMGTPB]*/(?P<total>[\d.]+[kMGTPB]*)(?:\s*\[|\s*$)"
 )
 # pip's rich bar: "   ━━━━━━━━╸━━━━━━━ 12.5/268.2 MB 70.3 MB/s eta 0:00:04"
@@ -24,9 +28,13 @@ _FILLER = re.compile(r"^\s*(?:\([\w.-]+ pid=\d+\)\s*)?$")
 
 def bar_key(line: str) -> tuple[str, str] | None:
     """Which bar `line` is a frame of (its description and total), or None."""
-    m = _TQDM.match(line)
-    if m:
-        return m.group("desc").strip(), m.group("total")
+    if "/" not in line:
+        return None  # every frame shows done/total: most lines leave here
+    line = line[:FRAME_CHARS_MAX]  # a frame is short; a long line is not matched at length
+    for percent in _PERCENT.finditer(line):
+        after = _AFTER_PERCENT.match(line, percent.end())
+        if after:
+            return line[: percent.start()].strip(), after.group("total")
     m = _PIP.match(line)
     if m:
         return "pip", m.group("total")
