@@ -126,7 +126,15 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
 
 
 # Readings that move on their own while nothing happens: never a reason for a new version.
-_VOLATILE_KEYS = {"load_avg", "memory_available_bytes", "seen_at", "confirmed_at"}
+# (where a sleeping process waits moves between calls while it idles: it is shown, not keyed)
+_VOLATILE_KEYS = {"load_avg", "memory_available_bytes", "seen_at", "confirmed_at", "waiting"}
+# A log's "since the previous read" figures (growth, bytes scanned, whether its error is new)
+# are news about a step, not state: the first read of a file reports them, the next does not,
+# and what they report shows in its size, inode and error block, which stay in the key.
+_LOG_NEWS = (
+    "growth_bytes", "scanned_bytes", "skipped_bytes", "rotated", "rotated_from", "truncated",
+    "error_new", "error_lines",
+)  # fmt: skip
 _VOLATILE_SUFFIXES = ("_s", "_ms", "_bps", "_c", "_w")
 
 
@@ -139,8 +147,13 @@ def content_key(snapshot: Snapshot) -> str:
     """
     data = snapshot.model_dump(mode="json", exclude={"header": True, "changes": True})
     data["note"] = snapshot.header.note
-    # a signal's wording carries durations ("silent for 4 min"); its identity does not
-    data["signals"] = [(s.severity, s.key) for s in snapshot.signals]
+    for log in data["observations"]["logs"]["items"]:
+        for name in _LOG_NEWS:
+            log.pop(name, None)
+    # a signal's wording carries durations ("silent for 4 min"); its identity does not, nor its
+    # severity, which follows from the observations already in the key or from news (a new
+    # error is critical, the same error read again a warning) that is no state
+    data["signals"] = sorted(s.key for s in snapshot.signals)
     raw = json.dumps(_stable(data), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(raw.encode()).hexdigest()
 

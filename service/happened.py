@@ -61,7 +61,10 @@ def events(before: Observations | None, after: Observations) -> list[tuple[str, 
     found = [
         *((PROCESS_EXITED, f"process {p.pid} ({p.name}) exited") for p in exited(before, after)),
         *((PORT_OPENED, f"{p.host}:{p.port} now listening") for p in opened(before, after)),
-        *((LOG_ERROR, f"new error in {log.path}") for log in new_errors(before, after)),
+        *(
+            (LOG_ERROR, f"new error in {log.path}: {log.error_summary or log.errors[0]}")
+            for log in new_errors(before, after)
+        ),
         *(
             (ARTIFACT_CHANGED, f"artifact {a.path} changed")
             for a in changed_artifacts(before, after)

@@ -1,9 +1,11 @@
 """Pure functions from observations (and the previous ones) to signals, worst first."""
 
+from collections import Counter
+
 from service import happened
-from service.collectors._logtext import error_line_indexes
 from service.fmt import human_duration
 from service.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
+from service.signals_logs import last_error_line, log_errors, root_cause, silent_logs
 from service.thresholds import (
     DISK_CRITICAL_RATIO,
     DISK_FREE_BYTES,
@@ -27,12 +29,15 @@ __all__ = [
     "derive",
     "human_duration",
     "last_error_line",
+    "root_cause",
+    "silent_logs",
 ]
 
 
 def derive(current: Observations, previous: Observations | None) -> list[Signal]:
     signals = [
         *stuck_trees(current),
+        *log_errors(current, previous),
         *exited_processes(current, previous),
         *idle_processes(current),
         *expected_ports(current),
@@ -63,16 +68,11 @@ def _idle_for(members: list[ProcessInfo]) -> float | None:
     return shortest if shortest > 0 else None
 
 
-def last_error_line(current: Observations) -> tuple[str, str] | None:
-    """(log path, line) of the newest line that looks like an error in any watched log.
-
-    The logs collector's matcher: a setting's value (log_level='ERROR') is no error here either.
-    """
-    for log in sorted(current.logs.items, key=lambda lg: lg.silent_for_s):
-        found = error_line_indexes(log.lines)
-        if found:
-            return log.path, log.lines[found[-1]].strip()[:200]
-    return None
+def _of_age(span: float, age: float | None) -> str:
+    """ "7 s of its 11 s": a span next to the age it is part of (too early to call a hang?)."""
+    if age is None or age < span:
+        return human_duration(span)
+    return f"{human_duration(span)} of its {human_duration(age)}"
 
 
 def stuck_trees(current: Observations) -> list[Signal]:
@@ -95,7 +95,14 @@ def stuck_trees(current: Observations) -> list[Signal]:
                 evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
         if not evidence:
             continue  # idle and serving (or nothing expected of it): waiting, not stuck
-        text = f"stuck: all {len(members)} processes in tree {tree} idle for {human_duration(idle)}"
+        waits = Counter(p.waiting for p in members if p.waiting)
+        if waits:  # where they wait, one entry per distinct point: eight in one call is one
+            points = (
+                f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
+            )
+            evidence.append("waiting in " + ", ".join(points))
+        age = max((p.age_s for p in members), default=None)
+        text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
         signals.append(
             Signal(severity="critical", code="stuck", subject=str(tree),
                    text="; ".join([text, *evidence]))
@@ -107,18 +114,19 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
     if previous is None:
         return []
     last_seen = {e.key: e.last_seen_at for e in current.processes.exited}
-    error = last_error_line(current)
+    error = root_cause(current)
     signals = []
     for p in happened.exited(previous, current):
         seen = last_seen.get(p.key) or p.seen_at
-        when = f"; last seen alive {seen:%H:%M:%S} UTC" if seen else ""
-        crashed = f"; last error in {error[0]}: {error[1]}" if error and p.root else ""
+        when = f", last seen alive {seen:%H:%M:%S} UTC" if seen else ""
+        # the evidence leads: what a reader acts on is the cause, not the exit
+        crashed = f": {error[1]} (in {error[0]});" if error and p.root else ""
         verb = "crashed" if crashed else "exited"
         signals.append(
             Signal(severity="critical" if p.root else "warning", code=happened.PROCESS_EXITED,
                    subject=p.key,
-                   text=f"process {p.pid} ({p.name}) {verb} since the previous snapshot"
-                   f"{when}{crashed}")
+                   text=f"process {p.pid} ({p.name}) {verb}{crashed} "
+                   f"{'exited ' if crashed else ''}since the previous snapshot{when}")
         )  # fmt: skip
     return signals
 
@@ -133,21 +141,35 @@ def idle_processes(current: Observations) -> list[Signal]:
         return []  # the stuck signal already says it, with its evidence
     spans = [p.idle_for_s for p in procs]
     known = [s for s in spans if s is not None]
-    since = f" for {human_duration(min(known))}" if known and len(known) == len(spans) else ""
+    age = max((p.age_s for p in procs), default=None)
+    since = f" for {_of_age(min(known), age)}" if known and len(known) == len(spans) else ""
     who = "the watched process is" if len(procs) == 1 else f"all {len(procs)} watched processes"
     text = f"{who} alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
     return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
 
 
+def _expecting(current: Observations, watch_id: int | None) -> str:
+    """Who expects a port, in words: its watched process, or that none is running."""
+    if watch_id is None:
+        return ""
+    members = [p for p in current.processes.items if p.watch_id == watch_id]
+    if not members:
+        return f"; the process watch that expects it (watch {watch_id}) has no live process"
+    lead = next((p for p in members if p.root), members[0])
+    return f"; expected by the watched process {lead.name} (pid {lead.pid})"
+
+
 def expected_ports(current: Observations) -> list[Signal]:
     signals = []
+    cause = root_cause(current)
     for port in current.ports.items:
         where = f"{port.host}:{port.port}"
         if not port.listening:
-            who = f" (expected by watch {port.expected_by})" if port.expected_by else ""
+            why = f": {cause[1]} (in {cause[0]})" if cause else ""
+            who = _expecting(current, port.expected_by)
             signals.append(
                 Signal(severity="critical", code=happened.PORT_CLOSED, subject=where,
-                       text=f"{where} not listening{who}")
+                       text=f"{where} not listening{why}{who}")
             )  # fmt: skip
         elif port.health_error or (port.health_status is not None and port.health_status >= 400):
             why = port.health_error or f"HTTP {port.health_status}"
@@ -170,24 +192,6 @@ def ports_opened(current: Observations, previous: Observations | None) -> list[S
             Signal(severity="info", code=happened.PORT_OPENED, subject=where,
                    text=f"{where} now listening{owner}")
         )  # fmt: skip
-    return signals
-
-
-def silent_logs(current: Observations) -> list[Signal]:
-    signals = []
-    for log in current.logs.items:
-        if log.silent_for_s < LOG_SILENT_AFTER_S:
-            continue
-        last = log.lines[-1].strip() if log.lines else ""
-        tail = f"; last line: {last[:120]}" if last else ""
-        signals.append(
-            Signal(
-                severity="warning",
-                code="log_silent",
-                subject=log.path,
-                text=f"log {log.path} silent for {human_duration(log.silent_for_s)}{tail}",
-            )
-        )
     return signals
 
 

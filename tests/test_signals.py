@@ -42,7 +42,7 @@ def test_all_idle_tree_with_closed_expected_port_is_reported_worst_first():
     found = signals.derive(current, None)
     assert [s.code for s in found] == ["port_closed", "all_idle"]
     assert "all 9 watched processes" in found[1].text
-    assert "expected by watch 1" in found[0].text
+    assert "expected by the watched process python (pid 10)" in found[0].text
 
 
 def test_a_busy_process_means_not_all_idle():
@@ -139,8 +139,8 @@ def test_exit_names_last_seen_and_last_error_line() -> None:
     current.processes.exited = [gone]
     (found,) = signals.exited_processes(current, before)
     assert found.text == (
-        "process 10 (python) crashed since the previous snapshot; last seen alive 12:00:00 UTC; "
-        "last error in /x.log: RuntimeError: CUDA error: no kernel image"
+        "process 10 (python) crashed: RuntimeError: CUDA error: no kernel image (in /x.log); "
+        "exited since the previous snapshot, last seen alive 12:00:00 UTC"
     )
 
 
@@ -223,3 +223,9 @@ def test_a_port_change_is_named_like_its_signal():
     assert [c.kind for c in changes.ports(obs(ports=[listening]), obs(ports=[closed]))] == [
         happened.PORT_CLOSED
     ]
+
+
+def test_an_idle_span_is_read_against_the_age_of_the_process() -> None:
+    young = proc(10).model_copy(update={"age_s": 11.0, "idle_for_s": 7.0})
+    (found,) = signals.idle_processes(obs(young))
+    assert found.text == "the watched process is alive at <1% CPU for 7 s of its 11 s"

@@ -78,7 +78,7 @@ _DIGITS = re.compile(r"\d+")
 VALUES_SHOWN = 8
 
 
-def _shape(argv: list[str]) -> tuple[str, ...]:
+def shape(argv: list[str]) -> tuple[str, ...]:
     """argv with every digit run blanked: workers of one launcher share a shape."""
     return tuple(_DIGITS.sub("#", arg) for arg in argv)
 
@@ -122,7 +122,7 @@ def fold_workers(argvs: list[list[str]]) -> list[tuple[int, str]]:
     """
     groups: dict[tuple[str, ...], list[list[str]]] = defaultdict(list)
     for argv in argvs:
-        groups[_shape(argv)].append(argv)
+        groups[shape(argv)].append(argv)
     folded = []
     for members in groups.values():
         tokens = [_merge_token([m[i] for m in members]) for i in range(len(members[0]))]

@@ -32,6 +32,7 @@ class Cursor:
     binary: bool = False
     errors: list[str] = field(default_factory=list)
     error_summary: str | None = None
+    error_repeats: int = 0
 
 
 @dataclass

@@ -7,6 +7,8 @@ from itertools import accumulate
 
 from service import redact
 from service.collectors import _patterns
+from service.collectors._progress import fold_progress
+from service.fmt import human_bytes
 
 BLOCK_BYTES = 64 * 1024
 CUT_MARKER = " … [cut {} chars]"
@@ -37,10 +39,15 @@ ERROR_SHAPES: tuple[re.Pattern[str], ...] = tuple(
         r"NCCL WARN|NCCL error|nccl\w*Error",
         r"out of memory|OutOfMemoryError|\bOOM\b",
         r"\bKilled\b|Segmentation fault|SIGSEGV|SIGABRT|core dumped|Fatal Python error",
-        r"^[ \t]*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::|$)",
+        # an exception line, also behind a rank or process prefix ("[rank0]: ", "(Worker pid=9) ")
+        r"^(?:\[\w+\]:?\s*|\([\w.-]+ pid=\d+\)\s*)?[ \t]*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*"
+        r"(?:Error|Exception)(?::|$)",
+        # compilers (gcc, clang, nvcc: "file.c:3:5: error: ...") and make ("*** [all] Error 2")
+        r"^\S+?:\d+(?::\d+)?:\s+(?:fatal )?error:|\*\*\* \[[^\]]*\] Error \d+",
     )
 )
 _EXCEPTION_LINE = re.compile(r"(?:^|\s|\])(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b:")
+_EXCEPT_CLAUSE = re.compile(r"\bexcept\b[^:]*:\s*$")  # source shown in a frame, not an error
 _CHAINED = re.compile(
     r"During handling of the above exception|The above exception was the direct cause"
 )
@@ -78,15 +85,10 @@ def parse_lines(raw: bytes, max_line_chars: int, *, partial: bool = False) -> li
 
 
 def parse_tail(raw: bytes, lines: int, max_line_chars: int, *, partial: bool = False) -> list[str]:
-    """The last `lines` clean lines of `raw`; `partial`: raw starts mid-line, drop that piece."""
+    """The last `lines` clean lines of `raw`, bar frames folded; `partial`: raw starts mid-line."""
     if lines <= 0:
         return []
-    parts = raw.decode("utf-8", errors="replace").split("\n")
-    if partial and len(parts) > 1:
-        parts = parts[1:]
-    if parts[-1] == "":
-        parts.pop()
-    return [clean_line(part, max_line_chars) for part in parts[-lines:]]
+    return fold_progress(parse_lines(raw, max_line_chars, partial=partial))[-lines:]
 
 
 def detect_binary(raw: bytes) -> bool:
@@ -104,7 +106,7 @@ def detect_binary(raw: bytes) -> bool:
 # few candidate lines, and only those are matched against the full shapes.
 _PREFILTER = re.compile(
     r"E(?:RROR|rror|xception)|Traceback|CRITICAL|FATAL|Fatal|CUDA|cuda|NCCL|nccl|memory|OOM"
-    r"|Killed|Segmentation|SIG|dumped"
+    r"|Killed|Segmentation|SIG|dumped|error:"
 )
 _SHAPES = re.compile("|".join(f"(?:{p.pattern})" for p in ERROR_SHAPES))
 
@@ -185,9 +187,67 @@ def _same_record(first: str, line: str) -> bool:
 
 
 def summarize(block: Sequence[str]) -> str:
-    """The most telling line of an error block: its (last) exception line, else its first."""
-    chosen = next((x for x in reversed(block) if _EXCEPTION_LINE.search(x)), block[0])
+    """The root cause of an error block: its first exception line, else its first line.
+
+    Python prints a chain oldest first ("During handling of the above exception", "The above
+    exception was the direct cause"), and vLLM's "Engine core initialization failed. See root
+    cause above" comes after the cause: the first exception is the one to fix.
+    """
+    chosen = next((x for x in block if _is_exception_line(x)), block[0])
     chosen = chosen.strip()
     if len(chosen) > ERROR_SUMMARY_CHARS:
         chosen = redact.cut(chosen, ERROR_SUMMARY_CHARS)
     return chosen
+
+
+def _is_exception_line(line: str) -> bool:
+    return bool(_EXCEPTION_LINE.search(line)) and not _EXCEPT_CLAUSE.search(line)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def error_shape(line: str) -> str:
+    """A line with what differs between ranks, pids and times masked, from its exception on."""
+    m = _EXCEPTION_LINE.search(line)
+    text = line[m.start() :] if m and not _EXCEPT_CLAUSE.search(line) else line
+    return _DIGITS.sub("#", text.strip())
+
+
+def repeats(lines: Sequence[str], summary: str, extra: Sequence[re.Pattern[str]] = ()) -> int:
+    """How many error lines of `lines` say what `summary` says (eight ranks, one cause: 8)."""
+    shape = error_shape(summary)
+    return sum(1 for i in error_line_indexes(lines, extra) if error_shape(lines[i]) == shape)
+
+
+_HOLE = re.compile(rb"\x00{16,}")
+HOLE_LINE = "[… {} of NUL bytes: a hole, as truncation in place (copytruncate) or a crash leaves]"
+
+
+def tail_text(
+    raw: bytes, lines: int, max_line_chars: int, *, partial: bool = False
+) -> tuple[list[str], bool]:
+    """(the last `lines` clean lines of `raw`, binary): runs of NUL bytes become a marked hole.
+
+    A log truncated under a writer that keeps its offset reads as zeros up to where the writer
+    went on: the text after such a hole is the news, so only a tail that is not text once its
+    holes are set aside counts as binary. Progress bars written line by line are folded.
+    """
+    holes = list(_HOLE.finditer(raw))
+    text = _HOLE.sub(b"", raw) if holes else raw
+    if (holes and not text.strip()) or detect_binary(text):
+        return [], True
+    if lines <= 0:
+        return [], False
+    out: list[str] = []
+    start = 0
+    for index, hole in enumerate([*holes, None]):
+        end = hole.start() if hole else len(raw)
+        segment = raw[start:end]
+        if segment.strip(b"\n"):
+            out += parse_lines(segment, max_line_chars, partial=partial and start == 0)
+        if hole is not None:
+            at_least = "more than " if index == 0 and hole.start() == 0 and partial else ""
+            out.append(HOLE_LINE.format(at_least + human_bytes(hole.end() - hole.start())))
+            start = hole.end()
+    return fold_progress(out)[-lines:], False

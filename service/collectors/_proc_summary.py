@@ -1,6 +1,9 @@
 """Many process rows summarised: the rows worth featuring, and workers folded by rank."""
 
-from service.collectors._argv import fold_workers
+import re
+from collections import defaultdict
+
+from service.collectors._argv import fold_workers, shape
 from service.models import ProcessInfo, WorkerGroup
 
 # Beyond this many rows the dump shows a summary and the most telling rows, not a long table.
@@ -25,9 +28,51 @@ def featured(items: list[ProcessInfo]) -> list[int]:
 
 
 def workers(items: list[ProcessInfo]) -> list[WorkerGroup]:
+    """Per root, its children folded by command line; alike ones carry their pids and ranks."""
     groups: list[WorkerGroup] = []
     for root in (p for p in items if p.root):
-        argvs = [p.argv for p in items if p.tree == root.pid and not p.root and p.argv]
-        folded = fold_workers(argvs)[:WORKER_LINES]
-        groups += [WorkerGroup(tree=root.pid, count=n, command=cmd) for n, cmd in folded]
+        children = [p for p in items if p.tree == root.pid and not p.root and p.argv]
+        by_shape: dict[tuple[str, ...], list[ProcessInfo]] = defaultdict(list)
+        for p in children:
+            by_shape[shape(p.argv)].append(p)
+        for n, cmd in fold_workers([p.argv for p in children])[:WORKER_LINES]:
+            members = next((m for m in by_shape.values() if _folds_to(m, n, cmd)), [])
+            alike = len(members) > 1 and _alike(members)
+            groups.append(
+                WorkerGroup(tree=root.pid, count=n, command=cmd,
+                            pids=[p.pid for p in members] if alike else [],
+                            ranks=_ranks(cmd) if alike else None)
+            )  # fmt: skip
     return groups
+
+
+def _folds_to(members: list[ProcessInfo], count: int, command: str) -> bool:
+    return len(members) == count and fold_workers([p.argv for p in members]) == [(count, command)]
+
+
+def _band(p: ProcessInfo) -> tuple[str, str, int, str | None]:
+    """What a reader compares workers by: name, state, idle or how busy, where it waits."""
+    cpu = p.cpu_percent or 0.0
+    return p.name, p.state, 0 if cpu < 1 else 1 + int(cpu // 25), p.waiting
+
+
+def _alike(members: list[ProcessInfo]) -> bool:
+    """Same name, state and CPU band, and resident sizes within 10 % of each other."""
+    if len({_band(p) for p in members}) != 1:
+        return False
+    sizes = [p.rss_bytes for p in members]
+    if any(s is None for s in sizes):
+        return all(s is None for s in sizes)
+    known = [s for s in sizes if s is not None]
+    return max(known) <= min(known) * 1.1
+
+
+_VARYING = re.compile(r"\{(\d+)\.\.(\d+)\}|\{([^{}]*)\}")
+
+
+def _ranks(command: str) -> str | None:
+    """The first varying part of a folded command line, as a reader writes it: "0-7"."""
+    m = _VARYING.search(command)
+    if not m:
+        return None
+    return f"{m.group(1)}-{m.group(2)}" if m.group(1) is not None else m.group(3)

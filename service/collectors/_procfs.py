@@ -1,7 +1,8 @@
-"""Reads /proc for what psutil does cheaply not: open descriptors, listening sockets, packages."""
+"""Reads /proc for what psutil does cheaply not: descriptors, sockets, packages, waiting points."""
 
 import itertools
 import os
+import platform
 import re
 import time
 from pathlib import Path
@@ -52,6 +53,38 @@ def descriptors(pid: int, proc: Path = PROC) -> tuple[int, set[int]]:
         if match:
             sockets.add(int(match.group(1)))
     return len(names), sockets
+
+
+# The calls a blocked server or worker waits in, by their x86_64 numbers (/proc/PID/syscall).
+_SYSCALLS_X86_64 = {
+    0: "read", 7: "poll", 23: "select", 35: "nanosleep", 43: "accept", 45: "recvfrom",
+    47: "recvmsg", 61: "wait4", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
+    270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 288: "accept4", 441: "epoll_pwait2",
+}  # fmt: skip
+
+
+def waiting_point(pid: int, proc: Path = PROC) -> str | None:
+    """Where a sleeping process waits, the kernel's view: "futex_do_wait (futex)".
+
+    /proc/PID/wchan names the kernel function; /proc/PID/syscall (readable with ptrace
+    rights) the call it sits in. None when it runs or nothing can be read.
+    """
+    try:
+        wchan = (proc / str(pid) / "wchan").read_text().strip()
+    except OSError:
+        wchan = ""
+    call = ""
+    try:
+        first = (proc / str(pid) / "syscall").read_text().split(maxsplit=1)[0]
+        if first.isdigit():
+            number = int(first)
+            known = _SYSCALLS_X86_64.get(number) if platform.machine() == "x86_64" else None
+            call = known or f"syscall {number}"
+    except (OSError, IndexError):
+        pass
+    if wchan in ("", "0"):
+        return call or None
+    return f"{wchan} ({call})" if call else wchan
 
 
 def socket_owner(
@@ -122,13 +155,52 @@ def site_dirs(
     return [d for d in dict.fromkeys(dirs) if d.is_dir()][:SITE_DIRS_MAX]
 
 
+# The versions that decide how a GPU inference or training stack behaves, read for every
+# Python root without being asked: torch (with its CUDA build), the CUDA runtime and NCCL
+# wheels, triton, flashinfer, vllm, sglang, sgl-kernel, transformers.
+STACK_PACKAGES = (
+    "torch", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-nccl-cu12",
+    "nvidia-nccl-cu13", "triton", "flashinfer-python", "flashinfer", "vllm", "sglang",
+    "sgl-kernel", "transformers",
+)  # fmt: skip
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", re.M)
+_LISTINGS: dict[Path, tuple[int, list[str]]] = {}
+
+
+def _listing(folder: Path) -> list[str]:
+    """os.listdir of a site folder, kept until the folder changes (installs touch it)."""
+    stamp = folder.stat().st_mtime_ns
+    kept = _LISTINGS.get(folder)
+    if kept is None or kept[0] != stamp:
+        if len(_LISTINGS) > 256:
+            _LISTINGS.clear()
+        kept = _LISTINGS[folder] = (stamp, os.listdir(folder))
+    return kept[1]
+
+
+def stack_versions(dirs: list[Path]) -> dict[str, str]:
+    """The STACK_PACKAGES installed in `dirs`; torch's says which CUDA it was built for."""
+    found = {n: v for n, v in package_versions(dirs, list(STACK_PACKAGES)).items()
+             if v != "not installed"}  # fmt: skip
+    if "torch" in found and "+" not in found["torch"]:
+        for folder in dirs:
+            try:
+                text = (folder / "torch" / "version.py").read_text()[:4096]
+            except OSError:
+                continue
+            m = _TORCH_CUDA.search(text)
+            found["torch"] += f" (CUDA {m.group(1)})" if m else " (CPU build)"
+            break
+    return found
+
+
 def package_versions(dirs: list[Path], names: list[str]) -> dict[str, str]:
     """{name: version} from `*.dist-info` / `*.egg-info` folder names, first folder wins."""
     wanted = {normalise(n): n for n in names}
     found: dict[str, str] = {}
     for folder in dirs:
         try:
-            entries = os.listdir(folder)
+            entries = _listing(folder)
         except OSError:
             continue
         for entry in entries:

@@ -23,16 +23,13 @@ from service.collectors._fs import (
     match_glob,
     open_confined,
 )
-from service.collectors._logtext import (
-    detect_binary,
-    find_error_block,
-    parse_tail,
-)
+from service.collectors._logtext import find_error_block, repeats, tail_text
 from service.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
 from service.settings import Limits
 
 NAME = "logs"
 SECTION = LogsSection
+TAIL_READ_FACTOR = 4
 
 
 def redact_lines(lines: list[str]) -> list[str]:
@@ -79,11 +76,10 @@ def observe_log(
             tail, binary = cursor.tail or [], cursor.binary
         else:
             new = follow_fd(fd, st, real, cursor, limits)
-            raw, partial = read_tail(fd, st.st_size, lines, limits.log_tail_bytes_max)
-            binary = detect_binary(raw)
-            tail = (
-                [] if binary else parse_tail(raw, lines, limits.log_line_chars_max, partial=partial)
-            )
+            # more lines than shown: progress frames fold away (the byte budget still bounds it)
+            want = lines * TAIL_READ_FACTOR
+            raw, partial = read_tail(fd, st.st_size, want, limits.log_tail_bytes_max)
+            tail, binary = tail_text(raw, lines, limits.log_line_chars_max, partial=partial)
             tail = redact_lines(tail)
     except (ShrankError, FileNotFoundError):
         reason = "shrank or vanished while reading (truncated or rotated)"
@@ -97,13 +93,15 @@ def observe_log(
     summary: str | None
     if found:
         errors, summary, count = redact_lines(found[0]), redact.text(found[1]), found[2]
+        same = repeats(new.lines, found[1], extra)
     elif cursor is not None and new.event is None:  # carried over, marked as not new
         errors, summary, count = cursor.errors, cursor.error_summary, 0
+        same = cursor.error_repeats
     else:
-        errors, summary, count = [], None, 0
+        errors, summary, count, same = [], None, 0, 0
     nxt = new.cursor
     nxt.tail, nxt.tail_lines, nxt.binary = tail, lines, binary
-    nxt.errors, nxt.error_summary = errors, summary
+    nxt.errors, nxt.error_summary, nxt.error_repeats = errors, summary, same
     grew = st.st_size - cursor.size if cursor is not None and new.event is None else None
     info = LogInfo(
         watch_id=watch_id,
@@ -124,6 +122,7 @@ def observe_log(
         error_summary=summary,
         error_new=bool(found),
         error_lines=count,
+        error_repeats=same,
     )
     return info, nxt
 

@@ -114,13 +114,17 @@ def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatc
         exe=info["exe"],
         seen_at=datetime.now(UTC),
     )
-    if root and spec.packages and not zombie:
+    python = os.path.basename(info["exe"] or "").startswith("python")
+    if root and (spec.packages or python) and not zombie:
         dirs = _procfs.site_dirs(
             (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
             root=f"/proc/{proc.pid}/root",
         )  # fmt: skip
-        row.packages = _procfs.package_versions(dirs, spec.packages)
+        asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
+        row.packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
     row.not_permitted = [] if zombie else denied
+    if state in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
+        row.waiting = _procfs.waiting_point(proc.pid)
     return row
 
 

@@ -50,6 +50,7 @@ class ProcessInfo(BaseModel):
     packages: dict[str, str] = {}
     not_permitted: list[str] = []
     seen_at: datetime | None = None
+    waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
 
     @property
     def key(self) -> str:
@@ -63,6 +64,9 @@ class WorkerGroup(BaseModel):
     tree: int
     count: int
     command: str
+    # set when the members are alike (state, CPU, memory): the table shows them as one row
+    pids: list[int] = []
+    ranks: str | None = None  # the varying part of their command lines: "0-7"
 
 
 class ExitedProcess(BaseModel):
@@ -103,6 +107,7 @@ class LogInfo(BaseModel):
     error_summary: str | None = None  # its most telling line (the exception line)
     error_new: bool = False  # found in this snapshot's new bytes, not carried over
     error_lines: int = 0  # error-shaped lines among the new bytes
+    error_repeats: int = 0  # error lines that say what error_summary says (8 ranks, one cause)
 
 
 class LogsSection(BaseModel):

@@ -1,0 +1,93 @@
+"""The same state gives the same content key from the first snapshot on (no second version)."""
+
+import sys
+import time
+from pathlib import Path
+
+from service import changes
+from service.models import LogWatch, ProcessWatch, SessionIn
+from service.settings import Settings
+from service.snapshots import Snapshotter
+from service.store import Store
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_an_unchanged_session_is_confirmed_not_versioned_again(tmp_path: Path, spawn) -> None:
+    crashed = tmp_path / "vllm.log"
+    crashed.write_bytes(
+        (FIXTURES / "vllm_worker_free_memory_chain_issue535_excerpt.log").read_bytes()
+    )
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("INFO ready\n")
+    child = spawn(sys.executable, "-c", "import time; time.sleep(60)")
+    deadline = time.monotonic() + 10  # asleep first: a process still starting is news
+    while time.monotonic() < deadline and _state(child.pid) != "S":
+        time.sleep(0.05)
+    settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
+    snap = Snapshotter(settings, Store(settings.db_path))
+    try:
+        snap.store.put_session("s", SessionIn())
+        snap.store.add_watch("s", LogWatch(path=str(crashed)), limit=10)
+        snap.store.add_watch("s", LogWatch(path=str(quiet)), limit=10)
+        snap.store.add_watch("s", ProcessWatch(pid=child.pid), limit=10)
+        first = snap.take("s")
+        time.sleep(0.2)
+        second = snap.take("s")
+        assert first.header.version == 1
+        assert second.header.version == 1 and second.header.confirmations == 1
+        # and a real change still makes a version
+        with open(quiet, "a") as handle:
+            handle.write("RuntimeError: NCCL error: unhandled system error\n")
+        third = snap.take("s")
+        assert third.header.version == 2
+    finally:
+        snap.close()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_news_fields_of_a_log_do_not_enter_the_key(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from service.models import LogInfo, LogsSection, Observations, Snapshot, SnapshotHeader
+
+    def snapshot(**news) -> Snapshot:
+        log = LogInfo(watch_id=1, path="/x.log", size=10, silent_for_s=1,
+                      modified_at=datetime(2026, 1, 1, tzinfo=UTC),
+                      errors=["ValueError: x"], error_summary="ValueError: x", **news)  # fmt: skip
+        header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+        return Snapshot(header=header, observations=Observations(logs=LogsSection(items=[log])))
+
+    first_read = snapshot(scanned_bytes=10, error_new=True, error_lines=3)
+    later_read = snapshot(growth_bytes=0, scanned_bytes=0, error_new=False)
+    assert changes.content_key(first_read) == changes.content_key(later_read)
+    grown = snapshot().model_copy(deep=True)
+    grown.observations.logs.items[0].size = 11
+    assert changes.content_key(grown) != changes.content_key(later_read)
+
+
+def test_where_a_sleeping_process_waits_is_shown_but_not_keyed() -> None:
+    from datetime import UTC, datetime
+
+    from service.models import (
+        Observations,
+        ProcessesSection,
+        ProcessInfo,
+        Snapshot,
+        SnapshotHeader,
+    )
+
+    def snapshot(waiting: str) -> Snapshot:
+        started = datetime(2026, 1, 1, tzinfo=UTC)
+        row = ProcessInfo(watch_id=1, pid=7, ppid=1, name="python", state="sleeping",
+                          started_at=started, age_s=60, waiting=waiting)  # fmt: skip
+        header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+        observations = Observations(processes=ProcessesSection(items=[row]))
+        return Snapshot(header=header, observations=observations)
+
+    epoll, futex = snapshot("do_epoll_wait (epoll_wait)"), snapshot("futex_do_wait (futex)")
+    assert changes.content_key(epoll) == changes.content_key(futex)
