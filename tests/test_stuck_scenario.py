@@ -137,8 +137,9 @@ def test_launcher_with_8_idle_workers_is_stuck_then_loses_one_then_listens(
     assert f"port {port} expected, not listening" in stuck[0].text
     assert f"log {log} silent" in stuck[0].text and "Load weight end" in stuck[0].text
     assert second.signals[0].code == "stuck"
-    for pid in (proc.pid, *workers):
-        assert f"| {pid}" in markdown
+    assert f"| {proc.pid} (top of its tree)" in markdown
+    assert f"8 alike workers of {proc.pid}, ranks 0-7: pids " in markdown
+    assert all(str(pid) in markdown for pid in workers)
     assert "--tp 8" in markdown and "--disable-cuda-graph" in markdown
     assert "--log-level debug" in markdown
     assert "NCCL_DEBUG=INFO" in markdown and "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in markdown
