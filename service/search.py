@@ -12,6 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from service import redact
 from service.errors import Invalid
 from service.store import Store
 from service.store_search import MARK_CLOSE, MARK_OPEN
@@ -67,7 +68,7 @@ def check_query(q: str) -> str:
     return q
 
 
-def search(store: Store, sid: str | None, q: str, limit: int = 20, offset: int = 0) -> SearchResult:
+def find(store: Store, sid: str | None, q: str, limit: int = 20, offset: int = 0) -> SearchResult:
     """Ranked hits (bm25, then the newest) of `q`, one page of at most LIMIT_MAX."""
     if not 1 <= limit <= LIMIT_MAX:
         raise Invalid(f"limit must be between 1 and {LIMIT_MAX}")
@@ -83,7 +84,12 @@ def search(store: Store, sid: str | None, q: str, limit: int = 20, offset: int =
         raise refusal from exc
     hits = [_hit(r) for r in rows[:limit]]
     return SearchResult(
-        query=match, session=sid, limit=limit, offset=offset, more=len(rows) > limit, hits=hits
+        query=redact.text(match),
+        session=sid,
+        limit=limit,
+        offset=offset,
+        more=len(rows) > limit,
+        hits=hits,
     )
 
 
