@@ -184,6 +184,7 @@ def backfill(db: Database, markdown_of: Any) -> None:
 
 # snippet() marks: control characters that redacted, printable text does not contain
 MARK_OPEN, MARK_CLOSE = "\x02", "\x03"
+_MARKS = f"'{MARK_OPEN}', '{MARK_CLOSE}', '…', 24"
 # bm25 weights, in FTS_COLUMNS order: what was said or run counts most
 _WEIGHTS = "0.5, 1.0, 0.75, 0.5"
 
@@ -194,7 +195,10 @@ def query(db: Database, sid: str | None, match: str, limit: int, offset: int) ->
     where = "search_docs_fts match ?" + (" and d.session = ?" if sid is not None else "")
     sql = (
         "select d.session, d.source, d.version, d.last_version, d.at, d.kind,"
-        f" snippet(search_docs_fts, -1, '{MARK_OPEN}', '{MARK_CLOSE}', '…', 24) snippet,"
+        # a hit on its kind alone shows its text: "command" says nothing about which
+        f" case when snippet(search_docs_fts, -1, {_MARKS}) = highlight(search_docs_fts, 0,"
+        f" '{MARK_OPEN}', '{MARK_CLOSE}') then snippet(search_docs_fts, 1, {_MARKS})"
+        f" else snippet(search_docs_fts, -1, {_MARKS}) end snippet,"
         f" bm25(search_docs_fts, {_WEIGHTS}) score"
         " from search_docs_fts join search_docs d on d.id = search_docs_fts.rowid"
         f" where {where} order by round(score, 1), d.at desc, d.id desc limit ? offset ?"
