@@ -242,6 +242,9 @@ def test_the_page_shows_hits_with_marks_and_links_and_escapes_the_rest(history):
         assert '<form class="inline" method="get" action="/search">' in c.get("/").text
         session_page = c.get("/s/train").text
         assert '<input type="hidden" name="s" value="train">' in session_page
+        empty = c.get("/search", params={"s": "train"})
+        assert empty.status_code == 200 and 'name="s" value="train"' in empty.text
+        assert c.get("/search", params={"s": "nobody"}).status_code == 404
         bad = c.get("/search", params={"q": '"unbalanced'})
         assert bad.status_code == 400 and "not a valid search query" in bad.text
         assert re.search(r"<script", page.text) is None
