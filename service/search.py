@@ -99,6 +99,10 @@ def _refusal(exc: sqlite3.OperationalError) -> Invalid | None:
         return Invalid(f"the query took over {BUDGET_S:g} s; make it narrower")
     if reason.startswith(("fts5:", "no such column", "unknown special query", "unterminated")):
         return Invalid(f"not a valid search query ({reason}); {_SYNTAX_HINT}")
+    if reason.startswith("no such table"):  # a read-only data dir from before the index
+        return Invalid(
+            "this data dir has no search index: it opened read-only before one was built"
+        )
     return None
 
 

@@ -37,7 +37,8 @@ Version = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 RowId = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 
 
-Query = Annotated[str, Parameter(query="q", max_length=20_000)]
+# like every string of a query: longer ones make URLs that servers refuse outright
+Query = Annotated[str, Parameter(query="q", max_length=4096)]
 Limit = Annotated[int, Parameter(ge=1, le=LIMIT_MAX)]
 Offset = Annotated[int, Parameter(ge=0, le=OFFSET_MAX)]
 

@@ -91,7 +91,7 @@ class PageController(Controller):
     def search(
         self,
         state: State,
-        q: Annotated[str, Parameter(max_length=20_000)] = "",
+        q: Annotated[str, Parameter(max_length=4096)] = "",
         s: Annotated[str | None, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)] = None,
         offset: Annotated[int, Parameter(ge=0, le=OFFSET_MAX)] = 0,
     ) -> Template:
