@@ -61,18 +61,22 @@ def build(store: Store, versions: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--versions", type=int, default=10_000)
-    args = parser.parse_args()
+    run(parser.parse_args().versions)
+
+
+def run(versions: int) -> None:
+    """Build the session twice (with and without the dump's index), then query it."""
     with tempfile.TemporaryDirectory() as tmp:
         indexed = Store(Path(tmp) / "indexed.db")
-        with_index = build(indexed, args.versions)
+        with_index = build(indexed, versions)
         plain = Store(Path(tmp) / "plain.db")
         index_dump = store_search.index_dump
         store_search.index_dump = lambda *_: None  # the same writes without the dump's index
         try:
-            without = build(plain, args.versions)
+            without = build(plain, versions)
         finally:
             store_search.index_dump = index_dump
-        print(f"search over {args.versions} versions")
+        print(f"search over {versions} versions (store level, one session)")
         with_ms, without_ms = statistics.median(with_index), statistics.median(without)
         print(f"  store a version with its index, median  {with_ms:.3f} ms")
         print(f"  store a version without, median         {without_ms:.3f} ms")
