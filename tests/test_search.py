@@ -142,6 +142,7 @@ def test_a_secret_in_a_watched_log_is_never_findable_in_clear(history):
         redacted = _search(c, 'REDACTED AND "ANTHROPIC_API_KEY"').json()["hits"]
         assert redacted and "REDACTED" in redacted[0]["snippet"]
         assert all(SECRET not in json.dumps(h) for h in redacted)
+    assert SECRET not in server.log()  # the access log saw the queries, redacted
 
 
 @pytest.mark.parametrize(
