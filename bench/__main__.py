@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench import bench_search
 from bench.scenario import Scenario, Server, build, register, shell_collection, start_server
 from bench.timing import p95, timed
 
@@ -167,6 +168,7 @@ def main() -> None:
         server.stop()
         scenario.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+    bench_search.run(2000 if args.quick else 10_000)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from service import __version__, access, redact, sampler, templating
 from service.errors import CtxdError
 from service.routes import storage_errors
-from service.routes.api import health, hook, prune, sessions_router
+from service.routes.api import health, hook, prune, search_all, sessions_router
 from service.routes.mcp_mount import LazyMcp
 from service.routes.pages import PageController
 from service.settings import Settings
@@ -101,7 +101,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
     redact.load_learned(settings.data_dir)  # secrets learned before a restart, as digests
     redact.learn_own_env()
     return Litestar(
-        route_handlers=[health, prune, hook, sessions_router, PageController, mcp.handler],
+        route_handlers=[
+            health,
+            prune,
+            hook,
+            search_all,
+            sessions_router,
+            PageController,
+            mcp.handler,
+        ],
         template_config=templating.template_config(),
         lifespan=[lifespan, mcp.lifespan],
         on_startup=[_filter_server_logs],

@@ -179,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("to_version", type=int)
     p.set_defaults(func=commands.diff)
 
+    p = sub.add_parser("search", help="search history: ctxd search [SESSION] QUERY (FTS5 syntax)")
+    p.add_argument("first", metavar="SESSION", help="the session (leave out: every session)")
+    p.add_argument("query", nargs="?", metavar="QUERY", help='words, "a phrase", prefix*, ...')
+    p.add_argument("--limit", type=int, default=20, help="hits per page (at most 100)")
+    p.add_argument("--offset", type=int, default=0, help="hits to skip (the next page)")
+    p.set_defaults(func=commands.search)
+
     p = sub.add_parser("message", help="post a user message ('' = continue: prints a fresh dump)")
     p.add_argument("session")
     p.add_argument("text")

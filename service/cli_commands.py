@@ -221,6 +221,27 @@ def diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def search(args: argparse.Namespace) -> int:
+    """One argument is a query over every session; two are a session and a query."""
+    sid, query = (args.first, args.query) if args.query is not None else (None, args.first)
+    path = f"/api/sessions/{sid}/search" if sid else "/api/search"
+    params = {"q": query, "limit": args.limit, "offset": args.offset}
+    result = _call(args, "GET", path, params=params)
+    if args.json:
+        _print_json(result)
+        return 0
+    for hit in result["hits"]:
+        where = f"v{hit['version']}" if hit["version"] else "before v1"
+        at = (hit["at"] or "")[:19].replace("T", " ")
+        print(f"{hit['session']} {where} {at} [{hit['kind']}] {args.url.rstrip('/')}{hit['link']}")
+        print("    " + " ".join(hit["snippet"].split()))
+    if not result["hits"]:
+        print("no hits")
+    elif result["more"]:
+        print(f"more: --offset {args.offset + args.limit}")
+    return 0
+
+
 def hook(args: argparse.Namespace) -> int:
     from service import hooks
 

@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from datetime import datetime
 
+from markupsafe import Markup
+
 from service import charts, recovery, redact
 from service.charts import Sparkline, Strip
 from service.errors import NotFound
@@ -17,6 +19,7 @@ from service.models import (
     Watch,
 )
 from service.render import HtmlDump, markdown_html
+from service.search import SearchHit, SearchResult, find, snippet_html
 from service.snapshots import Snapshotter
 from service.store import Store
 
@@ -26,6 +29,7 @@ TIMELINE_MAX = 200
 TIMELINE_PARTS = frozenset({"signals", "changes", "observations.processes"})
 # A diff of two dumps with long logs can run to thousands of lines; past this it stops helping.
 DIFF_LINES_MAX = 4000
+SEARCH_PAGE_HITS = 25
 
 
 @dataclass
@@ -217,3 +221,26 @@ class NowPage:
 def now_page(snap: Snapshotter, sid: str) -> NowPage:
     snapshot, markdown = snap.preview(sid)
     return NowPage(snapshot, markdown_html(markdown), snap.store.latest_version(sid))
+
+
+@dataclass
+class SearchPage:
+    query: str
+    sid: str | None
+    result: SearchResult | None  # None: no query yet
+    snippets: list[Markup]  # each hit's snippet as HTML, escaped but for its <mark>s
+
+    @property
+    def hits(self) -> list[tuple[SearchHit, Markup]]:
+        return list(zip(self.result.hits if self.result else [], self.snippets, strict=True))
+
+
+def search_page(store: Store, sid: str | None, q: str, offset: int) -> SearchPage:
+    """One page of hits of `q` (in one session, or all); an Invalid query is the caller's 400."""
+    if not q.strip():
+        if sid is not None:
+            store.get_session(sid)
+        return SearchPage(query="", sid=sid, result=None, snippets=[])
+    result = find(store, sid, q, limit=SEARCH_PAGE_HITS, offset=offset)
+    snippets = [Markup(snippet_html(h.snippet)) for h in result.hits]
+    return SearchPage(query=result.query, sid=sid, result=result, snippets=snippets)

@@ -7,12 +7,14 @@ input are the use cases' (`service/usecases.py`).
 
 import json
 import sqlite3
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sqlite_utils.db import Table
 
+from service import store_search
 from service.errors import LimitReached, NotFound
 from service.models import (
     JournalEntry,
@@ -139,7 +141,9 @@ class Store(AgentRows, SnapshotRows):
             row = entry.model_dump()
             row["concerns"] = json.dumps(row["concerns"])
             journal = db.table("journal")
-            eid = _new_id(journal.insert({"session": sid, "created_at": iso(now()), **row}))
+            created = iso(now())
+            eid = _new_id(journal.insert({"session": sid, "created_at": created, **row}))
+            store_search.index_entry(db, sid, {**row, "id": eid, "created_at": created})
         return self.get_entry(sid, eid)
 
     def update_entry(self, sid: str, eid: int, fields: dict[str, Any]) -> JournalEntry:
@@ -150,6 +154,7 @@ class Store(AgentRows, SnapshotRows):
             if "concerns" in fields:
                 fields["concerns"] = json.dumps(fields["concerns"] or [])
             db.table("journal").update(eid, {**fields, "updated_at": iso(now())})
+            store_search.index_entry(db, sid, db.table("journal").get(eid))
         return self.get_entry(sid, eid)
 
     def get_entry(self, sid: str, eid: int) -> JournalEntry:
@@ -163,6 +168,23 @@ class Store(AgentRows, SnapshotRows):
         self.get_session(sid)
         rows = self._rows("select * from journal where session = ? order by id", [sid])
         return [_entry(r) for r in rows]
+
+    # --- search -----------------------------------------------------------------------------
+
+    def search(
+        self, sid: str | None, match: str, limit: int, offset: int, budget_s: float
+    ) -> list[dict]:
+        """FTS5 hits (see `store_search.query`); a query still running after `budget_s` is
+        interrupted (sqlite3.OperationalError "interrupted"), so none can hold the lock long."""
+        if sid is not None:
+            self.get_session(sid)
+        deadline = time.monotonic() + budget_s
+        with self._lock:
+            self.db.conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+            try:
+                return store_search.query(self.db, sid, match, limit, offset)
+            finally:
+                self.db.conn.set_progress_handler(None, 0)
 
 
 _SESSION_SQL = (

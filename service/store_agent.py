@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from service import store_search
 from service.store_db import Connection, iso
 
 # The newest actions kept per session: recent commands and repeated reads come from these.
@@ -18,7 +19,9 @@ class AgentRows(Connection):
         """Append an action; the oldest beyond ACTIONS_KEPT go, so the ring stays bounded."""
         with self._tx() as db:
             row = {"session": sid, "at": iso(at), "kind": kind, "body": json.dumps(body)}
-            db.table("actions").insert(row)
+            actions = db.table("actions").insert(row)
+            body_id = actions.last_rowid or 0
+            store_search.index_action(db, sid, body_id, kind, row["at"], body)
             db.execute(
                 "delete from actions where session = ? and id <= (select id from actions"
                 " where session = ? order by id desc limit 1 offset ?)",
@@ -46,6 +49,12 @@ class AgentRows(Connection):
                 row[name] = iso(row[name])
         with self._tx() as db:
             db.table("launches").upsert(row, pk=("session", "start_key"))
+            stored = db.execute(
+                "select * from launches where session = ? and start_key = ?",
+                [sid, row["start_key"]],
+            )
+            columns = [c[0] for c in stored.description]
+            store_search.index_launch(db, sid, dict(zip(columns, stored.fetchone(), strict=True)))
 
     def list_launches(self, sid: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest launches, oldest first."""

@@ -1,7 +1,11 @@
 """The store's schema: its migrations, applied in order when a Store opens the database."""
 
+import zlib
+
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
+
+from service import store_search
 
 migrations = Migrations("ctxd")
 
@@ -113,3 +117,16 @@ def m004_agent_actions_and_launches(db: Database) -> None:
         foreign_keys=[("session", "sessions", "id")],
     )
     db.table("launches").create_index(["session", "start_key"], unique=True)
+
+
+@migrations()
+def m005_search(db: Database) -> None:
+    """Full-text search over what a session keeps: sqlite-utils' FTS5 over `search_docs`."""
+    store_search.create(db)
+    store_search.backfill(db, _markdown)
+
+
+def _markdown(row: dict) -> str:
+    if row["markdown_z"] is not None:
+        return zlib.decompress(row["markdown_z"]).decode()
+    return str(row["markdown"] or "")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
+from service import store_search
 from service.errors import NotFound
 from service.models import Snapshot, SnapshotSummary
 from service.store_db import Connection, iso, now
@@ -45,6 +46,7 @@ class SnapshotRows(Connection):
                     "content_key": content_key,
                 }
             )
+            store_search.index_dump(db, sid, version, iso(snapshot.header.taken_at), markdown)
         return snapshot
 
     def _put_sections(self, db: Database, snapshot: Snapshot) -> dict[str, str]:
@@ -78,6 +80,8 @@ class SnapshotRows(Connection):
                 "update snapshots set markdown_z = ? where session = ? and version = ?",
                 [zlib.compress(markdown.encode(), 6), sid, version],
             )
+            at = self._snapshot_row(sid, version, "taken_at")["taken_at"]
+            store_search.index_dump(db, sid, version, at, markdown)
 
     def content_key(self, sid: str, version: int) -> str:
         return self._snapshot_row(sid, version, "content_key")["content_key"] or ""
@@ -189,6 +193,7 @@ class SnapshotRows(Connection):
                 "delete from blobs where hash not in (select value from snapshots,"
                 " json_each(snapshots.sections) where snapshots.sections is not null)"
             )
+            store_search.after_prune(db)
         return doomed
 
     def size_bytes(self) -> int:

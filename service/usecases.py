@@ -30,6 +30,7 @@ from service.models import (
 )
 from service.redact_names import is_secret_name
 from service.resolve import Resolved, ResolveIn
+from service.search import SearchResult, find
 from service.snapshots import Snapshotter
 from service.triggers import Activity
 
@@ -158,6 +159,10 @@ class UseCases:
 
     def get_markdown(self, sid: str, version: int) -> str:
         return self.store.get_markdown(self._active(sid), version)
+
+    def search(self, sid: str | None, q: str, limit: int = 20, offset: int = 0) -> SearchResult:
+        """Ranked hits of `q` in one session's history, or in every session's (sid None)."""
+        return find(self.store, None if sid is None else self._active(sid), q, limit, offset)
 
     def latest_dump(self, sid: str) -> str:
         """The latest stored dump as Markdown (what the MCP resource serves)."""

@@ -234,6 +234,7 @@ def test_every_page_template_renders_under_strict_undefined(snapshotter):
         "diff.html": {"sid": "s1", "page": pagedata.diff_page(snapshotter, "s1", None, None)},
         "now.html": {"sid": "s1", "page": pagedata.now_page(snapshotter, "s1")},
         "base.html": {"error": {"status": 404, "title": "not found", "detail": "gone"}},
+        "search.html": {"page": pagedata.search_page(store, "s1", "snapshot", 0)},
     }
     on_disk = {p.name for p in TEMPLATES.glob("*.html") if not p.name.startswith("_")}
     assert on_disk == set(contexts), "a page template without a StrictUndefined test"

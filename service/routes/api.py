@@ -26,6 +26,7 @@ from service.models import (
     WatchIn,
 )
 from service.resolve import PromptIn, Resolved, ResolveIn
+from service.search import LIMIT_MAX, OFFSET_MAX, SearchResult
 from service.usecases import UseCases
 
 MARKDOWN = "text/markdown"  # Litestar appends "; charset=utf-8" to text types
@@ -34,6 +35,12 @@ Sid = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)]
 MAX_ID = 2**63 - 1
 Version = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 RowId = Annotated[int, Parameter(ge=1, le=MAX_ID)]
+
+
+# like every string of a query: longer ones make URLs that servers refuse outright
+Query = Annotated[str, Parameter(query="q", max_length=4096)]
+Limit = Annotated[int, Parameter(ge=1, le=LIMIT_MAX)]
+Offset = Annotated[int, Parameter(ge=0, le=OFFSET_MAX)]
 
 
 def use(state: State) -> UseCases:
@@ -50,6 +57,12 @@ def prune(
     state: State, keep_days: Annotated[int | None, Parameter(ge=1, le=3650)] = None
 ) -> dict[str, int]:
     return {"removed": use(state).prune(keep_days)}
+
+
+@get("/api/search", sync_to_thread=True)
+def search_all(state: State, q: Query, limit: Limit = 20, offset: Offset = 0) -> SearchResult:
+    """Every session's history, best hits first."""
+    return use(state).search(None, q, limit, offset)
 
 
 @post("/api/hooks/{harness:str}", sync_to_thread=True, status_code=200)
@@ -125,6 +138,12 @@ class SessionController(Controller):
     @get("/{sid:str}/snapshots/{n:int}/markdown", media_type=MARKDOWN, sync_to_thread=True)
     def get_markdown(self, state: State, sid: Sid, n: Version) -> str:
         return use(state).get_markdown(sid, n)
+
+    @get("/{sid:str}/search", sync_to_thread=True)
+    def search(
+        self, state: State, sid: Sid, q: Query, limit: Limit = 20, offset: Offset = 0
+    ) -> SearchResult:
+        return use(state).search(sid, q, limit, offset)
 
     @get("/{sid:str}/diff", sync_to_thread=True)
     def diff(

@@ -26,6 +26,7 @@ from service.models import (
     SnapshotIn,
     WatchSpec,
 )
+from service.search import LIMIT_MAX, OFFSET_MAX
 from service.usecases import UseCases
 
 T = TypeVar("T")
@@ -297,6 +298,20 @@ def _register_tools(ep: McpEndpoint) -> None:
         artifact changes, new journal entries, and a unified diff of the two dumps."""
         result = _run(lambda: ep.use().diff(session, from_version, to_version))
         return result.model_dump(mode="json")
+
+    @tool()
+    def search(
+        query: str,
+        session: Sid | None = None,
+        limit: Annotated[int, Field(ge=1, le=LIMIT_MAX)] = 20,
+        offset: Annotated[int, Field(ge=0, le=OFFSET_MAX)] = 0,
+    ) -> dict[str, Any]:
+        """Search the history (journal, commands with their output, launches, every version's
+        dump) of one session, or of all without `session`: "did we already try X, and what
+        happened?". SQLite FTS5 syntax: words, "a phrase", prefix*, AND/OR/NOT, NEAR(a b, 10),
+        column:term (kind, text, detail, status). Hits are best first, each with its kind, the
+        version it links to, its time and a snippet with matches in **bold**."""
+        return _run(lambda: ep.use().search(session, query, limit, offset)).model_dump(mode="json")
 
 
 def _register_resources(ep: McpEndpoint) -> None:

@@ -9,8 +9,10 @@ from litestar.params import Parameter
 from litestar.response import Redirect, Template
 
 from service import pagedata, redact
-from service.errors import NotFound
+from service.errors import Invalid, NotFound
+from service.models import SESSION_ID_PATTERN
 from service.routes.api import Sid, Version
+from service.search import OFFSET_MAX
 from service.snapshots import Snapshotter
 from service.templating import HEADERS
 
@@ -47,6 +49,10 @@ def _invalid(_: Request, exc: ValidationException) -> Template:
     return _error_page(400, "bad request", "; ".join(problems) or str(exc.detail))
 
 
+def _bad_query(_: Request, exc: Invalid) -> Template:
+    return _error_page(400, "bad query", str(exc))
+
+
 def _http(_: Request, exc: HTTPException) -> Template:
     return _error_page(exc.status_code, "refused", str(exc.detail))
 
@@ -66,6 +72,7 @@ class PageController(Controller):
     response_headers = [ResponseHeader(name=k, value=v) for k, v in HEADERS.items()]
     exception_handlers = {
         NotFound: _not_found,
+        Invalid: _bad_query,
         ValidationException: _invalid,
         HTTPException: _http,
     }
@@ -79,6 +86,17 @@ class PageController(Controller):
     def session(self, state: State, sid: Sid) -> Template:
         page = pagedata.session_page(snapshotter(state).store, sid)
         return Template("session.html", context={"sid": sid, "page": page})
+
+    @get("/search", sync_to_thread=True, media_type=HTML)
+    def search(
+        self,
+        state: State,
+        q: Annotated[str, Parameter(max_length=4096)] = "",
+        s: Annotated[str | None, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)] = None,
+        offset: Annotated[int, Parameter(ge=0, le=OFFSET_MAX)] = 0,
+    ) -> Template:
+        page = pagedata.search_page(snapshotter(state).store, s or None, q, offset)
+        return Template("search.html", context={"page": page})
 
     @get("/s/{sid:str}/v/{n:int}", sync_to_thread=True, media_type=HTML)
     def version(self, state: State, sid: Sid, n: Version) -> Template:
