@@ -70,7 +70,8 @@ def fit_to_budget(
         cuts.append(step(copy))
         note = (
             f"> Cut to fit {max_chars} characters (left out: {', '.join(cuts)}). "
-            f"Full dump: `{full.resolve()}`\n\n"
+            f"Full dump: `{full.resolve()}`; earlier history: "
+            f"`ctxd search {copy.header.session} WORDS`\n\n"
         )
         shorter = _with_note(snap.render(copy), note)
         if len(shorter) <= max_chars:

@@ -193,7 +193,7 @@ def test_the_mcp_tool_searches(history):
             tools = {t.name for t in (await session.list_tools()).tools}
             assert "search" in tools
             good = await session.call_tool(
-                "search", {"session": "train", "query": '"no kernel image"', "limit": 3}
+                "search", {"session": "train", "query": '"no kernel image"', "limit": 50}
             )
             bad = await session.call_tool("search", {"query": '"unbalanced'})
             return [good, bad]
