@@ -154,6 +154,10 @@ def content_key(snapshot: Snapshot) -> str:
     # severity, which follows from the observations already in the key or from news (a new
     # error is critical, the same error read again a warning) that is no state
     data["signals"] = sorted(s.key for s in snapshot.signals)
+    # a running launch's outcome reads "running for 4 s": its identity and status are state
+    for item in data["narrative"]["history"]:
+        if item["source"] == "launch":
+            item.pop("outcome", None)
     raw = json.dumps(_stable(data), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(raw.encode()).hexdigest()
 
