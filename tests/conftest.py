@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def free_port() -> int:

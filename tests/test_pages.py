@@ -62,10 +62,9 @@ def seed(client: httpx.Client, tmp: Path, child: subprocess.Popen) -> Seeded:
         {"kind": "port", "port": 9, "host": "127.0.0.1"},
     ]
     real = FIXTURES / "logs" / "sglang_tp2_hang_after_weights_loaded.log"
-    if real.exists():  # copied under tmp: the fixtures lie outside the default watch roots
-        copy = tmp / real.name
-        shutil.copyfile(real, copy)
-        watches.append({"kind": "log", "path": str(copy), "lines": 15})
+    copy = tmp / real.name  # copied under tmp: the fixtures lie outside the default watch roots
+    shutil.copyfile(real, copy)
+    watches.append({"kind": "log", "path": str(copy), "lines": 15})
     for watch in watches:
         assert client.post(f"/api/sessions/{sid}/watches", json=watch).status_code == 201
     entries = [
