@@ -56,8 +56,11 @@ def test_invalid_session_bodies_and_ids(client: httpx.Client):
     assert r.status_code == 400 and "quiet_after_s" in r.json()["detail"]
     assert client.put("/api/sessions/Bad..ID!", json={}).status_code == 400
     assert client.put("/api/sessions/ok", content=b"{not json").status_code == 400
+    assert client.put("/api/sessions/ok", json={}).status_code == 201
     r = client.post("/api/sessions/ok/journal", json={"kind": "fact", "text": "x"})
-    assert r.status_code in (400, 404)
+    assert r.status_code == 400 and "key" in r.json()["detail"], r.text
+    r = client.post("/api/sessions/nobody/journal", json={"kind": "note", "text": "x"})
+    assert r.status_code == 404, r.text
 
 
 def test_oversized_body_is_413(client: httpx.Client, session: str):
