@@ -18,15 +18,11 @@ from tests.conftest import Server, start_server, stop_server
 
 SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 PRINTS_SECRET = [sys.executable, "-c", f"print('ready'); print('GITHUB_TOKEN={SECRET}')"]
-HANGS = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"]
+# Shells, not Pythons: they print within milliseconds, well inside the 1 s cut-off, even on a
+# loaded machine where a Python start-up alone can take longer.
+HANGS = ["sh", "-c", "echo started; exec sleep 600"]
 # A child that leaves a grandchild holding the pipe: the whole group must go.
-FORKS = [
-    sys.executable,
-    "-c",
-    "import subprocess, sys, time; "
-    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-    "print(p.pid, flush=True); time.sleep(600)",
-]
+FORKS = ["sh", "-c", "sleep 600 & echo $!; sleep 600"]
 CHATTY = [sys.executable, "-c", "import sys; sys.stdout.write('x' * 10_000_000)"]
 ALLOWED = {"secret": PRINTS_SECRET, "hang": HANGS, "forks": FORKS, "chatty": CHATTY}
 
