@@ -1,11 +1,17 @@
 """Bad input gets a clear 4xx or an `unavailable` section: never a 500, never a hang."""
 
+import json
+import logging.config  # noqa: F401  imported here: the child run as nobody cannot read the stdlib
 import os
+from pathlib import Path
 
 import httpx
 import pytest
+from litestar.testing import TestClient
 
-from tests.conftest import Server
+from service.app import create_app
+from service.settings import Settings
+from tests.conftest import NOBODY, Server, as_nobody
 
 
 @pytest.fixture
@@ -97,14 +103,29 @@ def test_unobservable_targets_become_unavailable_sections(
     assert markdown.count("unavailable:") >= 6
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway")
-def test_unreadable_log_is_unavailable(client: httpx.Client, session: str, tmp_path):
-    secret = tmp_path / "secret.log"
+def test_unreadable_log_is_unavailable(open_dir: Path):
+    # Root reads a chmod 000 file anyway: as root, the app runs in a child that became nobody
+    # (in-process: this Python lives where nobody may not execute it).
+    secret = open_dir / "secret.log"
     secret.write_text("hidden\n")
     secret.chmod(0)
-    client.post(f"{session}/watches", json={"kind": "log", "path": str(secret)})
-    obs = client.post(f"{session}/snapshots").json()["observations"]
-    assert "permission" in obs["logs"]["unavailable"][0]["reason"]
+    data = open_dir / "data"
+    data.mkdir()
+    if os.geteuid() == 0:
+        os.chown(data, NOBODY, NOBODY)
+
+    def observe() -> dict:
+        app = create_app(Settings(data_dir=data, trigger_interval_s=3600))
+        with TestClient(app, base_url="http://127.0.0.1") as c:
+            c.put("/api/sessions/perm", json={})
+            r = c.post("/api/sessions/perm/watches", json={"kind": "log", "path": str(secret)})
+            assert r.status_code == 201, r.text
+            return c.post("/api/sessions/perm/snapshots").json()["observations"]
+
+    obs = as_nobody(observe)
+    (unavailable,) = obs["logs"]["unavailable"]
+    assert unavailable["reason"] == "permission denied", unavailable
+    assert "hidden" not in json.dumps(obs)
 
 
 def test_errors_never_leak_a_stack_trace(server: Server, client: httpx.Client, session: str):

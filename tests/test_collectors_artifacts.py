@@ -13,6 +13,7 @@ from service.collectors import CollectContext, artifacts
 from service.fmt import human_bytes
 from service.models import ArtifactInfo, ArtifactsSection, ArtifactWatch, Unavailable, Watch
 from service.settings import Limits, Settings
+from tests.conftest import as_nobody
 
 
 def make_watch(path: Path | str, watch_id: int = 1) -> Watch:
@@ -228,14 +229,14 @@ def test_symlink_loop(tmp_path: Path) -> None:
     assert only_unavailable(collect(make_watch(tmp_path / "a"))).reason == "symlink loop"
 
 
-def test_unreadable_file(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads files whatever their mode, so 'permission denied' cannot occur")
-    path = tmp_path / "secret.bin"
+def test_unreadable_file(open_dir: Path) -> None:
+    # Run as nobody in a forked child when this is root, who reads files whatever their mode.
+    path = open_dir / "secret.bin"
     path.write_bytes(b"x")
     path.chmod(0)
     try:
-        assert only_unavailable(collect(make_watch(path))).reason == "permission denied"
+        reason = as_nobody(lambda: only_unavailable(collect(make_watch(path))).reason)
+        assert reason == "permission denied"
     finally:
         path.chmod(0o600)
 
