@@ -1,4 +1,5 @@
-"""Shared fixtures: a real ctxd server on a free port, and real child processes."""
+"""Shared fixtures: a real ctxd server on a free port, the same app in-process, and real child
+processes."""
 
 import os
 import pickle
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -101,6 +103,22 @@ def server(tmp_path: Path) -> Iterator[Server]:
 @pytest.fixture
 def client(server: Server) -> Iterator[httpx.Client]:
     with server.client() as c:
+        yield c
+
+
+@contextmanager
+def app_client(data_dir: Path, **settings: object) -> Iterator[httpx.Client]:
+    """The app `ctxd serve` runs (create_app, its lifespan, middleware, error handlers), called
+    in-process: for tests where the socket is not the point. An httpx.Client like the others."""
+    from litestar.testing import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(data_dir=data_dir, **settings))  # type: ignore[arg-type]
+    # 127.0.0.1: the Host check allows it; exceptions are answered, as a real server would.
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as c:
+        c.follow_redirects = False
         yield c
 
 

@@ -3,6 +3,7 @@
 import json
 import logging.config  # noqa: F401  imported here: the child run as nobody cannot read the stdlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -11,7 +12,14 @@ from litestar.testing import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.conftest import NOBODY, Server, as_nobody
+from tests.conftest import NOBODY, Server, app_client, as_nobody
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    """In-process: what is checked here is the app's answers, not the socket."""
+    with app_client(tmp_path / "data") as c:
+        yield c
 
 
 @pytest.fixture
@@ -128,8 +136,10 @@ def test_unreadable_log_is_unavailable(open_dir: Path):
     assert "hidden" not in json.dumps(obs)
 
 
-def test_errors_never_leak_a_stack_trace(server: Server, client: httpx.Client, session: str):
-    r = client.get(f"{session}/diff", params={"from": "one", "to": 2})
+def test_errors_never_leak_a_stack_trace(server: Server):
+    with server.client() as client:
+        client.put("/api/sessions/bad", json={})
+        r = client.get("/api/sessions/bad/diff", params={"from": "one", "to": 2})
     assert r.status_code == 400
     assert "Traceback" not in r.text
     assert "Traceback" not in server.log()

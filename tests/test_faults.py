@@ -6,6 +6,7 @@ import importlib.util
 import os
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -17,8 +18,16 @@ from service.collectors import gpus, host, processes
 from service.models import SessionIn
 from service.settings import Limits, Settings
 from service.store import Store
+from tests.conftest import app_client
 
 CANARY = "ghp_" + "F4uLtC4n4ry" * 3 + "abc"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    """In-process: hostile input meets the app's validation and handlers, not the socket."""
+    with app_client(tmp_path / "data") as c:
+        yield c
 
 
 def _module(tmp_path: Path, name: str, body: str) -> ModuleType:

@@ -13,7 +13,7 @@ from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
 from service.triggers import Activity, Watcher
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, app_client, start_server, stop_server
 
 MIN_GAP_S = 4.0
 FAST = {
@@ -30,6 +30,13 @@ def fast_server(tmp_path: Path) -> Iterator[Server]:
         yield srv
     finally:
         stop_server(srv)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    """In-process for what is request and answer; the trigger loop's tests use a real server."""
+    with app_client(tmp_path / "data") as c:
+        yield c
 
 
 @pytest.fixture
