@@ -32,7 +32,7 @@ $(HARNESS):
 		|| echo "harness install failed: the real-harness tests will skip"
 
 test: lint $(HARNESS)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 bench: $(STAMP)
 	command -v wrk >/dev/null || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq wrk)

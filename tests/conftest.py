@@ -1,19 +1,25 @@
-"""Shared fixtures: a real ctxd server on a free port, and real child processes."""
+"""Shared fixtures: a real ctxd server on a free port, the same app in-process, and real child
+processes."""
 
 import os
+import pickle
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def free_port() -> int:
@@ -36,7 +42,10 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> Server:
+def start_server(
+    data_dir: Path, log_path: Path, env: dict[str, str] | None = None, user: int | None = None
+) -> Server:
+    """`ctxd serve` on a free port, once it answers /health; as `user` when given (root only)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
@@ -51,7 +60,11 @@ def start_server(data_dir: Path, log_path: Path, env: dict[str, str] | None = No
     ]
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            **({"user": user, "group": user, "extra_groups": []} if user is not None else {}),
         )
     token = (env or {}).get("CTXD_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -93,6 +106,22 @@ def client(server: Server) -> Iterator[httpx.Client]:
         yield c
 
 
+@contextmanager
+def app_client(data_dir: Path, **settings: object) -> Iterator[httpx.Client]:
+    """The app `ctxd serve` runs (create_app, its lifespan, middleware, error handlers), called
+    in-process: for tests where the socket is not the point. An httpx.Client like the others."""
+    from litestar.testing import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(data_dir=data_dir, **settings))  # type: ignore[arg-type]
+    # 127.0.0.1: the Host check allows it; exceptions are answered, as a real server would.
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as c:
+        c.follow_redirects = False
+        yield c
+
+
 @pytest.fixture
 def spawn() -> Iterator:
     """Start real child processes; every one is killed and reaped when the test ends."""
@@ -108,3 +137,49 @@ def spawn() -> Iterator:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+NOBODY = 65534
+T = TypeVar("T")
+
+
+def as_nobody(work: Callable[[], T]) -> T:
+    """`work()` in a forked child that dropped to `nobody` first (when run as root), its result
+    sent back: "permission denied" then happens even where root could read anything."""
+    if os.geteuid() != 0:
+        return work()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop, work, report, never return into pytest
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            result = ("ok", work())
+        except BaseException as exc:  # reported to the parent, which fails the test
+            result = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            with os.fdopen(write, "wb") as out:
+                out.write(pickle.dumps(result))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    kind, value = pickle.loads(data) if data else ("error", "the child sent nothing")
+    assert kind == "ok", f"as nobody: {value}"
+    return value
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A folder any user may enter (pytest's tmp_path is root's alone): files in it are kept
+    from `nobody` by their own mode, not by the folder above."""
+    folder = Path(tempfile.mkdtemp(prefix="ctxd-open-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

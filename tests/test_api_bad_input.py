@@ -1,11 +1,25 @@
 """Bad input gets a clear 4xx or an `unavailable` section: never a 500, never a hang."""
 
+import json
+import logging.config  # noqa: F401  imported here: the child run as nobody cannot read the stdlib
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+from litestar.testing import TestClient
 
-from tests.conftest import Server
+from service.app import create_app
+from service.settings import Settings
+from tests.conftest import NOBODY, Server, app_client, as_nobody
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    """In-process: what is checked here is the app's answers, not the socket."""
+    with app_client(tmp_path / "data") as c:
+        yield c
 
 
 @pytest.fixture
@@ -56,8 +70,11 @@ def test_invalid_session_bodies_and_ids(client: httpx.Client):
     assert r.status_code == 400 and "quiet_after_s" in r.json()["detail"]
     assert client.put("/api/sessions/Bad..ID!", json={}).status_code == 400
     assert client.put("/api/sessions/ok", content=b"{not json").status_code == 400
+    assert client.put("/api/sessions/ok", json={}).status_code == 201
     r = client.post("/api/sessions/ok/journal", json={"kind": "fact", "text": "x"})
-    assert r.status_code in (400, 404)
+    assert r.status_code == 400 and "key" in r.json()["detail"], r.text
+    r = client.post("/api/sessions/nobody/journal", json={"kind": "note", "text": "x"})
+    assert r.status_code == 404, r.text
 
 
 def test_oversized_body_is_413(client: httpx.Client, session: str):
@@ -94,18 +111,35 @@ def test_unobservable_targets_become_unavailable_sections(
     assert markdown.count("unavailable:") >= 6
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway")
-def test_unreadable_log_is_unavailable(client: httpx.Client, session: str, tmp_path):
-    secret = tmp_path / "secret.log"
+def test_unreadable_log_is_unavailable(open_dir: Path):
+    # Root reads a chmod 000 file anyway: as root, the app runs in a child that became nobody
+    # (in-process: this Python lives where nobody may not execute it).
+    secret = open_dir / "secret.log"
     secret.write_text("hidden\n")
     secret.chmod(0)
-    client.post(f"{session}/watches", json={"kind": "log", "path": str(secret)})
-    obs = client.post(f"{session}/snapshots").json()["observations"]
-    assert "permission" in obs["logs"]["unavailable"][0]["reason"]
+    data = open_dir / "data"
+    data.mkdir()
+    if os.geteuid() == 0:
+        os.chown(data, NOBODY, NOBODY)
+
+    def observe() -> dict:
+        app = create_app(Settings(data_dir=data, trigger_interval_s=3600))
+        with TestClient(app, base_url="http://127.0.0.1") as c:
+            c.put("/api/sessions/perm", json={})
+            r = c.post("/api/sessions/perm/watches", json={"kind": "log", "path": str(secret)})
+            assert r.status_code == 201, r.text
+            return c.post("/api/sessions/perm/snapshots").json()["observations"]
+
+    obs = as_nobody(observe)
+    (unavailable,) = obs["logs"]["unavailable"]
+    assert unavailable["reason"] == "permission denied", unavailable
+    assert "hidden" not in json.dumps(obs)
 
 
-def test_errors_never_leak_a_stack_trace(server: Server, client: httpx.Client, session: str):
-    r = client.get(f"{session}/diff", params={"from": "one", "to": 2})
+def test_errors_never_leak_a_stack_trace(server: Server):
+    with server.client() as client:
+        client.put("/api/sessions/bad", json={})
+        r = client.get("/api/sessions/bad/diff", params={"from": "one", "to": 2})
     assert r.status_code == 400
     assert "Traceback" not in r.text
     assert "Traceback" not in server.log()

@@ -18,7 +18,7 @@ import sys
 import zlib
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
@@ -46,17 +46,37 @@ KEY_VALUE = "canary-svc-key-7781"
 NOTE_KEY = "canary-note-key-4410"
 DBURL_PW = "canary-dburl-pw-5523"
 FACT_VALUE = "canary-fact-value-9901"
+# Characters that URL-encoding and JSON escaping change, so each planted form differs.
+ENC_VALUE = 'canary"enc\\k3y+7/731 x'
 
 CANARIES = [
     FLAG_TOKEN, FLAG_VALUE, URL_PASSWORD, ENV_VALUE, HF_VALUE, LOG_BEARER, PEM_LINE,
     ARTIFACT_TOKEN, CMD_PASSWORD, CMD_TOKEN,
     MYSQL_P, CURL_PW, QUERY_TOKEN, QUERY_LOG_TOKEN, KEY_VALUE, NOTE_KEY, DBURL_PW, FACT_VALUE,
+    ENC_VALUE,
 ]  # fmt: skip
 
 
+def _b64_cores(raw: bytes) -> list[str]:
+    """The base64 characters only `raw` determines, at each of the 3 byte offsets it may sit
+    at inside a longer encoded string (such as `user:password`)."""
+    cores = []
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode()
+        core = encoded[-(-offset // 3) * 4 : (offset + len(raw)) // 3 * 4]
+        cores += [core, core.replace("+", "-").replace("/", "_")]
+    return cores
+
+
 def _forms(value: str) -> list[str]:
-    raw = value.encode()
-    return [value, quote(value, safe=""), base64.b64encode(raw).decode().rstrip("=")]
+    forms = {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1]}
+    return sorted(forms | set(_b64_cores(value.encode())))
+
+
+def test_the_leak_scan_sees_every_planted_encoding() -> None:
+    assert len(set(_forms(ENC_VALUE)) - set(_b64_cores(ENC_VALUE.encode()))) == 4
+    for planted in _planted_lines(ENC_VALUE) + _planted_lines(ENV_VALUE):
+        assert _leaks(planted), planted
 
 
 def _leaks(text: str) -> list[str]:
@@ -82,17 +102,25 @@ def _db_text(db: Path) -> str:
     return "\n".join(parts)
 
 
+def _planted_lines(value: str) -> list[str]:
+    """A value in a log as it is, URL-encoded, JSON-escaped and inside base64, in words no
+    name or shape rule flags: only the known-value rule can find them."""
+    return [
+        f"loaded {value} from the environment",
+        f"blob {base64.b64encode(('user:' + value).encode()).decode()} end",
+        f"GET /cb?q={quote(value, safe='')}&x=1",
+        f"payload {json.dumps({'note': value})}",
+    ]
+
+
 def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
     log = tmp_path / "server.log"
     body = "\n".join(PEM_LINE + str(i) for i in range(40))
     log.write_text(
         "-----BEGIN PRIVATE KEY-----\n" + body + "\n-----END PRIVATE KEY-----\n"
         f"curl -H 'Authorization: Bearer {LOG_BEARER}' http://127.0.0.1:8000/v1\n"
-        f"loaded key {ENV_VALUE} from the environment\n"
-        f"basic {base64.b64encode(('user:' + ENV_VALUE).encode()).decode()}\n"
-        f"GET /cb?k={quote(ENV_VALUE, safe='')}&x=1\n"
-        f"config {json.dumps({'key': ENV_VALUE})}\n"
-        "serving on port 8000\n"
+        + "".join(line + "\n" for line in _planted_lines(ENV_VALUE) + _planted_lines(ENC_VALUE))
+        + "serving on port 8000\n"
         f"fetching https://api.example.com/v1/models?access_token={QUERY_LOG_TOKEN}\n"
         f"MY_SERVICE_KEY={KEY_VALUE}\n"
         f"auth failed for password {DBURL_PW}\n"
@@ -109,6 +137,7 @@ def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
         "--endpoint", f"https://api.example.com/v1?api_key={QUERY_TOKEN}",
         env={
             "CANARY_SERVICE_TOKEN": ENV_VALUE, "HF_TOKEN": HF_VALUE, "PATH": "/usr/bin:/bin",
+            "CANARY_ENC_TOKEN": ENC_VALUE,
             "MY_SERVICE_KEY": KEY_VALUE, "DATABASE_URL": f"postgres://app:{DBURL_PW}@db/x",
         },
     )  # fmt: skip
@@ -163,7 +192,7 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
                     "pid": proc.pid,
                     "env": ["CANARY_*", "HF_*", "MY_*", "DATABASE_URL"],
                 },
-                {"kind": "log", "path": str(log), "lines": 12},
+                {"kind": "log", "path": str(log), "lines": 20},
                 {"kind": "artifact", "path": str(builds / "*.bin")},
                 {"kind": "artifact", "path": str(builds)},
                 {"kind": "command", "name": "canary"},

@@ -18,15 +18,11 @@ from tests.conftest import Server, start_server, stop_server
 
 SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 PRINTS_SECRET = [sys.executable, "-c", f"print('ready'); print('GITHUB_TOKEN={SECRET}')"]
-HANGS = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"]
+# Shells, not Pythons: they print within milliseconds, well inside the 1 s cut-off, even on a
+# loaded machine where a Python start-up alone can take longer.
+HANGS = ["sh", "-c", "echo started; exec sleep 600"]
 # A child that leaves a grandchild holding the pipe: the whole group must go.
-FORKS = [
-    sys.executable,
-    "-c",
-    "import subprocess, sys, time; "
-    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-    "print(p.pid, flush=True); time.sleep(600)",
-]
+FORKS = ["sh", "-c", "sleep 600 & echo $!; sleep 600"]
 CHATTY = [sys.executable, "-c", "import sys; sys.stdout.write('x' * 10_000_000)"]
 ALLOWED = {"secret": PRINTS_SECRET, "hang": HANGS, "forks": FORKS, "chatty": CHATTY}
 
@@ -80,7 +76,9 @@ def test_a_hanging_command_is_cut_off_with_its_children() -> None:
 
 
 def test_output_is_bounded() -> None:
-    [item] = collect(make_watch(name="chatty"), limits=Limits(command_output_chars_max=1000)).items
+    # timeout_s=2: a cut command is left blocked on its pipe until the timeout (see below).
+    watch = make_watch(name="chatty", timeout_s=2)
+    [item] = collect(watch, limits=Limits(command_output_chars_max=1000)).items
     assert item.output_cut is True
     assert sum(len(line) for line in item.output) <= 1000 + len(" … [cut 99999 chars]")
 
@@ -140,3 +138,16 @@ def test_child_processes_are_not_left_behind() -> None:
     collect(make_watch(name="hang", timeout_s=0.5))
     after = {p.pid for p in psutil.Process(os.getpid()).children(recursive=True)}
     assert after <= before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: commands.run stops reading once the output is cut, then proc.wait()s for the "
+    "rest of the timeout while the command blocks on its full pipe: a chatty command costs the "
+    "whole timeout and is reported timed_out (exit code lost) instead of being killed at the cut",
+)
+def test_a_cut_command_is_stopped_at_the_cut_not_at_the_timeout() -> None:
+    watch = make_watch(name="chatty", timeout_s=2)
+    [item] = collect(watch, limits=Limits(command_output_chars_max=1000)).items
+    assert item.output_cut is True
+    assert item.timed_out is False, "it was cut, not slow"

@@ -1,6 +1,5 @@
 """GPU parsing on captured nvidia-smi output, and the probe's failure modes with a real stand-in."""
 
-import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,6 @@ from .conftest import FIXTURES
 
 GPU = FIXTURES / "gpu"
 MIB = 1024 * 1024
-pytestmark = pytest.mark.skipif(not GPU.is_dir(), reason=f"fixtures missing: {GPU}")
 
 
 def captured(name: str) -> str:
@@ -96,9 +94,23 @@ def test_smi_banner_old_and_r610(name: str, driver: str, cuda: str) -> None:
 
 @pytest.mark.parametrize("text", ["", "\n\n", "garbage", "index, name\n0"])
 def test_odd_text_gives_no_gpu_rather_than_an_error(text: str) -> None:
-    assert parse_query_gpu(text)[0] == [] or text == "garbage"
+    assert parse_query_gpu(text) == ([], None)
     assert parse_compute_apps(text) == []
     assert parse_smi_header(text) == (None, None)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: parse_query_csv keeps a one-column header and a one-cell row, and nothing "
+    "checks that the header names a known column: any two lines of prose (a driver's failure "
+    "text on exit 0) become a GPU with an empty name",
+)
+def test_two_lines_of_prose_give_no_gpu() -> None:
+    prose = (
+        "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\n"
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
+    assert parse_query_gpu(prose) == ([], None)
 
 
 def fake_smi(tmp_path: Path, body: str) -> str:
@@ -159,4 +171,6 @@ def test_collect_here_and_the_dump_is_complete() -> None:
     markdown = render_dump(Snapshot(header=header, observations=Observations(gpus=section)))
     assert "## GPUs" in markdown and "## Host" in markdown
     assert ("no NVIDIA GPU" in markdown) == (section.source == "none")
-    assert os.environ.get("CTXD_EXPECT_GPU") != "1" or section.source != "none"
+    # A machine with the NVIDIA driver loaded has a GPU to report; one without, none.
+    driver_loaded = Path("/proc/driver/nvidia/version").exists()
+    assert (section.source != "none") == driver_loaded, (section.source, section.reason)

@@ -138,11 +138,17 @@ def test_busy_process_has_meaningful_cpu() -> None:
     try:
         ctx = context()
         first = processes.collect([watch(pid=busy.pid)], ctx)
-        assert first.items[0].cpu_percent is not None and first.items[0].cpu_percent > 10
+        assert first.items[0].cpu_percent is not None
         handle = next(iter(ctx.memory[processes.NAME].handles.values()))
-        time.sleep(0.3)
-        second = processes.collect([watch(pid=busy.pid)], ctx)
-        assert second.items[0].cpu_percent is not None and second.items[0].cpu_percent > 10
+        # A shared machine may lend a spinning process little CPU in one 0.1 s sample: look
+        # again until one sample shows it busy, rather than asserting on the first.
+        deadline = time.monotonic() + 30
+        while True:
+            again = processes.collect([watch(pid=busy.pid)], ctx)
+            cpu = again.items[0].cpu_percent
+            if cpu is not None and cpu > 10:
+                break
+            assert time.monotonic() < deadline, f"never seen busy (last {cpu})"
         assert next(iter(ctx.memory[processes.NAME].handles.values())) is handle
     finally:
         busy.kill()

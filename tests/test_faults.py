@@ -1,10 +1,12 @@
 """Faults and hostile input: collectors that raise or hang, vanishing processes, a hung
 nvidia-smi, malformed and hostile bodies. Each ends in a section or a 4xx, never a 5xx."""
 
+import errno
 import importlib.util
 import os
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -16,8 +18,16 @@ from service.collectors import gpus, host, processes
 from service.models import SessionIn
 from service.settings import Limits, Settings
 from service.store import Store
+from tests.conftest import app_client
 
 CANARY = "ghp_" + "F4uLtC4n4ry" * 3 + "abc"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    """In-process: hostile input meets the app's validation and handlers, not the socket."""
+    with app_client(tmp_path / "data") as c:
+        yield c
 
 
 def _module(tmp_path: Path, name: str, body: str) -> ModuleType:
@@ -121,8 +131,12 @@ def test_nvidia_smi_hanging_through_the_server(hung_smi: Path, tmp_path: Path) -
             r = c.post("/api/sessions/gpu/snapshots", json={"force": True})
             assert r.status_code == 201, r.text
             obs = r.json()["observations"]
-            said = str(obs["gpus"]) + str(obs["commands"])
-            assert obs["gpus"]["source"] == "nvml" or "did not answer" in said, said
+            # The command watch runs the hung stand-in whatever the machine has; the GPU
+            # collector only when NVML is absent (on a GPU machine NVML answers instead).
+            (ran,) = obs["commands"]["items"]
+            assert ran["timed_out"] and ran["exit_code"] is None, ran
+            if obs["gpus"]["source"] != "nvml":
+                assert "did not answer" in str(obs["gpus"]["unavailable"]), obs["gpus"]
             assert c.get("/health").status_code == 200
     finally:
         stop_server(srv)
@@ -179,7 +193,9 @@ def test_hostile_values_in_every_field(client: httpx.Client) -> None:
                     assert r.json()["detail"], (route, field)
     assert client.post("/api/sessions/hostile/snapshots", json={"force": True}).status_code == 201
     assert client.get("/api/sessions/hostile/resume").status_code == 200
-    assert client.get("/sessions/hostile").status_code < 500
+    page = client.get("/s/hostile")
+    assert page.status_code == 200, page.text[:300]
+    assert "<script>alert(1)</script>" not in page.text
     assert 400 in seen and (201 in seen or 200 in seen)
 
 
@@ -211,12 +227,33 @@ def test_hostile_ids_and_queries(client: httpx.Client) -> None:
         assert r.status_code < 500, (path, r.status_code, r.text[:200])
 
 
-def test_exception_text_never_reaches_the_client(server, client: httpx.Client) -> None:
-    # A request the handlers cannot satisfy must answer a fixed text, not the exception's.
-    r = client.get("/api/sessions/x/snapshots/1/markdown", headers={"Accept": "text/markdown"})
-    assert r.status_code == 404
-    assert "Traceback" not in r.text and 'File "' not in r.text
-    assert "Traceback" not in server.log()
+def test_exception_text_never_reaches_the_client(tmp_path: Path, caplog) -> None:
+    # A handler that really raises, registered on the real app: the reply is a fixed text.
+    from litestar import get
+    from litestar.testing import TestClient
+
+    from service.app import create_app
+
+    secret = "hf_" + "ExceptionLeak" * 3
+
+    @get("/boom", sync_to_thread=False)
+    def boom() -> None:
+        raise RuntimeError(f"failed while holding {secret} at /srv/private/path.py")
+
+    @get("/boom-os", sync_to_thread=False)
+    def boom_os() -> None:
+        raise OSError(errno.ENOTSUP, f"odd storage failure {secret}")
+
+    app = create_app(Settings(data_dir=tmp_path / "data"))
+    app.register(boom)
+    app.register(boom_os)
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        for path in ("/boom", "/boom-os"):
+            r = c.get(path)
+            assert r.status_code == 500, (path, r.text)
+            assert r.json()["detail"] == "internal error; see the ctxd log", r.text
+            assert secret not in r.text and "Traceback" not in r.text and "private" not in r.text
+    assert secret not in caplog.text
 
 
 def test_null_text_on_update_is_400_and_the_entry_survives(client: httpx.Client) -> None:

@@ -21,7 +21,7 @@ from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
 from service.templating import ENV
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, app_client
 
 # Each payload would run script or fetch something if a page let it through unescaped.
 PAYLOADS = [
@@ -62,10 +62,9 @@ def seed(client: httpx.Client, tmp: Path, child: subprocess.Popen) -> Seeded:
         {"kind": "port", "port": 9, "host": "127.0.0.1"},
     ]
     real = FIXTURES / "logs" / "sglang_tp2_hang_after_weights_loaded.log"
-    if real.exists():  # copied under tmp: the fixtures lie outside the default watch roots
-        copy = tmp / real.name
-        shutil.copyfile(real, copy)
-        watches.append({"kind": "log", "path": str(copy), "lines": 15})
+    copy = tmp / real.name  # copied under tmp: the fixtures lie outside the default watch roots
+    shutil.copyfile(real, copy)
+    watches.append({"kind": "log", "path": str(copy), "lines": 15})
     for watch in watches:
         assert client.post(f"/api/sessions/{sid}/watches", json=watch).status_code == 201
     entries = [
@@ -96,9 +95,28 @@ def busy_child() -> Iterator[subprocess.Popen]:
     child.wait()
 
 
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Seeded]]:
+    """One seeded app for the page tests, in-process: they read pages; the few that write use
+    sessions of their own. The browser tests (test_pages_browser.py) use a real server."""
+    tmp = tmp_path_factory.mktemp("pages")
+    child = subprocess.Popen([sys.executable, "-c", BUSY, PAYLOADS[0], PAYLOADS[1]])
+    try:
+        with app_client(tmp / "data") as client:
+            yield client, seed(client, tmp, child)
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.fixture
-def seeded(client: httpx.Client, tmp_path: Path, busy_child: subprocess.Popen) -> Seeded:
-    return seed(client, tmp_path, busy_child)
+def client(site: tuple[httpx.Client, Seeded]) -> httpx.Client:
+    return site[0]
+
+
+@pytest.fixture
+def seeded(site: tuple[httpx.Client, Seeded]) -> Seeded:
+    return site[1]
 
 
 def inline_style(html: str) -> str:
@@ -164,17 +182,21 @@ def test_diff_page_shows_added_lines_and_the_change_list(client, seeded):
     assert "grew by" in html
 
 
-def test_take_button_stores_a_version_and_redirects_to_it(client, seeded):
-    response = client.post("/s/demo/now")
-    assert response.status_code == 303 and response.headers["location"] == "/s/demo/v/4"
-    assert client.get("/api/sessions/demo/snapshots/4").json()["header"]["trigger"] == "manual"
+def test_take_button_stores_a_version_and_redirects_to_it(client):
+    client.put("/api/sessions/button", json={})
+    assert client.post("/api/sessions/button/snapshots").status_code == 201
+    response = client.post("/s/button/now")
+    assert response.status_code == 303 and response.headers["location"] == "/s/button/v/2"
+    assert client.get("/api/sessions/button/snapshots/2").json()["header"]["trigger"] == "manual"
 
 
-def test_another_site_cannot_take_a_snapshot(client, seeded):
-    response = client.post("/s/demo/now", headers={"origin": "http://evil.example"})
+def test_another_site_cannot_take_a_snapshot(client):
+    client.put("/api/sessions/guarded", json={})
+    assert client.post("/api/sessions/guarded/snapshots").status_code == 201
+    response = client.post("/s/guarded/now", headers={"origin": "http://evil.example"})
     # refused by the access middleware before the page's own check is reached
     assert response.status_code == 403 and "cross-origin" in response.text
-    assert client.get("/api/sessions/demo/snapshots").json()[0]["version"] == 3
+    assert [v["version"] for v in client.get("/api/sessions/guarded/snapshots").json()] == [1]
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from service.sampler import Sampler, steady_growth
+from service.thresholds import IDLE_CPU_PERCENT
 
 
 @pytest.fixture
@@ -31,16 +32,25 @@ def wait_for(check, what: str) -> None:
         time.sleep(0.05)
 
 
-def test_busy_then_idle_process(spawn, sampler: Sampler) -> None:
-    code = "import time\nend = time.time() + 0.5\nwhile time.time() < end: pass\ntime.sleep(60)"
+def test_busy_then_idle_process(spawn, sampler: Sampler, tmp_path) -> None:
+    # Spins until told to stop, however little CPU a loaded machine lends it, then sleeps.
+    stop = tmp_path / "stop"
+    code = f"import os, time\nwhile not os.path.exists({str(stop)!r}): pass\ntime.sleep(60)"
     child = spawn(sys.executable, "-c", code)
     k = key(child)
     sampler.track(k)
     sampler.sample()
-    time.sleep(0.1)
-    sampler.sample()
+
+    def busy_now() -> bool:
+        time.sleep(0.05)
+        sampler.sample()
+        r = sampler.reading(k)
+        return bool(r and r.cpu_percent is not None and r.cpu_percent >= IDLE_CPU_PERCENT)
+
+    wait_for(busy_now, "a busy reading")
     busy = sampler.reading(k)
-    assert busy and busy.cpu_percent is not None and busy.idle_for_s is not None
+    assert busy and busy.idle_for_s == 0, busy
+    stop.touch()
     sampler.start()
 
     def idle_a_while() -> bool:

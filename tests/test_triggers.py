@@ -8,8 +8,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Server, start_server, stop_server
+from service.models import LogWatch, ProcessWatch, SessionIn
+from service.settings import Settings
+from service.snapshots import Snapshotter
+from service.store import Store
+from service.triggers import Activity, Watcher
+from tests.conftest import Server, app_client, start_server, stop_server
 
+MIN_GAP_S = 4.0
 FAST = {
     "CTXD_TRIGGER_INTERVAL_S": "0.2",
     "CTXD_EVENT_PROBE_S": "0.2",
@@ -24,6 +30,13 @@ def fast_server(tmp_path: Path) -> Iterator[Server]:
         yield srv
     finally:
         stop_server(srv)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    """In-process for what is request and answer; the trigger loop's tests use a real server."""
+    with app_client(tmp_path / "data") as c:
+        yield c
 
 
 @pytest.fixture
@@ -106,29 +119,84 @@ time.sleep(600)
 """
 
 
+@pytest.fixture
+def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watcher]:
+    """The trigger loop's Watcher on a real store, ticked by the test instead of a timer."""
+    monkeypatch.setenv("CTXD_EVENT_PROBE_S", "0.01")  # every tick probes
+    monkeypatch.setenv("CTXD_EVENT_MIN_GAP_S", str(MIN_GAP_S))
+    settings = Settings(data_dir=tmp_path / "data")
+    store = Store(settings.db_path)
+    snap = Snapshotter(settings, store)
+    try:
+        yield Watcher(snap, Activity())
+    finally:
+        snap.close()
+        store.close()
+
+
+def event_versions(watcher: Watcher, sid: str) -> list:
+    return [v for v in watcher.snap.store.list_snapshots(sid) if v.trigger.startswith("event:")]
+
+
+def tick_until_event(watcher: Watcher, sid: str, count: int) -> list:
+    """Ticks as the loop would until `count` event versions exist; fails after 30 s."""
+    return wait_until(
+        lambda: watcher.tick() or (len(e := event_versions(watcher, sid)) >= count and e),
+        timeout=30,
+        every=0.05,
+    )
+
+
 def test_a_watched_process_exit_takes_an_event_snapshot_that_keeps_the_log(
-    fast: httpx.Client, spawn, tmp_path: Path
+    watcher: Watcher, spawn, tmp_path: Path
 ):
     log = tmp_path / "worker.log"
     script = tmp_path / "event_worker.py"
     script.write_text(LOGGER)
     child = spawn(sys.executable, str(script), str(log))
     wait_until(lambda: log.exists() and "all_reduce" in log.read_text())
-    fast.put("/api/sessions/e", json={"quiet_after_s": 3600})
-    fast.post("/api/sessions/e/watches", json={"kind": "process", "pid": child.pid})
-    fast.post("/api/sessions/e/watches", json={"kind": "log", "path": str(log)})
-    time.sleep(1.0)  # the watcher has probed the living process at least once
+    store = watcher.snap.store
+    store.put_session("e", SessionIn(quiet_after_s=3600))
+    store.add_watch("e", ProcessWatch(pid=child.pid), limit=100)
+    store.add_watch("e", LogWatch(path=str(log)), limit=100)
+    watcher.tick()  # probes the living process: what its exit is compared with
+    assert store.list_snapshots("e") == []
 
     child.kill()
     child.wait()
-    event = wait_until(
-        lambda: next((v for v in versions(fast, "e") if v["trigger"].startswith("event:")), None)
-    )
-    assert "process-exit" in event["trigger"]
+    (event,) = tick_until_event(watcher, "e", 1)
+    assert "process-exit" in event.trigger
     log.write_text("")  # the evidence is gone from disk, not from the dump
-    dump = fast.get(f"/api/sessions/e/snapshots/{event['version']}/markdown").text
+    dump = store.get_markdown("e", event.version)
     assert "about to hang in all_reduce" in dump
     assert "exited" in dump
+
+
+def test_at_most_one_event_snapshot_per_min_gap(watcher: Watcher, spawn):
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    first, second = spawn(*sleeper), spawn(*sleeper)
+    store = watcher.snap.store
+    store.put_session("g", SessionIn(quiet_after_s=3600))
+    for child in (first, second):
+        store.add_watch("g", ProcessWatch(pid=child.pid), limit=100)
+    watcher.tick()
+    assert store.list_snapshots("g") == []
+
+    first.kill()
+    first.wait()
+    before_first = time.monotonic()
+    tick_until_event(watcher, "g", 1)
+    second.kill()
+    second.wait()
+    for _ in range(3):  # the exit is seen, and held back: the gap has not passed
+        watcher.tick()
+    assert time.monotonic() - before_first < MIN_GAP_S, "the machine was too slow to tell"
+    assert len(event_versions(watcher, "g")) == 1
+
+    two = max(tick_until_event(watcher, "g", 2), key=lambda v: v.version)
+    assert time.monotonic() - before_first >= MIN_GAP_S
+    assert "process-exit" in two.trigger
+    assert str(second.pid) in store.get_snapshot("g", two.version).header.note
 
 
 def test_resume_fits_a_budget_and_keeps_what_matters(client: httpx.Client, tmp_path: Path):
