@@ -22,6 +22,7 @@ EVENT = json.dumps({"hook_event_name": "SessionStart", "source": "compact", "cwd
 
 def hook_seconds(url: str, timeout: str | None) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
+    env["CTXD_AUTOSTART"] = "0"  # "down" stays down: the hook's own cost is measured
     if timeout is not None:
         env["CTXD_HOOK_TIMEOUT"] = timeout
     started = time.perf_counter()

@@ -59,6 +59,8 @@ def run_claude(url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
         payload = parse_payload(stdin.read(MAX_PAYLOAD_CHARS))
         event = str(payload["hook_event_name"])
         timeout = SLOW_EVENTS.get(event, QUICK_TIMEOUT_S)
+        if (given := os.environ.get("CTXD_HOOK_TIMEOUT", "")).replace(".", "", 1).isdigit():
+            timeout = min(timeout, max(0.1, float(given)))  # the user's ceiling
         try:
             answer = forward(url, payload, timeout)
         except Down:

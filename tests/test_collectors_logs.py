@@ -14,8 +14,10 @@ from service.collectors import CollectContext, logs
 from service.collectors import _logtext as logtext
 from service.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
 from service.settings import Limits, Settings
+from tests.conftest import FIXTURES as FIXTURE_ROOT
+from tests.conftest import as_nobody
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "logs"
+FIXTURES = FIXTURE_ROOT / "logs"
 
 
 def make_watch(path: Path | str, lines: int = 40, watch_id: int = 1) -> Watch:
@@ -296,16 +298,13 @@ def test_symlink_loop(tmp_path: Path) -> None:
     assert only_unavailable(collect(make_watch(tmp_path / "a"))).reason == "symlink loop"
 
 
-def test_unreadable_file(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads files whatever their mode, so 'permission denied' cannot occur")
-    path = tmp_path / "secret.log"
+def test_unreadable_file(open_dir: Path) -> None:
+    path = open_dir / "secret.log"  # root reads anything: the read runs as nobody
     path.write_text("x\n")
     path.chmod(0)
-    try:
-        assert only_unavailable(collect(make_watch(path))).reason == "permission denied"
-    finally:
-        path.chmod(0o600)
+    assert as_nobody(lambda: only_unavailable(collect(make_watch(path))).reason) == (
+        "permission denied"
+    )
 
 
 def test_one_bad_watch_does_not_hide_the_others(tmp_path: Path) -> None:

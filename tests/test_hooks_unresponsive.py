@@ -68,6 +68,12 @@ def test_a_ctxd_that_never_answers_does_not_block_the_agent(
 ) -> None:
     # A short read timeout keeps the suite quick; the default (30 s) is what the bench times.
     out = run_hook(mute_url, {**event, "cwd": str(tmp_path), "session_id": "s1"}, "1")
-    assert (out.returncode, out.stdout) == (0, ""), out.stderr
+    assert out.returncode == 0, out.stderr
     assert out.stderr.startswith("ctxd hook: ") and "not reachable" in out.stderr, out.stderr
-    assert "ReadTimeout" in out.stderr and "Traceback" not in out.stderr
+    assert "timed out" in out.stderr and "Traceback" not in out.stderr
+    # the person sees why where Claude Code shows hook messages; nothing reaches the model
+    told = json.loads(out.stdout) if out.stdout else {}
+    assert set(told) <= {"systemMessage"}
+    assert ("not reachable" in told.get("systemMessage", "")) == (
+        event["hook_event_name"] != "Stop"
+    )
