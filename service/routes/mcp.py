@@ -1,8 +1,8 @@
 """The MCP endpoint at /mcp: ctxd's session API as tools and resources for a model."""
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from litestar import Litestar
 from litestar.datastructures import State
@@ -11,29 +11,22 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp_types import Resource as MCPResource
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from service import __version__, redact
-from service.discovery.actions import parse_action
 from service.errors import CtxdError
 from service.harness import HOOK_MAX_CHARS
 from service.models import (
-    SESSION_ID_PATTERN,
     JournalIn,
     JournalKind,
     JournalUpdate,
     SessionIn,
     SnapshotIn,
-    WatchSpec,
 )
-from service.search import LIMIT_MAX, OFFSET_MAX
+from service.routes.mcp_common import Sid, Version, _given, _run
+from service.routes.mcp_watch_tools import register_watch_tools
 from service.usecases import UseCases
 
-T = TypeVar("T")
-Sid = Annotated[
-    str, Field(pattern=SESSION_ID_PATTERN, description="the ctxd session id, a short slug")
-]
-Version = Annotated[int, Field(ge=1)]
 LATEST_URI = "ctxd://sessions/{sid}/latest.md"
 
 INSTRUCTIONS = """\
@@ -46,27 +39,6 @@ add watches for the processes, logs and artifacts you start, and `take_snapshot`
 steps. Find your session with `list_sessions` (pass your working directory as `cwd`)."""
 
 
-def _run(call: Callable[[], T]) -> T:
-    """Domain errors become tool errors a model can act on, with observed text redacted."""
-    try:
-        return call()
-    except CtxdError as exc:
-        hint = "; call list_sessions to see what exists" if exc.status == 404 else ""
-        raise ToolError((redact.text(str(exc)) + hint)[:2000]) from None
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ToolError(redact.text(f"invalid input: {problems}")[:2000]) from None
-    except ValueError as exc:
-        raise ToolError(redact.text(str(exc))[:2000]) from None
-
-
-def _given(**fields: Any) -> dict[str, Any]:
-    """Only the arguments a model passed: the input models tell "omitted" from "null"."""
-    return {k: v for k, v in fields.items() if v is not None}
-
-
 class McpEndpoint:
     """An MCP server bound to one Litestar app: `serve` answers /mcp, `lifespan` runs it."""
 
@@ -74,6 +46,7 @@ class McpEndpoint:
         self.state: State | None = None
         self.server = _Server(self, "ctxd", instructions=INSTRUCTIONS, version=__version__)
         _register_tools(self)
+        register_watch_tools(self)
         _register_resources(self)
         # Builds the session manager; its Starlette wrapper is not used, we mount the bare
         # ASGI app so Litestar's routing decides the path. The SDK turns on DNS-rebinding
@@ -237,81 +210,6 @@ def _register_tools(ep: McpEndpoint) -> None:
         """The session's journal entries with their ids, oldest first (for update_entry)."""
         entries = _run(lambda: ep.use().list_entries(session))
         return [e.model_dump(mode="json") for e in entries]
-
-    @tool()
-    def add_watch(session: Sid, watch: WatchSpec) -> dict[str, Any]:
-        """Make every dump include something you started: a `process` (by `match`, a regex on
-        its command line, or `pid`; children, `expect_ports`, `env` globs), a `log` (path or
-        glob; last `lines`), an `artifact` (file, directory or glob: size, mtime, fingerprint),
-        a `port` (with an optional health `url`), or a `command` allowed by the server.
-        Add one as soon as you launch a server, a build or a long job."""
-        return _run(lambda: ep.use().add_watch(session, watch)).model_dump(mode="json")
-
-    @tool()
-    def record_action(
-        session: Sid,
-        command: str | None = None,
-        cwd: str | None = None,
-        exit_status: int | None = None,
-        output: str | None = None,
-        background: bool = False,
-        edited_path: str | None = None,
-    ) -> dict[str, Any]:
-        """Tell ctxd what you just did when no hook does it for you: a shell `command` you ran
-        (with its `cwd`, `exit_status`, the tail of its `output`, whether it went to the
-        `background`), or a file you edited (`edited_path`). ctxd then watches what it
-        launched, logged, listened on or built, and lists it among recent commands."""
-        given: dict[str, Any] = {"harness": "mcp"}
-        if command is not None:
-            given |= {"kind": "command", "command": command, "background": background}
-            given |= _given(cwd=cwd, exit_status=exit_status, output_tail=output)
-        elif edited_path is not None:
-            given |= {"kind": "file_edit", "path": edited_path, **_given(cwd=cwd)}
-        else:
-            raise ToolError("give a `command` you ran or an `edited_path`")
-        action = _run(lambda: parse_action(given))
-        watches = _run(lambda: ep.use().record_actions(session, [action]))
-        return {"recorded": 1, "watches": [w.model_dump(mode="json") for w in watches]}
-
-    @tool()
-    def list_watches(session: Sid) -> list[dict[str, Any]]:
-        """What the session watches, with ids (for remove_watch)."""
-        return [w.model_dump(mode="json") for w in _run(lambda: ep.use().list_watches(session))]
-
-    @tool()
-    def remove_watch(session: Sid, watch_id: int) -> str:
-        """Stop watching something that no longer matters (a process you stopped for good, a
-        log you no longer need), so dumps stay short."""
-        _run(lambda: ep.use().remove_watch(session, watch_id))
-        return f"removed watch {watch_id} from {session}"
-
-    @tool()
-    def list_snapshots(session: Sid) -> list[dict[str, Any]]:
-        """Stored snapshots of the session's dump, newest first: version, time, trigger, how
-        many signals and changes. Use it to pick versions for diff or resume(since=N)."""
-        snapshots = _run(lambda: ep.use().list_snapshots(session))
-        return [v.model_dump(mode="json") for v in snapshots]
-
-    @tool()
-    def diff(session: Sid, from_version: Version, to_version: Version) -> dict[str, Any]:
-        """What changed between two versions: processes started and exited, log growth,
-        artifact changes, new journal entries, and a unified diff of the two dumps."""
-        result = _run(lambda: ep.use().diff(session, from_version, to_version))
-        return result.model_dump(mode="json")
-
-    @tool()
-    def search(
-        query: str,
-        session: Sid | None = None,
-        limit: Annotated[int, Field(ge=1, le=LIMIT_MAX)] = 20,
-        offset: Annotated[int, Field(ge=0, le=OFFSET_MAX)] = 0,
-    ) -> dict[str, Any]:
-        """Search the history (journal, commands with their output, launches, every version's
-        dump) of one session, or of all without `session`: "did we already try X, and what
-        happened?". SQLite FTS5 syntax: words, "a phrase", prefix*, AND/OR/NOT, NEAR(a b, 10),
-        column:term (kind, text, detail, status). Hits are best first, each with its kind, the
-        version it links to, its time and a snippet with matches in **bold**."""
-        return _run(lambda: ep.use().search(session, query, limit, offset)).model_dump(mode="json")
 
 
 def _register_resources(ep: McpEndpoint) -> None:
