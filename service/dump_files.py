@@ -130,13 +130,16 @@ class DumpFiles:
         written, failed = 0, 0
         for sid, version, is_latest in self.store.iter_versions():
             folder = self.session_dir(sid)
-            missing = not (folder / version_file(version)).exists()
+            path = folder / version_file(version)
+            missing = not path.exists()
             if not (missing or is_latest):
                 continue
             markdown = self.store.get_markdown(sid, version)
             if is_latest:
                 self._latest[sid] = markdown
-            stale_latest = is_latest and _differs(folder / "latest.md", markdown)
+                # latest.md is a hard link to it: an edit in place changes both
+                missing = missing or _differs(path, markdown)
+            stale_latest = is_latest and (missing or _differs(folder / "latest.md", markdown))
             if not (missing or stale_latest):
                 continue
             try:

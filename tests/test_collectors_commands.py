@@ -140,12 +140,6 @@ def test_child_processes_are_not_left_behind() -> None:
     assert after <= before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: commands.run stops reading once the output is cut, then proc.wait()s for the "
-    "rest of the timeout while the command blocks on its full pipe: a chatty command costs the "
-    "whole timeout and is reported timed_out (exit code lost) instead of being killed at the cut",
-)
 def test_a_cut_command_is_stopped_at_the_cut_not_at_the_timeout() -> None:
     watch = make_watch(name="chatty", timeout_s=2)
     [item] = collect(watch, limits=Limits(command_output_chars_max=1000)).items

@@ -99,12 +99,6 @@ def test_odd_text_gives_no_gpu_rather_than_an_error(text: str) -> None:
     assert parse_smi_header(text) == (None, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: parse_query_csv keeps a one-column header and a one-cell row, and nothing "
-    "checks that the header names a known column: any two lines of prose (a driver's failure "
-    "text on exit 0) become a GPU with an empty name",
-)
 def test_two_lines_of_prose_give_no_gpu() -> None:
     prose = (
         "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\n"

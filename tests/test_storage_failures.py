@@ -110,12 +110,6 @@ def test_a_stale_separate_latest_file_is_replaced(tmp_path: Path) -> None:
         assert latest.read_text() == two
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: DumpFiles.rebuild trusts any existing vNNNN.md; latest.md is a hard link to "
-    "it, so a latest.md changed in place leaves both stale and the rebuild re-links the stale "
-    "file (it checks the version file only for existence, never its content)",
-)
 def test_a_latest_changed_in_place_is_rebuilt(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", trigger_interval_s=3600)
     _, two = _two_versions(settings)

@@ -77,15 +77,25 @@ def parse_query_csv(text: str) -> list[dict[str, str | None]]:
     return rows
 
 
+def _known_columns() -> set[str]:
+    return {name for names in GPU_FIELDS.values() for name in names} | {"driver_version"}
+
+
 def _first(row: dict[str, str | None], names: tuple[str, ...]) -> str | None:
     return next((row[n] for n in names if row.get(n) is not None), None)
+
+
+_KNOWN_COLUMNS = _known_columns()
 
 
 def parse_query_gpu(text: str) -> tuple[list[GpuInfo], str | None]:
     """GPUs and the driver version from `--query-gpu=… --format=csv[,nounits]`."""
     gpus: list[GpuInfo] = []
     driver = None
-    for position, row in enumerate(parse_query_csv(text)):
+    rows = parse_query_csv(text)
+    if rows and not set(rows[0]) & _KNOWN_COLUMNS:
+        return [], None  # prose (a driver's failure text on exit 0), not a CSV answer
+    for position, row in enumerate(rows):
         cells = {ours: _first(row, theirs) for ours, theirs in GPU_FIELDS.items()}
         driver = driver or row.get("driver_version")
         index = number(cells["index"])

@@ -98,11 +98,13 @@ def run(argv: list[str], timeout_s: float, max_chars: int, cwd: str | None = Non
             if kept > cap:
                 cut = True
                 break
+    if cut:  # enough read: stop it now, a chatty command would block on its full pipe
+        _kill(proc)
     try:
         code = proc.wait(timeout=max(0.1, timeout_s - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
         timed_out, code = True, None
-    if timed_out or cut:
+    if timed_out:
         _kill(proc)
         proc.wait()
     proc.stdout.close()
