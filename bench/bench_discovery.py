@@ -21,7 +21,7 @@ from service.discovery.shellparse import parse_command
 
 # Commands of the seed story's kind, as an agent types them.
 COMMANDS = (
-    "cd /work/sglang && nohup python -m sglang.launch_server --model-path /models/kimi-k2"
+    "cd /srv/sglang && nohup python -m sglang.launch_server --model-path /models/kimi-k2"
     " --tp 8 --port 30000 --disable-cuda-graph --log-level debug > /tmp/sglang.log 2>&1 &",
     "NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc-per-node 4 train.py"
     " --log-file runs/train.log | tee -a runs/console.log",
@@ -57,7 +57,7 @@ def bench_action(runs: int) -> None:
         parsed = parse_command(command)
         assert parsed.parsed, command
     per_action = timed(
-        lambda: [rules.propose_for_command(parse_command(c), cwd="/work", at=at) for c in COMMANDS],
+        lambda: [rules.propose_for_command(parse_command(c), cwd="/srv", at=at) for c in COMMANDS],
         runs,
     )
     row("parse + propose watches, per action", f"{statistics.median(per_action) / 4:.2f} ms")
