@@ -78,7 +78,8 @@ class HarnessEvents:
         elif event == "tool.execute.after":
             self.use.record_actions(sid, actions.from_opencode(p))
         elif event == "SessionStart" and _text(p, "source") in RESUME_SOURCES:
-            out.context = self._once(sid, conversation, self.use.resume, sid, max_chars=budget)
+            out.context = self.use.resume(sid, max_chars=budget)
+            self._mark(sid, conversation)
         elif event in ("UserPromptSubmit", "chat.message"):
             out.context = self._prompt(sid, conversation, _text(p, "prompt"), budget)
         elif event == "PreCompact":
@@ -95,11 +96,10 @@ class HarnessEvents:
             return None
         return self.use.prompt(sid, text, max_chars=budget)
 
-    def _once(self, sid: str, conversation: str, make: Any, *args: Any, **kw: Any) -> str:
-        dump = str(make(*args, **kw))
+    def _mark(self, sid: str, conversation: str) -> None:
+        """This conversation just got a dump: its next "continue" of the turn gets none."""
         with self._lock:
             self._injected[(sid, conversation)] = time.monotonic()
-        return dump
 
     def _fresh(self, sid: str, conversation: str) -> bool:
         """Whether this conversation got a dump moments ago; the mark is used up."""

@@ -32,6 +32,7 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
     open_ports = {port.port for port in seen.ports.items if port.listening}
     now = datetime.now(UTC)
     running = set()
+    saves: list[dict] = []
     for p in items:
         watch = process_watches.get(p.watch_id)
         if not p.root or watch is None:
@@ -40,8 +41,7 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
         running.add(p.key)
         expected = list(watch.spec.expect_ports)
         ports = listening.get(p.pid, set()) | (open_ports & set(expected))
-        store.save_launch(
-            sid,
+        saves.append(
             {
                 "start_key": p.key,
                 "watch_id": watch.id,
@@ -53,7 +53,7 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
                 "expected_ports": expected,
                 "port_opened": int(bool(set(expected) & ports)) if expected else None,
                 "idle_s": p.idle_for_s,
-            },
+            }
         )
     gone = {e.key: e.last_seen_at for e in seen.processes.exited if e.root}
     for launch in store.list_launches(sid):
@@ -62,8 +62,9 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
         if launch["watch_id"] not in process_watches:
             continue  # its watch was removed: it is no longer followed, not "gone"
         ended = gone.get(launch["start_key"]) or now
-        # a port seen open once stays "opened" in the history
-        store.save_launch(sid, {"start_key": launch["start_key"], "ended_at": ended})
+        saves.append({"start_key": launch["start_key"], "ended_at": ended})
+    if saves:
+        store.save_launches(sid, saves)
 
 
 def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[HistoryItem]:

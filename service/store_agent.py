@@ -40,21 +40,28 @@ class AgentRows(Connection):
 
     def save_launch(self, sid: str, launch: dict[str, Any]) -> None:
         """Insert or update one launch, keyed by its process (pid and start time)."""
-        row = {**launch, "session": sid}
-        for name in ("argv", "env", "expected_ports"):
-            if name in row:  # an update may give only some fields
-                row[name] = json.dumps(row[name])
-        for name in ("started_at", "ended_at"):
-            if isinstance(row.get(name), datetime):
-                row[name] = iso(row[name])
+        self.save_launches(sid, [launch])
+
+    def save_launches(self, sid: str, launches: list[dict[str, Any]]) -> None:
+        """Insert or update launches in one transaction (one commit per snapshot, not per
+        process); an update may give only some fields."""
         with self._tx() as db:
-            db.table("launches").upsert(row, pk=("session", "start_key"))
-            stored = db.execute(
-                "select * from launches where session = ? and start_key = ?",
-                [sid, row["start_key"]],
-            )
-            columns = [c[0] for c in stored.description]
-            store_search.index_launch(db, sid, dict(zip(columns, stored.fetchone(), strict=True)))
+            for launch in launches:
+                row = {**launch, "session": sid}
+                for name in ("argv", "env", "expected_ports"):
+                    if name in row:
+                        row[name] = json.dumps(row[name])
+                for name in ("started_at", "ended_at"):
+                    if isinstance(row.get(name), datetime):
+                        row[name] = iso(row[name])
+                db.table("launches").upsert(row, pk=("session", "start_key"))
+                stored = db.execute(
+                    "select * from launches where session = ? and start_key = ?",
+                    [sid, row["start_key"]],
+                )
+                columns = [c[0] for c in stored.description]
+                found = dict(zip(columns, stored.fetchone(), strict=True))
+                store_search.index_launch(db, sid, found)
 
     def list_launches(self, sid: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest launches, oldest first."""

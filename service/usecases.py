@@ -217,8 +217,7 @@ class UseCases:
         self.message(sid, text)
         session = self.store.get_session(sid)
         if not session.objective and is_substantive(text):
-            objective = redact.text(text.strip())[:OBJECTIVE_CHARS]
-            self.store.set_objective(sid, objective, "the user's first prompt")
+            self._user_objective(sid, text)
 
     def objective_from_transcript(self, sid: str, path: str) -> None:
         """While a session has no objective, the first substantive prompt of the harness's
@@ -236,8 +235,12 @@ class UseCases:
         if not confine.allowed(real, confine.roots(self.settings)):
             return
         if text := first_prompt_in_transcript(real):
-            objective = redact.text(text)[:OBJECTIVE_CHARS]
-            self.store.set_objective(sid, objective, "the user's first prompt")
+            self._user_objective(sid, text)
+
+    def _user_objective(self, sid: str, text: str) -> None:
+        """The user's own words stand as the objective, marked as such."""
+        objective = redact.text(text.strip())[:OBJECTIVE_CHARS]
+        self.store.set_objective(sid, objective, "the user's first prompt")
 
     # --- what the agent did ------------------------------------------------------------------
 
