@@ -110,16 +110,13 @@ def _item(launch: Launch, previous: Launch | None, now: datetime) -> HistoryItem
         " ".join([PurePosixPath(launch.argv[0]).name, *launch.argv[1:2]]) if launch.argv else "?"
     )
     text = f"launched `{program}` (pid {launch.pid}) at {launch.started_at:%H:%M:%S} UTC"
-    notes = []
+    notes = [launch.outcome(now)]
     if launch.ended_at is None:
         status = "running"
-        notes.append(f"running for {human_duration((now - launch.started_at).total_seconds())}")
         if launch.idle_s is not None and launch.idle_s >= 10:
             notes.append(f"idle for {human_duration(launch.idle_s)}")
     else:
         status = "ended"
-        lasted = human_duration((launch.ended_at - launch.started_at).total_seconds())
-        notes.append(f"gone after {lasted} (exit status unknown)")
     ports = ", ".join(str(p) for p in launch.expected_ports)
     if launch.port_opened is False:
         notes.append(f"port {ports} {'never opened' if launch.ended_at else 'not open yet'}")

@@ -7,11 +7,11 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-from service.discovery import actions, launchtrack, procscan, rules
+from service.discovery import actions, procscan, rules
 from service.discovery.actions import CommandAction
+from service.discovery.launches import flag_diff, summary_line
 from service.discovery.shellparse import parse_command
 from service.discovery.workspace import git_section, workspace_of
 
@@ -66,18 +66,8 @@ def bash_payload(command: str, cwd: Path) -> dict:
     }
 
 
-def roots_seen(work: Path) -> list[launchtrack.Seen]:
-    found = procscan.roots(procscan.workspace_processes([str(work)], min_age_s=0))
-    return [
-        launchtrack.Seen(
-            pid=c.pid,
-            create_time=c.create_time,
-            argv=tuple(c.argv),
-            cwd=c.cwd,
-            listening=procscan.listening_ports(c.pid),
-        )
-        for c in found
-    ]
+def roots(work: Path) -> list[procscan.Candidate]:
+    return procscan.roots(procscan.workspace_processes([str(work)], min_age_s=0))
 
 
 def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -> None:
@@ -109,22 +99,17 @@ def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -
         )
         assert machine == []  # the command already proposed both
 
-        now = datetime.now(UTC)
-        tracked = launchtrack.observe([], roots_seen(work), now, (port,))
-        assert tracked[0].launch.port_opened is True
+        assert procscan.listening_ports(root.pid) == [port]
 
         os.killpg(first.pid, 9)
         first.wait(timeout=10)
-        tracked = launchtrack.observe(tracked, roots_seen(work), datetime.now(UTC), (port,))
-        assert tracked[0].launch.ended_at is not None
+        assert roots(work) == []
 
         second, _ = launch(work, f"--port {port} --tp 2 --disable-cuda-graph --log-level debug")
         wait_listening(port)
-        tracked = launchtrack.observe(tracked, roots_seen(work), datetime.now(UTC), (port,))
-        launches = [t.launch for t in tracked]
-        assert [launch.pid for launch in launches] == [first.pid, second.pid]
-        assert launches[0].outcome(datetime.now(UTC)).startswith("gone after")
-        assert launchtrack.changes(launches)[1] == (
+        (relaunched,) = roots(work)
+        assert relaunched.pid == second.pid
+        assert summary_line(flag_diff(root.argv, relaunched.argv)) == (
             "relaunched with --disable-cuda-graph, --log-level debug added"
         )
         section = git_section(workspace)

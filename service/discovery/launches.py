@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from service.fmt import human_duration
+
 # Environment worth keeping with a launch: what changes how GPU / ML servers behave.
 ENV_PATTERNS = (
     "CUDA_*", "NCCL_*", "HF_*", "TORCH*", "SGLANG_*", "VLLM_*", "PYTORCH_*", "OMP_NUM_THREADS",
@@ -39,20 +41,10 @@ class Launch:
             return f"running for {human_duration((now - self.started_at).total_seconds())}"
         lasted = human_duration((self.ended_at - self.started_at).total_seconds())
         if self.exit_status is None:
-            return f"gone after {lasted}"
+            return f"gone after {lasted} (exit status unknown)"
         if self.exit_status < 0:
             return f"killed by signal {-self.exit_status} after {lasted}"
         return f"exited with status {self.exit_status} after {lasted}"
-
-
-def human_duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    hours, rest = divmod(seconds // 60, 60)
-    return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
 def select_env(environ: dict[str, str], patterns: tuple[str, ...] = ENV_PATTERNS) -> dict[str, str]:
@@ -62,19 +54,6 @@ def select_env(environ: dict[str, str], patterns: tuple[str, ...] = ENV_PATTERNS
         for name in sorted(environ)
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
     }
-
-
-def idle_seconds(samples: list[tuple[float, float]]) -> float | None:
-    """Seconds since the CPU time last grew, from (monotonic time, cpu seconds) samples."""
-    if len(samples) < 2:
-        return None
-    last_time, last_cpu = samples[-1]
-    idle_since = last_time
-    for when, cpu in reversed(samples[:-1]):
-        if cpu < last_cpu - 0.01:  # it worked between this sample and the next one
-            break
-        idle_since = when
-    return last_time - idle_since
 
 
 def _is_flag(arg: str) -> bool:
