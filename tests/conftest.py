@@ -1,6 +1,7 @@
 """Shared fixtures: a real ctxd server on a free port, the same app in-process, and real child
 processes."""
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -183,3 +184,42 @@ def open_dir() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MB filesystem (tmpfs), so "no space left" comes from the kernel."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill_disk(folder: Path) -> Path:
+    """Writes zeros into `folder` until the filesystem is full; returns the filler file."""
+    filler = folder / "filler"
+    with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as out:
+        while True:
+            out.write(b"\0" * 4096)
+    return filler
+
+
+@pytest.fixture
+def fresh_redaction() -> Iterator[None]:
+    """Redaction caches and learned secrets emptied before and after the test."""
+    from service import redact, redact_known
+
+    redact._text_short.cache_clear()
+    redact_known.forget_all()
+    yield
+    redact._text_short.cache_clear()
+    redact_known.forget_all()

@@ -1,40 +1,10 @@
 """A full disk or a read-only data dir: an error before the commit, the commit's truth after
 it, no partial files, and recovery after."""
 
-import contextlib
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import Server, start_server, stop_server
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 2 MB filesystem (tmpfs), so "no space left" comes from the kernel."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(folder: Path) -> Path:
-    filler = folder / "filler"
-    with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as out:
-        while True:
-            out.write(b"\0" * 4096)
-    return filler
+from tests.conftest import Server, fill_disk, start_server, stop_server
 
 
 def _leftovers(data: Path) -> list[Path]:
@@ -53,7 +23,7 @@ def test_full_disk_is_507_and_leaves_nothing_partial(small_fs: Path, tmp_path: P
         with srv.client() as c:
             assert c.put("/api/sessions/full", json={"objective": "o" * 2000}).status_code == 201
         assert _snapshot(srv, "full")[0] == 201
-        filler = _fill(small_fs)
+        filler = fill_disk(small_fs)
         statuses = [_snapshot(srv, "full") for _ in range(3)]
         for status, text in statuses:
             assert status in (507, 503), text

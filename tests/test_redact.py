@@ -2,7 +2,6 @@
 
 import logging
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -21,13 +20,7 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_X
 PEM_BODY = "MIIEowIBAAKCAQEA1x2y3z\nq8w7e6r5t4y3u2i1o0p==\n"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    redact._text_short.cache_clear()
-    redact_known.forget_all()
-    yield
-    redact._text_short.cache_clear()
-    redact_known.forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_redaction")
 
 
 @pytest.mark.parametrize(

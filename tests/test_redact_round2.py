@@ -1,22 +1,14 @@
 """Redaction, round two: the forms a red-team pass got through, each pinned by a case."""
 
-from collections.abc import Iterator
-
 import pytest
 
-from service import redact, redact_known
+from service import redact
 from service.redact import REDACTED
 
 SECRET = "abcdefABCDEF1234567890xyz"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    redact._text_short.cache_clear()
-    redact_known.forget_all()
-    yield
-    redact._text_short.cache_clear()
-    redact_known.forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_redaction")
 
 
 @pytest.mark.parametrize(

@@ -1,45 +1,16 @@
 """A full disk before the commit answers exactly 507 and stores nothing; Markdown that is stale
 or missing at start-up is rebuilt from the database, with the database's content."""
 
-import contextlib
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from litestar.testing import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from tests.conftest import fill_disk
 
 LOCAL = "http://127.0.0.1"
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 2 MB filesystem (tmpfs), so "no space left" comes from the kernel."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(folder: Path) -> Path:
-    filler = folder / "filler"
-    with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as out:
-        while True:
-            out.write(b"\0" * 4096)
-    return filler
 
 
 def test_a_full_disk_at_the_database_write_is_507_and_nothing_is_stored(small_fs: Path) -> None:
@@ -47,7 +18,7 @@ def test_a_full_disk_at_the_database_write_is_507_and_nothing_is_stored(small_fs
     settings = Settings(data_dir=small_fs / "data", trigger_interval_s=3600)
     with TestClient(create_app(settings), base_url=LOCAL) as c:
         assert c.put("/api/sessions/full", json={}).status_code == 201
-        filler = _fill(small_fs)
+        filler = fill_disk(small_fs)
         stored, failures = 0, []
         for i in range(40):  # until the WAL, which may still have room, needs to grow
             entry = {"kind": "note", "text": f"{i} " + os.urandom(9000).hex()}
