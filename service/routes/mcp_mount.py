@@ -30,7 +30,7 @@ class LazyMcp:
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.handler: ASGIRouteHandler = asgi("/mcp", is_mount=True)(self._serve)
+        self.handler: ASGIRouteHandler = asgi("/mcp", is_mount=True, copy_scope=True)(self._serve)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = self._endpoint or await self._start()
