@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from service import redact, sampler
+from service import redact, relaunch, sampler
 from service.collectors import CollectContext, _procfs, _proctree
 from service.collectors._argv import parse_flags
 from service.collectors._proc_summary import featured, workers
@@ -123,6 +123,11 @@ def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatc
         asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
         row.packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
     row.not_permitted = [] if zombie else denied
+    if root and not zombie:
+        row.relaunch = relaunch.block(
+            argv, info["cwd"], environ, tuple(spec.env) or DEFAULT_ENV, proc.pid,
+            relaunch.login_env(),
+        )  # fmt: skip
     if state in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
         row.waiting = _procfs.waiting_point(proc.pid)
     return row
