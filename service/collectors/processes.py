@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 
 from service import redact, relaunch, sampler
-from service.collectors import CollectContext, _procfs, _proctree
+from service.collectors import CollectContext, _procfs, _proctree, _pystacks
 from service.collectors._argv import parse_flags
 from service.collectors._proc_summary import featured, workers
 from service.models import (
@@ -22,6 +22,7 @@ from service.models import (
     Unavailable,
     Watch,
 )
+from service.thresholds import STUCK_AFTER_S
 
 NAME = "processes"
 SECTION = ProcessesSection
@@ -44,6 +45,8 @@ class ProcessesMemory:
     """psutil handles kept between snapshots: a second cpu_percent() call is a real reading."""
 
     handles: dict[Key, psutil.Process] = field(default_factory=dict)
+    # Python stacks of a stuck tree's members, per process key: taken once per stuck episode
+    stacks: dict[str, _pystacks.Taken] = field(default_factory=dict)
 
 
 @dataclass
@@ -279,7 +282,8 @@ def _exited(
 def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section = ProcessesSection(stuck_after_s=ctx.settings.stuck_after_s)
     specs = [(w.id, w.spec) for w in watches if isinstance(w.spec, ProcessWatch)]
-    handles = ctx.memory_of(NAME, ProcessesMemory).handles
+    memory = ctx.memory_of(NAME, ProcessesMemory)
+    handles = memory.handles
     try:
         table = _proctree.scan() if specs else {}
         excluded = _excluded()
@@ -320,4 +324,9 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section.workers = workers(section.items)
     with contextlib.suppress(Exception):
         _exited(ctx, section, state, {wid for wid, _ in specs})
+    if specs and not ctx.probe:
+        section.python_stacks = _pystacks.for_stuck(
+            section.items, dict(specs), set(state.listen.values()),
+            section.stuck_after_s or STUCK_AFTER_S, ctx.previous, memory.stacks,
+        )  # fmt: skip
     return section

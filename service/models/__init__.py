@@ -45,6 +45,7 @@ from service.models.observations import (
     PortsSection,
     ProcessesSection,
     ProcessInfo,
+    PythonStack,
     Unavailable,
     WorkerGroup,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "ProcessInfo",
     "ProcessWatch",
     "ProcessesSection",
+    "PythonStack",
     "Session",
     "SessionId",
     "SessionIn",

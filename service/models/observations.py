@@ -70,6 +70,16 @@ class WorkerGroup(BaseModel):
     ranks: str | None = None  # the varying part of their command lines: "0-7"
 
 
+class PythonStack(BaseModel):
+    """One distinct Python stack (or why none was taken) in a stuck tree, and who waits in it."""
+
+    tree: int
+    pids: list[int] = []
+    lines: list[str] = []  # thread names and frames, innermost first, as py-spy prints them
+    note: str | None = None  # why there is no stack: ptrace not permitted, py-spy missing...
+    taken_at: datetime | None = None
+
+
 class ExitedProcess(BaseModel):
     watch_id: int
     pid: int
@@ -87,6 +97,7 @@ class ProcessesSection(BaseModel):
     workers: list[WorkerGroup] = []
     exited: list[ExitedProcess] = []
     stuck_after_s: float | None = None
+    python_stacks: list[PythonStack] = []  # stuck trees only, taken once per episode
 
 
 class LogInfo(BaseModel):
