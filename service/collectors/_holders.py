@@ -9,11 +9,13 @@ import itertools
 import os
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psutil
 
+from service import redact
 from service.collectors import _proctree
-from service.models import ProcessWatch, Watch
+from service.models import LogInfo, ProcessWatch, Watch
 
 O_ACCMODE = 0o3
 O_APPEND = 0o2000
@@ -137,3 +139,42 @@ def mapped(path: str, pids: list[int]) -> tuple[list[int], dict[int, str]]:
             if same:
                 other[pid] = same[0]
     return using, other
+
+
+def attach_writers(items: list[LogInfo], watches: list[Watch]) -> None:
+    """Fill each log's writer (or, when none, the newest watched root it predates)."""
+    if not items:
+        return
+    likely = watched_pids(watches)
+    found = writers({i.path for i in items}, likely, walk=True)
+    newest = _newest_root(likely)
+    for info in items:
+        d = found.get(info.path)
+        if d is None:
+            if newest is not None:
+                info.newest_root_pid, info.newest_root_started_at = newest
+            continue
+        try:
+            proc = psutil.Process(d.pid)
+            name, created = proc.name(), proc.create_time()
+        except psutil.Error:
+            continue
+        info.writer_pid, info.writer_name = d.pid, redact.text(name)
+        info.writer_started_at = datetime.fromtimestamp(created, UTC)
+        info.writer_streams = streams(d.pid, info.path) or f"its descriptor {d.fd}"
+        info.writer_appends = d.appends
+        if not d.appends:
+            info.written_since_start = min(d.pos, info.size)
+
+
+def _newest_root(pids: list[int]) -> tuple[int, datetime] | None:
+    """The most recently started of the watched processes (a relaunch makes older logs stale)."""
+    newest: tuple[int, float] | None = None
+    for pid in pids:
+        try:
+            created = psutil.Process(pid).create_time()
+        except psutil.Error:
+            continue
+        if newest is None or created > newest[1]:
+            newest = (pid, created)
+    return (newest[0], datetime.fromtimestamp(newest[1], UTC)) if newest else None
