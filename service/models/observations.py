@@ -120,6 +120,16 @@ class LogInfo(BaseModel):
     error_new: bool = False  # found in this snapshot's new bytes, not carried over
     error_lines: int = 0  # error-shaped lines among the new bytes
     error_repeats: int = 0  # error lines that say what error_summary says (8 ranks, one cause)
+    # who writes it (collectors/_holders.py): a process with it open for writing
+    writer_pid: int | None = None
+    writer_name: str | None = None
+    writer_streams: str | None = None  # "its stdout and stderr", "fd 5"
+    writer_started_at: datetime | None = None
+    writer_appends: bool = False  # opened with O_APPEND (>>): its offset tells nothing
+    written_since_start: int | None = None  # bytes its open file wrote since it was opened
+    # when none writes it: the newest watched root's start, to call a log older than it stale
+    newest_root_pid: int | None = None
+    newest_root_started_at: datetime | None = None
 
 
 class LogsSection(BaseModel):
