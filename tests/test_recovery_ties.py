@@ -9,8 +9,11 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.collectors import CollectContext, logs
+import pydantic
+
+from service.collectors import CollectContext, artifacts, logs
 from service.models import (
+    ArtifactWatch,
     LogsSection,
     LogWatch,
     Observations,
@@ -104,3 +107,49 @@ def test_a_log_older_than_the_running_launch_is_stale(spawn, tmp_path: Path) -> 
     text = logs_part(section)
     assert "No running process has it open for writing; its last write came before" in text
     assert f"the watched pid {proc.pid} started" in text and "stale" in text
+
+
+LOADS_SSL = """
+import _ssl, sys, time
+print(_ssl.__file__, flush=True)
+time.sleep(60)
+"""
+
+
+def artifacts_part(watches: list[Watch]) -> tuple[list, str]:
+    section = artifacts.collect(watches, CollectContext(settings=Settings()))
+    header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+    markdown = render_dump(Snapshot(header=header, observations=Observations(artifacts=section)))
+    return section.items, markdown.split("## Artifacts\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_watched_library_is_said_to_be_mapped_or_not(spawn, tmp_path: Path) -> None:
+    tag = f"ctxd-maps-{uuid.uuid4().hex[:10]}"
+    proc = spawn(sys.executable, "-c", LOADS_SSL, tag, stdout=subprocess.PIPE, text=True)
+    library = proc.stdout.readline().strip()
+    copy = tmp_path / os.path.basename(library)  # the same library, built elsewhere
+    copy.write_bytes(Path(library).read_bytes())
+    process = watch(ProcessWatch(match=tag), 1)
+    items, text = artifacts_part(
+        [process, watch(ArtifactWatch(path=library), 2), watch(ArtifactWatch(path=str(copy)), 3)]
+    )
+    used = {i.path: i.in_use for i in items}
+    assert used[os.path.realpath(library)] == f"mapped by the watched pid {proc.pid}"
+    assert used[str(copy)] == (
+        f"not this file: the watched pid {proc.pid} maps another copy, {os.path.realpath(library)}"
+    )
+    assert "Used by what runs:" in text and f"mapped by the watched pid {proc.pid}" in text
+
+
+def test_a_watched_wheel_is_compared_with_what_the_process_imports(spawn, tmp_path: Path) -> None:
+    tag = f"ctxd-wheel-{uuid.uuid4().hex[:10]}"
+    proc = spawn(sys.executable, "-c", "import time; time.sleep(60)", tag)
+    time.sleep(0.2)
+    wheel = tmp_path / "pydantic-0.0.1-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: only its name is read
+    items, text = artifacts_part([watch(ProcessWatch(match=tag), 1),
+                                  watch(ArtifactWatch(path=str(wheel)), 2)])  # fmt: skip
+    (info,) = items
+    assert info.in_use == (
+        f"the watched pid {proc.pid} imports pydantic {pydantic.VERSION}: not this wheel's 0.0.1"
+    )

@@ -1,4 +1,5 @@
-"""Which process holds a file: a log's writer (/proc/PID/fd, fdinfo), a library's mappers (maps).
+"""Which process holds a file: a log's writer (/proc/PID/fd, fdinfo), a library's mappers (maps),
+a wheel's package in a running interpreter's own site-packages.
 
 Watched processes are looked at first; a full walk of /proc (what `lsof` does) follows only
 for a log whose writer is not among them, within a time budget.
@@ -7,6 +8,7 @@ for a log whose writer is not among them, within a time budget.
 import contextlib
 import itertools
 import os
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,8 +16,8 @@ from datetime import UTC, datetime
 import psutil
 
 from service import redact
-from service.collectors import _proctree
-from service.models import LogInfo, ProcessWatch, Watch
+from service.collectors import _procfs, _proctree
+from service.models import ArtifactInfo, LogInfo, ProcessWatch, Watch
 
 O_ACCMODE = 0o3
 O_APPEND = 0o2000
@@ -178,3 +180,72 @@ def _newest_root(pids: list[int]) -> tuple[int, datetime] | None:
         if newest is None or created > newest[1]:
             newest = (pid, created)
     return (newest[0], datetime.fromtimestamp(newest[1], UTC)) if newest else None
+
+
+_LIBRARY = re.compile(r"\.so(\.\d+)*$")
+USERS_SHOWN = 8
+
+
+def attach_users(items: list[ArtifactInfo], watches: list[Watch]) -> None:
+    """For a watched shared library or wheel, whether the watched processes use it."""
+    libraries = [i for i in items if i.type == "file" and _LIBRARY.search(i.path)]
+    wheels = [i for i in items if i.dist is not None and i.dist.kind == "wheel"]
+    if not libraries and not wheels:
+        return
+    pids = watched_pids(watches)
+    if not pids:
+        return
+    for info in libraries:
+        info.in_use = _library_use(info.path, pids)
+    roots = _python_roots(pids)
+    for info in wheels:
+        if info.dist is not None and roots:
+            info.in_use = _wheel_use(info.dist.name, info.dist.version, roots)
+
+
+def _library_use(path: str, pids: list[int]) -> str:
+    using, other = mapped(os.path.realpath(path), pids)
+    if using:
+        shown = ", ".join(map(str, using[:USERS_SHOWN]))
+        more = f" and {len(using) - USERS_SHOWN} more" if len(using) > USERS_SHOWN else ""
+        return f"mapped by the watched pid{'s' if len(using) > 1 else ''} {shown}{more}"
+    if other:
+        pid, instead = next(iter(other.items()))
+        return redact.text(f"not this file: the watched pid {pid} maps another copy, {instead}")
+    return f"not mapped by any of the {len(pids)} watched processes"
+
+
+def _python_roots(pids: list[int]) -> list[psutil.Process]:
+    """The watched Python processes whose parent is not watched (at most four)."""
+    chosen = set(pids)
+    roots = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.ppid() in chosen or not os.path.basename(proc.exe()).startswith("python"):
+                continue
+        except psutil.Error:
+            continue
+        roots.append(proc)
+        if len(roots) == 4:
+            break
+    return roots
+
+
+def _wheel_use(name: str, version: str, roots: list[psutil.Process]) -> str | None:
+    """The wheel's version against what the running Python imports from its own site dirs."""
+    for proc in roots:
+        try:
+            with proc.oneshot():
+                argv, exe, cwd = proc.cmdline(), proc.exe(), proc.cwd()
+                environ = proc.environ()
+        except psutil.Error:
+            continue
+        dirs = _procfs.site_dirs(argv[0] if argv else "", exe, environ, cwd,
+                                 root=f"/proc/{proc.pid}/root")  # fmt: skip
+        installed = _procfs.package_versions(dirs, [name])[name]
+        if installed == "not installed":
+            return f"the watched pid {proc.pid} has no {name} in its site-packages"
+        verdict = "the same version" if installed == version else f"not this wheel's {version}"
+        return f"the watched pid {proc.pid} imports {name} {installed}: {verdict}"
+    return None
