@@ -166,6 +166,8 @@ class ArtifactInfo(BaseModel):
     largest: list[ArtifactFile] = []  # directories: a few largest files
     changes: list[str] = []  # directories: files added, removed, modified since last time
     dist: DistInfo | None = None  # wheels and sdists: parsed from the file name
+    # libraries and wheels: whether the watched processes use this very file (_holders.py)
+    in_use: str | None = None
 
 
 class ArtifactsSection(BaseModel):
