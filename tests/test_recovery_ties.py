@@ -150,6 +150,5 @@ def test_a_watched_wheel_is_compared_with_what_the_process_imports(spawn, tmp_pa
     items, text = artifacts_part([watch(ProcessWatch(match=tag), 1),
                                   watch(ArtifactWatch(path=str(wheel)), 2)])  # fmt: skip
     (info,) = items
-    assert info.in_use == (
-        f"the watched pid {proc.pid} imports pydantic {pydantic.VERSION}: not this wheel's 0.0.1"
-    )
+    said = f"the watched pid {proc.pid} imports pydantic {pydantic.VERSION}: not this wheel's 0.0.1"
+    assert info.in_use == said and said in text
