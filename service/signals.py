@@ -161,6 +161,9 @@ def idle_processes(current: Observations) -> list[Signal]:
     known = [s for s in spans if s is not None]
     age = max((p.age_s for p in procs), default=None)
     since = f" for {_of_age(min(known), age)}" if known and len(known) == len(spans) else ""
+    threshold = current.processes.stuck_after_s or STUCK_AFTER_S
+    if since and min(known) < threshold:
+        since += f": too early to call a hang (stuck takes {human_duration(threshold)} idle)"
     who = "the watched process is" if len(procs) == 1 else f"all {len(procs)} watched processes"
     text = f"{who} alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
     return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
@@ -172,7 +175,7 @@ def _expecting(current: Observations, watch_id: int | None) -> str:
         return ""
     members = [p for p in current.processes.items if p.watch_id == watch_id]
     if not members:
-        return f"; the process watch that expects it (watch {watch_id}) has no live process"
+        return "; the process watch that expects it matches no running process"
     lead = next((p for p in members if p.root), members[0])
     return f"; expected by the watched process {lead.name} (pid {lead.pid})"
 
