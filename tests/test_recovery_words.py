@@ -4,6 +4,7 @@ durations read against the life of what they measure (the real renderer and sign
 from datetime import UTC, datetime, timedelta
 
 from service import signals
+from service.dump_files import DumpLocation
 from service.models import (
     LogInfo,
     LogsSection,
@@ -21,21 +22,26 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def dump(observations: Observations | None = None, previous: bool = True) -> str:
+    where = DumpLocation("/srv/ctxd/s/v0002.md", "http://h/api/s/2", "http://h/api/s/resume")
     header = SnapshotHeader(
         session="s", version=2, taken_at=T0, trigger="continue", host="gpu-7", duration_ms=35,
         previous_version=1 if previous else None,
         previous_taken_at=T0 - timedelta(seconds=5) if previous else None,
     )  # fmt: skip
-    return render_dump(Snapshot(header=header, observations=observations or Observations()))
+    snapshot = Snapshot(header=header, observations=observations or Observations())
+    return render_dump(snapshot, where)
 
 
 def test_the_dumps_own_timing_and_host_are_in_its_footer() -> None:
     text = dump()
     top, footer = text.split("## Objective")[0], text.split("## Where this dump lives")[1]
     assert "took" not in top and "Previous" not in top and "gpu-7" not in top
-    assert "- This is v2, taken on host `gpu-7` in 35 ms; v1 came 5 s earlier" in footer
+    assert footer.startswith(
+        "\n\n- This is v2, taken on host `gpu-7` in 35 ms; v1 came 5 s earlier\n"
+        "- Markdown: `/srv/ctxd/s/v0002.md`\n"
+    )
     first = dump(previous=False).split("## Where this dump lives")[1]
-    assert "- This is v2, the first of this session, taken on host `gpu-7` in 35 ms" in first
+    assert "- This is v2, the first of this session, taken on host `gpu-7` in 35 ms\n- " in first
 
 
 def test_a_port_is_expected_by_a_named_process_not_a_watch_number() -> None:
