@@ -152,3 +152,33 @@ def test_a_watched_wheel_is_compared_with_what_the_process_imports(spawn, tmp_pa
     (info,) = items
     said = f"the watched pid {proc.pid} imports pydantic {pydantic.VERSION}: not this wheel's 0.0.1"
     assert info.in_use == said and said in text
+
+
+def test_the_walk_for_a_writer_is_repeated_only_when_the_log_changed(spawn, tmp_path) -> None:
+    log = tmp_path / "quiet.log"
+    log.write_text("done\n")
+    ctx = CollectContext(settings=Settings())
+    spec = watch(LogWatch(path=str(log)), 1)
+    (first,) = logs.collect([spec], ctx).items
+    assert first.writer_pid is None
+    memory = ctx.memory["logs"].writers
+    assert str(log) in memory.unwritten
+    # opened for writing but nothing written: the log did not change, so it is not walked for
+    holder = spawn(
+        sys.executable, "-c", f"f = open({str(log)!r}, 'a'); import time; time.sleep(60)"
+    )
+    time.sleep(0.3)
+    (second,) = logs.collect([spec], ctx).items
+    assert second.writer_pid is None
+    # it writes: the log changed, the walk runs again and finds it; then it is asked first
+    holder.kill()
+    holder.wait()
+    with open(log, "a") as out:
+        writer = spawn(sys.executable, "-c", CHATTY, str(tmp_path), stdout=out)
+    deadline = time.monotonic() + 10
+    while "ready" not in log.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    (third,) = logs.collect([spec], ctx).items
+    assert third.writer_pid == writer.pid and memory.last == {str(log): writer.pid}
+    assert str(log) not in memory.unwritten
