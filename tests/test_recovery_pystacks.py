@@ -6,13 +6,23 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from service import sampler
+from service import sampler, signals
 from service.collectors import _pystacks
-from service.models import ProcessWatch, SessionIn
+from service.models import (
+    Observations,
+    PortInfo,
+    PortsSection,
+    ProcessesSection,
+    ProcessInfo,
+    ProcessWatch,
+    PythonStack,
+    SessionIn,
+)
 from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
@@ -152,3 +162,19 @@ def test_parse_keeps_thread_names_and_frames_without_ids() -> None:
         'thread "pt_nccl_watchdog" (active)',
         "  run (watchdog.py:9)",
     ]
+
+
+def test_the_stuck_signal_says_why_no_python_stack_was_taken() -> None:
+    t0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    members = [ProcessInfo(watch_id=1, pid=10 + i, ppid=1, name="python", state="sleeping",
+                           started_at=t0, age_s=900, root=i == 0, tree=10, idle_for_s=600)
+               for i in range(3)]  # fmt: skip
+    refused = "Python stack not permitted: ptrace refused (...)"
+    current = Observations(
+        processes=ProcessesSection(items=members, stuck_after_s=120, python_stacks=[
+            PythonStack(tree=10, pids=[10, 11, 12], note=refused, taken_at=t0)]),
+        ports=PortsSection(items=[PortInfo(host="127.0.0.1", port=1, listening=False,
+                                           expected_by=1)]),
+    )  # fmt: skip
+    (stuck,) = signals.stuck_trees(current)
+    assert stuck.text.endswith("; " + refused)
