@@ -113,7 +113,7 @@ def stuck_trees(current: Observations) -> list[Signal]:
 
 def _python_waits(current: Observations, tree: int) -> list[str]:
     """The stuck tree's Python stacks in a line: innermost frames of each distinct one."""
-    stacks = [s for s in current.processes.python_stacks if s.tree == tree]
+    stacks = [s for s in current.processes.stuck_stacks if s.tree == tree]
     shown = []
     for st in stacks[:3]:
         frames = [line.strip() for line in st.lines if line.startswith("  ")][:3]

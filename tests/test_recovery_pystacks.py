@@ -20,8 +20,8 @@ from service.models import (
     ProcessesSection,
     ProcessInfo,
     ProcessWatch,
-    PythonStack,
     SessionIn,
+    StuckStack,
 )
 from service.settings import Settings
 from service.snapshots import Snapshotter
@@ -91,7 +91,7 @@ def test_a_stuck_tree_shows_one_python_stack_for_its_four_workers(tree, tmp_path
         store.put_session("hang", SessionIn(title="four ranks that never serve"))
         store.add_watch("hang", ProcessWatch(match=tag, expect_ports=[port]), limit=100)
         first = snap.take("hang")
-        assert not first.observations.processes.python_stacks  # not stuck yet: no py-spy
+        assert not first.observations.processes.stuck_stacks  # not stuck yet: no py-spy
         keys = [(p.pid, p.started_at.timestamp()) for p in first.observations.processes.items]
         shared = sampler.shared(INTERVAL)
 
@@ -109,7 +109,7 @@ def test_a_stuck_tree_shows_one_python_stack_for_its_four_workers(tree, tmp_path
     (dump_path := tmp_path / "continue.md").write_text(markdown)
     print(f"continue dump: {dump_path}")
 
-    stacks = second.observations.processes.python_stacks
+    stacks = second.observations.processes.stuck_stacks
     (shared_stack,) = [s for s in stacks if len(s.pids) > 1]
     assert sorted(shared_stack.pids) == sorted(workers)
     assert any("wait_for_peers (worker.py:5)" in line for line in shared_stack.lines)
@@ -118,13 +118,16 @@ def test_a_stuck_tree_shows_one_python_stack_for_its_four_workers(tree, tmp_path
     assert "\N{MULTIPLICATION SIGN}4, pids " in markdown
     assert "wait_for_peers (worker.py:5)" in markdown
     assert markdown.index("Where the stuck tree of") < markdown.index("### ")
+    if os.geteuid() == 0:  # /proc/PID/stack is readable with root rights only
+        assert shared_stack.kernel and shared_stack.kernel[0].startswith("futex")
+        assert "  kernel: `futex" in markdown
     (stuck,) = [s for s in second.signals if s.code == "stuck"]
     assert (
         "Python stack " in stuck.text
         and "wait_for_peers (worker.py:5) \N{MULTIPLICATION SIGN}4" in stuck.text
     )
     # Kept for the episode, not taken again on every snapshot.
-    again = third.observations.processes.python_stacks
+    again = third.observations.processes.stuck_stacks
     assert [s.taken_at for s in again] == [s.taken_at for s in stacks]
 
 
@@ -171,8 +174,8 @@ def test_the_stuck_signal_says_why_no_python_stack_was_taken() -> None:
                for i in range(3)]  # fmt: skip
     refused = "Python stack not permitted: ptrace refused (...)"
     current = Observations(
-        processes=ProcessesSection(items=members, stuck_after_s=120, python_stacks=[
-            PythonStack(tree=10, pids=[10, 11, 12], note=refused, taken_at=t0)]),
+        processes=ProcessesSection(items=members, stuck_after_s=120, stuck_stacks=[
+            StuckStack(tree=10, pids=[10, 11, 12], note=refused, taken_at=t0)]),
         ports=PortsSection(items=[PortInfo(host="127.0.0.1", port=1, listening=False,
                                            expected_by=1)]),
     )  # fmt: skip

@@ -1,9 +1,10 @@
-"""Python stacks of a stuck tree's members (py-spy dump): once per stuck episode, kept, folded.
+"""Stacks of a stuck tree's members, Python (py-spy dump) and kernel (/proc/PID/stack): taken
+once per stuck episode, kept, and folded across members that wait in the same place.
 
 A tree counts as stuck here as the stuck signal sees it from the processes collector: every
 member idle past the threshold, and an expected port of its watch not listening, or a log
-silent past the threshold in the previous snapshot. Stacks are taken for its Python members
-at once, within one time budget, kept per process while the episode lasts (not taken again
+silent past the threshold in the previous snapshot. Python stacks are taken for its Python
+members at once, within one time budget, kept per process while the episode lasts (not taken again
 each snapshot), and members that wait in the same stack fold into one entry.
 """
 
@@ -18,12 +19,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from service import redact
-from service.models import Observations, ProcessInfo, ProcessWatch, PythonStack
+from service.models import Observations, ProcessInfo, ProcessWatch, StuckStack
 
 BUDGET_S = 3.0
 PIDS_MAX = 32
 THREADS_MAX = 8
 FRAMES_MAX = 24
+KERNEL_FRAMES_MAX = 16
+_KERNEL_FRAME = re.compile(r"^\[<[0-9a-f]+>\] ([A-Za-z0-9_.]+)")
+_SYSCALL_ENTRY = ("do_syscall_64", "entry_SYSCALL")  # every syscall's: they tell nothing
 _THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \((\w+)\)(?:: "(.*)")?$')
 
 
@@ -34,6 +38,7 @@ class Taken:
     lines: tuple[str, ...]
     note: str | None
     at: datetime
+    kernel: tuple[str, ...] = ()
 
 
 def py_spy() -> str | None:
@@ -64,6 +69,18 @@ def parse(text: str) -> list[str]:
             elif frames == FRAMES_MAX + 1:
                 lines.append("  (outer frames left out)")
     return lines
+
+
+def kernel_stack(pid: int) -> tuple[str, ...]:
+    """The kernel functions pid waits in, innermost first; () when not readable (not root)."""
+    try:
+        with open(f"/proc/{pid}/stack") as handle:
+            text = handle.read(16384)
+    except OSError:
+        return ()
+    frames = (_KERNEL_FRAME.match(line) for line in text.splitlines())
+    names = [m.group(1) for m in frames if m and not m.group(1).startswith(_SYSCALL_ENTRY)]
+    return tuple(names[:KERNEL_FRAMES_MAX])
 
 
 def why_not(output: str, returncode: int | None) -> str:
@@ -155,28 +172,33 @@ def for_stuck(
     threshold: float,
     previous: Observations | None,
     kept: dict[str, Taken],
-) -> list[PythonStack]:
-    """The folded Python stacks of every stuck tree; `kept` (per process key) is the memory
-    of this episode: a process's stack is taken once, and forgotten when it is no longer stuck."""
+) -> list[StuckStack]:
+    """The folded stacks of every stuck tree; `kept` (per process key) is the memory of this
+    episode: a process's stacks are taken once, and forgotten when it is no longer stuck."""
     stuck = stuck_trees(items, specs, listening, threshold, previous)
-    members = {p.key: p for group in stuck.values() for p in group if _is_python(p)}
+    members = {p.key: p for group in stuck.values() for p in group}
     for key in set(kept) - set(members):
         del kept[key]  # the episode ended (or the process did): the next one takes anew
     wanted = [p for key, p in members.items() if key not in kept][:PIDS_MAX]
-    if wanted:
-        fresh = take([p.pid for p in wanted], program=py_spy())
-        kept.update({p.key: fresh[p.pid] for p in wanted})
-    stacks: list[PythonStack] = []
+    python = [p.pid for p in wanted if _is_python(p)]
+    fresh = take(python, program=py_spy()) if python else {}
+    now = datetime.now(UTC)
+    for p in wanted:
+        python_stack = fresh.get(p.pid, Taken((), None, now))
+        kept[p.key] = Taken(python_stack.lines, python_stack.note, python_stack.at,
+                            kernel_stack(p.pid))  # fmt: skip
+    stacks: list[StuckStack] = []
     for tree, group in stuck.items():
-        folded: dict[tuple[tuple[str, ...], str | None], PythonStack] = {}
+        folded: dict[tuple, StuckStack] = {}
         for p in group:
             got = kept.get(p.key)
-            if got is None:
-                continue
+            if got is None or not (got.lines or got.note or got.kernel):
+                continue  # nothing could be read: the table's kernel wait says what is known
             entry = folded.setdefault(
-                (got.lines, got.note),
-                PythonStack(tree=tree, lines=list(got.lines), note=got.note, taken_at=got.at),
-            )
+                (got.lines, got.note, got.kernel),
+                StuckStack(tree=tree, lines=list(got.lines), note=got.note,
+                           kernel=list(got.kernel), taken_at=got.at),
+            )  # fmt: skip
             entry.pids.append(p.pid)
         stacks += sorted(folded.values(), key=lambda s: -len(s.pids))
     return stacks
