@@ -325,7 +325,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     with contextlib.suppress(Exception):
         _exited(ctx, section, state, {wid for wid, _ in specs})
     if specs and not ctx.probe:
-        section.python_stacks = _pystacks.for_stuck(
+        section.stuck_stacks = _pystacks.for_stuck(
             section.items, dict(specs), set(state.listen.values()),
             section.stuck_after_s or STUCK_AFTER_S, ctx.previous, memory.stacks,
         )  # fmt: skip

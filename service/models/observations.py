@@ -70,13 +70,15 @@ class WorkerGroup(BaseModel):
     ranks: str | None = None  # the varying part of their command lines: "0-7"
 
 
-class PythonStack(BaseModel):
-    """One distinct Python stack (or why none was taken) in a stuck tree, and who waits in it."""
+class StuckStack(BaseModel):
+    """One distinct waiting point in a stuck tree: its Python stack (py-spy) and kernel stack
+    (/proc/PID/stack), or why there is none, and the members that wait in it."""
 
     tree: int
     pids: list[int] = []
-    lines: list[str] = []  # thread names and frames, innermost first, as py-spy prints them
-    note: str | None = None  # why there is no stack: ptrace not permitted, py-spy missing...
+    lines: list[str] = []  # Python thread names and frames, innermost first, as py-spy prints
+    note: str | None = None  # why there is no Python stack: ptrace not permitted, no py-spy...
+    kernel: list[str] = []  # kernel functions, innermost first (readable with root rights)
     taken_at: datetime | None = None
 
 
@@ -97,7 +99,7 @@ class ProcessesSection(BaseModel):
     workers: list[WorkerGroup] = []
     exited: list[ExitedProcess] = []
     stuck_after_s: float | None = None
-    python_stacks: list[PythonStack] = []  # stuck trees only, taken once per episode
+    stuck_stacks: list[StuckStack] = []  # stuck trees only, taken once per episode
 
 
 class LogInfo(BaseModel):
