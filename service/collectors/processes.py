@@ -325,8 +325,11 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     with contextlib.suppress(Exception):
         _exited(ctx, section, state, {wid for wid, _ in specs})
     if specs and not ctx.probe:
-        section.stuck_stacks = _pystacks.for_stuck(
-            section.items, dict(specs), set(state.listen.values()),
-            section.stuck_after_s or STUCK_AFTER_S, ctx.previous, memory.stacks,
-        )  # fmt: skip
+        try:
+            section.stuck_stacks = _pystacks.for_stuck(
+                section.items, dict(specs), set(state.listen.values()),
+                section.stuck_after_s or STUCK_AFTER_S, ctx.previous, memory.stacks,
+            )  # fmt: skip
+        except Exception as exc:  # the stacks add to the section: they must not cost it
+            section.unavailable.append(Unavailable(target="stuck stacks", reason=_reason(exc)))
     return section
