@@ -101,6 +101,7 @@ def stuck_trees(current: Observations) -> list[Signal]:
                 f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
             )
             evidence.append("waiting in " + ", ".join(points))
+        evidence += _python_waits(current, tree)
         age = max((p.age_s for p in members), default=None)
         text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
         signals.append(
@@ -108,6 +109,23 @@ def stuck_trees(current: Observations) -> list[Signal]:
                    text="; ".join([text, *evidence]))
         )  # fmt: skip
     return signals
+
+
+def _python_waits(current: Observations, tree: int) -> list[str]:
+    """The stuck tree's Python stacks in a line: innermost frames of each distinct one."""
+    stacks = [s for s in current.processes.stuck_stacks if s.tree == tree]
+    shown = []
+    for st in stacks[:3]:
+        frames = [line.strip() for line in st.lines if line.startswith("  ")][:3]
+        if not frames:
+            continue
+        names = [f.split(" (")[0] for f in frames[:-1]] + [frames[-1]]
+        count = f" \N{MULTIPLICATION SIGN}{len(st.pids)}" if len(st.pids) > 1 else ""
+        shown.append(" \N{LEFTWARDS ARROW} ".join(names) + count)
+    if shown:
+        return ["Python stack " + "; ".join(shown)]
+    notes = {st.note for st in stacks if st.note}
+    return sorted(notes)[:1]
 
 
 def exited_processes(current: Observations, previous: Observations | None) -> list[Signal]:
@@ -143,6 +161,9 @@ def idle_processes(current: Observations) -> list[Signal]:
     known = [s for s in spans if s is not None]
     age = max((p.age_s for p in procs), default=None)
     since = f" for {_of_age(min(known), age)}" if known and len(known) == len(spans) else ""
+    threshold = current.processes.stuck_after_s or STUCK_AFTER_S
+    if since and min(known) < threshold:
+        since += f": too early to call a hang (stuck takes {human_duration(threshold)} idle)"
     who = "the watched process is" if len(procs) == 1 else f"all {len(procs)} watched processes"
     text = f"{who} alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
     return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
@@ -154,7 +175,7 @@ def _expecting(current: Observations, watch_id: int | None) -> str:
         return ""
     members = [p for p in current.processes.items if p.watch_id == watch_id]
     if not members:
-        return f"; the process watch that expects it (watch {watch_id}) has no live process"
+        return "; the process watch that expects it matches no running process"
     lead = next((p for p in members if p.root), members[0])
     return f"; expected by the watched process {lead.name} (pid {lead.pid})"
 

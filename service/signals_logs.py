@@ -57,12 +57,21 @@ def silent_logs(current: Observations) -> list[Signal]:
             continue
         last = log.lines[-1].strip() if log.lines else ""
         tail = f"; last line: {last[:120]}" if last else ""
+        silent = human_duration(log.silent_for_s)
+        if log.writer_pid is not None and log.writer_started_at is not None:
+            lived = (log.modified_at - log.writer_started_at).total_seconds()
+            ran = human_duration(lived + log.silent_for_s)
+            silent += (
+                f", nothing since its writer (pid {log.writer_pid}) started {ran} ago"
+                if lived <= 0
+                else f" of the {ran} its writer (pid {log.writer_pid}) has run"
+            )
         signals.append(
             Signal(
                 severity="warning",
                 code="log_silent",
                 subject=log.path,
-                text=f"log {log.path} silent for {human_duration(log.silent_for_s)}{tail}",
+                text=f"log {log.path} silent for {silent}{tail}",
             )
         )
     return signals

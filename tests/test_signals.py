@@ -228,4 +228,7 @@ def test_a_port_change_is_named_like_its_signal():
 def test_an_idle_span_is_read_against_the_age_of_the_process() -> None:
     young = proc(10).model_copy(update={"age_s": 11.0, "idle_for_s": 7.0})
     (found,) = signals.idle_processes(obs(young))
-    assert found.text == "the watched process is alive at <1% CPU for 7 s of its 11 s"
+    assert found.text == (
+        "the watched process is alive at <1% CPU for 7 s of its 11 s: "
+        "too early to call a hang (stuck takes 2 min idle)"
+    )

@@ -28,6 +28,7 @@ from service.collectors._fs import (
     match_glob,
     stat_confined,
 )
+from service.collectors._holders import attach_users
 from service.collectors._tree_events import TreeWatcher
 from service.models import (
     ArtifactFile,
@@ -249,6 +250,11 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
         return collect_watch(watch.id, watch.spec, limits, state)
 
     items, unavailable = per_watch(watches, ArtifactWatch, observe, _target)
+    if not ctx.probe:  # a probe looks for changes; who uses an artifact is for the dump
+        try:
+            attach_users([i for i in items if isinstance(i, ArtifactInfo)], watches)
+        except OSError as exc:
+            unavailable.append(Unavailable(target="artifact users", reason=explain_error(exc)))
     for key, memo in state.trees.items():
         if key not in state.kept_trees and memo.watcher is not None:
             memo.watcher.stop()  # the watch is gone: so is its watcher thread

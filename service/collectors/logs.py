@@ -23,6 +23,7 @@ from service.collectors._fs import (
     match_glob,
     open_confined,
 )
+from service.collectors._holders import WriterMemory, attach_writers
 from service.collectors._logtext import find_error_block, repeats, tail_text
 from service.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
 from service.settings import Limits
@@ -161,6 +162,7 @@ class LogsMemory:
     """Per (watch, real path): where the previous snapshot stopped reading, what it showed."""
 
     cursors: dict[tuple[int, str], Cursor] = field(default_factory=dict)
+    writers: WriterMemory = field(default_factory=WriterMemory)
 
 
 def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
@@ -176,6 +178,11 @@ def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
 
     items, unavailable = per_watch(watches, LogWatch, observe, _target)
     memory.cursors = seen  # only files still watched: memory stays bounded
+    if not ctx.probe:  # a probe looks for events; who writes a log is for the dump
+        try:
+            attach_writers([i for i in items if isinstance(i, LogInfo)], watches, memory.writers)
+        except OSError as exc:  # /proc unreadable: the logs themselves still count
+            unavailable.append(Unavailable(target="log writers", reason=explain_error(exc)))
     return LogsSection(items=items, unavailable=unavailable)
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import psutil
 
-from service import redact, sampler
-from service.collectors import CollectContext, _procfs, _proctree
+from service import redact, relaunch, sampler
+from service.collectors import CollectContext, _procfs, _proctree, _pystacks
 from service.collectors._argv import parse_flags
 from service.collectors._proc_summary import featured, workers
 from service.models import (
@@ -22,6 +22,7 @@ from service.models import (
     Unavailable,
     Watch,
 )
+from service.thresholds import STUCK_AFTER_S
 
 NAME = "processes"
 SECTION = ProcessesSection
@@ -44,6 +45,8 @@ class ProcessesMemory:
     """psutil handles kept between snapshots: a second cpu_percent() call is a real reading."""
 
     handles: dict[Key, psutil.Process] = field(default_factory=dict)
+    # Python stacks of a stuck tree's members, per process key: taken once per stuck episode
+    stacks: dict[str, _pystacks.Taken] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,6 +126,11 @@ def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatc
         asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
         row.packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
     row.not_permitted = [] if zombie else denied
+    if root and not zombie:
+        row.relaunch = relaunch.block(
+            argv, info["cwd"], environ, tuple(spec.env) or DEFAULT_ENV, proc.pid,
+            relaunch.login_env(),
+        )  # fmt: skip
     if state in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
         row.waiting = _procfs.waiting_point(proc.pid)
     return row
@@ -274,7 +282,8 @@ def _exited(
 def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section = ProcessesSection(stuck_after_s=ctx.settings.stuck_after_s)
     specs = [(w.id, w.spec) for w in watches if isinstance(w.spec, ProcessWatch)]
-    handles = ctx.memory_of(NAME, ProcessesMemory).handles
+    memory = ctx.memory_of(NAME, ProcessesMemory)
+    handles = memory.handles
     try:
         table = _proctree.scan() if specs else {}
         excluded = _excluded()
@@ -315,4 +324,12 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section.workers = workers(section.items)
     with contextlib.suppress(Exception):
         _exited(ctx, section, state, {wid for wid, _ in specs})
+    if specs and not ctx.probe:
+        try:
+            section.stuck_stacks = _pystacks.for_stuck(
+                section.items, dict(specs), set(state.listen.values()),
+                section.stuck_after_s or STUCK_AFTER_S, ctx.previous, memory.stacks,
+            )  # fmt: skip
+        except Exception as exc:  # the stacks add to the section: they must not cost it
+            section.unavailable.append(Unavailable(target="stuck stacks", reason=_reason(exc)))
     return section

@@ -45,6 +45,7 @@ from service.models.observations import (
     PortsSection,
     ProcessesSection,
     ProcessInfo,
+    StuckStack,
     Unavailable,
     WorkerGroup,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "SnapshotIn",
     "SnapshotSummary",
     "Strict",
+    "StuckStack",
     "Unavailable",
     "Watch",
     "WatchIn",

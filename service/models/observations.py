@@ -51,6 +51,7 @@ class ProcessInfo(BaseModel):
     not_permitted: list[str] = []
     seen_at: datetime | None = None
     waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
+    relaunch: list[str] = []  # roots: shell lines that start it again as it ran (relaunch.py)
 
     @property
     def key(self) -> str:
@@ -67,6 +68,18 @@ class WorkerGroup(BaseModel):
     # set when the members are alike (state, CPU, memory): the table shows them as one row
     pids: list[int] = []
     ranks: str | None = None  # the varying part of their command lines: "0-7"
+
+
+class StuckStack(BaseModel):
+    """One distinct waiting point in a stuck tree: its Python stack (py-spy) and kernel stack
+    (/proc/PID/stack), or why there is none, and the members that wait in it."""
+
+    tree: int
+    pids: list[int] = []
+    lines: list[str] = []  # Python thread names and frames, innermost first, as py-spy prints
+    note: str | None = None  # why there is no Python stack: ptrace not permitted, no py-spy...
+    kernel: list[str] = []  # kernel functions, innermost first (readable with root rights)
+    taken_at: datetime | None = None
 
 
 class ExitedProcess(BaseModel):
@@ -86,6 +99,7 @@ class ProcessesSection(BaseModel):
     workers: list[WorkerGroup] = []
     exited: list[ExitedProcess] = []
     stuck_after_s: float | None = None
+    stuck_stacks: list[StuckStack] = []  # stuck trees only, taken once per episode
 
 
 class LogInfo(BaseModel):
@@ -108,6 +122,16 @@ class LogInfo(BaseModel):
     error_new: bool = False  # found in this snapshot's new bytes, not carried over
     error_lines: int = 0  # error-shaped lines among the new bytes
     error_repeats: int = 0  # error lines that say what error_summary says (8 ranks, one cause)
+    # who writes it (collectors/_holders.py): a process with it open for writing
+    writer_pid: int | None = None
+    writer_name: str | None = None
+    writer_streams: str | None = None  # "its stdout and stderr", "fd 5"
+    writer_started_at: datetime | None = None
+    writer_appends: bool = False  # opened with O_APPEND (>>): its offset tells nothing
+    written_since_start: int | None = None  # bytes its open file wrote since it was opened
+    # when none writes it: the newest watched root's start, to call a log older than it stale
+    newest_root_pid: int | None = None
+    newest_root_started_at: datetime | None = None
 
 
 class LogsSection(BaseModel):
@@ -144,6 +168,8 @@ class ArtifactInfo(BaseModel):
     largest: list[ArtifactFile] = []  # directories: a few largest files
     changes: list[str] = []  # directories: files added, removed, modified since last time
     dist: DistInfo | None = None  # wheels and sdists: parsed from the file name
+    # libraries and wheels: whether the watched processes use this very file (_holders.py)
+    in_use: str | None = None
 
 
 class ArtifactsSection(BaseModel):

@@ -1,0 +1,183 @@
+"""Where a stuck Python tree waits: py-spy stacks, once per stuck episode, folded across workers."""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from service import sampler, signals
+from service.collectors import _pystacks
+from service.models import (
+    Observations,
+    PortInfo,
+    PortsSection,
+    ProcessesSection,
+    ProcessInfo,
+    ProcessWatch,
+    SessionIn,
+    StuckStack,
+)
+from service.settings import Settings
+from service.snapshots import Snapshotter
+from service.store import Store
+
+from .conftest import as_nobody, free_port
+
+WORKER = """
+import sys, threading
+
+def wait_for_peers():
+    threading.Event().wait()  # blocked in one call, as ranks waiting on a collective
+
+wait_for_peers()
+"""
+LAUNCHER = """
+import subprocess, sys, time
+
+def serve_when_ready(workers):
+    while True:  # the port it was meant to open never opens
+        time.sleep(0.2)
+
+worker = sys.argv[sys.argv.index("--worker") + 1]
+kids = [subprocess.Popen([sys.executable, worker, "--rank", str(r)]) for r in range(4)]
+print(" ".join(str(k.pid) for k in kids), flush=True)
+serve_when_ready(kids)
+"""
+INTERVAL = 0.2
+STUCK_AFTER = 1.0
+
+
+def wait_until(check, what: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], list[int], int, str]]:
+    tag = f"ctxd-pystack-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "worker.py").write_text(WORKER)
+    (tmp_path / "launcher.py").write_text(LAUNCHER)
+    port = free_port()
+    argv = [sys.executable, str(tmp_path / "launcher.py"), "--worker", str(tmp_path / "worker.py")]
+    proc = subprocess.Popen([*argv, "--port", str(port), "--tag", tag], stdout=subprocess.PIPE,
+                            text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.stdout is not None
+    workers = [int(pid) for pid in proc.stdout.readline().split()]
+    try:
+        yield proc, workers, port, tag
+    finally:
+        for pid in workers:
+            os.kill(pid, 9)
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+def test_a_stuck_tree_shows_one_python_stack_for_its_four_workers(tree, tmp_path: Path) -> None:
+    proc, workers, port, tag = tree
+    store = Store(tmp_path / "ctxd.db")
+    settings = Settings(data_dir=tmp_path / "data", sample_interval_s=INTERVAL,
+                        stuck_after_s=STUCK_AFTER)  # fmt: skip
+    snap = Snapshotter(settings, store)
+    try:
+        store.put_session("hang", SessionIn(title="four ranks that never serve"))
+        store.add_watch("hang", ProcessWatch(match=tag, expect_ports=[port]), limit=100)
+        first = snap.take("hang")
+        assert not first.observations.processes.stuck_stacks  # not stuck yet: no py-spy
+        keys = [(p.pid, p.started_at.timestamp()) for p in first.observations.processes.items]
+        shared = sampler.shared(INTERVAL)
+
+        def all_idle() -> bool:
+            readings = [shared.reading(k) for k in keys]
+            return all(r and r.idle_for_s and r.idle_for_s > STUCK_AFTER + 0.3 for r in readings)
+
+        wait_until(all_idle, "all 5 processes idle")
+        second = snap.take("hang", trigger="continue")
+        markdown = store.get_markdown("hang", second.header.version)
+        third = snap.take("hang", force=True)
+    finally:
+        snap.close()
+        store.close()
+    (dump_path := tmp_path / "continue.md").write_text(markdown)
+    print(f"continue dump: {dump_path}")
+
+    stacks = second.observations.processes.stuck_stacks
+    (shared_stack,) = [s for s in stacks if len(s.pids) > 1]
+    assert sorted(shared_stack.pids) == sorted(workers)
+    assert any("wait_for_peers (worker.py:5)" in line for line in shared_stack.lines)
+    assert any(s.pids == [proc.pid] and any("serve_when_ready" in x for x in s.lines)
+               for s in stacks)  # fmt: skip
+    assert "\N{MULTIPLICATION SIGN}4, pids " in markdown
+    assert "wait_for_peers (worker.py:5)" in markdown
+    assert markdown.index("Where the stuck tree of") < markdown.index("### ")
+    if os.geteuid() == 0:  # /proc/PID/stack is readable with root rights only
+        assert shared_stack.kernel and shared_stack.kernel[0].startswith("futex")
+        assert "  kernel: `futex" in markdown
+    (stuck,) = [s for s in second.signals if s.code == "stuck"]
+    assert (
+        "Python stack " in stuck.text
+        and "wait_for_peers (worker.py:5) \N{MULTIPLICATION SIGN}4" in stuck.text
+    )
+    # Kept for the episode, not taken again on every snapshot.
+    again = third.observations.processes.stuck_stacks
+    assert [s.taken_at for s in again] == [s.taken_at for s in stacks]
+
+
+def test_ptrace_refused_says_so(spawn, tmp_path: Path) -> None:
+    (tmp_path / "worker.py").write_text(WORKER)
+    target = spawn(sys.executable, str(tmp_path / "worker.py"))
+    time.sleep(0.3)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run py-spy as another user than the target's")
+    program = _pystacks.py_spy()
+    taken = as_nobody(lambda: _pystacks.take([target.pid], program=program))
+    assert taken[target.pid].lines == ()
+    assert "not permitted: ptrace refused" in (taken[target.pid].note or "")
+
+
+def test_py_spy_missing_says_so() -> None:
+    (taken,) = _pystacks.take([os.getpid()], program="/nonexistent/py-spy").values()
+    assert taken.note == "no Python stack: py-spy is not installed beside ctxd nor on PATH"
+
+
+def test_parse_keeps_thread_names_and_frames_without_ids() -> None:
+    text = (
+        "Process 19380: python worker.py --rank 3\n"
+        "Python v3.11.7 (/usr/bin/python3.11)\n\n"
+        'Thread 19380 (idle): "MainThread"\n'
+        "    Condition.wait (threading.py:327)\n"
+        "    wait_for_peers (worker.py:5)\n"
+        'Thread 0x7F3A2B (active): "pt_nccl_watchdog"\n'
+        "    run (watchdog.py:9)\n"
+    )
+    assert _pystacks.parse(text) == [
+        'thread "MainThread" (idle)',
+        "  Condition.wait (threading.py:327)",
+        "  wait_for_peers (worker.py:5)",
+        'thread "pt_nccl_watchdog" (active)',
+        "  run (watchdog.py:9)",
+    ]
+
+
+def test_the_stuck_signal_says_why_no_python_stack_was_taken() -> None:
+    t0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    members = [ProcessInfo(watch_id=1, pid=10 + i, ppid=1, name="python", state="sleeping",
+                           started_at=t0, age_s=900, root=i == 0, tree=10, idle_for_s=600)
+               for i in range(3)]  # fmt: skip
+    refused = "Python stack not permitted: ptrace refused (...)"
+    current = Observations(
+        processes=ProcessesSection(items=members, stuck_after_s=120, stuck_stacks=[
+            StuckStack(tree=10, pids=[10, 11, 12], note=refused, taken_at=t0)]),
+        ports=PortsSection(items=[PortInfo(host="127.0.0.1", port=1, listening=False,
+                                           expected_by=1)]),
+    )  # fmt: skip
+    (stuck,) = signals.stuck_trees(current)
+    assert stuck.text.endswith("; " + refused)

@@ -1,0 +1,117 @@
+"""The relaunch block: run what the dump says, get the same process back (real processes)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from service import relaunch
+from service.collectors import CollectContext, processes
+from service.models import (
+    Observations,
+    ProcessesSection,
+    ProcessWatch,
+    Snapshot,
+    SnapshotHeader,
+    Watch,
+)
+from service.render import render_dump
+from service.settings import Settings
+
+# Writes what it was started with (argv, directory, the variables that matter), then waits.
+PROGRAM = """
+import json, os, sys, time
+seen = {"argv": sys.argv[1:], "cwd": os.getcwd(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "HF_"))}}
+with open(sys.argv[sys.argv.index("--report") + 1], "w") as out:
+    json.dump(seen, out)
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+def wait_for(path: Path) -> dict:
+    deadline = time.monotonic() + 10
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+def collect(tag: str) -> list:
+    watch = Watch(id=1, session="s", created_at=datetime.now(UTC), spec=ProcessWatch(match=tag))
+    return processes.collect([watch], CollectContext(settings=Settings(cpu_sample_s=0))).items
+
+
+def test_the_relaunch_block_starts_the_same_process_again(spawn, tmp_path: Path) -> None:
+    tag = f"ctxd-relaunch-{uuid.uuid4().hex[:10]}"
+    work = tmp_path / "run dir"  # a space: the block must quote
+    work.mkdir()
+    token = "hf_" + uuid.uuid4().hex + "Zq"
+    env = {**os.environ, "NCCL_DEBUG": "INFO", "HF_TOKEN": token}
+    env.pop("NCCL_SOCKET_IFNAME", None)
+    with open(work / "server.log", "w") as log:
+        first = spawn(sys.executable, "-c", PROGRAM, tag, "--model", "it's a model",
+                      "--report", str(work / "first.json"), cwd=work, env=env,
+                      stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    original = wait_for(work / "first.json")
+
+    (root,) = [p for p in collect(tag) if p.pid == first.pid]
+    block = root.relaunch
+    assert block[0] == "# 1 value(s) read [REDACTED]: fill them in before running"
+    assert f"cd {relaunch.shlex.quote(str(work))}" in block
+    assert "export NCCL_DEBUG=INFO" in block and "export HF_TOKEN='[REDACTED]'" in block
+    assert token not in "\n".join(block)
+    assert block[-1].endswith(f" > {relaunch.shlex.quote(str(work / 'server.log'))} 2>&1")
+    assert "'it'\"'\"'s a model'" in block[-1]  # argv shell-quoted
+
+    # Run the block as the dump prints it, the secret filled in, the report sent elsewhere.
+    script = "\n".join(block).replace("[REDACTED]", token).replace("first.json", "second.json")
+    script = script.replace(" 2>&1", " 2>&1 &")
+    subprocess.run(["bash", "-c", script], check=True, timeout=10, env={"PATH": os.environ["PATH"]})
+    again = wait_for(work / "second.json")
+    try:
+        assert again["cwd"] == original["cwd"]
+        assert again["env"] == original["env"]
+        assert again["argv"] == [a.replace("first.json", "second.json") for a in original["argv"]]
+        assert (work / "server.log").read_text().count("started") >= 1
+    finally:
+        for p in collect(tag):
+            os.kill(p.pid, 9)
+
+    header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+    markdown = render_dump(
+        Snapshot(header=header, observations=Observations(processes=ProcessesSection(items=[root])))
+    )
+    assert "To start it again as it ran" in markdown
+    assert "```sh\n# 1 value(s) read [REDACTED]" in markdown
+
+
+def test_without_a_readable_login_shell_every_selected_variable_is_exported() -> None:
+    lines = relaunch.block(
+        ["python", "-m", "x"], "/srv/a", {"NCCL_DEBUG": "WARN", "HOME": "/root"},
+        ("NCCL_*",), pid=-1, login=None,
+    )  # fmt: skip
+    assert lines == [
+        "# a login shell's environment could not be read: all selected variables",
+        "cd /srv/a",
+        "export NCCL_DEBUG=WARN",
+        "python -m x",
+    ]
+
+
+def test_a_selected_variable_the_login_shell_sets_and_the_process_lacks_is_unset() -> None:
+    lines = relaunch.block(
+        ["sleep", "1"], None, {"NCCL_DEBUG": "INFO"}, ("NCCL_*", "CUDA_*"), pid=-1,
+        login={"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0", "PATH": "/bin"},
+    )  # fmt: skip
+    assert lines == ["unset CUDA_VISIBLE_DEVICES", "sleep 1"]
+
+
+def test_the_login_environment_is_read_from_a_real_login_shell() -> None:
+    env = relaunch.login_env()
+    assert env is not None and env.get("HOME") and "PATH" in env

@@ -1,0 +1,184 @@
+"""Facts tied together: which process writes a log and how much of it is fresh; whether a
+watched library is the one the running process maps (real processes, real files)."""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pydantic
+
+from service.collectors import CollectContext, artifacts, logs
+from service.models import (
+    ArtifactWatch,
+    LogsSection,
+    LogWatch,
+    Observations,
+    ProcessWatch,
+    Snapshot,
+    SnapshotHeader,
+    Watch,
+)
+from service.render import render_dump
+from service.settings import Settings
+
+# Prints a line, waits for a file to appear, prints another, then sleeps.
+CHATTY = """
+import os, sys, time
+print("loading", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def watch(spec, watch_id: int) -> Watch:
+    return Watch(id=watch_id, session="s", created_at=datetime.now(UTC), spec=spec)
+
+
+def logs_part(section: LogsSection) -> str:
+    header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+    markdown = render_dump(Snapshot(header=header, observations=Observations(logs=section)))
+    return markdown.split("## Logs\n", 1)[1].split("\n## ", 1)[0]
+
+
+def collect(*watches: Watch) -> LogsSection:
+    return logs.collect(list(watches), CollectContext(settings=Settings()))
+
+
+def test_a_log_written_through_stdout_since_launch_is_fresh(spawn, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("an earlier run's output that the launch truncates\n" * 10)
+    go = tmp_path / "go"
+    tag = f"ctxd-tie-{uuid.uuid4().hex[:10]}"
+    with open(log, "w") as out:  # `cmd > server.log 2>&1`
+        proc = spawn(sys.executable, "-c", CHATTY, str(go), tag, stdout=out,
+                     stderr=subprocess.STDOUT)  # fmt: skip
+    go.touch()
+    deadline = time.monotonic() + 10
+    while "ready" not in log.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    section = collect(watch(LogWatch(path=str(log)), 1), watch(ProcessWatch(match=tag), 2))
+    (info,) = section.items
+    assert info.writer_pid == proc.pid and info.writer_streams == "its stdout and stderr"
+    assert not info.writer_appends and info.written_since_start == info.size == 14
+    text = logs_part(section)
+    assert f"Written by pid {proc.pid} python" in text
+    assert "all 14 B written since it opened the file: fresh" in text
+
+
+def test_an_appended_log_is_said_to_hold_older_output(spawn, tmp_path: Path) -> None:
+    log = tmp_path / "append.log"
+    log.write_text("yesterday's run\n")
+    go = tmp_path / "go"
+    with open(log, "a") as out:  # `cmd >> append.log`
+        proc = spawn(sys.executable, "-c", CHATTY, str(go), stdout=out)
+    go.touch()
+    deadline = time.monotonic() + 10
+    while "ready" not in log.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # no process watch: the writer is found by walking every process
+    section = collect(watch(LogWatch(path=str(log)), 1))
+    (info,) = section.items
+    assert info.writer_pid == proc.pid and info.writer_streams == "its stdout"
+    assert info.writer_appends and info.written_since_start is None
+    text = logs_part(section)
+    assert "it appends to the file (`>>`), so older output may come before its own" in text
+    assert "its last write came after it started" in text
+
+
+def test_a_log_older_than_the_running_launch_is_stale(spawn, tmp_path: Path) -> None:
+    log = tmp_path / "old.log"
+    log.write_text("Load weight end.\n")
+    old = time.time() - 600
+    os.utime(log, (old, old))
+    tag = f"ctxd-stale-{uuid.uuid4().hex[:10]}"
+    proc = spawn(sys.executable, "-c", "import time; time.sleep(60)", tag)
+    time.sleep(0.2)
+    section = collect(watch(LogWatch(path=str(log)), 1), watch(ProcessWatch(match=tag), 2))
+    (info,) = section.items
+    assert info.writer_pid is None and info.newest_root_pid == proc.pid
+    text = logs_part(section)
+    assert "No running process has it open for writing; its last write came before" in text
+    assert f"the watched pid {proc.pid} started" in text and "stale" in text
+
+
+LOADS_SSL = """
+import _ssl, sys, time
+print(_ssl.__file__, flush=True)
+time.sleep(60)
+"""
+
+
+def artifacts_part(watches: list[Watch]) -> tuple[list, str]:
+    section = artifacts.collect(watches, CollectContext(settings=Settings()))
+    header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+    markdown = render_dump(Snapshot(header=header, observations=Observations(artifacts=section)))
+    return section.items, markdown.split("## Artifacts\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_watched_library_is_said_to_be_mapped_or_not(spawn, tmp_path: Path) -> None:
+    tag = f"ctxd-maps-{uuid.uuid4().hex[:10]}"
+    proc = spawn(sys.executable, "-c", LOADS_SSL, tag, stdout=subprocess.PIPE, text=True)
+    library = proc.stdout.readline().strip()
+    copy = tmp_path / os.path.basename(library)  # the same library, built elsewhere
+    copy.write_bytes(Path(library).read_bytes())
+    process = watch(ProcessWatch(match=tag), 1)
+    items, text = artifacts_part(
+        [process, watch(ArtifactWatch(path=library), 2), watch(ArtifactWatch(path=str(copy)), 3)]
+    )
+    used = {i.path: i.in_use for i in items}
+    assert used[os.path.realpath(library)] == f"mapped by the watched pid {proc.pid}"
+    assert used[str(copy)] == (
+        f"not this file: the watched pid {proc.pid} maps another copy, {os.path.realpath(library)}"
+    )
+    assert "Used by what runs:" in text and f"mapped by the watched pid {proc.pid}" in text
+
+
+def test_a_watched_wheel_is_compared_with_what_the_process_imports(spawn, tmp_path: Path) -> None:
+    tag = f"ctxd-wheel-{uuid.uuid4().hex[:10]}"
+    proc = spawn(sys.executable, "-c", "import time; time.sleep(60)", tag)
+    time.sleep(0.2)
+    wheel = tmp_path / "pydantic-0.0.1-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: only its name is read
+    items, text = artifacts_part([watch(ProcessWatch(match=tag), 1),
+                                  watch(ArtifactWatch(path=str(wheel)), 2)])  # fmt: skip
+    (info,) = items
+    said = f"the watched pid {proc.pid} imports pydantic {pydantic.VERSION}: not this wheel's 0.0.1"
+    assert info.in_use == said and said in text
+
+
+def test_the_walk_for_a_writer_is_repeated_only_when_the_log_changed(spawn, tmp_path) -> None:
+    log = tmp_path / "quiet.log"
+    log.write_text("done\n")
+    ctx = CollectContext(settings=Settings())
+    spec = watch(LogWatch(path=str(log)), 1)
+    (first,) = logs.collect([spec], ctx).items
+    assert first.writer_pid is None
+    memory = ctx.memory["logs"].writers
+    assert str(log) in memory.unwritten
+    # opened for writing but nothing written: the log did not change, so it is not walked for
+    holder = spawn(
+        sys.executable, "-c", f"f = open({str(log)!r}, 'a'); import time; time.sleep(60)"
+    )
+    time.sleep(0.3)
+    (second,) = logs.collect([spec], ctx).items
+    assert second.writer_pid is None
+    # it writes: the log changed, the walk runs again and finds it; then it is asked first
+    holder.kill()
+    holder.wait()
+    with open(log, "a") as out:
+        writer = spawn(sys.executable, "-c", CHATTY, str(tmp_path), stdout=out)
+    deadline = time.monotonic() + 10
+    while "ready" not in log.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    (third,) = logs.collect([spec], ctx).items
+    assert third.writer_pid == writer.pid and memory.last == {str(log): writer.pid}
+    assert str(log) not in memory.unwritten
