@@ -110,7 +110,8 @@ def block(
     command = shlex.join(argv) + redirections(pid)
     secrets = sum(x.count(REDACTED) for x in [*exports, command])
     if secrets:
-        lines.append(f"# {secrets} value(s) read {REDACTED}: fill them in before running")
+        which = "1 value reads" if secrets == 1 else f"{secrets} values read"
+        lines.append(f"# {which} {REDACTED}: fill in the real value before running")
     if environ is None:
         lines.append("# its environment could not be read: variables it needs are missing here")
     elif login is None:

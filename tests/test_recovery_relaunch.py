@@ -62,7 +62,7 @@ def test_the_relaunch_block_starts_the_same_process_again(spawn, tmp_path: Path)
 
     (root,) = [p for p in collect(tag) if p.pid == first.pid]
     block = root.relaunch
-    assert block[0] == "# 1 value(s) read [REDACTED]: fill them in before running"
+    assert block[0] == "# 1 value reads [REDACTED]: fill in the real value before running"
     assert f"cd {relaunch.shlex.quote(str(work))}" in block
     assert "export NCCL_DEBUG=INFO" in block and "export HF_TOKEN='[REDACTED]'" in block
     assert token not in "\n".join(block)
@@ -88,7 +88,7 @@ def test_the_relaunch_block_starts_the_same_process_again(spawn, tmp_path: Path)
         Snapshot(header=header, observations=Observations(processes=ProcessesSection(items=[root])))
     )
     assert "To start it again as it ran" in markdown
-    assert "```sh\n# 1 value(s) read [REDACTED]" in markdown
+    assert "```sh\n# 1 value reads [REDACTED]" in markdown
 
 
 def test_without_a_readable_login_shell_every_selected_variable_is_exported() -> None:
