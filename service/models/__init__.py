@@ -65,6 +65,7 @@ from service.models.snapshot import (
     SnapshotSummary,
 )
 from service.models.watches import (
+    PEER_NAME_PATTERN,
     ArtifactWatch,
     CommandWatch,
     LogWatch,
@@ -76,6 +77,7 @@ from service.models.watches import (
 )
 
 __all__ = [
+    "PEER_NAME_PATTERN",
     "SESSION_ID_PATTERN",
     "SEVERITY_ORDER",
     "STATUSES",

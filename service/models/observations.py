@@ -51,6 +51,7 @@ class ProcessInfo(BaseModel):
     not_permitted: list[str] = []
     seen_at: datetime | None = None
     waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
+    host: str | None = None  # the peer it was observed on; None: this host
 
     @property
     def key(self) -> str:
@@ -108,6 +109,7 @@ class LogInfo(BaseModel):
     error_new: bool = False  # found in this snapshot's new bytes, not carried over
     error_lines: int = 0  # error-shaped lines among the new bytes
     error_repeats: int = 0  # error lines that say what error_summary says (8 ranks, one cause)
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class LogsSection(BaseModel):
@@ -144,6 +146,7 @@ class ArtifactInfo(BaseModel):
     largest: list[ArtifactFile] = []  # directories: a few largest files
     changes: list[str] = []  # directories: files added, removed, modified since last time
     dist: DistInfo | None = None  # wheels and sdists: parsed from the file name
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class ArtifactsSection(BaseModel):
@@ -160,6 +163,7 @@ class CommandInfo(BaseModel):
     duration_s: float = 0.0
     output: list[str] = []  # stdout then stderr, cleaned, bounded
     output_cut: bool = False
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class CommandsSection(BaseModel):
@@ -230,6 +234,7 @@ class GpuInfo(BaseModel):
     power_w: float | None = None
     power_limit_w: float | None = None
     processes: list[GpuProcess] = []
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class GpusSection(BaseModel):

@@ -8,9 +8,14 @@ from pydantic import BaseModel, Field, RootModel, field_validator, model_validat
 
 from service.models.base import PathText, Strict
 
+# A peer's name (PUT /api/peers/{name}); a watch with `host` set to one is collected there.
+PEER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+PeerName = Annotated[str, Field(pattern=PEER_NAME_PATTERN)]
+
 
 class ProcessWatch(Strict):
     kind: Literal["process"] = "process"
+    host: PeerName | None = None  # a peer's name: observed on that host
     pid: int | None = Field(None, ge=1, le=2**22)
     match: Annotated[str, Field(min_length=1, max_length=500)] | None = None
     name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
@@ -45,6 +50,7 @@ class ProcessWatch(Strict):
 
 class LogWatch(Strict):
     kind: Literal["log"] = "log"
+    host: PeerName | None = None  # a peer's name: observed on that host
     path: PathText
     lines: int = Field(40, ge=1, le=500)
     files: int = Field(5, ge=1, le=20, description="newest files shown when path is a glob")
@@ -68,6 +74,7 @@ class LogWatch(Strict):
 
 class ArtifactWatch(Strict):
     kind: Literal["artifact"] = "artifact"
+    host: PeerName | None = None  # a peer's name: observed on that host
     path: PathText
 
 
@@ -75,6 +82,7 @@ class CommandWatch(Strict):
     """A command from the server's allowlist, by its configured name or its exact argv."""
 
     kind: Literal["command"] = "command"
+    host: PeerName | None = None  # a peer's name: observed on that host
     name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
     argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, min_length=1, max_length=64
@@ -92,6 +100,7 @@ class CommandWatch(Strict):
 class PortWatch(Strict):
     kind: Literal["port"] = "port"
     port: int = Field(ge=1, le=65535)
+    # the address probed, or a peer's name: then port `port` is probed on that peer's loopback
     host: Annotated[str, Field(min_length=1, max_length=255)] = "127.0.0.1"
     url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] | None = None
 
