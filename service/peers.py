@@ -28,6 +28,7 @@ from service.store_db import Connection
 
 OBSERVE_PATH = "/api/peer/observe"
 CLOCK_PATH = "/api/peer/clock"
+_GRACE_S = 0.25
 
 
 class PeerStatus(BaseModel):
@@ -46,7 +47,7 @@ class _Health:
     failures: int = 0
     rest_until: float = 0.0
     last_error: str = ""
-    busy: Future | None = None
+    busy: dict[tuple[str, str], Future] = field(default_factory=dict)
 
 
 @dataclass
@@ -163,14 +164,16 @@ class Peers:
             }
             with self._guard:
                 health = self._health.setdefault(name, _Health())
-                if health.busy is not None and not health.busy.done():
+                # one request at a time per session and purpose: a stuck one is not doubled
+                running = health.busy.get((sid, purpose))
+                if running is not None and not running.done():
                     asked.refused[name] = "still answering the previous request"
                     continue
                 if time.monotonic() < health.rest_until:
                     asked.refused[name] = f"{health.last_error} (resting before the next try)"
                     continue
                 future = self._pool.submit(self._observe, peer, payload, asked.deadline)
-                health.busy = future
+                health.busy[(sid, purpose)] = future
             asked.futures[name] = future
         return asked
 
@@ -180,7 +183,9 @@ class Peers:
             merge_failure(into, name, asked.watches[name], why)
         for name, future in asked.futures.items():
             try:
-                answer = future.result(timeout=max(0.0, asked.deadline - time.monotonic()))
+                # a moment of grace: the peer's own timeout says more (no connection, no answer)
+                left = max(0.0, asked.deadline - time.monotonic()) + _GRACE_S
+                answer = future.result(timeout=left)
             except FutureTimeout:
                 seconds = self.settings.peer_deadline_s
                 self._failed(name, f"no answer within {seconds:g} s")
