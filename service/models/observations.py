@@ -190,6 +190,41 @@ class PortsSection(BaseModel):
     unavailable: list[Unavailable] = []
 
 
+class SlurmJobInfo(BaseModel):
+    """One Slurm job as its controller (or accounting) tells it, with its output files' tails."""
+
+    watch_id: int
+    job_id: str
+    name: str = ""
+    label: str = ""  # "job 123 (train)": how the dump and signals name it
+    state: str = ""  # PENDING, RUNNING, COMPLETED, FAILED, OUT_OF_MEMORY, TIMEOUT, ...
+    reason: str | None = None  # why pending or why it ended: Resources, NonZeroExitCode
+    exit_code: int | None = None
+    signal: int | None = None
+    nodes: str = ""
+    user: str | None = None
+    workdir: str | None = None
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    elapsed_s: float | None = None
+    time_limit_s: float | None = None  # None: unlimited or unknown
+    pending_for_s: float | None = None
+    pending_after_s: float | None = None  # the watch's thresholds, for the signals
+    silent_after_s: float | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    logs: list[LogInfo] = []
+    log_problems: list[str] = []
+    source: str = ""  # squeue --json, scontrol, sacct
+    host: str | None = None  # the peer it was observed on; None: this host
+
+
+class SlurmSection(BaseModel):
+    items: list[SlurmJobInfo] = []
+    unavailable: list[Unavailable] = []
+
+
 class HostInfo(BaseModel):
     hostname: str = ""
     os: str = ""
@@ -255,6 +290,7 @@ class Observations(BaseModel):
 
     processes: ProcessesSection = ProcessesSection()
     ports: PortsSection = PortsSection()
+    slurm: SlurmSection = SlurmSection()
     gpus: GpusSection = GpusSection()
     host: HostInfo = HostInfo()
     artifacts: ArtifactsSection = ArtifactsSection()

@@ -105,8 +105,32 @@ class PortWatch(Strict):
     url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] | None = None
 
 
+class SlurmWatch(Strict):
+    """Slurm jobs: one by id, the jobs of a name, or this user's (under `workdir` when given)."""
+
+    kind: Literal["slurm"] = "slurm"
+    host: PeerName | None = None  # a peer's name: asked on that host (its Slurm client)
+    job: Annotated[str, Field(pattern=r"^[0-9]{1,12}(_[0-9]{1,9})?$")] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    mine: bool = False
+    workdir: PathText | None = None
+    jobs: int = Field(5, ge=1, le=50, description="newest jobs shown for a name or mine")
+    lines: int = Field(20, ge=1, le=500, description="lines of each job's stdout and stderr")
+    # signals: pending longer than this; running with its output silent longer than this
+    pending_after_s: float = Field(600.0, ge=0, le=30 * 86400)
+    silent_after_s: float = Field(300.0, ge=0, le=30 * 86400)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "SlurmWatch":
+        if [self.job is not None, self.name is not None, self.mine].count(True) != 1:
+            raise ValueError("give exactly one of 'job', 'name' or 'mine': true")
+        if self.workdir is not None and not self.mine:
+            raise ValueError("'workdir' narrows 'mine': true")
+        return self
+
+
 WatchSpec = Annotated[
-    ProcessWatch | LogWatch | ArtifactWatch | PortWatch | CommandWatch,
+    ProcessWatch | LogWatch | ArtifactWatch | PortWatch | CommandWatch | SlurmWatch,
     Field(discriminator="kind"),
 ]
 
