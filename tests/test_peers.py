@@ -76,6 +76,24 @@ def test_a_peer_watch_is_collected_there_and_named_by_host(
     assert abs(status[0]["clock_offset_s"]) < 1  # the same clock, on one machine
 
 
+def test_remote_processes_and_jobs_are_named_by_host(
+    client: httpx.Client, node2: Server, tmp_path: Path, spawn
+) -> None:
+    spawn("sleep", "4321.5")
+    client.put("/api/peers/node2", json={"url": node2.url, "token_file": str(token_file(tmp_path))})
+    client.put("/api/sessions/s", json={})
+    watch = {"kind": "process", "match": "^sleep 4321[.]5$", "host": "node2"}
+    assert client.post("/api/sessions/s/watches", json=watch).status_code == 201
+
+    snapshot, markdown, _ = take(client, "s")
+
+    (proc,) = snapshot["observations"]["processes"]["items"]
+    assert proc["name"] == "node2:sleep" and proc["host"] == "node2"
+    assert "| node2:sleep |" in markdown
+    proc_gone = snapshot["observations"]["processes"]["unavailable"]
+    assert proc_gone == []
+
+
 def test_a_remote_port_is_probed_on_the_peers_loopback(
     client: httpx.Client, node2: Server, tmp_path: Path
 ) -> None:
