@@ -78,3 +78,18 @@ def test_numbers_and_patterns() -> None:
     assert expand("logs/%x-%A_%a.%j.%u.%N.out%%", job) == "logs/sweep-77_3.77.ada.gpu01.out%"
     job.stdout = "logs/%x-%j.out"
     assert output_files(job) == ["/w/logs/sweep-77.out"]
+
+
+def test_a_job_that_ends_is_an_event() -> None:
+    from service import happened
+    from service.models import Observations, SlurmJobInfo, SlurmSection
+
+    def seen(*states: tuple[str, str]) -> Observations:
+        jobs = [SlurmJobInfo(watch_id=1, job_id=i, label=f"job {i}", state=s) for i, s in states]
+        return Observations(slurm=SlurmSection(items=jobs))
+
+    before = seen(("1", "RUNNING"), ("2", "PENDING"), ("3", "FAILED"))
+    after = seen(("1", "OUT_OF_MEMORY"), ("2", "RUNNING"), ("3", "FAILED"))
+
+    assert happened.events(before, after) == [("slurm-job-end", "slurm job 1 ended OUT_OF_MEMORY")]
+    assert happened.events(after, after) == []
