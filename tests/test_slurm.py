@@ -296,3 +296,26 @@ def test_a_job_the_controller_does_not_know(cluster: Cluster, ctxd: httpx.Client
 
     assert "- unavailable: `slurm job 987654`:" in markdown
     assert "job 987654 is not known to the controller; accounting:" in markdown
+
+
+def test_a_job_that_ends_takes_a_snapshot_at_once(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("events")
+    quick = {"CTXD_EVENT_PROBE_S": "0.3", "CTXD_TRIGGER_INTERVAL_S": "0.3"}
+    server = start_server(folder / "data", folder / "ctxd.log", env=cluster.env() | quick)
+    try:
+        with server.client() as client:
+            job = cluster.sbatch("-J", "ends", "-o", "ends.out", "--wrap", "echo bye; sleep 2")
+            cluster.wait_state(job, {"RUNNING"})
+            dump(client, "ends", {"kind": "slurm", "job": job})
+            cluster.wait_state(job, {"COMPLETED"})
+            deadline = time.monotonic() + 15
+            triggers: list[str] = []
+            while time.monotonic() < deadline and "event:slurm-job-end" not in triggers:
+                time.sleep(0.3)
+                listed = client.get("/api/sessions/ends/snapshots").json()
+                triggers = [s["trigger"] for s in listed]
+            assert "event:slurm-job-end" in triggers
+    finally:
+        stop_server(server)
