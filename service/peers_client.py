@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from service import redact
 from service.fmt import human_bytes
 
 
@@ -69,10 +70,12 @@ def _read(
 ) -> bytes:
     method = "GET" if payload is None else "POST"
     with client.stream(method, url, json=payload, headers=headers) as answer:
-        if answer.status_code in (401, 403):
-            raise PeerFailure(f"refused our token (HTTP {answer.status_code})")
+        if answer.status_code == 401:
+            raise PeerFailure("refused our token (HTTP 401)")
         if answer.status_code != 200:
-            raise PeerFailure(f"answered HTTP {answer.status_code}")
+            # ctxd's refusals say why ("Host '10.0.0.2' is not allowed; add it to ...")
+            detail = _detail(answer, deadline)
+            raise PeerFailure(f"answered HTTP {answer.status_code}{detail}")
         if answer.headers.get("content-encoding", "identity") != "identity":
             raise PeerFailure("answered compressed, which was not asked for")
         declared = answer.headers.get("content-length", "")
@@ -88,11 +91,25 @@ def _read(
         return bytes(body)
 
 
+def _detail(answer: httpx.Response, deadline: float) -> str:
+    """The `detail` of a ctxd error answer, from its first KB; empty when there is none."""
+    head = bytearray()
+    for chunk in answer.iter_raw():
+        head += chunk
+        if len(head) >= 1024 or time.monotonic() > deadline:
+            break
+    try:
+        detail = json.loads(bytes(head)).get("detail", "")
+    except (ValueError, AttributeError):
+        return ""
+    return f": {redact.text(str(detail))[:200]}" if detail else ""
+
+
 def _describe(exc: httpx.HTTPError, budget: float) -> str:
     if isinstance(exc, httpx.ConnectTimeout):
-        return f"no connection within {budget:.1f} s (host down or partitioned?)"
+        return f"no connection within {round(budget, 1):g} s (host down or partitioned?)"
     if isinstance(exc, httpx.TimeoutException):
-        return f"no answer within {budget:.1f} s"
+        return f"no answer within {round(budget, 1):g} s"
     if isinstance(exc, httpx.RemoteProtocolError):
         return "closed the connection before answering (killed or restarting?)"
     if isinstance(exc, httpx.ConnectError):

@@ -140,6 +140,13 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
         if mode == "slow":
             time.sleep(10)
             return
+        if mode == "refuses":  # as ctxd's access check refuses a Host it does not know
+            body = b'{"status_code": 403, "detail": "Host \'10.0.0.2\' is not allowed"}'
+            self.send_response(403)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200)
         self.send_header("content-type", "application/json")
         if mode == "garbage":
@@ -186,6 +193,7 @@ def fake_peer() -> Iterator[http.server.ThreadingHTTPServer]:
         ("huge-undeclared", "answer is over the limit of 4.0 MB"),
         ("wrong-json", "answered JSON that is not ctxd's observations"),
         ("slow", "no answer within 2 s"),
+        ("refuses", "answered HTTP 403: Host '10.0.0.2' is not allowed"),
     ],
 )
 def test_a_misbehaving_peer_is_one_line_within_the_deadline(

@@ -164,7 +164,7 @@ def test_a_link_taken_down(client: httpx.Client, node2: Node2, tmp_path: Path, s
     _, markdown, took = take(client, "s")
 
     line = next(x for x in markdown.splitlines() if "unavailable: `host node2`: log" in x)
-    assert "no connection within 2.0 s" in line or "unreachable" in line, line
+    assert "no connection within 2 s" in line or "unreachable" in line, line
     assert "local line one" in markdown
     assert took < 2 + 1.5
     print(f"link down ({side} end): {line!r} after {took * 1000:.0f} ms")
