@@ -290,3 +290,21 @@ def test_the_directory(client: httpx.Client, tmp_path: Path) -> None:
     assert client.delete("/api/peers/node2").status_code == 204
     assert client.delete("/api/peers/node2").status_code == 404
     assert client.get("/api/peers").json() == []
+
+
+def test_a_peers_gpus_join_this_hosts_with_its_name() -> None:
+    from service.models import GpuInfo, GpusSection, Observations
+    from service.peers_merge import merge_answer
+
+    here = Observations()  # a host without GPUs: its section says so until a peer has some
+    there = Observations(
+        gpus=GpusSection(
+            source="nvml", driver_version="570.1", items=[GpuInfo(index=0, name="H200")]
+        )
+    )
+
+    merge_answer(here, "node2", there)
+
+    (gpu,) = here.gpus.items
+    assert (gpu.name, gpu.host, here.gpus.source) == ("node2:H200", "node2", "nvml")
+    assert here.gpus.driver_version == "570.1"
