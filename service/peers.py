@@ -76,12 +76,16 @@ class Peers:
     # --- the directory ----------------------------------------------------------------------
 
     def put(self, name: str, data: PeerIn) -> tuple[Peer, bool]:
+        path = Path(data.token_file)
+        if not path.is_absolute():
+            raise Invalid("token_file must be an absolute path")
         try:
             read_token(data.token_file)
         except PeerFailure as exc:
             raise Invalid(f"token_file {data.token_file}: {exc}") from None
-        if not Path(data.token_file).is_absolute():
-            raise Invalid("token_file must be an absolute path")
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:  # the same rule as ctxd's own token file
+            raise Invalid(f"token_file {path} is mode {mode:04o}, readable by others: chmod 600")
         with self._guard:
             self._health.pop(name, None)  # a new address or token deserves a try at once
         return self.rows.put(name, data)

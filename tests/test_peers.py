@@ -286,6 +286,11 @@ def test_the_directory(client: httpx.Client, tmp_path: Path) -> None:
     answer = client.put("/api/peers/node3", json=missing)
     assert answer.status_code == 400 and "cannot read its token file" in answer.text
     assert client.put("/api/peers/node3", json=good | {"url": "ftp://x"}).status_code == 400
+    relative = client.put("/api/peers/node3", json=good | {"token_file": "peer.token"})
+    assert relative.status_code == 400 and "absolute" in relative.text
+    Path(good["token_file"]).chmod(0o644)
+    loose = client.put("/api/peers/node3", json=good)
+    assert loose.status_code == 400 and "chmod 600" in loose.text
     assert client.put("/api/peers/bad name", json=good).status_code in (400, 404)
     assert client.delete("/api/peers/node2").status_code == 204
     assert client.delete("/api/peers/node2").status_code == 404
