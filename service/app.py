@@ -17,6 +17,7 @@ from service.routes import storage_errors
 from service.routes.api import health, hook, prune, search_all, sessions_router
 from service.routes.mcp_mount import LazyMcp
 from service.routes.pages import PageController
+from service.routes.peers import handlers as peer_handlers
 from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             sessions_router,
             PageController,
             mcp.handler,
+            *peer_handlers,
         ],
         template_config=templating.template_config(),
         lifespan=[lifespan, mcp.lifespan],

@@ -6,12 +6,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service import redact
 from service.collectors import CollectContext, Collector
 from service.models import Observations, Unavailable, Watch
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.peers import Peers
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +22,14 @@ log = logging.getLogger(__name__)
 class CollectorRunner:
     """Owns what outlives one collection: the pool, collector memory and runs still going."""
 
-    def __init__(self, settings: Settings, collectors: Callable[[], Sequence[Collector]]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        collectors: Callable[[], Sequence[Collector]],
+        peers: "Peers | None" = None,
+    ) -> None:
         self.settings = settings
+        self.peers = peers  # watches with `host` are collected there (service/peers.py)
         self._collectors = collectors
         self._memory: dict[str, dict[str, Any]] = {}
         self._guard = threading.Lock()
@@ -29,6 +38,8 @@ class CollectorRunner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.peers is not None:
+            self.peers.close()
 
     def observe(
         self,
@@ -37,6 +48,7 @@ class CollectorRunner:
         previous: Observations | None = None,
         purpose: str = "snapshot",
         only: frozenset[str] | None = None,
+        remote: bool = True,
     ) -> Observations:
         """Run every collector over the session's watches; a failure is a section, not a raise.
 
@@ -50,6 +62,10 @@ class CollectorRunner:
             settings=self.settings, previous=previous, memory=memory, probe=purpose == "probe"
         )
         chosen = [c for c in self._collectors() if only is None or c.NAME in only]
+        # other hosts' watches: asked first, so they answer while the collectors run here
+        peers = self.peers if remote else None
+        watches, elsewhere = peers.split(watches) if peers is not None else (watches, {})
+        asked = peers.ask(sid, purpose, elsewhere, only) if peers and elsewhere else None
         # All collectors start at once: most of their time is spent in system calls, so the
         # snapshot costs about the slowest of them, not their sum. Each has its own deadline.
         deadline = time.monotonic() + self.settings.limits.collector_timeout_s
@@ -59,6 +75,8 @@ class CollectorRunner:
                 self._result(name, future, deadline) if future is not None else _busy(name)
             )
         observations = Observations.model_validate(sections)
+        if peers is not None and asked is not None:
+            peers.merge(asked, observations)
         # A probe is compared and dropped, never kept or shown; what it reports goes through
         # the redactor as the event snapshot's note.
         return observations if ctx.probe else redact.scrub(observations)

@@ -4,13 +4,21 @@ The trigger loop turns these into events (`event:process-exit`), signals.py into
 (`process_exited`), changes.py into Changes: the same facts, computed once, named once.
 """
 
-from service.models import ArtifactInfo, LogInfo, Observations, PortInfo, ProcessInfo
+from service.models import (
+    ArtifactInfo,
+    LogInfo,
+    Observations,
+    PortInfo,
+    ProcessInfo,
+    SlurmJobInfo,
+)
 
 PROCESS_EXITED = "process_exited"
 PORT_OPENED = "port_opened"
 PORT_CLOSED = "port_closed"
 LOG_ERROR = "log_error"
 ARTIFACT_CHANGED = "artifact_changed"
+SLURM_JOB_ENDED = "slurm_job_ended"
 
 # The words a user reads in a trigger (`event:process-exit,port-open`), one per fact.
 TRIGGER_WORDS = {
@@ -18,7 +26,11 @@ TRIGGER_WORDS = {
     PORT_OPENED: "port-open",
     LOG_ERROR: "log-error",
     ARTIFACT_CHANGED: "artifact-change",
+    SLURM_JOB_ENDED: "slurm-job-end",
 }
+
+# a Slurm job in one of these has not ended yet
+SLURM_ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"})
 
 
 def exited(before: Observations, after: Observations) -> list[ProcessInfo]:
@@ -54,6 +66,16 @@ def changed_artifacts(before: Observations, after: Observations) -> list[Artifac
     return [a for a in after.artifacts.items if a.path in old and old[a.path] != a.fingerprint]
 
 
+def jobs_ended(before: Observations, after: Observations) -> list[SlurmJobInfo]:
+    """Slurm jobs pending or running in `before` that have ended in `after`."""
+    alive = {(j.host, j.job_id) for j in before.slurm.items if j.state in SLURM_ALIVE}
+    return [
+        j
+        for j in after.slurm.items
+        if (j.host, j.job_id) in alive and j.state and j.state not in SLURM_ALIVE
+    ]
+
+
 def events(before: Observations | None, after: Observations) -> list[tuple[str, str]]:
     """Pure: what in `after` is news worth a snapshot at once, as (trigger word, text)."""
     if before is None:
@@ -69,5 +91,6 @@ def events(before: Observations | None, after: Observations) -> list[tuple[str, 
             (ARTIFACT_CHANGED, f"artifact {a.path} changed")
             for a in changed_artifacts(before, after)
         ),
+        *((SLURM_JOB_ENDED, f"slurm {j.label} ended {j.state}") for j in jobs_ended(before, after)),
     ]
     return [(TRIGGER_WORDS[code], text) for code, text in found]

@@ -6,6 +6,7 @@ from service import happened
 from service.fmt import human_duration
 from service.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
 from service.signals_logs import last_error_line, log_errors, root_cause, silent_logs
+from service.signals_slurm import slurm_jobs
 from service.thresholds import (
     DISK_CRITICAL_RATIO,
     DISK_FREE_BYTES,
@@ -48,6 +49,7 @@ def derive(current: Observations, previous: Observations | None) -> list[Signal]
         *memory_growing(current),
         *disks_nearly_full(current),
         *unavailable_watches(current),
+        *slurm_jobs(current),
     ]
     return sorted(signals, key=lambda s: SEVERITY_ORDER[s.severity])
 

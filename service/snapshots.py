@@ -17,6 +17,7 @@ from service.models import (
     Snapshot,
     SnapshotHeader,
 )
+from service.peers import Peers
 from service.settings import Settings
 from service.store import Store, now
 from service.watch_retirement import Retirement
@@ -45,7 +46,7 @@ class Snapshotter:
         self.settings = settings
         self.store = store
         # looked up at each run, so a test can swap the registry of this module
-        self.runner = CollectorRunner(settings, lambda: registry())
+        self.runner = CollectorRunner(settings, lambda: registry(), peers=Peers(settings, store))
         self.files = DumpFiles(settings, store)
         self.retirement = Retirement(settings.auto_retire_s)
         self._locks: dict[str, threading.Lock] = {}

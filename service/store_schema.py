@@ -126,6 +126,14 @@ def m005_search(db: Database) -> None:
     store_search.backfill(db, _markdown)
 
 
+@migrations()
+def m006_peers(db: Database) -> None:
+    """Other hosts' ctxd: a watch with `host` set to a peer's name is collected there."""
+    db.table("peers").create(
+        {"name": str, "url": str, "token_file": str, "created_at": str}, pk="name"
+    )
+
+
 def _markdown(row: dict) -> str:
     if row["markdown_z"] is not None:
         return zlib.decompress(row["markdown_z"]).decode()

@@ -15,7 +15,7 @@ from service.store import now
 log = logging.getLogger(__name__)
 
 # The collectors whose news is an event; host, GPU and command probes are too costly to poll.
-EVENT_SOURCES = frozenset({"processes", "ports", "logs", "artifacts"})
+EVENT_SOURCES = frozenset({"processes", "ports", "logs", "artifacts", "slurm"})
 PRUNE_EVERY = timedelta(hours=6)
 
 

@@ -96,10 +96,19 @@ def split(results: Iterable[Item | Unavailable]) -> tuple[list[Item], list[Unava
 
 def registry() -> Sequence[Collector]:
     """The collectors, in the order their sections appear in Observations and in the dump."""
-    from service.collectors import artifacts, commands, gpus, host, logs, ports, processes
+    from service.collectors import artifacts, commands, gpus, host, logs, ports, processes, slurm
 
     # typed as Collector: mypy checks each module against the protocol
-    modules: tuple[Collector, ...] = (processes, ports, gpus, host, artifacts, commands, logs)
+    modules: tuple[Collector, ...] = (
+        processes,
+        ports,
+        slurm,
+        gpus,
+        host,
+        artifacts,
+        commands,
+        logs,
+    )
     return modules
 
 

@@ -46,6 +46,8 @@ from service.models.observations import (
     ProcessesSection,
     ProcessInfo,
     StuckStack,
+    SlurmJobInfo,
+    SlurmSection,
     Unavailable,
     WorkerGroup,
 )
@@ -66,17 +68,20 @@ from service.models.snapshot import (
     SnapshotSummary,
 )
 from service.models.watches import (
+    PEER_NAME_PATTERN,
     ArtifactWatch,
     CommandWatch,
     LogWatch,
     PortWatch,
     ProcessWatch,
+    SlurmWatch,
     Watch,
     WatchIn,
     WatchSpec,
 )
 
 __all__ = [
+    "PEER_NAME_PATTERN",
     "SESSION_ID_PATTERN",
     "SEVERITY_ORDER",
     "STATUSES",
@@ -123,6 +128,9 @@ __all__ = [
     "Severity",
     "ShortText",
     "Signal",
+    "SlurmJobInfo",
+    "SlurmSection",
+    "SlurmWatch",
     "Snapshot",
     "SnapshotHeader",
     "SnapshotIn",

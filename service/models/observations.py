@@ -52,6 +52,7 @@ class ProcessInfo(BaseModel):
     seen_at: datetime | None = None
     waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
     relaunch: list[str] = []  # roots: shell lines that start it again as it ran (relaunch.py)
+    host: str | None = None  # the peer it was observed on; None: this host
 
     @property
     def key(self) -> str:
@@ -132,6 +133,7 @@ class LogInfo(BaseModel):
     # when none writes it: the newest watched root's start, to call a log older than it stale
     newest_root_pid: int | None = None
     newest_root_started_at: datetime | None = None
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class LogsSection(BaseModel):
@@ -170,6 +172,7 @@ class ArtifactInfo(BaseModel):
     dist: DistInfo | None = None  # wheels and sdists: parsed from the file name
     # libraries and wheels: whether the watched processes use this very file (_holders.py)
     in_use: str | None = None
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class ArtifactsSection(BaseModel):
@@ -186,6 +189,7 @@ class CommandInfo(BaseModel):
     duration_s: float = 0.0
     output: list[str] = []  # stdout then stderr, cleaned, bounded
     output_cut: bool = False
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class CommandsSection(BaseModel):
@@ -209,6 +213,41 @@ class PortInfo(BaseModel):
 
 class PortsSection(BaseModel):
     items: list[PortInfo] = []
+    unavailable: list[Unavailable] = []
+
+
+class SlurmJobInfo(BaseModel):
+    """One Slurm job as its controller (or accounting) tells it, with its output files' tails."""
+
+    watch_id: int
+    job_id: str
+    name: str = ""
+    label: str = ""  # "job 123 (train)": how the dump and signals name it
+    state: str = ""  # PENDING, RUNNING, COMPLETED, FAILED, OUT_OF_MEMORY, TIMEOUT, ...
+    reason: str | None = None  # why pending or why it ended: Resources, NonZeroExitCode
+    exit_code: int | None = None
+    signal: int | None = None
+    nodes: str = ""
+    user: str | None = None
+    workdir: str | None = None
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    elapsed_s: float | None = None
+    time_limit_s: float | None = None  # None: unlimited or unknown
+    pending_for_s: float | None = None
+    pending_after_s: float | None = None  # the watch's thresholds, for the signals
+    silent_after_s: float | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    logs: list[LogInfo] = []
+    log_problems: list[str] = []
+    source: str = ""  # squeue --json, scontrol, sacct
+    host: str | None = None  # the peer it was observed on; None: this host
+
+
+class SlurmSection(BaseModel):
+    items: list[SlurmJobInfo] = []
     unavailable: list[Unavailable] = []
 
 
@@ -256,6 +295,7 @@ class GpuInfo(BaseModel):
     power_w: float | None = None
     power_limit_w: float | None = None
     processes: list[GpuProcess] = []
+    host: str | None = None  # the peer it was observed on; None: this host
 
 
 class GpusSection(BaseModel):
@@ -276,6 +316,7 @@ class Observations(BaseModel):
 
     processes: ProcessesSection = ProcessesSection()
     ports: PortsSection = PortsSection()
+    slurm: SlurmSection = SlurmSection()
     gpus: GpusSection = GpusSection()
     host: HostInfo = HostInfo()
     artifacts: ArtifactsSection = ArtifactsSection()

@@ -1,0 +1,234 @@
+"""Peers: other hosts' ctxd, asked concurrently under one deadline, each resting after a failure.
+
+A snapshot's watches with `host` set go to that host's ctxd (`POST /api/peer/observe`, the
+peer's own bearer token), all peers at once, while this host's collectors run. Whatever is
+missing at the deadline becomes `unavailable: host node2 …` lines; nothing waits longer. A
+peer that failed is not asked again before it has rested (1 s, doubling, up to
+`peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
+"""
+
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from service.errors import Invalid
+from service.models import Observations, Watch
+from service.peers_client import PeerFailure, exchange, read_token
+from service.peers_merge import merge_answer, merge_failure, split
+from service.peers_store import Peer, PeerIn, PeerRows
+from service.settings import Settings
+from service.store_db import Connection
+
+OBSERVE_PATH = "/api/peer/observe"
+CLOCK_PATH = "/api/peer/clock"
+_GRACE_S = 0.25
+
+
+class PeerStatus(BaseModel):
+    name: str
+    url: str
+    reachable: bool
+    error: str | None = None
+    latency_ms: float | None = None
+    # the peer's clock minus ours, from the middle of the round trip: positive, it is ahead
+    clock_offset_s: float | None = None
+    hostname: str | None = None
+
+
+@dataclass
+class _Health:
+    failures: int = 0
+    rest_until: float = 0.0
+    last_error: str = ""
+    busy: dict[tuple[str, str], Future] = field(default_factory=dict)
+
+
+@dataclass
+class Asked:
+    """Peers asked for one collection: their answers to come, by the deadline."""
+
+    deadline: float
+    watches: dict[str, list[Watch]]
+    futures: dict[str, Future] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)  # peers not asked, and why
+
+
+class Peers:
+    """The peer directory (in the database) and the in-memory health of each peer."""
+
+    def __init__(self, settings: Settings, conn: Connection) -> None:
+        self.settings = settings
+        self.rows = PeerRows(conn)
+        self._health: dict[str, _Health] = {}
+        self._guard = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="peer")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- the directory ----------------------------------------------------------------------
+
+    def put(self, name: str, data: PeerIn) -> tuple[Peer, bool]:
+        path = Path(data.token_file)
+        if not path.is_absolute():
+            raise Invalid("token_file must be an absolute path")
+        try:
+            read_token(data.token_file)
+        except PeerFailure as exc:
+            raise Invalid(f"token_file {data.token_file}: {exc}") from None
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:  # the same rule as ctxd's own token file
+            raise Invalid(f"token_file {path} is mode {mode:04o}, readable by others: chmod 600")
+        with self._guard:
+            self._health.pop(name, None)  # a new address or token deserves a try at once
+        return self.rows.put(name, data)
+
+    def all(self) -> list[Peer]:
+        return self.rows.all()
+
+    def delete(self, name: str) -> None:
+        self.rows.delete(name)
+        with self._guard:
+            self._health.pop(name, None)
+
+    def names(self) -> set[str]:
+        return {p.name for p in self.rows.all()}
+
+    def status(self) -> list[PeerStatus]:
+        """Every peer asked for its clock at once, under the one deadline."""
+        peers = self.rows.all()
+        deadline = time.monotonic() + self.settings.peer_deadline_s
+        futures = [self._pool.submit(self._clock, peer, deadline) for peer in peers]
+        answers = []
+        for peer, future in zip(peers, futures, strict=True):
+            try:
+                answers.append(future.result(timeout=max(0.0, deadline - time.monotonic()) + 0.5))
+            except FutureTimeout:
+                answers.append(self._down(peer, "no answer within the deadline"))
+        return answers
+
+    def _clock(self, peer: Peer, deadline: float) -> PeerStatus:
+        started, wall = time.monotonic(), time.time()
+        try:
+            token = read_token(peer.token_file)
+            answer = exchange(peer.url, token, CLOCK_PATH, None, deadline, 65536)
+            theirs = datetime.fromisoformat(answer["now"]).timestamp()
+            hostname = str(answer.get("hostname", ""))[:255]
+        except PeerFailure as exc:
+            self._failed(peer.name, str(exc))
+            return self._down(peer, str(exc))
+        except (KeyError, TypeError, ValueError):
+            self._failed(peer.name, "answered JSON that is not ctxd's clock")
+            return self._down(peer, "answered JSON that is not ctxd's clock")
+        took = time.monotonic() - started
+        self._succeeded(peer.name)
+        return PeerStatus(
+            name=peer.name,
+            url=peer.url,
+            reachable=True,
+            latency_ms=round(took * 1000, 1),
+            clock_offset_s=round(theirs - (wall + took / 2), 3),
+            hostname=hostname,
+        )
+
+    def _down(self, peer: Peer, why: str) -> PeerStatus:
+        return PeerStatus(name=peer.name, url=peer.url, reachable=False, error=why)
+
+    # --- a collection -----------------------------------------------------------------------
+
+    def split(self, watches: list[Watch]) -> tuple[list[Watch], dict[str, list[Watch]]]:
+        """(this host's watches, each peer's); skips the database when no watch has a host."""
+        if not any(getattr(w.spec, "host", None) not in (None, "127.0.0.1") for w in watches):
+            return watches, {}
+        return split(watches, self.names())
+
+    def ask(
+        self, sid: str, purpose: str, remote: dict[str, list[Watch]], only: frozenset[str] | None
+    ) -> Asked:
+        """Send each peer its watches now; the answers are collected by `merge`."""
+        asked = Asked(deadline=time.monotonic() + self.settings.peer_deadline_s, watches=remote)
+        known = {p.name: p for p in self.rows.all()}
+        for name, watches in remote.items():
+            peer = known.get(name)
+            if peer is None:
+                asked.refused[name] = f"no such peer (PUT /api/peers/{name} adds it)"
+                continue
+            payload = {
+                "session": sid,
+                "purpose": purpose,
+                "watches": [w.model_dump(mode="json") for w in watches],
+                "only": sorted(only) if only is not None else None,
+            }
+            with self._guard:
+                health = self._health.setdefault(name, _Health())
+                # one request at a time per session and purpose: a stuck one is not doubled
+                running = health.busy.get((sid, purpose))
+                if running is not None and not running.done():
+                    asked.refused[name] = "still answering the previous request"
+                    continue
+                if time.monotonic() < health.rest_until:
+                    asked.refused[name] = f"{health.last_error} (resting before the next try)"
+                    continue
+                future = self._pool.submit(self._observe, peer, payload, asked.deadline)
+                health.busy[(sid, purpose)] = future
+            asked.futures[name] = future
+        return asked
+
+    def merge(self, asked: Asked, into: Observations) -> None:
+        """Each peer's answer, or its unavailable lines, added to `into` by the deadline."""
+        for name, why in asked.refused.items():
+            merge_failure(into, name, asked.watches[name], why)
+        for name, future in asked.futures.items():
+            try:
+                # a moment of grace: the peer's own timeout says more (no connection, no answer)
+                left = max(0.0, asked.deadline - time.monotonic()) + _GRACE_S
+                answer = future.result(timeout=left)
+            except FutureTimeout:
+                seconds = self.settings.peer_deadline_s
+                self._failed(name, f"no answer within {seconds:g} s")
+                merge_failure(into, name, asked.watches[name], f"no answer within {seconds:g} s")
+                continue
+            except PeerFailure as exc:
+                merge_failure(into, name, asked.watches[name], str(exc))
+                continue
+            merge_answer(into, name, answer)
+
+    def _observe(self, peer: Peer, payload: dict, deadline: float) -> Observations:
+        try:
+            token = read_token(peer.token_file)
+            limit = self.settings.peer_answer_bytes_max
+            data = exchange(peer.url, token, OBSERVE_PATH, payload, deadline, limit)
+            answer = Observations.model_validate(data)
+        except ValidationError:
+            self._failed(peer.name, "answered JSON that is not ctxd's observations")
+            raise PeerFailure("answered JSON that is not ctxd's observations") from None
+        except PeerFailure as exc:
+            self._failed(peer.name, str(exc))
+            raise
+        self._succeeded(peer.name)
+        return answer
+
+    def _failed(self, name: str, why: str) -> None:
+        with self._guard:
+            health = self._health.setdefault(name, _Health())
+            health.failures += 1
+            rest = min(self.settings.peer_backoff_max_s, 2.0 ** (health.failures - 1))
+            health.rest_until = time.monotonic() + rest
+            health.last_error = why
+
+    def _succeeded(self, name: str) -> None:
+        with self._guard:
+            health = self._health.setdefault(name, _Health())
+            health.failures, health.rest_until, health.last_error = 0, 0.0, ""
+
+
+def clock() -> dict[str, str]:
+    """What `GET /api/peer/clock` answers: this host's time and name."""
+    return {"now": datetime.now(UTC).isoformat(), "hostname": socket.gethostname()}

@@ -1,0 +1,50 @@
+"""The peer side: another host's watches collected here, under this host's own rules.
+
+A caller holding this host's token may ask for observations, not for more than a local client
+could: each watch passes this host's command allowlist and watch roots, and what comes back
+is redacted here before it leaves.
+"""
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from service import confine, redact
+from service.collect_runner import CollectorRunner
+from service.collectors import commands
+from service.errors import CtxdError
+from service.models import SESSION_ID_PATTERN, Observations, Strict, Unavailable, Watch
+from service.peers_merge import SECTION_OF_KIND, describe, for_peer
+
+
+class ObserveIn(Strict):
+    session: Annotated[str, Field(pattern=SESSION_ID_PATTERN)]
+    purpose: Literal["snapshot", "preview", "probe"] = "snapshot"
+    watches: list[Watch] = Field(default=[], max_length=200)
+    only: list[Annotated[str, Field(max_length=64)]] | None = Field(None, max_length=32)
+
+
+def observe(runner: CollectorRunner, ask: ObserveIn) -> Observations:
+    """The watches observed on this host, for a peer; refused ones as unavailable lines."""
+    settings = runner.settings
+    admitted: list[Watch] = []
+    refused: list[tuple[Watch, str]] = []
+    for watch in ask.watches:
+        watch = for_peer(watch)  # this host's view: never forwarded on to a third host
+        try:
+            spec = commands.check_watch(watch.spec, settings)
+            confine.check_watch(spec, settings)
+        except CtxdError as exc:
+            refused.append((watch, f"refused by that host: {exc}"))
+            continue
+        admitted.append(watch.model_copy(update={"spec": spec}))
+    only = frozenset(ask.only) if ask.only is not None else None
+    # its own collector memory per caller session and purpose: offsets, CPU baselines
+    key = f"peer/{ask.session}"
+    observations = runner.observe(key, admitted, purpose=ask.purpose, only=only, remote=False)
+    for watch, why in refused:
+        section = getattr(observations, SECTION_OF_KIND.get(watch.spec.kind, ""), None)
+        if section is not None:
+            line = Unavailable(watch_id=watch.id, target=describe(watch), reason=why)
+            section.unavailable.append(line)
+    return redact.scrub(observations)

@@ -1,0 +1,62 @@
+"""Thin HTTP handlers of peers: the directory (/api/peers) and the peer side (/api/peer/*)."""
+
+from typing import Annotated
+
+from litestar import Controller, Response, delete, get, post, put
+from litestar.datastructures import State
+from litestar.exceptions import PermissionDeniedException
+from litestar.params import Parameter
+
+from service import peers_serve
+from service.models import PEER_NAME_PATTERN, Observations
+from service.peers import Peers, PeerStatus, clock
+from service.peers_serve import ObserveIn
+from service.peers_store import Peer, PeerIn
+
+Name = Annotated[str, Parameter(pattern=PEER_NAME_PATTERN, max_length=63)]
+
+
+def _peers(state: State) -> Peers:
+    peers = state.snapshotter.runner.peers
+    assert peers is not None  # the Snapshotter always gives its runner the directory
+    return peers
+
+
+def _served(state: State) -> None:
+    """The peer side needs this host's token: without one, no other host may ask."""
+    if state.snapshotter.settings.token is None:
+        raise PermissionDeniedException("this ctxd has no token; start it with CTXD_TOKEN_FILE")
+
+
+class PeerController(Controller):
+    """The directory (/api/peers) and the peer side (/api/peer/*)."""
+
+    path = "/api"
+
+    @put("/peers/{name:str}", sync_to_thread=True)
+    def put_peer(self, state: State, name: Name, data: PeerIn) -> Response[Peer]:
+        peer, created = _peers(state).put(name, data)
+        return Response(peer, status_code=201 if created else 200)
+
+    @get("/peers", sync_to_thread=True)
+    def list_peers(self, state: State) -> list[PeerStatus]:
+        """Each peer with its reachability, round trip and clock offset, asked now."""
+        return _peers(state).status()
+
+    @delete("/peers/{name:str}", sync_to_thread=True)
+    def delete_peer(self, state: State, name: Name) -> None:
+        _peers(state).delete(name)
+
+    @post("/peer/observe", sync_to_thread=True, status_code=200)
+    def peer_observe(self, state: State, data: ObserveIn) -> Observations:
+        """Another host's watches observed here, redacted here (bearer token required)."""
+        _served(state)
+        return peers_serve.observe(state.snapshotter.runner, data)
+
+    @get("/peer/clock", sync_to_thread=True)
+    def peer_clock(self, state: State) -> dict[str, str]:
+        _served(state)
+        return clock()
+
+
+handlers = [PeerController]

@@ -1,0 +1,315 @@
+"""Peers on loopback: two real ctxd servers, and tiny real HTTP servers that misbehave."""
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+
+TOKEN = "peer-token-0123456789-abcdefghij"
+
+
+def token_file(folder: Path, token: str = TOKEN) -> Path:
+    path = folder / "peer.token"
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def node2(tmp_path: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path / "node2", tmp_path / "node2.log", env={"CTXD_TOKEN": TOKEN})
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+def take(client: httpx.Client, sid: str) -> tuple[dict, str, float]:
+    """A stored snapshot (JSON, Markdown) and how long it took, seen from the client."""
+    started = time.monotonic()
+    answer = client.post(f"/api/sessions/{sid}/snapshots", json={"force": True})
+    took = time.monotonic() - started
+    assert answer.status_code == 201, answer.text
+    version = answer.json()["header"]["version"]
+    markdown = client.get(f"/api/sessions/{sid}/snapshots/{version}/markdown").text
+    return answer.json(), markdown, took
+
+
+def session_with_logs(client: httpx.Client, tmp_path: Path, peer: str) -> None:
+    """A session with one log here and one on `peer`, both with a line to show."""
+    (tmp_path / "here.log").write_text("local line one\n")
+    (tmp_path / "there.log").write_text("remote line one\n")
+    assert client.put("/api/sessions/s", json={"title": "two hosts"}).status_code in (200, 201)
+    for path, host in ((tmp_path / "here.log", None), (tmp_path / "there.log", peer)):
+        spec = {"kind": "log", "path": str(path), "lines": 5} | ({"host": host} if host else {})
+        answer = client.post("/api/sessions/s/watches", json=spec)
+        assert answer.status_code == 201, answer.text
+
+
+def test_a_peer_watch_is_collected_there_and_named_by_host(
+    client: httpx.Client, node2: Server, tmp_path: Path
+) -> None:
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path))}
+    assert client.put("/api/peers/node2", json=peer).status_code == 201
+    session_with_logs(client, tmp_path, "node2")
+    (tmp_path / "there.log").write_text("remote line one\nAKIAIOSFODNN7EXAMPLE key\n")
+
+    snapshot, markdown, took = take(client, "s")
+
+    logs = {item["path"]: item for item in snapshot["observations"]["logs"]["items"]}
+    remote = logs[f"node2:{tmp_path / 'there.log'}"]
+    assert remote["host"] == "node2" and "remote line one" in remote["lines"]
+    assert logs[str(tmp_path / "here.log")]["host"] is None
+    assert "AKIAIOSFODNN7EXAMPLE" not in markdown  # redacted by the peer, and here again
+    assert f"### node2:{tmp_path / 'there.log'}" in markdown
+    assert "unavailable" not in markdown
+    assert took < 5
+
+    status = client.get("/api/peers").json()
+    assert status[0]["name"] == "node2" and status[0]["reachable"] is True
+    assert abs(status[0]["clock_offset_s"]) < 1  # the same clock, on one machine
+
+
+def test_remote_processes_and_jobs_are_named_by_host(
+    client: httpx.Client, node2: Server, tmp_path: Path, spawn
+) -> None:
+    spawn("sleep", "4321.5")
+    client.put("/api/peers/node2", json={"url": node2.url, "token_file": str(token_file(tmp_path))})
+    client.put("/api/sessions/s", json={})
+    watch = {"kind": "process", "match": "^sleep 4321[.]5$", "host": "node2"}
+    assert client.post("/api/sessions/s/watches", json=watch).status_code == 201
+
+    snapshot, markdown, _ = take(client, "s")
+
+    (proc,) = snapshot["observations"]["processes"]["items"]
+    assert proc["name"] == "node2:sleep" and proc["host"] == "node2"
+    assert "| node2:sleep |" in markdown
+    proc_gone = snapshot["observations"]["processes"]["unavailable"]
+    assert proc_gone == []
+
+
+def test_a_remote_port_is_probed_on_the_peers_loopback(
+    client: httpx.Client, node2: Server, tmp_path: Path
+) -> None:
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path))}
+    client.put("/api/peers/node2", json=peer)
+    client.put("/api/sessions/s", json={})
+    node2_port = int(node2.url.rsplit(":", 1)[1])
+    watch = {"kind": "port", "port": node2_port, "host": "node2"}
+    assert client.post("/api/sessions/s/watches", json=watch).status_code == 201
+
+    snapshot, markdown, _ = take(client, "s")
+
+    (port,) = snapshot["observations"]["ports"]["items"]
+    assert port["host"] == "node2" and port["listening"] is True
+    assert f"| node2:{node2_port} | yes |" in markdown
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [("wrong-token-0123456789-abcdefghij", "refused our token (HTTP 401)")],
+)
+def test_a_wrong_token_is_one_clear_line(
+    client: httpx.Client, node2: Server, tmp_path: Path, token: str, expected: str
+) -> None:
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path, token))}
+    client.put("/api/peers/node2", json=peer)
+    session_with_logs(client, tmp_path, "node2")
+
+    _, markdown, _ = take(client, "s")
+
+    assert f"- unavailable: `host node2`: log {tmp_path / 'there.log'}: {expected}" in markdown
+    assert "local line one" in markdown  # the rest of the dump is whole
+    status = client.get("/api/peers").json()
+    assert status[0]["reachable"] is False and "401" in status[0]["error"]
+
+
+class Misbehaving(http.server.BaseHTTPRequestHandler):
+    """Answers every request the way the server's `mode` says, and counts them."""
+
+    def do_POST(self) -> None:
+        server = self.server
+        server.requests += 1  # type: ignore[attr-defined]
+        mode = server.mode  # type: ignore[attr-defined]
+        if mode == "slow":
+            time.sleep(10)
+            return
+        if mode == "refuses":  # as ctxd's access check refuses a Host it does not know
+            body = b'{"status_code": 403, "detail": "Host \'10.0.0.2\' is not allowed"}'
+            self.send_response(403)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        if mode == "garbage":
+            body = b"\x00\xffthis is not json at all" * 10
+        elif mode == "huge":
+            body = b'{"processes": {"items": []}, "pad": "' + b"x" * (10 * 2**20) + b'"}'
+        elif mode == "huge-undeclared":  # no content-length: cut while reading
+            self.end_headers()
+            for _ in range(160):
+                self.wfile.write(b"x" * 65536)
+            return
+        else:  # "wrong-json": valid JSON, not observations
+            body = b'{"processes": {"items": [{"pid": "not a number"}]}}'
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_peer() -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Misbehaving)
+    server.daemon_threads = True
+    server.mode = "garbage"  # type: ignore[attr-defined]
+    server.requests = 0  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("garbage", "answered 250 B that are not JSON"),
+        ("huge", "answer of 10.0 MB is over the limit"),
+        ("huge-undeclared", "answer is over the limit of 4.0 MB"),
+        ("wrong-json", "answered JSON that is not ctxd's observations"),
+        ("slow", "no answer within 2 s"),
+        ("refuses", "answered HTTP 403: Host '10.0.0.2' is not allowed"),
+    ],
+)
+def test_a_misbehaving_peer_is_one_line_within_the_deadline(
+    client: httpx.Client,
+    fake_peer: http.server.ThreadingHTTPServer,
+    tmp_path: Path,
+    mode: str,
+    expected: str,
+) -> None:
+    fake_peer.mode = mode  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    client.put("/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path))})
+    session_with_logs(client, tmp_path, "node2")
+
+    _, markdown, took = take(client, "s")
+
+    assert f"- unavailable: `host node2`: log {tmp_path / 'there.log'}: {expected}" in markdown
+    assert f"- unavailable: `host node2`: GPUs: {expected}" in markdown
+    assert "local line one" in markdown
+    assert took < 2 + 1.5  # the peer deadline, plus the snapshot's own work
+
+
+def test_a_failed_peer_rests_instead_of_being_asked_each_time(
+    client: httpx.Client, fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    client.put("/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path))})
+    session_with_logs(client, tmp_path, "node2")
+
+    lines = [take(client, "s")[1] for _ in range(5)]
+
+    assert fake_peer.requests == 1  # type: ignore[attr-defined]  # 1 s of rest, then 2 s, ...
+    assert "(resting before the next try)" in lines[-1]
+    time.sleep(1.1)
+    take(client, "s")
+    assert fake_peer.requests == 2  # type: ignore[attr-defined]
+
+
+def test_a_dead_peer_is_unreachable_at_once(client: httpx.Client, tmp_path: Path) -> None:
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    client.put("/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path))})
+    session_with_logs(client, tmp_path, "node2")
+
+    _, markdown, took = take(client, "s")
+
+    assert "`host node2`: log" in markdown and "unreachable: Connection refused" in markdown
+    assert took < 2
+
+
+def test_an_unknown_host_is_named(client: httpx.Client, tmp_path: Path) -> None:
+    session_with_logs(client, tmp_path, "node9")
+
+    _, markdown, _ = take(client, "s")
+
+    assert "no such peer (PUT /api/peers/node9 adds it)" in markdown
+    assert "local line one" in markdown
+
+
+def test_the_peer_side_keeps_its_own_rules(tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    env = {"CTXD_TOKEN": TOKEN, "CTXD_WATCH_ROOTS": f'["{allowed}"]'}
+    node2 = start_server(tmp_path / "n2", tmp_path / "n2.log", env=env)
+    open_node = start_server(tmp_path / "n3", tmp_path / "n3.log")
+    try:
+        outside = {"id": 1, "session": "s", "created_at": "2026-01-01T00:00:00Z"}
+        outside["spec"] = {"kind": "log", "path": str(tmp_path / "x.log")}  # type: ignore[assignment]
+        ask = {"session": "s", "watches": [outside]}
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        answer = httpx.post(f"{node2.url}/api/peer/observe", json=ask, headers=headers)
+        assert answer.status_code == 200, answer.text
+        (line,) = answer.json()["logs"]["unavailable"]
+        assert line["reason"].startswith("refused by that host:")
+        assert httpx.post(f"{node2.url}/api/peer/observe", json=ask).status_code == 401
+        # a ctxd without a token serves no peer, even on loopback
+        refused = httpx.post(f"{open_node.url}/api/peer/observe", json=ask)
+        assert refused.status_code == 403 and "no token" in refused.text
+    finally:
+        stop_server(node2)
+        stop_server(open_node)
+
+
+def test_the_directory(client: httpx.Client, tmp_path: Path) -> None:
+    good = {"url": "http://10.0.0.2:8765", "token_file": str(token_file(tmp_path))}
+    assert client.put("/api/peers/node2", json=good).status_code == 201
+    assert client.put("/api/peers/node2", json=good).status_code == 200
+    missing = good | {"token_file": str(tmp_path / "nope")}
+    answer = client.put("/api/peers/node3", json=missing)
+    assert answer.status_code == 400 and "cannot read its token file" in answer.text
+    assert client.put("/api/peers/node3", json=good | {"url": "ftp://x"}).status_code == 400
+    relative = client.put("/api/peers/node3", json=good | {"token_file": "peer.token"})
+    assert relative.status_code == 400 and "absolute" in relative.text
+    Path(good["token_file"]).chmod(0o644)
+    loose = client.put("/api/peers/node3", json=good)
+    assert loose.status_code == 400 and "chmod 600" in loose.text
+    assert client.put("/api/peers/bad name", json=good).status_code in (400, 404)
+    assert client.delete("/api/peers/node2").status_code == 204
+    assert client.delete("/api/peers/node2").status_code == 404
+    assert client.get("/api/peers").json() == []
+
+
+def test_a_peers_gpus_join_this_hosts_with_its_name() -> None:
+    from service.models import GpuInfo, GpusSection, Observations
+    from service.peers_merge import merge_answer
+
+    here = Observations()  # a host without GPUs: its section says so until a peer has some
+    there = Observations(
+        gpus=GpusSection(
+            source="nvml", driver_version="570.1", items=[GpuInfo(index=0, name="H200")]
+        )
+    )
+
+    merge_answer(here, "node2", there)
+
+    (gpu,) = here.gpus.items
+    assert (gpu.name, gpu.host, here.gpus.source) == ("node2:H200", "node2", "nvml")
+    assert here.gpus.driver_version == "570.1"

@@ -1,0 +1,195 @@
+"""Peers as separate hosts: node2's ctxd in its own network namespace, joined by a veth pair.
+
+Root only (network namespaces); skipped with the reason otherwise. node1 is the ctxd of the
+test's own namespace; node2 listens on its veth address only, with a token, like a real peer.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Server, free_port
+from tests.test_peers import TOKEN, take, token_file
+
+
+def _netns_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "no `ip` command (iproute2)"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"`ip netns` does not work here: {probe.stderr.strip()}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_netns_problem() is not None, reason=str(_netns_problem()))
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@dataclass
+class Node2:
+    url: str
+    process: subprocess.Popen
+    veth: str  # this side's end of the pair
+    ns: str
+    far_end: str  # node2's end, in its namespace
+
+
+@pytest.fixture
+def node2(tmp_path: Path) -> Iterator[Node2]:
+    tag = f"{os.getpid() % 10000}{int(time.monotonic() * 1000) % 1000}"
+    ns, veth, peer_end = f"ctxd{tag}", f"vc{tag}a", f"vc{tag}b"
+    octet = 1 + int(tag) % 250
+    here, there = f"10.213.{octet}.1", f"10.213.{octet}.2"
+    ip("netns", "add", ns)
+    process = None
+    try:
+        ip("link", "add", veth, "type", "veth", "peer", "name", peer_end)
+        ip("link", "set", peer_end, "netns", ns)
+        ip("addr", "add", f"{here}/30", "dev", veth)
+        ip("link", "set", veth, "up")
+        ip("netns", "exec", ns, "ip", "addr", "add", f"{there}/30", "dev", peer_end)
+        ip("netns", "exec", ns, "ip", "link", "set", peer_end, "up")
+        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        port = free_port()
+        data = tmp_path / "node2"
+        # a command that stays busy, so a snapshot can be caught while node2 answers it
+        env = {
+            **os.environ,
+            "CTXD_TOKEN": TOKEN,
+            "CTXD_COMMANDS": '{"slow": ["sleep", "30"]}',
+        }
+        serve = [sys.executable, "-m", "service", "serve", "--host", there, "--port", str(port)]
+        with open(tmp_path / "node2.log", "ab") as out:
+            process = subprocess.Popen(
+                ["ip", "netns", "exec", ns, *serve, "--data-dir", str(data)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        url = f"http://{there}:{port}"
+        _wait_for(url, process)
+        yield Node2(url, process, veth, ns, peer_end)
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        subprocess.run(["ip", "link", "del", veth], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _wait_for(url: str, process: subprocess.Popen) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "node2's ctxd exited"
+        try:
+            if httpx.get(f"{url}/health", headers=headers, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("node2's ctxd did not answer within 30 s")
+
+
+def two_hosts(client: httpx.Client, node2: Node2, tmp_path: Path, slow: bool = False) -> None:
+    (tmp_path / "here.log").write_text("local line one\n")
+    (tmp_path / "there.log").write_text("remote line one\n")
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path))}
+    assert client.put("/api/peers/node2", json=peer).status_code == 201
+    client.put("/api/sessions/s", json={})
+    watches = [
+        {"kind": "log", "path": str(tmp_path / "here.log")},
+        {"kind": "log", "path": str(tmp_path / "there.log"), "host": "node2"},
+    ]
+    if slow:
+        watches.append({"kind": "command", "name": "slow", "host": "node2", "timeout_s": 30})
+    for watch in watches:
+        assert client.post("/api/sessions/s/watches", json=watch).status_code == 201, watch
+
+
+def test_a_peer_in_another_namespace_answers(
+    client: httpx.Client, node2: Node2, tmp_path: Path
+) -> None:
+    two_hosts(client, node2, tmp_path)
+
+    _, markdown, took = take(client, "s")
+
+    assert f"### node2:{tmp_path / 'there.log'}" in markdown and "remote line one" in markdown
+    assert "unavailable" not in markdown
+    (status,) = client.get("/api/peers").json()
+    assert status["reachable"] and abs(status["clock_offset_s"]) < 1
+    print(f"two hosts across a veth pair: snapshot in {took * 1000:.0f} ms")
+
+
+def test_a_peer_killed_mid_snapshot(client: httpx.Client, node2: Node2, tmp_path: Path) -> None:
+    two_hosts(client, node2, tmp_path, slow=True)
+    threading.Timer(0.5, node2.process.kill).start()
+
+    _, markdown, took = take(client, "s")
+
+    assert "- unavailable: `host node2`: log " in markdown
+    line = next(x for x in markdown.splitlines() if "unavailable: `host node2`: log" in x)
+    assert "closed the connection" in line or "no answer within 2 s" in line, line
+    assert "local line one" in markdown
+    assert took < 2 + 1.5
+    print(f"killed mid-snapshot: {line!r} after {took * 1000:.0f} ms")
+
+
+@pytest.mark.parametrize("side", ["far", "near"])
+def test_a_link_taken_down(client: httpx.Client, node2: Node2, tmp_path: Path, side: str) -> None:
+    """Far: node2's end goes down, its packets vanish (a partition: the connection times out).
+    Near: this host's end goes down, the route goes with it (refused or unreachable at once)."""
+    two_hosts(client, node2, tmp_path)
+    take(client, "s")
+    down = (
+        ["netns", "exec", node2.ns, "ip", "link", "set", node2.far_end]
+        if side == "far"
+        else ["link", "set", node2.veth]
+    )
+    ip(*down, "down")
+
+    _, markdown, took = take(client, "s")
+
+    line = next(x for x in markdown.splitlines() if "unavailable: `host node2`: log" in x)
+    assert "no connection within 2 s" in line or "unreachable" in line, line
+    assert "local line one" in markdown
+    assert took < 2 + 1.5
+    print(f"link down ({side} end): {line!r} after {took * 1000:.0f} ms")
+    (status,) = client.get("/api/peers").json()
+    assert status["reachable"] is False
+
+    ip(*down, "up")
+    # back after its rest (1 s, doubling per failure): asking meanwhile sends nothing to it
+    deadline = time.monotonic() + 20
+    while "remote line one" not in markdown and time.monotonic() < deadline:
+        time.sleep(0.5)
+        _, markdown, _ = take(client, "s")
+    assert "remote line one" in markdown and "unavailable" not in markdown
+
+
+def test_a_wrong_token_across_the_link(
+    client: httpx.Client, node2: Node2, tmp_path: Path, server: Server
+) -> None:
+    two_hosts(client, node2, tmp_path)
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    path = token_file(wrong, "wrong-token-0123456789-abcdefghij")
+    client.put("/api/peers/node2", json={"url": node2.url, "token_file": str(path)})
+
+    _, markdown, _ = take(client, "s")
+
+    assert "`host node2`: log" in markdown and "refused our token (HTTP 401)" in markdown
+    assert "local line one" in markdown

@@ -1,0 +1,321 @@
+"""The slurm watch against a real single-node Slurm (Debian's slurmctld, slurmd and munge).
+
+The fixture writes its own munge key and slurm.conf into a temporary folder, starts munged,
+slurmctld and slurmd there on free ports, waits for the node to be idle and stops them after.
+Root only (slurmd runs jobs as their users), and only with the packages installed (`.ci/run`
+installs them when root); skipped with the reason otherwise.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port, start_server, stop_server
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
+
+
+def _problem() -> str | None:
+    if os.geteuid() != 0:
+        return "a single-node Slurm needs root (slurmd runs jobs as their users)"
+    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    if missing:
+        return f"not installed: {', '.join(missing)} (apt-get install slurm-wlm munge)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_problem() is not None, reason=str(_problem()))
+
+
+@dataclass
+class Cluster:
+    conf: Path
+    jobs: Path  # where jobs run and write their output
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def sbatch(self, *args: str) -> str:
+        done = subprocess.run(
+            ["sbatch", "--parsable", *args],
+            cwd=self.jobs,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip().split(";")[0]
+
+    def state(self, job: str) -> str:
+        out = subprocess.run(
+            ["scontrol", "show", "job", "-o", job], env=self.env(), capture_output=True, text=True
+        ).stdout
+        return out.split("JobState=")[1].split()[0] if "JobState=" in out else ""
+
+    def wait_state(self, job: str, states: set[str], within: float = 30) -> str:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if (state := self.state(job)) in states:
+                return state
+            time.sleep(0.2)
+        raise AssertionError(f"job {job} still {self.state(job)}, not {states}")
+
+
+def _write_conf(root: Path) -> Path:
+    node = socket.gethostname()
+    cpus = max(2, os.cpu_count() or 2)
+    conf = root / "slurm.conf"
+    conf.write_text(
+        f"""ClusterName=ctxdtest
+SlurmctldHost={node}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={root}/munge/sock
+CredType=cred/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MinJobAge=3600
+ReturnToService=2
+NodeName={node} CPUs={cpus} State=UNKNOWN
+# a node that never comes: a job that asks for its feature stays pending
+NodeName=ghost NodeAddr=127.0.0.9 CPUs=1 Features=h200 State=FUTURE
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+    )
+    return conf
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("slurm")
+    root.chmod(0o755)
+    for sub in ("state", "spool", "munge", "jobs"):
+        (root / sub).mkdir()
+        (root / sub).chmod(0o755)
+    key = root / "munge" / "key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    conf = _write_conf(root)
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    munge = root / "munge"
+    started: list[subprocess.Popen] = []
+    try:
+        started.append(
+            subprocess.Popen(
+                [
+                    "munged",
+                    "-F",
+                    "--force",
+                    "--num-threads=4",
+                    f"--socket={munge}/sock",
+                    f"--key-file={key}",
+                    f"--log-file={munge}/log",
+                    f"--pid-file={munge}/pid",
+                    f"--seed-file={munge}/seed",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        _wait(lambda: (munge / "sock").exists(), "munged's socket")
+        for daemon in ("slurmctld", "slurmd"):
+            started.append(
+                subprocess.Popen(
+                    [daemon, "-D", "-f", str(conf)],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        cluster = Cluster(conf=conf, jobs=root / "jobs")
+
+        def idle() -> bool:
+            out = subprocess.run(
+                ["sinfo", "-h", "-o", "%t", "-n", socket.gethostname()],
+                env=env,
+                capture_output=True,
+                text=True,
+            ).stdout
+            return out.strip() == "idle"
+
+        _wait(idle, "the node to be idle", within=60)
+        yield cluster
+    finally:
+        for proc in reversed(started):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _wait(ready, what: str, within: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"waited {within:g} s for {what}")
+
+
+@pytest.fixture(scope="module")
+def ctxd(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    folder = tmp_path_factory.mktemp("ctxd")
+    server = start_server(folder / "data", folder / "ctxd.log", env=cluster.env())
+    try:
+        with server.client() as client:
+            yield client
+    finally:
+        stop_server(server)
+
+
+def dump(client: httpx.Client, sid: str, *watches: dict) -> tuple[dict, str]:
+    client.put(f"/api/sessions/{sid}", json={})
+    for watch in watches:
+        answer = client.post(f"/api/sessions/{sid}/watches", json=watch)
+        assert answer.status_code == 201, answer.text
+    return snapshot(client, sid)
+
+
+def snapshot(client: httpx.Client, sid: str) -> tuple[dict, str]:
+    taken = client.post(f"/api/sessions/{sid}/snapshots", json={"force": True}).json()
+    version = taken["header"]["version"]
+    return taken, client.get(f"/api/sessions/{sid}/snapshots/{version}/markdown").text
+
+
+def test_a_job_that_runs_to_completion(cluster: Cluster, ctxd: httpx.Client) -> None:
+    job = cluster.sbatch("-J", "runs", "-o", "runs.out", "--wrap", "echo hello; echo done")
+    cluster.wait_state(job, {"COMPLETED"})
+
+    taken, markdown = dump(ctxd, "runs", {"kind": "slurm", "job": job})
+
+    (info,) = taken["observations"]["slurm"]["items"]
+    assert info["state"] == "COMPLETED" and info["exit_code"] == 0 and info["signal"] is None
+    assert info["nodes"] == socket.gethostname() and info["elapsed_s"] is not None
+    assert info["logs"][0]["lines"] == ["hello", "done"]
+    assert f"| job {job} (runs) | COMPLETED |" in markdown
+    assert f"### job {job} (runs): `{cluster.jobs / 'runs.out'}`" in markdown
+    assert not [s for s in taken["signals"] if s["code"].startswith("slurm")]
+
+
+def test_a_job_that_fails(cluster: Cluster, ctxd: httpx.Client) -> None:
+    job = cluster.sbatch(
+        "-J",
+        "fails",
+        "-o",
+        "fails.out",
+        "--wrap",
+        "echo 'RuntimeError: CUDA out of memory'; exit 3",
+    )
+    cluster.wait_state(job, {"FAILED"})
+
+    taken, markdown = dump(ctxd, "fails", {"kind": "slurm", "name": "fails"})
+
+    (info,) = taken["observations"]["slurm"]["items"]
+    assert (info["state"], info["reason"], info["exit_code"]) == ("FAILED", "NonZeroExitCode", 3)
+    (signal,) = [s for s in taken["signals"] if s["code"] == "slurm_failed"]
+    assert signal["severity"] == "critical"
+    assert f"slurm job {job} (fails) FAILED (NonZeroExitCode) exit 3 on" in signal["text"]
+    assert "CUDA out of memory" in signal["text"]
+    assert f"| job {job} (fails) | FAILED | NonZeroExitCode | 3 |" in markdown
+
+
+def test_a_job_pending_on_an_impossible_constraint(cluster: Cluster, ctxd: httpx.Client) -> None:
+    job = cluster.sbatch("-J", "waits", "--constraint=h200", "--wrap", "echo never")
+    cluster.wait_state(job, {"PENDING"})
+    time.sleep(1)
+
+    watch = {"kind": "slurm", "job": job, "pending_after_s": 1}
+    taken, markdown = dump(ctxd, "waits", watch)
+
+    (info,) = taken["observations"]["slurm"]["items"]
+    assert info["state"] == "PENDING" and info["reason"].startswith("ReqNodeNotAvail")
+    assert info["logs"] == [] and info["log_problems"] == []  # nothing written yet: no noise
+    assert info["pending_for_s"] >= 1
+    (signal,) = [s for s in taken["signals"] if s["code"] == "slurm_pending"]
+    assert signal["text"].startswith(f"slurm job {job} (waits) pending for")
+    assert "(ReqNodeNotAvail" in signal["text"]
+    assert f"| job {job} (waits) | PENDING | ReqNodeNotAvail" in markdown
+    subprocess.run(["scancel", job], env=cluster.env(), check=False)
+
+
+def test_a_job_whose_log_grows_then_goes_silent(cluster: Cluster, ctxd: httpx.Client) -> None:
+    script = "for i in $(seq 1 15); do echo step $i; sleep 0.2; done; sleep 60"
+    job = cluster.sbatch("-J", "grows", "-o", "grows.out", "-t", "5", "--wrap", script)
+    cluster.wait_state(job, {"RUNNING"})
+    time.sleep(0.5)
+    watch = {"kind": "slurm", "job": job, "lines": 3, "silent_after_s": 1.5}
+    first, _ = dump(ctxd, "grows", watch)
+    time.sleep(1.0)
+
+    second, markdown = snapshot(ctxd, "grows")
+
+    before = first["observations"]["slurm"]["items"][0]["logs"][0]
+    after = second["observations"]["slurm"]["items"][0]["logs"][0]
+    assert after["size"] > before["size"] and after["growth_bytes"] > 0
+    assert "grew" in markdown and second["observations"]["slurm"]["items"][0]["time_limit_s"] == 300
+    time.sleep(3.5)  # the loop is done by now; the job sleeps on, printing nothing
+
+    third, _ = snapshot(ctxd, "grows")
+
+    (info,) = third["observations"]["slurm"]["items"]
+    assert info["state"] == "RUNNING" and info["logs"][0]["lines"][-1] == "step 15"
+    (signal,) = [s for s in third["signals"] if s["code"] == "slurm_silent"]
+    assert "but its output is silent for" in signal["text"]
+    assert signal["text"].endswith("last line: step 15")
+    subprocess.run(["scancel", job], env=cluster.env(), check=False)
+
+
+def test_a_job_the_controller_does_not_know(cluster: Cluster, ctxd: httpx.Client) -> None:
+    _, markdown = dump(ctxd, "unknown", {"kind": "slurm", "job": "987654"})
+
+    assert "- unavailable: `slurm job 987654`:" in markdown
+    assert "job 987654 is not known to the controller; accounting:" in markdown
+
+
+def test_a_job_that_ends_takes_a_snapshot_at_once(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("events")
+    quick = {"CTXD_EVENT_PROBE_S": "0.3", "CTXD_TRIGGER_INTERVAL_S": "0.3"}
+    server = start_server(folder / "data", folder / "ctxd.log", env=cluster.env() | quick)
+    try:
+        with server.client() as client:
+            job = cluster.sbatch("-J", "ends", "-o", "ends.out", "--wrap", "echo bye; sleep 2")
+            cluster.wait_state(job, {"RUNNING"})
+            dump(client, "ends", {"kind": "slurm", "job": job})
+            cluster.wait_state(job, {"COMPLETED"})
+            deadline = time.monotonic() + 15
+            triggers: list[str] = []
+            while time.monotonic() < deadline and "event:slurm-job-end" not in triggers:
+                time.sleep(0.3)
+                listed = client.get("/api/sessions/ends/snapshots").json()
+                triggers = [s["trigger"] for s in listed]
+            assert "event:slurm-job-end" in triggers
+    finally:
+        stop_server(server)

@@ -1,0 +1,95 @@
+"""Slurm's answers parsed: `scontrol show job -o` as Slurm 22.05 printed it (captured from a
+real single-node cluster, paths replaced), and sacct's `-P` format."""
+
+from pathlib import Path
+
+from service.collectors._slurm_parse import (
+    Job,
+    duration,
+    exit_status,
+    expand,
+    fields,
+    from_sacct,
+    from_scontrol,
+)
+from service.collectors.slurm import output_files
+
+CAPTURED = Path(__file__).parent / "slurm_outputs" / "scontrol-show-job-o-22.05.txt"
+
+
+def test_scontrol_lines_of_22_05() -> None:
+    jobs = {job.name: job for job in from_scontrol(CAPTURED.read_text())}
+
+    assert set(jobs) == {"ok", "bad", "grow", "sig", "pend", "dflt"}
+    ok, bad, sig, pend, grow = jobs["ok"], jobs["bad"], jobs["sig"], jobs["pend"], jobs["grow"]
+    assert (ok.job_id, ok.state, ok.exit_code, ok.signal, ok.nodes) == (
+        "1",
+        "COMPLETED",
+        0,
+        None,
+        "vm",
+    )
+    assert ok.stdout == "/home/ada/run/ok.out" and ok.stderr == "/home/ada/run/ok.err"
+    assert ok.user == "root" and ok.workdir == "/home/ada/run" and ok.reason is None
+    assert (bad.state, bad.reason, bad.exit_code) == ("FAILED", "NonZeroExitCode", 3)
+    assert (sig.state, sig.exit_code, sig.signal) == ("FAILED", 0, 9)
+    assert pend.state == "PENDING" and pend.nodes == "" and pend.started_at is None
+    assert pend.reason == "ReqNodeNotAvail, May be reserved for other job"
+    assert grow.time_limit_s == 300 and ok.time_limit_s is None
+    assert ok.started_at is not None and ok.ended_at is not None
+    assert (ok.ended_at - ok.started_at).total_seconds() == 2
+    assert output_files(ok) == ["/home/ada/run/ok.out", "/home/ada/run/ok.err"]
+    assert output_files(bad) == ["/home/ada/run/bad.out"]  # stderr is the same file
+
+
+def test_a_value_with_spaces_runs_to_the_next_key() -> None:
+    line = "JobId=9 JobName=a b Reason=Dependency Command=/bin/x --flag=1 y WorkDir=/w"
+    f = fields(line)
+    assert f["JobName"] == "a b" and f["WorkDir"] == "/w"
+    assert f["Command"] == "/bin/x --flag=1 y"  # `--flag=` starts with a dash: not a key
+
+
+def test_sacct_parsable_rows() -> None:
+    text = (
+        "42|train|OUT_OF_MEMORY|0:125|gpu[01-02]|2026-11-30T10:00:00|2026-11-30T10:01:00|"
+        "2026-11-30T11:01:00|1-00:00:00|ada|/home/ada/run|None\n"
+        "43|eval|CANCELLED by 1000|0:15|gpu03|2026-11-30T10:00:00|Unknown|Unknown|"
+        "UNLIMITED|ada|/home/ada/run|None\n"
+        "garbage line\n"
+    )
+    oom, cancelled = from_sacct(text)
+    assert (oom.state, oom.exit_code, oom.signal, oom.nodes) == (
+        "OUT_OF_MEMORY",
+        0,
+        125,
+        "gpu[01-02]",
+    )
+    assert oom.time_limit_s == 86400 and oom.source == "sacct" and oom.stdout is None
+    assert (cancelled.state, cancelled.signal, cancelled.started_at) == ("CANCELLED", 15, None)
+
+
+def test_numbers_and_patterns() -> None:
+    assert exit_status("3:0") == (3, None) and exit_status("0:9") == (0, 9)
+    assert exit_status("") == (None, None)
+    assert duration("00:05:00") == 300 and duration("2-01:00:00") == 176400
+    assert duration("30") == 1800 and duration("01:30") == 90
+    assert duration("UNLIMITED") is None and duration("N/A") is None and duration("x:y") is None
+    job = Job(job_id="77_3", name="sweep", user="ada", nodes="gpu01,gpu02", workdir="/w")
+    assert expand("logs/%x-%A_%a.%j.%u.%N.out%%", job) == "logs/sweep-77_3.77.ada.gpu01.out%"
+    job.stdout = "logs/%x-%j.out"
+    assert output_files(job) == ["/w/logs/sweep-77.out"]
+
+
+def test_a_job_that_ends_is_an_event() -> None:
+    from service import happened
+    from service.models import Observations, SlurmJobInfo, SlurmSection
+
+    def seen(*states: tuple[str, str]) -> Observations:
+        jobs = [SlurmJobInfo(watch_id=1, job_id=i, label=f"job {i}", state=s) for i, s in states]
+        return Observations(slurm=SlurmSection(items=jobs))
+
+    before = seen(("1", "RUNNING"), ("2", "PENDING"), ("3", "FAILED"))
+    after = seen(("1", "OUT_OF_MEMORY"), ("2", "RUNNING"), ("3", "FAILED"))
+
+    assert happened.events(before, after) == [("slurm-job-end", "slurm job 1 ended OUT_OF_MEMORY")]
+    assert happened.events(after, after) == []
