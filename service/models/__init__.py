@@ -45,9 +45,9 @@ from service.models.observations import (
     PortsSection,
     ProcessesSection,
     ProcessInfo,
-    StuckStack,
     SlurmJobInfo,
     SlurmSection,
+    StuckStack,
     Unavailable,
     WorkerGroup,
 )
