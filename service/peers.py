@@ -3,8 +3,8 @@
 A snapshot's watches with `host` set go to that host's ctxd (`POST /api/peer/observe`, the
 peer's own bearer token), all peers at once, while this host's collectors run. Whatever is
 missing at the deadline becomes `unavailable: host node2 …` lines; nothing waits longer. A
-peer that failed is not asked again before it has rested (1 s, doubling, up to
-`peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
+peer that failed is not asked again before it has rested (`peer_backoff_min_s`, doubling, up
+to `peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
 """
 
 import socket
@@ -219,7 +219,8 @@ class Peers:
         with self._guard:
             health = self._health.setdefault(name, _Health())
             health.failures += 1
-            rest = min(self.settings.peer_backoff_max_s, 2.0 ** (health.failures - 1))
+            first = self.settings.peer_backoff_min_s
+            rest = min(self.settings.peer_backoff_max_s, first * 2.0 ** (health.failures - 1))
             health.rest_until = time.monotonic() + rest
             health.last_error = why
 

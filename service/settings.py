@@ -75,10 +75,12 @@ class Settings(BaseSettings):
     # The only commands a `command` watch may run (CTXD_COMMANDS, JSON: name -> argv).
     commands: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_COMMANDS))
     # Peers (watches with `host`): every host of a snapshot answers within this one deadline,
-    # an answer larger than this is refused, and a peer that failed rests (doubling, up to
-    # the most) before it is asked again, so a dead host never costs each snapshot a timeout.
+    # an answer larger than this is refused, and a peer that failed rests (the least, then
+    # doubling up to the most) before it is asked again, so a dead host never costs each
+    # snapshot a timeout.
     peer_deadline_s: float = Field(2.0, gt=0, le=60)
     peer_answer_bytes_max: int = Field(4 * 2**20, ge=4096)
+    peer_backoff_min_s: float = Field(1.0, ge=0, le=3600)
     peer_backoff_max_s: float = Field(30.0, ge=0, le=3600)
     limits: Limits = Field(default_factory=Limits)
 
