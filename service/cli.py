@@ -101,14 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=commands.watch)
 
     for name, remove in (("install", False), ("uninstall", True)):
-        verb = "remove ctxd's hooks and MCP server from" if remove else "add them to"
-        p = sub.add_parser(name, help=f"{verb} Claude Code's settings".replace("them", "ctxd"))
-        p.add_argument("harness", choices=["claude"])
+        verb = "remove ctxd's hooks or plugin and its MCP server from" if remove else "add them to"
+        said = f"{verb} Claude Code's or opencode's settings".replace("them", "ctxd")
+        p = sub.add_parser(name, help=said)
+        p.add_argument("harness", choices=["claude", "opencode"])
         p.add_argument(
             "--scope",
             choices=["user", "project"],
             default="user",
-            help="~/.claude (user, default), or this checkout's .claude and .mcp.json",
+            help="the user's settings (~/.claude, ~/.config/opencode; default), or this "
+            "checkout's (.claude and .mcp.json, .opencode and opencode.json)",
         )
         p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
         p.set_defaults(func=commands.install, remove=remove)
