@@ -131,13 +131,17 @@ def doctor(args: argparse.Namespace) -> int:
 def install(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from service import hooks
+    from service import hooks, install_opencode
     from service import install as setup
 
     project = Path(hooks.git_root(os.getcwd()) or os.getcwd())
-    command = hooks.hook_command(args.url, DEFAULT_URL)
     try:
-        changes = setup.plan(command, args.url, args.scope, project, Path.home(), args.remove)
+        if args.harness == "opencode":
+            where = (args.url, args.scope, project, Path.home(), args.remove)
+            changes = install_opencode.plan(*where)
+        else:
+            command = hooks.hook_command(args.url, DEFAULT_URL)
+            changes = setup.plan(command, args.url, args.scope, project, Path.home(), args.remove)
     except setup.InstallError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     changed = [c for c in changes if c.changed]
@@ -147,7 +151,8 @@ def install(args: argparse.Namespace) -> int:
         print("\n".join(c.diff() for c in changed))
     else:
         for path in setup.apply(changed):
-            print(f"{'cleaned' if args.remove else 'updated'} {path}")
+            done = "removed" if not path.exists() else "cleaned" if args.remove else "updated"
+            print(f"{done} {path}")
     return 0
 
 
