@@ -1,6 +1,6 @@
 // ctxd for opencode: heartbeats, snapshots at compaction, the resume dump in the compaction
-// prompt, and an empty user message as the "continue" signal. Copy this file into
-// .opencode/plugins/ (one project) or ~/.config/opencode/plugins/ (all of them).
+// prompt, and an empty user message as the "continue" signal. `ctxd install opencode` puts
+// it in .opencode/plugins/ (one project) or ~/.config/opencode/plugins/ (all of them).
 // Settings come from the environment: CTXD_URL, CTXD_TOKEN, CTXD_SESSION, CTXD_HOOK_MAX_CHARS.
 // opencode calls every export of a plugin file as a plugin: only CtxdPlugin is exported.
 
