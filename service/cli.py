@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
         p.set_defaults(func=commands.install, remove=remove)
 
+    p = sub.add_parser("service", help="keep ctxd always on: a systemd user unit (or launchd)")
+    p.add_argument("action", choices=["install", "uninstall"])
+    p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+    p.set_defaults(func=commands.always_on)
+
     p = sub.add_parser("doctor", help="check the installation end to end and say what to fix")
     p.set_defaults(func=commands.doctor)
 
