@@ -156,6 +156,37 @@ def install(args: argparse.Namespace) -> int:
     return 0
 
 
+def always_on(args: argparse.Namespace) -> int:
+    """`ctxd service install|uninstall`: a systemd user unit, or a launchd agent on macOS."""
+    from pathlib import Path
+
+    from service import install as setup
+    from service import service_unit
+
+    remove = args.action == "uninstall"
+    if sys.platform == "darwin":
+        where = f"~/Library/LaunchAgents/{service_unit.LAUNCHD_LABEL}.plist"
+        if remove:
+            print(f"launchctl unload -w {where} && rm {where}")
+        else:
+            print(service_unit.plist_text(args.url, Path.home()), end="")
+            print(f"# save it as {where}, then: launchctl load -w {where}", file=sys.stderr)
+        return 0
+    try:
+        changes = [c for c in service_unit.plan(args.url, Path.home(), remove) if c.changed]
+    except setup.InstallError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if not changes:
+        print("nothing to remove" if remove else "already installed: nothing to change")
+    elif args.dry_run:
+        print("\n".join(c.diff() for c in changes))
+    else:
+        for path in setup.apply(changes):
+            print(f"{'removed' if remove else 'wrote'} {path}")
+        print(service_unit.next_steps(remove))
+    return 0
+
+
 def action(args: argparse.Namespace) -> int:
     done: dict[str, Any] = {"harness": "cli", "cwd": args.cwd}
     if args.command is not None:
