@@ -37,8 +37,11 @@ def event(name: str, conversation: str, cwd: Path, **fields: str) -> dict:
 
 
 def bash(conversation: str, cwd: Path, command: str, **fields: str) -> dict:
-    return {**event("PostToolUse", conversation, cwd, tool_name="Bash", **fields),
-            "tool_input": {"command": command}, "tool_response": {"stdout": "", "stderr": ""}}  # fmt: skip
+    return {
+        **event("PostToolUse", conversation, cwd, tool_name="Bash", **fields),
+        "tool_input": {"command": command},
+        "tool_response": {"stdout": "", "stderr": ""},
+    }
 
 
 @pytest.fixture
