@@ -10,12 +10,11 @@ import json
 import os
 import shlex
 import sys
-from http.client import HTTPConnection, HTTPSConnection
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from service import autostart
+from service import autostart, hook_http
 
 MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
@@ -116,23 +115,15 @@ def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]
 
 
 def post(url: str, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-    """One request with http.client (lighter to import than urllib.request)."""
-    parts = urlsplit(url)
-    kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
-    connection = kind(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     headers = {"content-type": "application/json", **_auth()}
     try:
-        connection.request("POST", parts.path.rstrip("/") + path, body=body, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read(20_000_000)
+        return hook_http.request(url, "POST", path, body, headers, timeout)
     except OSError as exc:
         kind_of = Down if isinstance(exc, ConnectionRefusedError) else HookError
         raise kind_of(
-            f"ctxd is not reachable at {url} ({exc}); start it with `ctxd serve`; "
-            "the agent goes on without it"
+            f"ctxd is not reachable at {url} ({exc or type(exc).__name__}); start it with "
+            "`ctxd serve`; the agent goes on without it"
         ) from None
-    finally:
-        connection.close()
 
 
 def hook_output(event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
