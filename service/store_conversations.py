@@ -38,3 +38,14 @@ class ConversationRows(Connection):
         """The conversations recorded in `sid`, the one seen last first."""
         sql = "select * from conversations where session = ? order by seen_at desc"
         return self._rows(sql, [sid])
+
+    def conversation_of_process(
+        self, harness: str, pid: int, pid_started: float
+    ) -> dict[str, Any] | None:
+        """The conversation the harness process was seen in last, if any."""
+        rows = self._rows(
+            "select * from conversations where harness = ? and pid = ? and pid_started = ?"
+            " order by seen_at desc limit 1",
+            [harness, pid, pid_started],
+        )
+        return rows[0] if rows else None
