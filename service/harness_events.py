@@ -44,6 +44,7 @@ class HookOut(BaseModel):
     session: str
     context: str | None = None
     message: str | None = None
+    hook_max_chars: int = HOOK_MAX_CHARS  # the dump budget a plugin asks for, unless set
 
 
 def _text(payload: dict[str, Any], name: str) -> str:
@@ -70,11 +71,8 @@ class HarnessEvents:
             root=given.root,
             harness_session=conversation[:4096],
         )
-        if harness == "claude":
-            source = _text(p, "source")
-            placed = harness_sessions.place(self.use, ask, event, source, given.harness_pid)
-        else:  # the opencode plugin resolves one session per checkout (resolve.py)
-            placed = harness_sessions.Placed(self.use.resolve_session(ask).id)
+        source = _text(p, "source")
+        placed = harness_sessions.place(self.use, ask, event, source, given.harness_pid)
         sid = placed.sid
         budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
         out = HookOut(session=sid, message=placed.pointer)

@@ -1,22 +1,28 @@
-"""Which ctxd session a Claude Code conversation is recorded in: keyed by the harness's own
-session id within the checkout, so several agents in one repository do not share one record.
+"""Which ctxd session an agent-harness conversation is recorded in: keyed by the harness's
+own session id (Claude Code `session_id`, opencode `sessionID`) within the checkout, so
+several agents in one repository do not share one record.
 
-- A conversation seen before stays in its session.
+- A conversation seen before stays in its session while it works in that checkout (one
+  that moves to another checkout is placed there anew).
 - A new one continues the checkout's latest session (the one `resolve.py` finds) unless
   another conversation is recording there right now and this is a fresh start: then it gets
   a session of its own, named after the checkout plus a short hash of its id.
 - `/clear`, a resume, a compaction or a fork continue the latest session even so (the
   conversation they come from is that one), and so does a fresh start after a crash (the
   old conversation is not live any more): that start gets a one-line pointer to it.
-- Live: not ended (`SessionEnd`) and its Claude Code process (pid and start time, which the
-  hook sends) still running; without a process known, seen within LIVE_S.
-- Sub-agents report under their parent's `session_id`, so they land in the parent's session.
+- Live: not ended (`SessionEnd`) and its harness process (pid and start time, which the
+  hook or plugin sends) still running; without a process known, seen within LIVE_S.
+- A new conversation of a harness process seen before (/clear, opencode's /new) continues
+  the session that process recorded in.
+- Sub-agents report under their parent's id (Claude Code does so; the opencode plugin maps
+  a child session to its parent), so they land in the parent's session.
 """
 
 import hashlib
 import os
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import PurePosixPath
 from typing import Any
 
 import psutil
@@ -47,9 +53,14 @@ def place(use: Any, ask: ResolveIn, event: str, source: str, pid: int | None) ->
     at, process = now(), _process(pid)
     seen = {"process": process, "ended": event in END_EVENTS}
     bound = store.conversation(ask.harness, conversation)
-    if bound is not None:
+    if bound is not None and _within(ask.cwd, use.get_session(bound["session"]).cwd):
         store.see_conversation(ask.harness, conversation, at, **seen)
-        return Placed(use.get_session(bound["session"]).id)
+        return Placed(bound["session"])
+    before = store.conversation_of_process(ask.harness, *process) if process else None
+    if before is not None and _within(ask.cwd, use.get_session(before["session"]).cwd):
+        # the same harness process moved on to a new conversation (/clear, opencode's /new)
+        store.see_conversation(ask.harness, conversation, at, sid=before["session"], **seen)
+        return Placed(before["session"])
     latest = use.resolve_session(ask.model_copy(update={"harness_session": ""}))
     others = [c for c in store.conversations_of(latest.id) if c["conversation"] != conversation]
     live = [c for c in others if _live(c, at)]
@@ -89,6 +100,10 @@ def _live(row: dict[str, Any], at: datetime) -> bool:
     if row["pid"]:
         return _process(row["pid"]) == (row["pid"], row["pid_started"])
     return _age_s(row["seen_at"], at) < LIVE_S
+
+
+def _within(cwd: str, scope: str | None) -> bool:
+    return scope is None or PurePosixPath(scope) in (path := PurePosixPath(cwd), *path.parents)
 
 
 def _age_s(seen_at: str, at: datetime) -> float:
