@@ -58,7 +58,8 @@ def plan(url: str, scope: str, project: Path, home: Path, remove: bool) -> list[
     if theirs and not remove:
         raise InstallError(f"{plugin_path} is not ctxd's plugin; not touched")
     config = read_json(config_path)
-    entry = {"type": "remote", "url": url.rstrip("/") + "/mcp", "enabled": True}
+    # no OAuth discovery: ctxd takes a bearer token, or nothing on loopback
+    entry = {"type": "remote", "url": url.rstrip("/") + "/mcp", "enabled": True, "oauth": False}
     new_config = _with_server(config, None if remove else entry)
     after = before if theirs else "" if remove else plugin_text(url)
     return [

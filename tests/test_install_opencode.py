@@ -55,7 +55,7 @@ def test_user_scope_install_is_idempotent_and_uninstall_removes_exactly_ours(tmp
     }
     assert merged["mcp"]["github"] == THEIRS["mcp"]["github"]
     assert merged["mcp"]["ctxd"] == {
-        "type": "remote", "url": "http://127.0.0.1:8765/mcp", "enabled": True,
+        "type": "remote", "url": "http://127.0.0.1:8765/mcp", "enabled": True, "oauth": False,
     }  # fmt: skip
     assert plugin.read_text().startswith("// ctxd for opencode")
     assert config.with_name("opencode.json.ctxd-backup").read_text() == original
