@@ -88,7 +88,9 @@ def _opencode(url: str, home: Path, project: Path) -> Iterator[Finding]:
             continue
         found = True
         fix = f"`ctxd install opencode --scope {scope}` from this installation"
-        yield Finding(ours, f"opencode plugin ({scope}): {plugin}", fix)
+        current = ours and plugin.read_text(encoding="utf-8") == install_opencode.plugin_text(url)
+        said = "" if current or not ours else " (not this installation's version or URL)"
+        yield Finding(current, f"opencode plugin ({scope}): {plugin}{said}", fix)
         want = url.rstrip("/") + "/mcp"
         yield Finding(mcp_url == want, f"opencode MCP server '{MCP_NAME}': {mcp_url}", fix)
     if not found:

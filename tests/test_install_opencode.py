@@ -152,3 +152,7 @@ def test_doctor_checks_the_opencode_plugin_only_once_installed(server, tmp_path:
     assert f"ok   opencode MCP server 'ctxd': {server.url}/mcp" in after
     elsewhere = ctxd(home, work, "--url", "http://127.0.0.1:9", "doctor").stdout
     assert "FIX  opencode MCP server 'ctxd'" in elsewhere
+    plugin = home / ".config" / "opencode" / "plugins" / "ctxd.js"
+    plugin.write_text(plugin.read_text().replace("CtxdPlugin", "OldCtxdPlugin"))
+    stale = ctxd(home, work, "--url", server.url, "doctor").stdout
+    assert "FIX  opencode plugin (user)" in stale and "not this installation's version" in stale
