@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from service import cli_commands as commands
+    from service import cli_setup as setup
     from service.cli_commands import DEFAULT_URL
 
     parser = argparse.ArgumentParser(prog="ctxd", description=__doc__)
@@ -113,15 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
             "checkout's (.claude and .mcp.json, .opencode and opencode.json)",
         )
         p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
-        p.set_defaults(func=commands.install, remove=remove)
+        p.set_defaults(func=setup.install, remove=remove)
 
     p = sub.add_parser("service", help="keep ctxd always on: a systemd user unit (or launchd)")
     p.add_argument("action", choices=["install", "uninstall"])
     p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
-    p.set_defaults(func=commands.always_on)
+    p.set_defaults(func=setup.always_on)
 
     p = sub.add_parser("doctor", help="check the installation end to end and say what to fix")
-    p.set_defaults(func=commands.doctor)
+    p.set_defaults(func=setup.doctor)
 
     p = sub.add_parser("action", help="tell ctxd a command you ran or a file you edited")
     p.add_argument("session")
