@@ -7,12 +7,12 @@ per-user one (`$XDG_DATA_HOME/ctxd`, else `~/.local/share/ctxd`) unless CTXD_DAT
 
 import fcntl
 import os
-import subprocess
 import sys
 import time
-from http.client import HTTPConnection
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from service import hook_http
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 WAIT_S = 8.0  # a person waits on a prompt this long at most for a first start
@@ -41,6 +41,8 @@ def ensure(url: str, wait: bool) -> str | None:
             return _waited(url, wait, f"ctxd is starting at {url}")
         if _healthy(url):
             return "ctxd was started by another hook"
+        import subprocess  # only here: a hook that finds ctxd up does not pay for it
+
         log = open(folder / "ctxd.log", "ab")  # noqa: SIM115 (the child keeps it)
         subprocess.Popen(
             [sys.executable, "-m", "service", "serve", "--host", parts.hostname or "127.0.0.1",
@@ -58,12 +60,7 @@ def _waited(url: str, wait: bool, said: str) -> str:
 
 
 def _healthy(url: str) -> bool:
-    parts = urlsplit(url)
-    connection = HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=1)
     try:
-        connection.request("GET", parts.path.rstrip("/") + "/health")
-        return connection.getresponse().status == 200
+        return hook_http.request(url, "GET", "/health", b"", {}, timeout=1)[0] == 200
     except OSError:
         return False
-    finally:
-        connection.close()

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from service import cli_commands as commands
+    from service import cli_setup as setup
     from service.cli_commands import DEFAULT_URL
 
     parser = argparse.ArgumentParser(prog="ctxd", description=__doc__)
@@ -101,20 +102,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=commands.watch)
 
     for name, remove in (("install", False), ("uninstall", True)):
-        verb = "remove ctxd's hooks and MCP server from" if remove else "add them to"
-        p = sub.add_parser(name, help=f"{verb} Claude Code's settings".replace("them", "ctxd"))
-        p.add_argument("harness", choices=["claude"])
+        verb = "remove ctxd's hooks or plugin and its MCP server from" if remove else "add them to"
+        said = f"{verb} Claude Code's or opencode's settings".replace("them", "ctxd")
+        p = sub.add_parser(name, help=said)
+        p.add_argument("harness", choices=["claude", "opencode"])
         p.add_argument(
             "--scope",
             choices=["user", "project"],
             default="user",
-            help="~/.claude (user, default), or this checkout's .claude and .mcp.json",
+            help="the user's settings (~/.claude, ~/.config/opencode; default), or this "
+            "checkout's (.claude and .mcp.json, .opencode and opencode.json)",
         )
         p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
-        p.set_defaults(func=commands.install, remove=remove)
+        p.set_defaults(func=setup.install, remove=remove)
+
+    p = sub.add_parser("service", help="keep ctxd always on: a systemd user unit (or launchd)")
+    p.add_argument("action", choices=["install", "uninstall"])
+    p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+    p.set_defaults(func=setup.always_on)
 
     p = sub.add_parser("doctor", help="check the installation end to end and say what to fix")
-    p.set_defaults(func=commands.doctor)
+    p.set_defaults(func=setup.doctor)
 
     p = sub.add_parser("action", help="tell ctxd a command you ran or a file you edited")
     p.add_argument("session")

@@ -115,42 +115,6 @@ def watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def doctor(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from service import doctor as checks
-    from service import hooks
-
-    project = Path(hooks.git_root(os.getcwd()) or os.getcwd())
-    findings = list(checks.examine(args.url, Path.home(), project))
-    for finding in findings:
-        print(finding.line())
-    return 0 if all(f.ok for f in findings) else EXIT_SERVICE
-
-
-def install(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from service import hooks
-    from service import install as setup
-
-    project = Path(hooks.git_root(os.getcwd()) or os.getcwd())
-    command = hooks.hook_command(args.url, DEFAULT_URL)
-    try:
-        changes = setup.plan(command, args.url, args.scope, project, Path.home(), args.remove)
-    except setup.InstallError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    changed = [c for c in changes if c.changed]
-    if not changed:
-        print("nothing to remove" if args.remove else "already installed: nothing to change")
-    elif args.dry_run:
-        print("\n".join(c.diff() for c in changed))
-    else:
-        for path in setup.apply(changed):
-            print(f"{'cleaned' if args.remove else 'updated'} {path}")
-    return 0
-
-
 def action(args: argparse.Namespace) -> int:
     done: dict[str, Any] = {"harness": "cli", "cwd": args.cwd}
     if args.command is not None:

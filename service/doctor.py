@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from service import install_opencode
 from service.client import Client, Unreachable
 from service.install import MCP_NAME, targets
 
@@ -29,6 +30,7 @@ def examine(url: str, home: Path, project: Path) -> Iterator[Finding]:
     yield from _service(url)
     for scope in ("user", "project"):
         yield from _claude(scope, url, home, project)
+    yield from _opencode(url, home, project)
     for tool, why in (("node", "the opencode plugin's tests"), ("chromium", "the browser tests")):
         found = shutil.which(tool)
         yield Finding(True, f"{tool}: {found or 'not installed'} (only {why} need it)")
@@ -75,6 +77,24 @@ def _claude(scope: str, url: str, home: Path, project: Path) -> Iterator[Finding
     server = _load(mcp_path).get("mcpServers", {}).get(MCP_NAME)
     fix = f"`ctxd install claude --scope {scope}`"
     yield Finding(server is not None, f"Claude Code MCP server '{MCP_NAME}' in {mcp_path}", fix)
+
+
+def _opencode(url: str, home: Path, project: Path) -> Iterator[Finding]:
+    """Only what is installed is checked: opencode is optional."""
+    found = False
+    for scope in ("user", "project"):
+        plugin, ours, mcp_url = install_opencode.installed(scope, project, home)
+        if not ours and mcp_url is None:
+            continue
+        found = True
+        fix = f"`ctxd install opencode --scope {scope}` from this installation"
+        current = ours and plugin.read_text(encoding="utf-8") == install_opencode.plugin_text(url)
+        said = "" if current or not ours else " (not this installation's version or URL)"
+        yield Finding(current, f"opencode plugin ({scope}): {plugin}{said}", fix)
+        want = url.rstrip("/") + "/mcp"
+        yield Finding(mcp_url == want, f"opencode MCP server '{MCP_NAME}': {mcp_url}", fix)
+    if not found:
+        yield Finding(True, "opencode plugin: not installed (`ctxd install opencode` adds it)")
 
 
 def _hook_commands(path: Path) -> set[str]:

@@ -1,8 +1,8 @@
 """What an agent harness's hook event means to ctxd: one policy for Claude Code and opencode.
 
 The hooks forward the harness's own payload as it is (`POST /api/hooks/{harness}`); here it
-becomes the session (resolved by the server's one rule), the actions to record, and the text
-to hand back to the model, at most one dump per turn.
+becomes the session (the conversation's, `harness_sessions.py`), the actions to record, and
+the text to hand back to the model, at most one dump per turn.
 """
 
 import threading
@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from service import harness_sessions
 from service.discovery import actions
 from service.harness import HOOK_MAX_CHARS
 from service.models import SESSION_ID_PATTERN, Strict
@@ -34,6 +35,7 @@ class HookIn(Strict):
     root: Text = ""  # the git top-level of the cwd, when there is one
     session: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=64)] | None = None
     max_chars: Annotated[int, Field(ge=200, le=10_000_000)] | None = None
+    harness_pid: Annotated[int, Field(ge=1)] | None = None  # the process the hook ran under
 
 
 class HookOut(BaseModel):
@@ -42,6 +44,7 @@ class HookOut(BaseModel):
     session: str
     context: str | None = None
     message: str | None = None
+    hook_max_chars: int = HOOK_MAX_CHARS  # the dump budget a plugin asks for, unless set
 
 
 def _text(payload: dict[str, Any], name: str) -> str:
@@ -68,9 +71,11 @@ class HarnessEvents:
             root=given.root,
             harness_session=conversation[:4096],
         )
-        sid = self.use.resolve_session(ask).id
+        source = _text(p, "source")
+        placed = harness_sessions.place(self.use, ask, event, source, given.harness_pid)
+        sid = placed.sid
         budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
-        out = HookOut(session=sid)
+        out = HookOut(session=sid, message=placed.pointer)
         if event in ("SessionStart", "UserPromptSubmit") and _text(p, "transcript_path"):
             self.use.objective_from_transcript(sid, _text(p, "transcript_path"))
         if event in ("PostToolUse", "PostToolUseFailure"):

@@ -10,12 +10,11 @@ import json
 import os
 import shlex
 import sys
-from http.client import HTTPConnection, HTTPSConnection
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from service import autostart
+from service import autostart, hook_http
 
 MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
@@ -25,8 +24,11 @@ QUICK_TIMEOUT_S = 5.0
 # Events whose trouble the person should see (a note per tool call would be noise).
 TELL_EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact")
 INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
-RESUME_SOURCES = "compact|resume|clear|fork"
+# `startup` too: a fresh start is where a conversation is bound to its session (and told of
+# the checkout's latest); the server hands a dump only to the other sources.
+SESSION_SOURCES = "startup|compact|resume|clear|fork"
 TOOLS = "Bash|Edit|Write|MultiEdit|NotebookEdit"
+SHELLS = {"sh", "bash", "dash", "zsh", "fish", "ksh", "busybox"}
 
 
 class HookError(Exception):
@@ -103,6 +105,8 @@ def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]
         body["session"] = session
     if (given := os.environ.get("CTXD_HOOK_MAX_CHARS", "")).strip().isdigit():
         body["max_chars"] = max(200, int(given))
+    if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
+        body["harness_pid"] = pid  # only a service on this machine can look it up
     status, said = post(url, "/api/hooks/claude", json.dumps(body).encode(), timeout)
     if status != 200:
         raise HookError(f"ctxd answered HTTP {status}: {_detail(said.decode(errors='replace'))}")
@@ -111,23 +115,15 @@ def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]
 
 
 def post(url: str, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-    """One request with http.client (lighter to import than urllib.request)."""
-    parts = urlsplit(url)
-    kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
-    connection = kind(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     headers = {"content-type": "application/json", **_auth()}
     try:
-        connection.request("POST", parts.path.rstrip("/") + path, body=body, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read(20_000_000)
+        return hook_http.request(url, "POST", path, body, headers, timeout)
     except OSError as exc:
         kind_of = Down if isinstance(exc, ConnectionRefusedError) else HookError
         raise kind_of(
-            f"ctxd is not reachable at {url} ({exc}); start it with `ctxd serve`; "
-            "the agent goes on without it"
+            f"ctxd is not reachable at {url} ({exc or type(exc).__name__}); start it with "
+            "`ctxd serve`; the agent goes on without it"
         ) from None
-    finally:
-        connection.close()
 
 
 def hook_output(event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
@@ -155,6 +151,22 @@ def git_root(cwd: str) -> str:
         if (folder / ".git").exists():
             return str(folder)
     return ""
+
+
+def harness_pid() -> int | None:
+    """The harness process this hook runs under: the first ancestor that is not a shell
+    (Claude Code runs a hook's command through one), read from /proc; None elsewhere."""
+    pid = os.getppid()
+    for _ in range(4):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name not in SHELLS:
+            return pid
+        pid = int(rest.split()[1])
+    return None
 
 
 def _tail(value: Any) -> Any:
@@ -200,10 +212,11 @@ def claude_config(command: str) -> dict[str, Any]:
     return {
         "hooks": {
             "PreCompact": entry(60),
-            "SessionStart": entry(60, RESUME_SOURCES),
+            "SessionStart": entry(60, SESSION_SOURCES),
             "UserPromptSubmit": entry(60),
             "PostToolUse": entry(30, TOOLS, **{"async": True}),
             "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
             "Stop": entry(10),
+            "SessionEnd": entry(10),
         }
     }

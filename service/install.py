@@ -1,5 +1,6 @@
 """`ctxd install|uninstall claude`: ctxd's hooks and MCP server merged into Claude Code's own
-settings files, idempotently, keeping everything else, with a backup and a dry run.
+settings files, idempotently, keeping everything else, with a backup and a dry run. The file
+plumbing here (a planned `Change`, `apply`, reading JSON) serves `install_opencode.py` too.
 
 Ours are recognised by their command (`… hook claude`) and by the MCP server's name `ctxd`,
 so uninstall removes exactly what install added and a second install changes nothing.
@@ -28,6 +29,7 @@ class Change:
     path: Path
     before: str
     after: str
+    backup: bool = True  # False: a file ctxd owns whole, removed when `after` is empty
 
     @property
     def changed(self) -> bool:
@@ -53,7 +55,7 @@ def plan(
 ) -> list[Change]:
     """What install (or uninstall, with `remove`) would write, file by file."""
     settings_path, mcp_path = targets(scope, project, home)
-    settings, mcp = _load(settings_path), _load(mcp_path)
+    settings, mcp = read_json(settings_path), read_json(mcp_path)
     hooks = _without_ours(settings.get("hooks", {}))
     if not remove:
         for event, entries in claude_config(command)["hooks"].items():
@@ -64,20 +66,25 @@ def plan(
         servers[MCP_NAME] = {"type": "http", "url": url.rstrip("/") + "/mcp"}
     new_mcp = {**mcp, "mcpServers": servers} if servers else _drop(mcp, "mcpServers")
     return [
-        Change(settings_path, _text(settings_path), _dump(new_settings, settings_path)),
-        Change(mcp_path, _text(mcp_path), _dump(new_mcp, mcp_path)),
+        Change(settings_path, read_text(settings_path), json_text(new_settings, settings_path)),
+        Change(mcp_path, read_text(mcp_path), json_text(new_mcp, mcp_path)),
     ]
 
 
 def apply(changes: list[Change]) -> list[Path]:
-    """Write the files that change (a backup of each first, once); returns those written."""
+    """Write the files that change (a backup of each first, once); a change to nothing removes
+    a file ctxd owns whole (the opencode plugin). Returns the paths written or removed."""
     written = []
     for change in changes:
         if not change.changed:
             continue
+        if not change.after and not change.backup:
+            change.path.unlink(missing_ok=True)
+            written.append(change.path)
+            continue
         change.path.parent.mkdir(parents=True, exist_ok=True)
         backup = change.path.with_name(change.path.name + BACKUP_SUFFIX)
-        if change.path.exists() and not backup.exists():
+        if change.backup and change.path.exists() and not backup.exists():
             shutil.copy2(change.path, backup)
         tmp = change.path.with_name(f".{change.path.name}.{os.getpid()}.tmp")
         tmp.write_text(change.after, encoding="utf-8")
@@ -109,8 +116,9 @@ def _without_ours(hooks: Any) -> dict[str, list[Any]]:
     return kept
 
 
-def _load(path: Path) -> dict[str, Any]:
-    text = _text(path)
+def read_json(path: Path) -> dict[str, Any]:
+    """A settings file's object ({} when absent or empty); InstallError when it is not one."""
+    text = read_text(path)
     if not text.strip():
         return {}
     try:
@@ -123,14 +131,14 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _text(path: Path) -> str:
+def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
 
 
-def _dump(data: dict[str, Any], path: Path) -> str:
+def json_text(data: dict[str, Any], path: Path) -> str:
     if not data and not path.exists():
         return ""
     return json.dumps(data, indent=2) + "\n"

@@ -25,6 +25,7 @@ from service.models import (
     WatchSpec,
 )
 from service.store_agent import AgentRows
+from service.store_conversations import ConversationRows
 from service.store_db import iso, now
 from service.store_schema import migrations
 from service.store_snapshots import SnapshotRows
@@ -35,7 +36,7 @@ __all__ = ["DEFAULT_QUIET_AFTER_S", "Store", "migrations", "now"]
 DEFAULT_QUIET_AFTER_S = 300
 
 
-class Store(AgentRows, SnapshotRows):
+class Store(AgentRows, ConversationRows, SnapshotRows):
     """Sessions, their watches and journal entries, on top of the snapshot rows."""
 
     # --- sessions ---------------------------------------------------------------------------

@@ -138,3 +138,24 @@ def _markdown(row: dict) -> str:
     if row["markdown_z"] is not None:
         return zlib.decompress(row["markdown_z"]).decode()
     return str(row["markdown"] or "")
+
+
+@migrations()
+def m008_conversations(db: Database) -> None:
+    """Which ctxd session each agent-harness conversation (Claude Code `session_id`, opencode
+    `sessionID`) is recorded in, when it was last seen or ended, and the harness process
+    (pid and start time) it was last seen from."""
+    db.table("conversations").create(
+        {
+            "harness": str,
+            "conversation": str,
+            "session": str,
+            "seen_at": str,
+            "ended_at": str,
+            "pid": int,
+            "pid_started": float,
+        },
+        pk=("harness", "conversation"),
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("conversations").create_index(["session", "seen_at"])

@@ -150,9 +150,9 @@ def test_print_config_is_the_hooks_block_for_settings_json():
     config = json.loads(out.stdout)["hooks"]
     assert set(config) == {
         "PreCompact", "SessionStart", "UserPromptSubmit", "Stop", "PostToolUse",
-        "PostToolUseFailure",
+        "PostToolUseFailure", "SessionEnd",
     }  # fmt: skip
-    assert config["SessionStart"][0]["matcher"] == "compact|resume|clear|fork"
+    assert config["SessionStart"][0]["matcher"] == "startup|compact|resume|clear|fork"
     tools = config["PostToolUse"][0]
     assert tools["matcher"] == "Bash|Edit|Write|MultiEdit|NotebookEdit"
     assert tools["hooks"][0]["async"] is True  # no tool call waits on ctxd

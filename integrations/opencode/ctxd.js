@@ -1,6 +1,6 @@
 // ctxd for opencode: heartbeats, snapshots at compaction, the resume dump in the compaction
-// prompt, and an empty user message as the "continue" signal. Copy this file into
-// .opencode/plugins/ (one project) or ~/.config/opencode/plugins/ (all of them).
+// prompt, and an empty user message as the "continue" signal. `ctxd install opencode` puts
+// it in .opencode/plugins/ (one project) or ~/.config/opencode/plugins/ (all of them).
 // Settings come from the environment: CTXD_URL, CTXD_TOKEN, CTXD_SESSION, CTXD_HOOK_MAX_CHARS.
 // opencode calls every export of a plugin file as a plugin: only CtxdPlugin is exported.
 
@@ -31,33 +31,58 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
     return response
   }
 
-  // The server decides, by the same rule as `ctxd hook claude` (POST /api/sessions/resolve):
-  // CTXD_SESSION; else the session scoped to this folder; else one made for the checkout.
-  async function findSession() {
-    const ask = { harness: "opencode", cwd: directory, root }
-    if (process.env.CTXD_SESSION) ask.session = process.env.CTXD_SESSION
-    const response = await call("POST", "/api/sessions/resolve", ask)
+  // ctxd records each opencode session (sessionID) in a session of its own within this
+  // checkout, by the same rule as `ctxd hook claude` (service/harness_sessions.py); a
+  // sub-agent's child session counts as its parent's. CTXD_SESSION overrides it all.
+  const sessions = new Map() // opencode sessionID -> Promise<{ id, maxChars }>
+  const parents = new Map() // child sessionID -> parent sessionID, from session.created
+  // opencode runs this plugin in its own process: the server checks that pid to tell a
+  // second opencode working in this checkout from this one starting a new session.
+  const local = ["127.0.0.1", "localhost", "[::1]"].includes(new URL(url).hostname)
+
+  function conversationOf(sessionID) {
+    let id = sessionID || ""
+    for (let hops = 0; parents.has(id) && hops < 10; hops++) id = parents.get(id)
+    return id
+  }
+
+  function hookBody(payload) {
+    return {
+      payload: { ...payload, sessionID: conversationOf(payload.sessionID), cwd: directory },
+      root,
+      session: process.env.CTXD_SESSION || undefined,
+      harness_pid: local ? process.pid : undefined,
+    }
+  }
+
+  async function findSession(conversation) {
+    const body = hookBody({ event: "session.resolve", sessionID: conversation })
+    const response = await call("POST", "/api/hooks/opencode", body)
     if (response.status !== 200) throw new Error(`no session: ${(await response.text()).slice(0, 300)}`)
     const found = await response.json()
-    return { id: found.id, maxChars: Math.max(200, givenMaxChars || found.hook_max_chars) }
+    return { id: found.session, maxChars: Math.max(200, givenMaxChars || found.hook_max_chars) }
   }
 
-  async function resolved() {
+  async function resolved(sessionID) {
     // Remembered once found; a failure is retried on the next event.
-    session = session || findSession().catch((error) => {
-      session = null
-      throw error
-    })
-    return await session
+    const conversation = conversationOf(sessionID)
+    if (!sessions.has(conversation)) {
+      const found = findSession(conversation).catch((error) => {
+        sessions.delete(conversation)
+        throw error
+      })
+      sessions.set(conversation, found)
+    }
+    return await sessions.get(conversation)
   }
 
-  async function base() {
-    return `/api/sessions/${(await resolved()).id}`
+  async function base(sessionID) {
+    return `/api/sessions/${(await resolved(sessionID)).id}`
   }
 
-  async function dump() {
-    const route = `${await base()}/resume?fresh=true&max_chars=${(await resolved()).maxChars}`
-    const response = await call("GET", route)
+  async function dump(sessionID) {
+    const found = await resolved(sessionID)
+    const response = await call("GET", `/api/sessions/${found.id}/resume?fresh=true&max_chars=${found.maxChars}`)
     return response.status === 200 ? await response.text() : ""
   }
 
@@ -80,15 +105,19 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
 
   return {
     event: safe(async ({ event }) => {
-      if (event?.type === "session.idle") {
-        await call("POST", `${await base()}/heartbeat`, undefined, 5000)
+      const info = event?.properties?.info
+      if (event?.type === "session.created" && info?.parentID) {
+        parents.set(info.id, info.parentID)
+      } else if (event?.type === "session.idle") {
+        await call("POST", `${await base(event.properties?.sessionID)}/heartbeat`, undefined, 5000)
       } else if (event?.type === "session.compacted") {
-        await call("POST", `${await base()}/snapshots`, { note: "opencode compacted the conversation" })
+        const note = { note: "opencode compacted the conversation" }
+        await call("POST", `${await base(event.properties?.sessionID)}/snapshots`, note)
       }
     }),
 
-    "experimental.session.compacting": safe(async (_input, output) => {
-      const markdown = await dump()
+    "experimental.session.compacting": safe(async (input, output) => {
+      const markdown = await dump(input?.sessionID)
       if (markdown) {
         output.context.push(
           "The working state ctxd recorded for this session follows. Keep its objective, " +
@@ -107,9 +136,8 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
         input: { tool: input?.tool, sessionID: input?.sessionID, callID: input?.callID, args: input?.args },
         output: { title: output?.title, output: String(output?.output ?? "").slice(-8000), metadata: output?.metadata },
         args: input?.args,
-        cwd: directory,
       }
-      await call("POST", "/api/hooks/opencode", { payload, root, session: process.env.CTXD_SESSION || undefined }, 5000)
+      await call("POST", "/api/hooks/opencode", hookBody(payload), 5000)
     }),
 
     "chat.message": safe(async (input, output) => {
@@ -117,8 +145,8 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
       const texts = parts.filter((p) => p.type === "text" && !p.synthetic)
       const text = texts.map((p) => p.text || "").join("\n")
       // The server tells a bare "continue" (answered with the dump, 200) from a message (202).
-      const said = { text: text.slice(0, 100000), max_chars: (await resolved()).maxChars }
-      const response = await call("POST", `${await base()}/prompts`, said)
+      const said = { text: text.slice(0, 100000), max_chars: (await resolved(input?.sessionID)).maxChars }
+      const response = await call("POST", `${await base(input?.sessionID)}/prompts`, said)
       if (response.status !== 200) return
       const markdown = await response.text()
       if (!markdown) return

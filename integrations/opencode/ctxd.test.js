@@ -195,3 +195,41 @@ test("tool calls reach ctxd as actions, and a launch is watched by itself", asyn
   assert.match(dump, /serve\.py --port 30777/)
   assert.deepEqual(client.logs, [])
 })
+
+test("each opencode session is keyed by its sessionID; a sub-agent counts as its parent", async () => {
+  const project = path.join(work, "keyed")
+  mkdirSync(project)
+  const { hooks, client } = await plugin(project)
+  const [parent, child, later] = ["ses_01JZKEYED0000000000000001", "ses_01JZKEYED0000000000000002", "ses_01JZKEYED0000000000000003"]
+  await hooks["chat.message"](...userMessage(parent, "profile the tokenizer"))
+  // the task tool's child session reports under the parent's session
+  await hooks.event({ event: { type: "session.created", properties: { info: { id: child, parentID: parent } } } })
+  const command = "py-spy record -o profile.svg -- python tokenize.py"
+  const input = { tool: "bash", sessionID: child, callID: "call_1", args: { command } }
+  await hooks["tool.execute.after"](input, { title: command, output: "", metadata: { exit: 0 } })
+  // a new session in the same opencode (its /new) continues the checkout's latest
+  await hooks["chat.message"](...userMessage(later, "and the detokenizer"))
+  const scoped = (await api("GET", `/api/sessions?cwd=${encodeURIComponent(project)}`)).body
+  assert.deepEqual(scoped.map((s) => s.id), ["keyed"])
+  assert.match((await api("GET", "/api/sessions/keyed/resume")).body, /py-spy record -o profile\.svg/)
+
+  // a second opencode (another process) working in the same checkout gets a session of its own
+  const other = spawn(process.execPath, ["--input-type=module", "-e", `
+    import { CtxdPlugin } from ${JSON.stringify(path.join(HERE, "ctxd.js"))}
+    const hooks = await CtxdPlugin({ client: {}, directory: ${JSON.stringify(project)}, worktree: ${JSON.stringify(project)} })
+    const parts = [{ type: "text", text: "write the release notes" }]
+    await hooks["chat.message"]({ sessionID: "ses_01JZKEYED0000000000000009" }, { message: {}, parts })
+    console.log("sent")
+    setTimeout(() => {}, 60000)
+  `], { env: { ...process.env, CTXD_URL: url }, stdio: ["ignore", "pipe", "inherit"] })
+  try {
+    await new Promise((resolve) => other.stdout.on("data", resolve))
+    await hooks["chat.message"](...userMessage("ses_01JZKEYED0000000000000004", "and the vocab"))
+    const both = (await api("GET", `/api/sessions?cwd=${encodeURIComponent(project)}`)).body.map((s) => s.id)
+    assert.equal(both.length, 2, both.join(","))
+    assert.ok(both.includes("keyed") && both.some((id) => /^keyed-[0-9a-f]{6}$/.test(id)), both.join(","))
+  } finally {
+    other.kill("SIGKILL")
+  }
+  assert.deepEqual(client.logs, [])
+})

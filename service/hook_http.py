@@ -1,0 +1,73 @@
+"""One HTTP/1.1 request over a plain socket: what a hook needs to reach ctxd, without the
+import cost of http.client (it pulls in email and ssl: some 30 ms on every prompt and tool
+call). Standard library only; https, rare for a local service, goes through http.client.
+"""
+
+import socket
+from urllib.parse import urlsplit
+
+MAX_ANSWER_BYTES = 20_000_000
+
+
+def request(
+    url: str, method: str, path: str, body: bytes, headers: dict[str, str], timeout: float
+) -> tuple[int, bytes]:
+    """(status, body) of one request; OSError when nothing answers (ConnectionRefusedError:
+    nobody listens; TimeoutError: it did not answer within `timeout`)."""
+    parts = urlsplit(url)
+    target = parts.path.rstrip("/") + path
+    host, port = parts.hostname or "127.0.0.1", parts.port
+    if parts.scheme == "https":
+        return _https(host, port, method, target, body, headers, timeout)
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: {host}:{port or 80}",
+        "Connection: close",
+        f"Content-Length: {len(body)}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    with socket.create_connection((host, port or 80), timeout=timeout) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        received, size = [], 0
+        while size <= MAX_ANSWER_BYTES and (data := sock.recv(262_144)):
+            received.append(data)
+            size += len(data)
+    head, _, rest = b"".join(received).partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    fields = dict(line.lower().split(": ", 1) for line in header_lines if ": " in line)
+    try:
+        status = int(status_line.split(" ", 2)[1])
+    except (IndexError, ValueError):
+        raise ConnectionError(f"not an HTTP answer: {status_line[:80]!r}") from None
+    if fields.get("transfer-encoding") == "chunked":
+        rest = _unchunked(rest)
+    elif (length := fields.get("content-length", "")).isdigit():
+        rest = rest[: int(length)]
+    return status, rest
+
+
+def _unchunked(data: bytes) -> bytes:
+    out: list[bytes] = []
+    at = 0
+    while True:
+        end = data.find(b"\r\n", at)
+        size = int(data[at:end].split(b";")[0] or b"0", 16) if end >= 0 else 0
+        if size == 0:
+            return b"".join(out)
+        out.append(data[end + 2 : end + 2 + size])
+        at = end + 2 + size + 2
+
+
+def _https(
+    host: str, port: int | None, method: str, target: str, body: bytes,
+    headers: dict[str, str], timeout: float,
+) -> tuple[int, bytes]:  # fmt: skip
+    from http.client import HTTPSConnection
+
+    connection = HTTPSConnection(host, port, timeout=timeout)
+    try:
+        connection.request(method, target, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read(MAX_ANSWER_BYTES)
+    finally:
+        connection.close()

@@ -1,0 +1,177 @@
+"""The real opencode CLI, offline against a scripted OpenAI-compatible model, with ctxd's
+plugin as `ctxd install opencode` puts it.
+
+Nothing is registered with ctxd by hand: the scripted agent launches a training run in the
+background with `nohup` and reads its log; then the user sends "continue" to the same
+session. What the model receives for that turn is what this test reads.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+from tests.scripted_model import Step
+from tests.scripted_openai import MODEL, ScriptedOpenAI
+
+OPENCODE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "opencode"
+SECRET = "hf_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"
+
+TRAINER = '''\
+"""A training run that stalls: it logs a few steps, then waits on a data loader forever."""
+import argparse, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr"); parser.add_argument("--batch-size", type=int)
+args = parser.parse_args()
+for step in range(1, 4):
+    print(f"step {step} loss {2.5 / step:.3f} lr {args.lr}", flush=True)
+print("waiting for dataloader worker 3 (timeout in 1800 s)", flush=True)
+time.sleep(10**6)
+'''
+
+LAUNCH = "nohup python3 train.py --lr 3e-4 --batch-size 64"
+
+
+@pytest.fixture
+def ctxd(tmp_path: Path) -> Iterator[Server]:
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log")
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    top = tmp_path / "trainer"
+    top.mkdir()
+    (top / "train.py").write_text(TRAINER)
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    yield top
+    for proc in psutil.process_iter(["cmdline"]):
+        if any("train.py" in part for part in proc.info["cmdline"] or []):
+            proc.kill()
+
+
+def offline_env(home: Path, work: Path) -> dict[str, str]:
+    """opencode with its own HOME and XDG folders, and no way out: every fetch it might try
+    (models.dev, npm, updates) goes to a closed port instead of hanging or succeeding.
+
+    With any plugin configured, opencode waits at start for its npm install of
+    `@opencode-ai/plugin` into each config folder; offline, npm's retries make that 70 s, so
+    no retries: it fails at once, opencode logs it and loads the plugin (ctxd's needs no
+    package)."""
+    dead = "http://127.0.0.1:9"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "OPENAI_"))}
+    return {
+        **env,
+        "HOME": str(home),
+        "PWD": str(work),  # opencode takes its directory from PWD, not from the process cwd
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "NO_PROXY": "127.0.0.1,localhost",
+        "npm_config_registry": dead,
+        "npm_config_fetch_retries": "0",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+    }  # fmt: skip
+
+
+def provider_config(model: ScriptedOpenAI) -> dict:
+    """A custom provider through `@ai-sdk/openai-compatible`, which opencode carries inside
+    its binary (nothing is downloaded for it)."""
+    scripted = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "Scripted",
+        "options": {"baseURL": model.url, "apiKey": "sk-scripted-model"},
+        "models": {MODEL: {"name": "Scripted", "tool_call": True}},
+    }
+    chosen = f"scripted/{MODEL}"
+    return {"provider": {"scripted": scripted}, "model": chosen, "small_model": chosen}
+
+
+def opencode(args: list[str], work: Path, env: dict[str, str]) -> str:
+    argv = [str(OPENCODE), "run", "--dir", str(work), *args]
+    done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def trainer() -> psutil.Process:
+    for proc in psutil.process_iter(["cmdline"]):
+        if "--batch-size" in (proc.info["cmdline"] or []):
+            return proc
+    raise AssertionError("the training run is not running")
+
+
+@pytest.mark.skipif(
+    not OPENCODE.exists(), reason="opencode not installed (`make test` does, with npm)"
+)
+def test_continue_after_a_background_launch_carries_what_the_agent_did(
+    ctxd: Server, workspace: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = offline_env(home, workspace)
+    model = ScriptedOpenAI(
+        [
+            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} > train.log 2>&1 &"),
+            Step(bash="sleep 2; tail -2 train.log"),
+            Step(text="The run is stuck waiting on a data loader worker."),
+            Step(text="Picking up where we were."),
+        ]
+    )
+    config = home / ".config" / "opencode" / "opencode.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(provider_config(model), indent=2))
+    # installed the way a user installs it: one command, nothing registered by hand
+    installed = subprocess.run(
+        [sys.executable, "-m", "service", "--url", ctxd.url, "install", "opencode"],
+        capture_output=True, text=True, check=True, env=env, cwd=workspace,
+    )  # fmt: skip
+    assert "updated" in installed.stdout, installed.stdout + installed.stderr
+    assert (home / ".config" / "opencode" / "plugins" / "ctxd.js").exists()
+    assert json.loads(config.read_text())["mcp"]["ctxd"]["url"] == f"{ctxd.url}/mcp"
+    try:
+        opencode(["The training run stalls after three steps; find out why."], workspace, env)
+        opencode(["--continue", "continue"], workspace, env)
+    finally:
+        model.close()
+
+    context = model.context_of_last_turn()
+    (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
+    (Path(__file__).parent / "artifacts" / "harness_opencode_continue.txt").write_text(context)
+    run = trainer()
+
+    # once, in the turn of the bare "continue"
+    assert context.count("## Objective") == 1, context
+    assert "continue" in context.split("## Objective")[0].lower()
+    # the objective from the first prompt, in the user's words
+    assert "stalls after three steps" in context
+    # the launch the agent made in the background: its PID, flags and log tail
+    assert str(run.pid) in context, context
+    assert "--batch-size 64" in context or "--batch-size" in context
+    assert "waiting for dataloader worker 3" in context
+    # ctxd's MCP tools, from the entry `ctxd install opencode` merged into opencode.json
+    offered = [tool["function"]["name"] for tool in model.requests[0]["tools"]]
+    assert any(name.startswith("ctxd") for name in offered), offered
+    # the first turn got no dump: nothing was lost then
+    first_turn = "\n".join(
+        json.dumps(m) for m in model.requests[0]["messages"] if m["role"] == "user"
+    )
+    assert "## Objective" not in first_turn
+    # the token the agent put on a command line: never in what ctxd adds, nor in its files
+    assert SECRET not in context
+    for path in ctxd.data_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path

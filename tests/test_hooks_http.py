@@ -1,0 +1,75 @@
+"""The hooks' one-request HTTP client (service/hook_http.py) against real sockets: a real
+ctxd, a chunked answer, an answer that is not HTTP, nobody listening, a mute listener."""
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from service import hook_http
+from tests.conftest import Server
+
+
+@contextmanager
+def answering(reply: bytes, wait_s: float = 0.0) -> Iterator[tuple[str, Callable[[], bytes]]]:
+    """A listener that reads one request, then (after `wait_s`) sends `reply` and closes."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            got.append(data)
+            time.sleep(wait_s)
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: got[0]
+    finally:
+        listener.close()
+
+
+def test_a_real_ctxd_answers(server: Server):
+    status, body = hook_http.request(server.url, "GET", "/health", b"", {}, timeout=10)
+    assert status == 200 and b'"status":"ok"' in body.replace(b" ", b"")
+    status, body = hook_http.request(
+        server.url, "POST", "/api/hooks/claude", b"{}",
+        {"content-type": "application/json"}, timeout=10,
+    )  # fmt: skip
+    assert status == 400 and body.startswith(b"{")
+
+
+def test_chunked_and_length_bounded_answers():
+    chunked = (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n"
+    )
+    with answering(chunked) as (url, request_seen):
+        assert hook_http.request(url, "GET", "/x", b"", {}, timeout=5) == (200, b"hello, world")
+        assert request_seen().startswith(b"GET /x HTTP/1.1\r\n")
+    with answering(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nokEXTRA") as (url, _):
+        assert hook_http.request(url + "/base/", "POST", "/y", b"{}", {}, 5) == (201, b"ok")
+
+
+def test_what_is_not_an_answer_is_an_oserror():
+    not_http = answering(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+    with not_http as (url, _), pytest.raises(ConnectionError, match="not an HTTP answer"):
+        hook_http.request(url, "GET", "/", b"", {}, timeout=5)
+    mute = answering(b"HTTP/1.1 200 OK\r\n\r\n", wait_s=3)
+    with mute as (url, _), pytest.raises(TimeoutError):
+        hook_http.request(url, "GET", "/", b"", {}, timeout=0.5)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(ConnectionRefusedError):
+        hook_http.request(closed, "GET", "/", b"", {}, timeout=5)
