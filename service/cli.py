@@ -76,17 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=int)
     p.set_defaults(func=commands.resume)
 
-    p = sub.add_parser("watch", help="add a watch: process, log, artifact, port or command")
+    p = sub.add_parser("watch", help="add a watch: process, log, artifact, port, command or slurm")
     p.add_argument("session")
-    p.add_argument("kind", choices=["process", "log", "artifact", "port", "command"])
+    p.add_argument("kind", choices=["process", "log", "artifact", "port", "command", "slurm"])
     p.add_argument(
         "target",
         help="process: a regex on the command line (or --pid, --name); log/artifact: "
-        "a path or glob; port: a port number; command: its name in the server's allowlist",
+        "a path or glob; port: a port number; command: its name in the server's allowlist; "
+        "slurm: a job id (or --name, --mine)",
         nargs="?",
     )
     p.add_argument("--pid", type=int)
-    p.add_argument("--name", help="process: its exact name (instead of a regex)")
+    p.add_argument("--name", help="process: its exact name (instead of a regex); slurm: job name")
+    p.add_argument("--mine", action="store_true", help="slurm: my jobs (see --workdir)")
+    p.add_argument("--workdir", help="slurm with --mine: only jobs started from this directory")
     p.add_argument("--no-children", action="store_true")
     p.add_argument("--expect-port", type=int, action="append", default=[])
     p.add_argument("--env", action="append", default=[], help="environment glob, e.g. 'NCCL_*'")
@@ -97,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, help="command: seconds before it is cut off")
     p.add_argument("--cwd", help="command: the directory it runs in")
-    p.add_argument("--host")
+    p.add_argument("--host", help="a peer's name (see /api/peers); port: also an address")
     p.add_argument("--health-url")
     p.set_defaults(func=commands.watch)
 

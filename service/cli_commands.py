@@ -108,9 +108,17 @@ def watch(args: argparse.Namespace) -> int:
         spec["name"] = args.target or args.name
         options = (("timeout_s", args.timeout), ("cwd", args.cwd))
         spec.update({k: v for k, v in options if v is not None})
+    elif args.kind == "slurm":
+        chosen = (("job", args.target), ("name", args.name), ("mine", args.mine or None))
+        spec.update({k: v for k, v in chosen if v})
+        if args.workdir:
+            spec["workdir"] = os.path.abspath(args.workdir)
     else:
         spec["port"] = args.target
-        spec.update({k: v for k, v in (("host", args.host), ("url", args.health_url)) if v})
+        if args.health_url:
+            spec["url"] = args.health_url
+    if args.host:
+        spec["host"] = args.host
     _print_json(_call(args, "POST", f"/api/sessions/{args.session}/watches", json=spec))
     return 0
 

@@ -29,6 +29,21 @@ def test_cli_drives_a_session_end_to_end(server: Server, tmp_path):
     )
 
 
+def test_cli_watches_a_slurm_job_and_a_process_on_a_peer(server: Server, tmp_path):
+    import json
+
+    assert ctxd(server.url, "session", "multi").returncode == 0
+    job = ctxd(server.url, "watch", "multi", "slurm", "1234")
+    mine = ctxd(server.url, "watch", "multi", "slurm", "--mine", "--workdir", str(tmp_path))
+    remote = ctxd(server.url, "watch", "multi", "process", "sglang", "--host", "node2")
+    assert (job.returncode, mine.returncode, remote.returncode) == (0, 0, 0), remote.stderr
+    listed = json.loads(ctxd(server.url, "watches", "multi", "--json").stdout)
+    specs = [w["spec"] for w in (listed if isinstance(listed, list) else listed["watches"])]
+    assert specs[0]["kind"] == "slurm" and specs[0]["job"] == "1234"
+    assert specs[1]["mine"] is True and specs[1]["workdir"] == str(tmp_path)
+    assert specs[2]["match"] == "sglang" and specs[2]["host"] == "node2"
+
+
 def test_cli_errors_are_one_line_with_what_to_do(server: Server):
     missing = ctxd(server.url, "snapshot", "no-such-session")
     assert missing.returncode == 3  # not found
