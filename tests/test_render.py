@@ -88,3 +88,34 @@ def test_the_dump_includes_one_partial_per_collector_in_registry_order() -> None
         assert (TEMPLATES / f"_{collector.NAME}.md.j2").is_file(), collector.NAME
     dump = (TEMPLATES / "dump.md.j2").read_text()
     assert "_processes.md.j2" not in dump  # the registry decides, not a list in the template
+
+
+def test_empty_sections_fold_into_one_closing_line():
+    from datetime import UTC, datetime
+
+    from service.models import (
+        GpusSection,
+        LogsSection,
+        Observations,
+        Snapshot,
+        SnapshotHeader,
+        Unavailable,
+    )
+    from service.render import render_dump
+
+    header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+    missing = Unavailable(target="/srv/app.log", reason="no such file")
+    seen = Observations(
+        logs=LogsSection(unavailable=[missing]), gpus=GpusSection(reason="nvidia-smi not found")
+    )
+    markdown = render_dump(Snapshot(header=header, observations=seen))
+
+    assert "## Ports and health" not in markdown and "## Artifacts" not in markdown
+    assert "## GPUs" not in markdown
+    assert (
+        "_Also: no port watched; no NVIDIA GPU (nvidia-smi not found); no artifact watched._"
+        in markdown
+    )
+    # a section with only an unavailable line keeps its heading, and says nothing false
+    assert "## Logs" in markdown and "no such file" in markdown
+    assert "no log watched" not in markdown
