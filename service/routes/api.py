@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from litestar import Controller, Response, Router, delete, get, patch, post, put
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter, QueryParameter
 
 from service.agent_actions import ActionsIn, ActionsOut
 from service.harness_events import HookIn, HookOut
@@ -38,7 +38,7 @@ RowId = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 
 
 # like every string of a query: longer ones make URLs that servers refuse outright
-Query = Annotated[str, Parameter(query="q", max_length=4096)]
+Query = Annotated[str, QueryParameter(name="q", max_length=4096)]
 Limit = Annotated[int, Parameter(ge=1, le=LIMIT_MAX)]
 Offset = Annotated[int, Parameter(ge=0, le=OFFSET_MAX)]
 
@@ -66,7 +66,9 @@ def search_all(state: State, q: Query, limit: Limit = 20, offset: Offset = 0) ->
 
 
 @post("/api/hooks/{harness:str}", sync_to_thread=True, status_code=200)
-def hook(state: State, harness: Literal["claude", "opencode"], data: HookIn) -> HookOut:
+def hook(
+    state: State, harness: FromPath[Literal["claude", "opencode"]], data: JSONBody[HookIn]
+) -> HookOut:
     """A harness hook event as the harness gave it; the answer says what to inject."""
     return use(state).hook(harness, data)
 
@@ -75,12 +77,12 @@ class SessionController(Controller):
     path = "/"
 
     @put("/{sid:str}", sync_to_thread=True)
-    def put_session(self, state: State, sid: Sid, data: SessionIn) -> Response[Session]:
+    def put_session(self, state: State, sid: Sid, data: JSONBody[SessionIn]) -> Response[Session]:
         session, created = use(state).put_session(sid, data)
         return Response(session, status_code=201 if created else 200)
 
     @post("/resolve", sync_to_thread=True, status_code=200)
-    def resolve_session(self, state: State, data: ResolveIn) -> Resolved:
+    def resolve_session(self, state: State, data: JSONBody[ResolveIn]) -> Resolved:
         """The session of the agent whose hook asks (made if need be): one policy for all."""
         return use(state).resolve_session(data)
 
@@ -95,7 +97,7 @@ class SessionController(Controller):
         return use(state).get_session(sid)
 
     @post("/{sid:str}/watches", sync_to_thread=True)
-    def add_watch(self, state: State, sid: Sid, data: WatchIn) -> Watch:
+    def add_watch(self, state: State, sid: Sid, data: JSONBody[WatchIn]) -> Watch:
         return use(state).add_watch(sid, data.root)
 
     @get("/{sid:str}/watches", sync_to_thread=True)
@@ -111,11 +113,13 @@ class SessionController(Controller):
         use(state).remove_watch(sid, wid)
 
     @post("/{sid:str}/journal", sync_to_thread=True)
-    def add_entry(self, state: State, sid: Sid, data: JournalIn) -> JournalEntry:
+    def add_entry(self, state: State, sid: Sid, data: JSONBody[JournalIn]) -> JournalEntry:
         return use(state).add_entry(sid, data)
 
     @patch("/{sid:str}/journal/{eid:int}", sync_to_thread=True)
-    def update_entry(self, state: State, sid: Sid, eid: RowId, data: JournalUpdate) -> JournalEntry:
+    def update_entry(
+        self, state: State, sid: Sid, eid: RowId, data: JSONBody[JournalUpdate]
+    ) -> JournalEntry:
         return use(state).update_entry(sid, eid, data)
 
     @get("/{sid:str}/journal", sync_to_thread=True)
@@ -123,7 +127,9 @@ class SessionController(Controller):
         return use(state).list_entries(sid)
 
     @post("/{sid:str}/snapshots", sync_to_thread=True)
-    def take_snapshot(self, state: State, sid: Sid, data: SnapshotIn | None = None) -> Snapshot:
+    def take_snapshot(
+        self, state: State, sid: Sid, data: JSONBody[SnapshotIn | None] = None
+    ) -> Snapshot:
         note, force = (data.note, data.force) if data else (None, False)
         return use(state).take(sid, note=note, force=force)
 
@@ -150,8 +156,8 @@ class SessionController(Controller):
         self,
         state: State,
         sid: Sid,
-        from_version: Annotated[int, Parameter(query="from", ge=1, le=MAX_ID)],
-        to_version: Annotated[int, Parameter(query="to", ge=1, le=MAX_ID)],
+        from_version: Annotated[int, QueryParameter(name="from", ge=1, le=MAX_ID)],
+        to_version: Annotated[int, QueryParameter(name="to", ge=1, le=MAX_ID)],
     ) -> Diff:
         return use(state).diff(sid, from_version, to_version)
 
@@ -160,7 +166,7 @@ class SessionController(Controller):
         self,
         state: State,
         sid: Sid,
-        fresh: bool = True,
+        fresh: FromQuery[bool] = True,
         max_chars: Annotated[int | None, Parameter(ge=200, le=10_000_000)] = None,
         since: Annotated[int | None, Parameter(ge=1, le=MAX_ID)] = None,
     ) -> str:
@@ -174,14 +180,14 @@ class SessionController(Controller):
         )
 
     @post("/{sid:str}/messages", sync_to_thread=True)
-    def message(self, state: State, sid: Sid, data: MessageIn) -> Response[Any]:
+    def message(self, state: State, sid: Sid, data: JSONBody[MessageIn]) -> Response[Any]:
         markdown = use(state).message(sid, data.text)
         if markdown is None:
             return Response({"status": "recorded"}, status_code=202)
         return Response(markdown, media_type=MARKDOWN, status_code=200)
 
     @post("/{sid:str}/prompts", sync_to_thread=True)
-    def prompt(self, state: State, sid: Sid, data: PromptIn) -> Response[Any]:
+    def prompt(self, state: State, sid: Sid, data: JSONBody[PromptIn]) -> Response[Any]:
         """A hook's prompt: recorded (202), or for a bare "continue" the dump to inject (200)."""
         markdown = use(state).prompt(sid, data.text, data.max_chars)
         if markdown is None:
@@ -189,7 +195,7 @@ class SessionController(Controller):
         return Response(markdown, media_type=MARKDOWN, status_code=200)
 
     @post("/{sid:str}/actions", sync_to_thread=True, status_code=202)
-    def record_actions(self, state: State, sid: Sid, data: ActionsIn) -> ActionsOut:
+    def record_actions(self, state: State, sid: Sid, data: JSONBody[ActionsIn]) -> ActionsOut:
         """What the agent just did; the watches it calls for are added by themselves."""
         watches = use(state).record_actions(sid, list(data.actions))
         return ActionsOut(recorded=len(data.actions), watches=watches)

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from litestar import Controller, Request, get, post
 from litestar.datastructures import ResponseHeader, State
 from litestar.exceptions import HTTPException, PermissionDeniedException, ValidationException
-from litestar.params import Parameter
+from litestar.params import Parameter, QueryParameter
 from litestar.response import Redirect, Template
 
 from service import pagedata, redact
@@ -91,7 +91,7 @@ class PageController(Controller):
     def search(
         self,
         state: State,
-        q: Annotated[str, Parameter(max_length=4096)] = "",
+        q: Annotated[str, QueryParameter(max_length=4096)] = "",
         s: Annotated[str | None, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)] = None,
         offset: Annotated[int, Parameter(ge=0, le=OFFSET_MAX)] = 0,
     ) -> Template:
@@ -108,8 +108,8 @@ class PageController(Controller):
         self,
         state: State,
         sid: Sid,
-        start: Annotated[int | None, Parameter(query="from", ge=1, le=2**63 - 1)] = None,
-        end: Annotated[int | None, Parameter(query="to", ge=1, le=2**63 - 1)] = None,
+        start: Annotated[int | None, QueryParameter(name="from", ge=1, le=2**63 - 1)] = None,
+        end: Annotated[int | None, QueryParameter(name="to", ge=1, le=2**63 - 1)] = None,
     ) -> Template:
         page = pagedata.diff_page(snapshotter(state), sid, start, end)
         return Template("diff.html", context={"sid": sid, "page": page})

@@ -5,7 +5,7 @@ from typing import Annotated
 from litestar import Controller, Response, delete, get, post, put
 from litestar.datastructures import State
 from litestar.exceptions import PermissionDeniedException
-from litestar.params import Parameter
+from litestar.params import JSONBody, Parameter
 
 from service import peers_serve
 from service.models import PEER_NAME_PATTERN, Observations
@@ -34,7 +34,7 @@ class PeerController(Controller):
     path = "/api"
 
     @put("/peers/{name:str}", sync_to_thread=True)
-    def put_peer(self, state: State, name: Name, data: PeerIn) -> Response[Peer]:
+    def put_peer(self, state: State, name: Name, data: JSONBody[PeerIn]) -> Response[Peer]:
         peer, created = _peers(state).put(name, data)
         return Response(peer, status_code=201 if created else 200)
 
@@ -48,7 +48,7 @@ class PeerController(Controller):
         _peers(state).delete(name)
 
     @post("/peer/observe", sync_to_thread=True, status_code=200)
-    def peer_observe(self, state: State, data: ObserveIn) -> Observations:
+    def peer_observe(self, state: State, data: JSONBody[ObserveIn]) -> Observations:
         """Another host's watches observed here, redacted here (bearer token required)."""
         _served(state)
         return peers_serve.observe(state.snapshotter.runner, data)
