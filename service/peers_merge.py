@@ -82,7 +82,7 @@ def merge_answer(into: Observations, host: str, answer: Observations) -> None:
     """A peer's observations added to this host's, each item marked with its host."""
     for name in type(into).model_fields:
         if name == "host":
-            continue  # one machine's facts (load, disks) stay the dump header's machine's
+            continue  # one machine's facts (load, disks) stay its own: see below
         mine, theirs = getattr(into, name), getattr(answer, name)
         for item in getattr(theirs, "items", []):
             _mark(item, host)
@@ -92,6 +92,8 @@ def merge_answer(into: Observations, host: str, answer: Observations) -> None:
                 Unavailable(watch_id=line.watch_id, target=f"host {host}", reason=_joined(line))
             )
     _merge_processes(into, answer, host)
+    if answer.host.hostname:
+        into.host.peers.append(answer.host.model_copy(update={"peer": host, "peers": []}))
     if into.gpus.source == "none" and answer.gpus.items:
         into.gpus.source, into.gpus.reason = answer.gpus.source, ""
         into.gpus.driver_version = answer.gpus.driver_version

@@ -73,6 +73,8 @@ def test_a_peer_watch_is_collected_there_and_named_by_host(
     assert f"### node2:{tmp_path / 'there.log'}" in markdown
     assert "unavailable" not in markdown
     assert took < HANG_S
+    # the Host section names this host and the peer that answered, with its own facts
+    assert " (this host): " in markdown and "- peer `node2` (`" in markdown
 
     status = client.get("/api/peers").json()
     assert status[0]["name"] == "node2" and status[0]["reachable"] is True

@@ -266,6 +266,8 @@ class HostInfo(BaseModel):
     uptime_s: float | None = None
     disks: list["DiskInfo"] = []
     unavailable: list[Unavailable] = []
+    peer: str | None = None  # the peer's name, for a peer's own facts (in `peers`)
+    peers: list["HostInfo"] = []  # the peers that answered this snapshot, each its own facts
 
 
 class DiskInfo(BaseModel):
