@@ -181,3 +181,15 @@ def test_the_stuck_signal_says_why_no_python_stack_was_taken() -> None:
     )  # fmt: skip
     (stuck,) = signals.stuck_trees(current)
     assert stuck.text.endswith("; " + refused)
+
+
+def test_a_py_spy_that_never_lets_go_costs_the_budget_not_forever(tmp_path: Path) -> None:
+    # A child that outlives the killed py-spy keeps its pipe open, as py-spy stuck in D state
+    # does: reading until EOF would wait the child's 30 s.
+    program = tmp_path / "py-spy"
+    program.write_text("#!/bin/sh\nsleep 30\n")
+    program.chmod(0o755)
+    started = time.monotonic()
+    (taken,) = _pystacks.take([os.getpid()], budget_s=0.5, program=str(program)).values()
+    assert time.monotonic() - started < 5
+    assert taken.note is not None and "took longer than" in taken.note

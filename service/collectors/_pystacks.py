@@ -8,6 +8,7 @@ members at once, within one time budget, kept per process while the episode last
 each snapshot), and members that wait in the same stack fold into one entry.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -125,7 +126,9 @@ def take(
             out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
+            # py-spy stuck reading a stuck target (D state), or a child holding the pipe
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=1)
             taken[pid] = Taken((), why_not("", None), now)
             continue
         text = out.decode(errors="replace")
