@@ -4,6 +4,7 @@ call). Standard library only; https, rare for a local service, goes through http
 """
 
 import socket
+import time
 from urllib.parse import urlsplit
 
 MAX_ANSWER_BYTES = 20_000_000
@@ -19,20 +20,19 @@ def request(
     host, port = parts.hostname or "127.0.0.1", parts.port
     if parts.scheme == "https":
         return _https(host, port, method, target, body, headers, timeout)
+    name = f"[{host}]" if ":" in host else host  # an IPv6 literal is bracketed in Host
     lines = [
         f"{method} {target} HTTP/1.1",
-        f"Host: {host}:{port or 80}",
+        f"Host: {name}:{port or 80}",
         "Connection: close",
         f"Content-Length: {len(body)}",
         *(f"{k}: {v}" for k, v in headers.items()),
     ]
+    deadline = time.monotonic() + timeout  # one budget for the whole answer, not per read
     with socket.create_connection((host, port or 80), timeout=timeout) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        received, size = [], 0
-        while size <= MAX_ANSWER_BYTES and (data := sock.recv(262_144)):
-            received.append(data)
-            size += len(data)
-    head, _, rest = b"".join(received).partition(b"\r\n\r\n")
+        received = _answer(sock, deadline)
+    head, _, rest = received.partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     fields = dict(line.lower().split(": ", 1) for line in header_lines if ": " in line)
     try:
@@ -44,6 +44,34 @@ def request(
     elif (length := fields.get("content-length", "")).isdigit():
         rest = rest[: int(length)]
     return status, rest
+
+
+def _answer(sock: socket.socket, deadline: float) -> bytes:
+    """The answer's bytes: until the connection closes, or once Content-Length bytes of body
+    arrived (a server may keep the connection open); TimeoutError past `deadline`."""
+    data, wanted = bytearray(), None
+    while len(data) <= MAX_ANSWER_BYTES:
+        if wanted is None and (end := data.find(b"\r\n\r\n")) >= 0:
+            wanted = end + 4 + _content_length(data[:end])
+        if wanted is not None and len(data) >= wanted:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no complete answer in time")
+        sock.settimeout(left)
+        if not (chunk := sock.recv(262_144)):
+            break
+        data += chunk
+    return bytes(data)
+
+
+def _content_length(head: bytes) -> int:
+    """The head's Content-Length; a huge number (read to the close) when there is none."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return int(value.strip())
+    return MAX_ANSWER_BYTES * 2
 
 
 def _unchunked(data: bytes) -> bytes:

@@ -9,15 +9,19 @@ from contextlib import contextmanager
 
 import pytest
 
-from service import hook_http
+from service import access, hook_http
 from tests.conftest import Server
 
 
 @contextmanager
-def answering(reply: bytes, wait_s: float = 0.0) -> Iterator[tuple[str, Callable[[], bytes]]]:
-    """A listener that reads one request, then (after `wait_s`) sends `reply` and closes."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
+def answering(
+    reply: bytes, wait_s: float = 0.0, drip_s: float = 0.0, hold_s: float = 0.0,
+    host: str = "127.0.0.1",
+) -> Iterator[tuple[str, Callable[[], bytes]]]:  # fmt: skip
+    """A listener that reads one request, then (after `wait_s`) sends `reply` (a byte every
+    `drip_s` when set), keeps the connection open `hold_s` more, and closes."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.bind((host, 0))
     listener.listen(1)
     got: list[bytes] = []
 
@@ -29,12 +33,19 @@ def answering(reply: bytes, wait_s: float = 0.0) -> Iterator[tuple[str, Callable
                 data += conn.recv(65536)
             got.append(data)
             time.sleep(wait_s)
-            conn.sendall(reply)
+            try:
+                for at in range(0, len(reply), 1 if drip_s else len(reply)):
+                    conn.sendall(reply[at : at + (1 if drip_s else len(reply))])
+                    time.sleep(drip_s)
+            except OSError:
+                return  # the client gave up
+            time.sleep(hold_s)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: got[0]
+        name = f"[{host}]" if ":" in host else host
+        yield f"http://{name}:{listener.getsockname()[1]}", lambda: got[0]
     finally:
         listener.close()
 
@@ -73,3 +84,31 @@ def test_what_is_not_an_answer_is_an_oserror():
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
     with pytest.raises(ConnectionRefusedError):
         hook_http.request(closed, "GET", "/", b"", {}, timeout=5)
+
+
+def test_an_ipv6_literal_is_bracketed_in_host_and_ctxd_lets_it_in():
+    with answering(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n", host="::1") as (
+        url,
+        request_seen,
+    ):
+        assert hook_http.request(url, "GET", "/", b"", {}, timeout=5) == (204, b"")
+        port = url.rsplit(":", 1)[1]
+        assert f"\r\nHost: [::1]:{port}\r\n".encode() in request_seen()
+    assert access._host_name(f"[::1]:{port}") in access.LOOPBACK_NAMES
+
+
+def test_the_answer_ends_at_its_content_length_though_the_connection_stays_open():
+    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"
+    with answering(reply, hold_s=5) as (url, _):
+        started = time.monotonic()
+        assert hook_http.request(url, "GET", "/", b"", {}, timeout=3) == (200, b"hello")
+        assert time.monotonic() - started < 2
+
+
+def test_a_slow_drip_answer_is_cut_at_the_one_overall_timeout():
+    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 40\r\n\r\n" + b"x" * 40
+    with answering(reply, drip_s=0.1) as (url, _):
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            hook_http.request(url, "GET", "/", b"", {}, timeout=1)
+        assert time.monotonic() - started < 2.5
