@@ -65,7 +65,7 @@ def _answer(sock: socket.socket, deadline: float) -> bytes:
     return bytes(data)
 
 
-def _content_length(head: bytes) -> int:
+def _content_length(head: bytes | bytearray) -> int:
     """The head's Content-Length; a huge number (read to the close) when there is none."""
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")

@@ -10,6 +10,7 @@ import difflib
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,11 +87,26 @@ def apply(changes: list[Change]) -> list[Path]:
         backup = change.path.with_name(change.path.name + BACKUP_SUFFIX)
         if change.backup and change.path.exists() and not backup.exists():
             shutil.copy2(change.path, backup)
-        tmp = change.path.with_name(f".{change.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(change.after, encoding="utf-8")
-        os.replace(tmp, change.path)
+        _write_in_place(change.path, change.after)
         written.append(change.path)
     return written
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    """Atomically, through a symlink to its target (a dotfiles link stays a link), keeping
+    the file's mode (a 0600 config holding tokens stays 0600)."""
+    real = Path(os.path.realpath(path))
+    try:
+        mode: int | None = stat.S_IMODE(real.stat().st_mode)
+    except FileNotFoundError:
+        mode = None  # a new file: the umask's
+    tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
+    descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode else 0o666)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        if mode is not None:
+            os.fchmod(handle.fileno(), mode)
+    os.replace(tmp, real)
 
 
 def _is_ours(hook: Any) -> bool:

@@ -9,6 +9,7 @@ file already uses and removes its entry from both. The plugin file is ctxd's who
 recognised by its first line, and a `ctxd.js` that is not ours is never touched.
 """
 
+import json
 import os
 import re
 from pathlib import Path
@@ -105,4 +106,4 @@ def installed(scope: str, project: Path, home: Path) -> tuple[Path, bool, str | 
 
 
 def _js_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return json.dumps(value)  # a JSON string is a JS string literal: newlines escaped too

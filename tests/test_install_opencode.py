@@ -156,3 +156,29 @@ def test_doctor_checks_the_opencode_plugin_only_once_installed(server, tmp_path:
     plugin.write_text(plugin.read_text().replace("CtxdPlugin", "OldCtxdPlugin"))
     stale = ctxd(home, work, "--url", server.url, "doctor").stdout
     assert "FIX  opencode plugin (user)" in stale and "not this installation's version" in stale
+
+
+def test_a_0600_config_behind_a_symlink_stays_0600_and_a_link(tmp_path: Path):
+    home, work, dotfiles = tmp_path / "home", tmp_path / "work", tmp_path / "dotfiles"
+    folder = home / ".config" / "opencode"
+    folder.mkdir(parents=True)
+    work.mkdir()
+    dotfiles.mkdir()
+    real = dotfiles / "opencode.json"
+    real.write_text(json.dumps(THEIRS))
+    real.chmod(0o600)
+    link = folder / "opencode.json"
+    link.symlink_to(real)
+    done = ctxd(home, work, "install", "opencode")
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and link.resolve() == real
+    assert "ctxd" in json.loads(real.read_text())["mcp"]
+    assert real.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_baked_in_url_is_one_js_string_literal_whatever_it_holds():
+    from service import install_opencode
+
+    url = 'http://127.0.0.1:8765/a"b\\c\nd'
+    line = next(x for x in install_opencode.plugin_text(url).splitlines() if "DEFAULT_URL =" in x)
+    assert json.loads(line.split(" = ", 1)[1]) == url
