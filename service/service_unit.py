@@ -42,17 +42,21 @@ def unit_path(home: Path) -> Path:
 
 
 def unit_text(url: str) -> str:
-    """The systemd user unit; `%` doubled, as systemd reads it as a specifier."""
-    exec_start = shlex.join(serve_argv(url)).replace("%", "%%")
+    """The systemd user unit; `%` and `$` doubled, as systemd reads `%x` as a specifier and
+    expands `$VAR` in ExecStart. No After=network.target: a user manager has no such unit."""
+    exec_start = _escaped(shlex.join(serve_argv(url)))
+    token_file = _escaped(shlex.quote(str(data_dir() / "token")))
     return "\n".join(
         [
             UNIT_MARK,
             "[Unit]",
             "Description=ctxd: context snapshots and session recovery for agent sessions",
-            "After=network.target",
             "",
             "[Service]",
             "Type=simple",
+            "# It serves loopback without a token: every local user can read the dumps. To",
+            "# require one, run `ctxd token --new` and uncomment the next line.",
+            f"# Environment=CTXD_TOKEN_FILE={token_file}",
             f"ExecStart={exec_start}",
             "Restart=on-failure",
             "RestartSec=5",
@@ -62,6 +66,10 @@ def unit_text(url: str) -> str:
             "",
         ]
     )
+
+
+def _escaped(text: str) -> str:
+    return text.replace("%", "%%").replace("$", "$$")
 
 
 def plist_text(url: str, home: Path) -> str:

@@ -90,3 +90,14 @@ def test_the_launchd_agent_for_macos(tmp_path: Path):
     assert argv[-7:-2] == ["serve", "--host", "127.0.0.1", "--port", "8765"]
     assert argv[-2] == "--data-dir" and argv[-1].endswith("ctxd")
     assert agent["StandardErrorPath"] == str(tmp_path / "Library" / "Logs" / "ctxd.log")
+
+
+def test_percent_and_dollar_reach_ctxd_as_written(tmp_path: Path, monkeypatch):
+    data = tmp_path / "da$HOME%n"
+    monkeypatch.setenv("CTXD_DATA_DIR", str(data))
+    text = service_unit.unit_text("http://127.0.0.1:8765")
+    (exec_start,) = (x for x in text.splitlines() if x.startswith("ExecStart="))
+    assert exec_start.endswith(f"--data-dir '{tmp_path}/da$$HOME%%n'")
+    assert f"# Environment=CTXD_TOKEN_FILE='{tmp_path}/da$$HOME%%n/token'" in text
+    assert "every local user can read the dumps" in text
+    assert "After=network.target" not in text  # no such unit in a user manager
