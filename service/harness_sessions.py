@@ -32,8 +32,21 @@ from service.models import SessionIn
 from service.resolve import ResolveIn
 from service.store_db import now
 
+LIVE_S_DEFAULT = 600.0
+
+
+def _live_s(value: str | None) -> float:
+    """CTXD_CONVERSATION_LIVE_S as seconds; a value that is not a positive number is the
+    default, since this is read at import and must not stop ctxd from starting."""
+    try:
+        seconds = float(value or LIVE_S_DEFAULT)
+    except ValueError:
+        return LIVE_S_DEFAULT
+    return seconds if 0 < seconds < float("inf") else LIVE_S_DEFAULT
+
+
 # A conversation seen within this long, and not ended, is taken to be running now.
-LIVE_S = float(os.environ.get("CTXD_CONVERSATION_LIVE_S", "600"))
+LIVE_S = _live_s(os.environ.get("CTXD_CONVERSATION_LIVE_S"))
 CONTINUE_SOURCES = ("clear", "compact", "resume", "fork")
 END_EVENTS = ("SessionEnd",)
 

@@ -149,3 +149,16 @@ def test_a_conversation_that_moves_to_another_checkout_is_placed_there(
     agent.hook(bash(A, other, "npm run build"))
     assert "npm run build" in commands_of(client, "web-client")
     assert "npm run build" not in commands_of(client, "api-server")
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("120", 120.0), ("ten minutes", 600.0), ("-5", 600.0), ("nan", 600.0)]
+)
+def test_a_bad_conversation_live_s_is_the_default_not_a_crash(value: str, seconds: float):
+    done = subprocess.run(
+        [sys.executable, "-c", "from service import harness_sessions as h; print(h.LIVE_S)"],
+        env={**os.environ, "CTXD_CONVERSATION_LIVE_S": value}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == seconds
