@@ -6,9 +6,11 @@ and its stdout/stderr redirections when they go to files. Values come from the r
 observation, so a secret reads `[REDACTED]` and the block says it must be filled in.
 """
 
+import contextlib
 import os
 import pwd
 import shlex
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -25,28 +27,42 @@ _login_read = False
 _login_lock = threading.Lock()
 
 
-def _read_login_env() -> dict[str, str] | None:
-    """What `$SHELL -l` of ctxd's user exports, from a clean start; None when it cannot say."""
+def _read_login_env(
+    shell: str | None = None, timeout: float = LOGIN_SHELL_TIMEOUT_S
+) -> dict[str, str] | None:
+    """What `$SHELL -l` of ctxd's user exports, from a clean start; None when it cannot say.
+    The shell runs in a session of its own: past `timeout` the whole group is killed, so
+    what a profile started (an agent, a slow command) does not outlive it."""
     try:
         user = pwd.getpwuid(os.getuid())
     except KeyError:
         return None
-    shell = user.pw_shell if user.pw_shell and os.path.exists(user.pw_shell) else "/bin/sh"
+    if shell is None:
+        shell = user.pw_shell if user.pw_shell and os.path.exists(user.pw_shell) else "/bin/sh"
     clean = {"HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
              "SHELL": shell, "PATH": "/usr/local/bin:/usr/bin:/bin", "TERM": "dumb"}  # fmt: skip
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [shell, "-l", "-c", f"printf '{_MARK.replace(chr(0), chr(92) + '0')}'; env -0"],
             env=clean,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=LOGIN_SHELL_TIMEOUT_S,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             cwd=user.pw_dir if os.path.isdir(user.pw_dir) else "/",
+            start_new_session=True,
         )
-    except (OSError, subprocess.SubprocessError):
+    except OSError:
         return None
-    out = done.stdout.decode(errors="replace")
-    if done.returncode != 0 or _MARK not in out:
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=1)
+        return None
+    out = stdout.decode(errors="replace")
+    if proc.returncode != 0 or _MARK not in out:
         return None
     pairs = out.split(_MARK, 1)[1].split("\0")
     return dict(p.split("=", 1) for p in pairs if "=" in p)

@@ -115,3 +115,26 @@ def test_a_selected_variable_the_login_shell_sets_and_the_process_lacks_is_unset
 def test_the_login_environment_is_read_from_a_real_login_shell() -> None:
     env = relaunch.login_env()
     assert env is not None and env.get("HOME") and "PATH" in env
+
+
+def test_a_login_shell_past_its_time_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    started = tmp_path / "started.pid"
+    shell = tmp_path / "slow-shell"
+    shell.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {started}\nwait\n")
+    shell.chmod(0o755)
+    began = time.monotonic()
+    assert relaunch._read_login_env(shell=str(shell), timeout=1.0) is None
+    assert time.monotonic() - began < 5
+    child = int(started.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the profile's child outlived the killed login shell"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
