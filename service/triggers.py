@@ -51,6 +51,7 @@ class Watcher:
         self._probes: dict[str, Observations] = {}
         self._last_event: dict[str, float] = {}
         self._next_probe: dict[str, float] = {}
+        self._next_slurm_probe: dict[str, float] = {}
         self._pending: dict[str, list[tuple[str, str]]] = {}
         self._last_schedule: dict[str, datetime] = {}
         self._last_prune = datetime.min.replace(tzinfo=UTC)
@@ -120,19 +121,30 @@ class Watcher:
         elif previous is None:
             self._last_schedule[session.id] = now()
 
+    def _event_sources(self, sid: str) -> frozenset[str]:
+        """EVENT_SOURCES, with Slurm only every `slurm_probe_s`: each look at it asks the
+        controller, a shared service, and a job's end may be noticed a minute late."""
+        if time.monotonic() < self._next_slurm_probe.get(sid, 0.0):
+            return EVENT_SOURCES - {"slurm"}
+        self._next_slurm_probe[sid] = time.monotonic() + self.settings.slurm_probe_s
+        return EVENT_SOURCES
+
     def check_events(self, session: Session) -> None:
         """Probe what is watched; news (an exit, an error, a port, a rebuild) is kept at once."""
         pending = self._pending.setdefault(session.id, [])
         if time.monotonic() >= self._next_probe.get(session.id, 0.0):
             self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
             if self.snap.store.list_watches(session.id):
+                previous = self._probes.get(session.id)
+                sources = self._event_sources(session.id)
                 probe = self.snap.observe(
-                    session.id,
-                    previous=self._probes.get(session.id),
-                    purpose="probe",
-                    only=EVENT_SOURCES,
+                    session.id, previous=previous, purpose="probe", only=sources
                 )
-                news = detect_events(self._probes.get(session.id), probe)
+                if "slurm" not in sources and previous is not None:
+                    # not asked this time: the last answer stands, so a job's end is still
+                    # seen against the state it had when the controller was last asked
+                    probe = probe.model_copy(update={"slurm": previous.slurm})
+                news = detect_events(previous, probe)
                 self._probes[session.id] = probe
                 pending += [e for e in news if e not in pending]
         if not pending:

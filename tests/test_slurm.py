@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.collectors import slurm
+from service.models import SlurmWatch
 from tests.conftest import free_port, start_server, stop_server
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
@@ -302,7 +304,11 @@ def test_a_job_that_ends_takes_a_snapshot_at_once(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     folder = tmp_path_factory.mktemp("events")
-    quick = {"CTXD_EVENT_PROBE_S": "0.3", "CTXD_TRIGGER_INTERVAL_S": "0.3"}
+    quick = {
+        "CTXD_EVENT_PROBE_S": "0.3",
+        "CTXD_TRIGGER_INTERVAL_S": "0.3",
+        "CTXD_SLURM_PROBE_S": "0.3",
+    }
     server = start_server(folder / "data", folder / "ctxd.log", env=cluster.env() | quick)
     try:
         with server.client() as client:
@@ -319,3 +325,56 @@ def test_a_job_that_ends_takes_a_snapshot_at_once(
             assert "event:slurm-job-end" in triggers
     finally:
         stop_server(server)
+
+
+def counting(folder: Path, *programs: str) -> tuple[str, Path]:
+    """A PATH whose `programs` log each call to a file, then run the real ones."""
+    folder.mkdir(parents=True, exist_ok=True)
+    calls = folder / "calls"
+    calls.touch()
+    for name in programs:
+        real = shutil.which(name)
+        assert real is not None
+        shim = folder / name
+        shim.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\nexec {real} "$@"\n')
+        shim.chmod(0o755)
+    return f"{folder}:{os.environ['PATH']}", calls
+
+
+def test_mine_under_a_workdir_reads_only_the_jobs_it_shows(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here, there = cluster.jobs / "here", cluster.jobs / "there"
+    here.mkdir()
+    there.mkdir()
+    ours = [cluster.sbatch("-D", str(here), "-t", "2", "--wrap", "sleep 30") for _ in range(3)]
+    theirs = cluster.sbatch("-D", str(there), "-t", "2", "--wrap", "sleep 30")  # the newest
+    path, calls = counting(tmp_path / "bin", "squeue", "scontrol")
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    try:
+        jobs = slurm.find_jobs(SlurmWatch(mine=True, workdir=str(here), jobs=2))
+        assert [j.job_id for j in jobs] == ours[:0:-1]
+        asked = calls.read_text().splitlines()
+        assert len([c for c in asked if c.startswith("scontrol")]) == 2, asked
+    finally:
+        subprocess.run(["scancel", *ours, theirs], env=cluster.env(), check=False)
+
+
+def test_the_event_probe_asks_the_controller_once_a_minute_not_every_probe(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    path, calls = counting(tmp_path / "bin", "scontrol")
+    quick = {"CTXD_EVENT_PROBE_S": "0.3", "CTXD_TRIGGER_INTERVAL_S": "0.3", "PATH": path}
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=cluster.env() | quick)
+    try:
+        with server.client() as client:
+            job = cluster.sbatch("-J", "probed", "-t", "2", "--wrap", "sleep 30")
+            dump(client, "probed", {"kind": "slurm", "job": job})
+            time.sleep(3)  # some ten probes of the other sources
+            asked = calls.read_text().splitlines()
+            # the snapshot's look, and the first probe's
+            assert 1 <= len(asked) <= 2, asked
+    finally:
+        stop_server(server)
+        subprocess.run(["scancel", "-n", "probed"], env=cluster.env(), check=False)

@@ -1,10 +1,11 @@
 """Slurm jobs: state, reason, exit, nodes and times from the controller, and their output tails.
 
 A job is read with `scontrol show job -o ID` (one line, output paths expanded); jobs of a name
-or of this user are listed with `squeue -h --states=all -o %i` first. A job the controller
-has forgotten (older than its MinJobAge) is read from accounting (`sacct -P`) when there is
-one. The job's stdout and stderr are tailed by the log collector's own reader, under the
-watch roots like any log.
+or of this user are listed with their working directories (`squeue -h --states=all -o
+%i|%Z`) first, so that only the newest `jobs` under the watch's workdir are read. A job the
+controller has forgotten (older than its MinJobAge) is read from accounting (`sacct -P`)
+when there is one. The job's stdout and stderr are tailed by the log collector's own reader,
+under the watch roots like any log.
 """
 
 import getpass
@@ -25,7 +26,6 @@ from service.models import LogInfo, LogWatch, SlurmJobInfo, SlurmSection, SlurmW
 NAME = "slurm"
 SECTION = SlurmSection
 COMMAND_TIMEOUT_S = 5.0
-IDS_LISTED_MAX = 200  # job ids read from squeue for a name or `mine`, before filtering
 
 
 class SlurmError(Exception):
@@ -79,20 +79,20 @@ def find_jobs(spec: SlurmWatch) -> list[Job]:
     if spec.job:
         return [job_by_id(spec.job, accounting=True)]
     who = ["--name", spec.name] if spec.name else ["-u", getpass.getuser()]
-    listed = slurm("squeue", "-h", "--states=all", "-o", "%i", *who)
+    listed = slurm("squeue", "-h", "--states=all", "-o", "%i|%Z", *who)
     if listed.returncode != 0:
         raise SlurmError(_first_line(listed.stderr) or f"squeue exited {listed.returncode}")
-    ids = sorted(set(listed.stdout.split()), key=_id_order, reverse=True)[:IDS_LISTED_MAX]
-    jobs = []
-    for job_id in ids:
+    ids = set()
+    for line in listed.stdout.splitlines():
+        job_id, _, workdir = (part.strip() for part in line.partition("|"))
+        if job_id and (spec.workdir is None or _under(workdir, spec.workdir)):
+            ids.add(job_id)
+    jobs = []  # scontrol asked at most `spec.jobs` times, whatever the user has queued
+    for job_id in sorted(ids, key=_id_order, reverse=True)[: spec.jobs]:
         try:
-            job = job_by_id(job_id, accounting=False)
+            jobs.append(job_by_id(job_id, accounting=False))
         except LookupError:
             continue  # ended between the two questions
-        if spec.workdir is None or _under(job.workdir, spec.workdir):
-            jobs.append(job)
-        if len(jobs) >= spec.jobs:
-            break
     if not jobs:
         what = f"named {spec.name!r}" if spec.name else "of this user"
         where = f" under {spec.workdir}" if spec.workdir else ""
