@@ -1,6 +1,9 @@
 """Slurm's answers parsed: `scontrol show job -o` as Slurm 22.05 printed it (captured from a
 real single-node cluster, paths replaced), and sacct's `-P` format."""
 
+import os
+import time
+from datetime import UTC
 from pathlib import Path
 
 from service.collectors._slurm_parse import (
@@ -11,6 +14,7 @@ from service.collectors._slurm_parse import (
     fields,
     from_sacct,
     from_scontrol,
+    timestamp,
 )
 from service.collectors.slurm import output_files
 
@@ -93,3 +97,21 @@ def test_a_job_that_ends_is_an_event() -> None:
 
     assert happened.events(before, after) == [("slurm-job-end", "slurm job 1 ended OUT_OF_MEMORY")]
     assert happened.events(after, after) == []
+
+
+def test_slurm_local_times_are_read_as_local_and_kept_in_utc() -> None:
+    was = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        winter, summer = timestamp("2026-01-15T10:00:00"), timestamp("2026-07-15T10:00:00")
+    finally:
+        if was is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = was
+        time.tzset()
+    assert winter is not None and summer is not None
+    assert winter.tzinfo == UTC and winter.isoformat() == "2026-01-15T15:00:00+00:00"
+    assert summer.tzinfo == UTC and summer.isoformat() == "2026-07-15T14:00:00+00:00"
+    assert timestamp("Unknown") is None and timestamp("not a time") is None

@@ -7,7 +7,7 @@ snapshot; `scontrol show job -o ID` is one job, one line, with its output paths 
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 # `Key=value` fields separated by spaces; a key may hold `:` or `/` (AllocNode:Sid, CPUs/Task)
 _FIELD = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9:/_]*)=")
@@ -141,12 +141,13 @@ def duration(value: str) -> float | None:
 
 
 def timestamp(value: str) -> datetime | None:
-    """Slurm prints the controller's local time without a zone: read as this host's local."""
+    """Slurm prints local time without a zone: read as this host's local time (the client's,
+    which formats it), and given in UTC like every other time ctxd keeps."""
     value = value.strip()
     if value in _NONE:
         return None
     try:
-        return datetime.fromisoformat(value).astimezone()
+        return datetime.fromisoformat(value).astimezone().astimezone(UTC)
     except ValueError:
         return None
 
