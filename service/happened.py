@@ -4,6 +4,7 @@ The trigger loop turns these into events (`event:process-exit`), signals.py into
 (`process_exited`), changes.py into Changes: the same facts, computed once, named once.
 """
 
+from service.collectors._slurm_parse import ALIVE_STATES
 from service.models import (
     ArtifactInfo,
     LogInfo,
@@ -28,9 +29,6 @@ TRIGGER_WORDS = {
     ARTIFACT_CHANGED: "artifact-change",
     SLURM_JOB_ENDED: "slurm-job-end",
 }
-
-# a Slurm job in one of these has not ended yet
-SLURM_ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"})
 
 
 def exited(before: Observations, after: Observations) -> list[ProcessInfo]:
@@ -68,11 +66,11 @@ def changed_artifacts(before: Observations, after: Observations) -> list[Artifac
 
 def jobs_ended(before: Observations, after: Observations) -> list[SlurmJobInfo]:
     """Slurm jobs pending or running in `before` that have ended in `after`."""
-    alive = {(j.host, j.job_id) for j in before.slurm.items if j.state in SLURM_ALIVE}
+    alive = {(j.host, j.job_id) for j in before.slurm.items if j.state in ALIVE_STATES}
     return [
         j
         for j in after.slurm.items
-        if (j.host, j.job_id) in alive and j.state and j.state not in SLURM_ALIVE
+        if (j.host, j.job_id) in alive and j.state and j.state not in ALIVE_STATES
     ]
 
 

@@ -1,27 +1,21 @@
-"""The signals read from Slurm jobs: failed (OOM, timeout, signal), pending too long, silent."""
+"""The signals read from Slurm jobs: failed (OOM, timeout, signal), pending too long, silent.
 
+A job has failed when it has ended (its state is none of the alive ones, which a requeued
+job's is) in any state but COMPLETED (or REVOKED): a cancelled, preempted or timed-out job
+did not do its work."""
+
+from service.collectors._slurm_parse import ALIVE_STATES
 from service.fmt import human_duration
 from service.models import Observations, Signal, SlurmJobInfo
 
-# how a job ends badly; COMPLETED is the one good end
-FAILED_STATES = frozenset(
-    {
-        "FAILED",
-        "OUT_OF_MEMORY",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "BOOT_FAIL",
-        "CANCELLED",
-        "DEADLINE",
-        "PREEMPTED",
-    }
-)
+# ends that are no failure: done, or (federation) started by another cluster instead
+ENDED_WELL = frozenset({"COMPLETED", "REVOKED"})
 
 
 def slurm_jobs(current: Observations) -> list[Signal]:
     signals = []
     for job in current.slurm.items:
-        if job.state in FAILED_STATES:
+        if job.state and job.state not in ALIVE_STATES | ENDED_WELL:
             signals.append(_failed(job))
         elif job.state == "PENDING" and _past(job.pending_for_s, job.pending_after_s):
             why = f" ({job.reason})" if job.reason else ""

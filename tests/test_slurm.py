@@ -378,3 +378,27 @@ def test_the_event_probe_asks_the_controller_once_a_minute_not_every_probe(
     finally:
         stop_server(server)
         subprocess.run(["scancel", "-n", "probed"], env=cluster.env(), check=False)
+
+
+def test_output_patterns_become_the_files_the_job_wrote(
+    cluster: Cluster, ctxd: httpx.Client
+) -> None:
+    # Slurm 22.05's scontrol expands %x but prints %4j, %J, %s and %t as given
+    job = cluster.sbatch(
+        "-J", "pads", "-o", "pad-%4j-%x.out", "-e", "err-%J-%s-%t.out",
+        "--wrap", "echo out; echo err >&2",
+    )  # fmt: skip
+    cluster.wait_state(job, {"COMPLETED"})
+    taken, _ = dump(ctxd, "pads", {"kind": "slurm", "job": job})
+    (info,) = taken["observations"]["slurm"]["items"]
+    out, err = (
+        cluster.jobs / f"pad-{int(job):04d}-pads.out",
+        cluster.jobs / f"err-{job}-batch-0.out",
+    )
+    assert out.exists() and err.exists()  # what Slurm itself wrote
+    assert (info["stdout"], info["stderr"]) == (str(out), str(err))
+    assert [(log["path"], log["lines"]) for log in info["logs"]] == [
+        (str(out), ["out"]),
+        (str(err), ["err"]),
+    ]
+    assert info["log_problems"] == []

@@ -16,7 +16,7 @@ from service.collectors._slurm_parse import (
     from_scontrol,
     timestamp,
 )
-from service.collectors.slurm import output_files
+from service.collectors.slurm import output_files, output_paths
 
 CAPTURED = Path(__file__).parent / "slurm_outputs" / "scontrol-show-job-o-22.05.txt"
 
@@ -115,3 +115,42 @@ def test_slurm_local_times_are_read_as_local_and_kept_in_utc() -> None:
     assert winter.tzinfo == UTC and winter.isoformat() == "2026-01-15T15:00:00+00:00"
     assert summer.tzinfo == UTC and summer.isoformat() == "2026-07-15T14:00:00+00:00"
     assert timestamp("Unknown") is None and timestamp("not a time") is None
+
+
+def test_patterns_as_sbatch_expands_them() -> None:
+    job = Job(job_id="77_13", number="90", name="sweep", user="ada", nodes="gpu[07-08],cpu1")
+    assert expand("%4j-%J.%s.%n.%t-%A_%3a-%b", job) == "0090-90.batch.0.0-77_013-3"
+    assert expand("%x.%N.%5x.%u.%%j.%q", job) == "sweep.gpu07.sweep.ada.%j.%q"
+    assert expand("%12j", job) == "0000000090"  # Slurm pads to 10 at most
+    assert expand("no\\\\%j", job) == "no%j"  # a backslash turns patterns off
+    assert expand("%j", Job(job_id="5")) == "5"
+
+
+def test_output_paths_as_files() -> None:
+    job = Job(job_id="5", workdir="/w", stdout="/dev/null", stderr="e-%j.err")
+    assert output_paths(job) == ("/dev/null", "/w/e-5.err")
+    assert output_files(job) == ["/w/e-5.err"]
+    job.stdout = job.stderr = "both-%4j.log"
+    assert output_paths(job) == ("/w/both-0005.log", "/w/both-0005.log")
+    assert output_files(job) == ["/w/both-0005.log"]
+    assert output_paths(Job(job_id="5")) == (None, None)
+
+
+def test_a_requeued_job_has_not_ended_and_has_not_failed() -> None:
+    from service import happened, signals_slurm
+    from service.models import Observations, SlurmJobInfo, SlurmSection
+
+    def seen(state: str) -> Observations:
+        job = SlurmJobInfo(watch_id=1, job_id="1", label="job 1", state=state)
+        return Observations(slurm=SlurmSection(items=[job]))
+
+    running, requeued, pending = seen("RUNNING"), seen("REQUEUED"), seen("PENDING")
+    assert happened.events(running, requeued) == []
+    assert happened.events(requeued, pending) == []
+    assert signals_slurm.slurm_jobs(requeued) == []
+    assert happened.events(pending, seen("NODE_FAIL")) == [
+        ("slurm-job-end", "slurm job 1 ended NODE_FAIL")
+    ]
+    (failed,) = signals_slurm.slurm_jobs(seen("NODE_FAIL"))
+    assert failed.code == "slurm_failed"
+    assert signals_slurm.slurm_jobs(seen("COMPLETED")) == []

@@ -12,6 +12,29 @@ from datetime import UTC, datetime
 # `Key=value` fields separated by spaces; a key may hold `:` or `/` (AllocNode:Sid, CPUs/Task)
 _FIELD = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9:/_]*)=")
 _NONE = {"", "(null)", "None", "Unknown", "N/A", "n/a"}
+# The states in which a job has not ended: it waits, runs, or will run again (a requeued job
+# goes back to PENDING). Every other state is an end, COMPLETED the one good end.
+ALIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "STOPPED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "RESIZING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+    }
+)
+# sbatch's filename pattern: %[width]letter, the width zero-pads the numbers (at most 10)
+_PATTERN = re.compile(r"%(\d*)([AabJjNnstux%])")
+_NUMERIC = frozenset("AabJjnt")
 SACCT_FIELDS = (
     "JobID,JobName,State,ExitCode,NodeList,Submit,Start,End,Timelimit,User,WorkDir,Reason"
 )
@@ -19,7 +42,7 @@ SACCT_FIELDS = (
 
 @dataclass
 class Job:
-    job_id: str
+    job_id: str  # "77" or, for an array task, "ARRAYJOB_TASK" ("77_3")
     name: str = ""
     state: str = ""
     reason: str | None = None
@@ -35,6 +58,7 @@ class Job:
     stdout: str | None = None
     stderr: str | None = None
     source: str = ""
+    number: str = ""  # the JobId itself: an array task's is not its array's
 
 
 def fields(line: str) -> dict[str, str]:
@@ -75,6 +99,7 @@ def from_scontrol(text: str) -> list[Job]:
                 stdout=_value(f.get("StdOut", "")),
                 stderr=_value(f.get("StdErr", "")),
                 source="scontrol",
+                number=f["JobId"],
             )
         )
     return jobs
@@ -153,18 +178,44 @@ def timestamp(value: str) -> datetime | None:
 
 
 def expand(pattern: str, job: Job) -> str:
-    """An output path as sbatch's filename patterns make it (%j, %x, %u, %A, %a, %N, %%)."""
+    """An output path as sbatch's filename patterns make it for the batch step: %j %J (the
+    job), %A %a %b (array job, task, task mod 10), %x %u %N, %s (`batch`), %n %t (0), %%;
+    a width (`%4j`) zero-pads a number. A backslash turns patterns off, as in Slurm."""
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
     base, _, task = job.job_id.partition("_")
+    number = job.number or base
     table = {
-        "j": base,
-        "x": job.name,
-        "u": job.user or "",
+        "j": number,
+        "J": number,
         "A": base,
         "a": task,
-        "N": job.nodes.split(",")[0],
+        "b": str(int(task) % 10) if task.isdigit() else "",
+        "x": job.name,
+        "u": job.user or "",
+        "N": first_node(job.nodes),
+        "s": "batch",
+        "n": "0",
+        "t": "0",
         "%": "%",
     }
-    return re.sub(r"%([jxuAaN%])", lambda m: table[m[1]], pattern)
+
+    def one(m: re.Match[str]) -> str:
+        width, letter = m[1], m[2]
+        if letter == "%":
+            return "%" if not width else m[0]
+        value = table[letter]
+        if width and letter in _NUMERIC and value.isdigit():
+            return value.zfill(min(int(width), 10))
+        return value
+
+    return _PATTERN.sub(one, pattern)
+
+
+def first_node(nodes: str) -> str:
+    """The first host of a Slurm host list: "gpu[07-08,10],cpu1" -> "gpu07"."""
+    m = re.match(r"([^\[,]*)(?:\[([^\]\-,]*))?", nodes)
+    return (m[1] + (m[2] or "")) if m else ""
 
 
 def _value(value: str) -> str | None:

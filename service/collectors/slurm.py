@@ -19,7 +19,14 @@ from pathlib import Path
 from service import confine, redact
 from service.collectors import CollectContext, per_watch
 from service.collectors._follow import Cursor
-from service.collectors._slurm_parse import SACCT_FIELDS, Job, expand, from_sacct, from_scontrol
+from service.collectors._slurm_parse import (
+    ALIVE_STATES,
+    SACCT_FIELDS,
+    Job,
+    expand,
+    from_sacct,
+    from_scontrol,
+)
 from service.collectors.logs import observe_log
 from service.models import LogInfo, LogWatch, SlurmJobInfo, SlurmSection, SlurmWatch, Watch
 
@@ -131,6 +138,7 @@ def describe(
     moment = datetime.now(UTC)
     logs: list[LogInfo] = []
     problems: list[str] = []
+    stdout, stderr = output_paths(job)
     for path in output_files(job):
         tail = LogWatch(path=path, lines=spec.lines)
         limits = ctx.settings.limits
@@ -141,7 +149,7 @@ def describe(
             logs.append(result)
         elif job.state != "PENDING":  # a pending job has written nothing yet
             problems.append(redact.text(f"{path}: {result.reason}"))
-    running = job.state in ("RUNNING", "COMPLETING", "SUSPENDED")
+    running = job.state in ALIVE_STATES
     elapsed = None
     if job.started_at is not None and job.state != "PENDING":
         end = moment if running or job.ended_at is None else job.ended_at
@@ -169,26 +177,31 @@ def describe(
         pending_for_s=pending,
         pending_after_s=spec.pending_after_s,
         silent_after_s=spec.silent_after_s,
-        stdout=output_files(job)[0] if output_files(job) else None,
-        stderr=job.stderr,
+        stdout=stdout,
+        stderr=stderr,
         logs=logs,
         log_problems=problems,
         source=job.source,
     )
 
 
+def output_paths(job: Job) -> tuple[str | None, str | None]:
+    """(stdout, stderr) as the files they are: patterns expanded, relative to the workdir."""
+    return _output_path(job.stdout, job), _output_path(job.stderr, job)
+
+
 def output_files(job: Job) -> list[str]:
-    """stdout, then stderr when it is another file; relative paths from the job's workdir."""
-    paths: list[str] = []
-    for pattern in (job.stdout, job.stderr):
-        if not pattern:
-            continue
-        path = expand(pattern, job)
-        if not os.path.isabs(path) and job.workdir:
-            path = os.path.join(job.workdir, path)
-        if path not in paths and path != "/dev/null":
-            paths.append(path)
-    return paths
+    """The files to tail: stdout, then stderr when it is another file; /dev/null is none."""
+    return [p for p in dict.fromkeys(output_paths(job)) if p and p != "/dev/null"]
+
+
+def _output_path(pattern: str | None, job: Job) -> str | None:
+    if not pattern:
+        return None
+    path = expand(pattern, job)
+    if not os.path.isabs(path) and job.workdir:
+        path = os.path.join(job.workdir, path)
+    return path
 
 
 def _under(path: str | None, folder: str) -> bool:

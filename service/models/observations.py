@@ -242,7 +242,7 @@ class SlurmJobInfo(BaseModel):
     stderr: str | None = None
     logs: list[LogInfo] = []
     log_problems: list[str] = []
-    source: str = ""  # squeue --json, scontrol, sacct
+    source: str = ""  # where it was read: scontrol (the controller) or sacct (accounting)
     host: str | None = None  # the peer it was observed on; None: this host
 
 
