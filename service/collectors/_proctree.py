@@ -2,7 +2,7 @@
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -18,6 +18,9 @@ class Entry:
     name: str
     text: str
     program: str
+    # Whether `text` matches a watch's pattern, by pattern: an entry lives as long as its
+    # process (see `scan`), so a crowd of host processes is matched once, not every snapshot.
+    matched: dict[str, bool] = field(default_factory=dict)
 
 
 _cache: dict[int, tuple[int, Entry]] = {}
@@ -118,11 +121,18 @@ def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: set[int]) ->
             if pid not in excluded and spec.name in (e.name, e.program)
         ]
     pattern, budget = _patterns.compiled(spec.match or ""), _patterns.Budget()
-    return [
-        pid
-        for pid, e in sorted(table.items())
-        if pid not in excluded and budget.search(pattern, e.text)
-    ]
+    found = []
+    for pid, entry in sorted(table.items()):
+        if pid in excluded:
+            continue
+        hit = entry.matched.get(pattern.pattern)
+        if hit is None:
+            if len(entry.matched) >= 64:
+                entry.matched.clear()
+            hit = entry.matched[pattern.pattern] = budget.search(pattern, entry.text) is not None
+        if hit:
+            found.append(pid)
+    return found
 
 
 def candidates(

@@ -2,15 +2,17 @@
 
 import contextlib
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from fnmatch import fnmatchcase
+from fnmatch import translate
+from functools import lru_cache
 from typing import Any
 
 import psutil
 
-from service import redact, sampler
+from service import redact, redact_known, sampler
 from service.collectors import CollectContext, _procfs, _proctree
 from service.collectors._argv import parse_flags
 from service.collectors._proc_summary import featured, workers
@@ -31,6 +33,8 @@ _ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM
 _PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 DEFAULT_ENV = _ML_ENV + _PATH_ENV
 
+# Read at every snapshot; what follows from the command line and the environment (which a
+# process cannot change after exec) is described once per process and exec (see `_Static`).
 _ATTRS = ["ppid", "name", "username", "status", "memory_info", "num_threads", "create_time"]
 _ATTRS += ["cmdline", "cwd", "exe"]
 
@@ -44,6 +48,20 @@ class ProcessesMemory:
     """psutil handles kept between snapshots: a second cpu_percent() call is a real reading."""
 
     handles: dict[Key, psutil.Process] = field(default_factory=dict)
+    described: dict[Key, "_Static"] = field(default_factory=dict)
+
+
+@dataclass
+class _Static:
+    """What one exec of a process shows for good: its redacted command line and environment,
+    and its packages. `signature` says when to describe it again: another exec (command line,
+    executable), another watch spec, or a secret learned since (redaction may change)."""
+
+    signature: tuple
+    argv: list[str]
+    env: dict[str, str]
+    packages: dict[str, str] | None
+    denied: list[str]
 
 
 @dataclass
@@ -51,6 +69,7 @@ class _State:
     """What one collect() shares across watches."""
 
     handles: dict[Key, psutil.Process]
+    described: dict[Key, _Static]
     limit: int
     sampler: sampler.Sampler
     listen: dict[int, int]
@@ -69,29 +88,71 @@ def _handle(pid: int, handles: dict[Key, psutil.Process]) -> tuple[Key, psutil.P
     return key, proc, True
 
 
+@lru_cache(maxsize=64)
+def _env_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """The globs of a watch's `env` as one regex: one match per variable, not one per glob."""
+    return re.compile("|".join(f"(?:{translate(p)})" for p in patterns))
+
+
 def _select(environ: dict[str, str], patterns: tuple[str, ...]) -> dict[str, str]:
-    return {k: v for k, v in sorted(environ.items()) if any(fnmatchcase(k, p) for p in patterns)}
+    wanted = _env_pattern(patterns).match
+    return {k: v for k, v in sorted(environ.items()) if wanted(k)}
 
 
-def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatch) -> ProcessInfo:
-    """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
+def _static(
+    proc: psutil.Process, info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool
+) -> _Static:
+    """Read and redact what a process shows for good (inside the caller's oneshot)."""
     denied: list[str] = []
+    environ: dict[str, str] | None = None
+    if root:
+        try:
+            environ = proc.environ()
+            redact.learn_env(environ)  # its secrets are then redacted wherever they reappear
+        except psutil.ZombieProcess:
+            pass  # dead already: nothing left to read
+        except psutil.AccessDenied:
+            denied.append("environment")
+    packages = None
+    python = os.path.basename(info["exe"] or "").startswith("python")
+    if root and (spec.packages or python) and not zombie:
+        dirs = _procfs.site_dirs(
+            (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
+            root=f"/proc/{proc.pid}/root",
+        )  # fmt: skip
+        asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
+        packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
+    return _Static(
+        # the generation is read before redacting: a secret learned meanwhile re-describes
+        signature=_signature(info, root, spec, zombie),
+        argv=redact.argv(info["cmdline"] or []),
+        env=redact.env(_select(environ or {}, tuple(spec.env) or DEFAULT_ENV)),
+        packages=packages,
+        denied=denied,
+    )
+
+
+def _signature(info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool) -> tuple:
+    return (
+        tuple(info["cmdline"] or ()), info["exe"], root, zombie, tuple(spec.env),
+        tuple(spec.packages), redact_known.generation,
+    )  # fmt: skip
+
+
+def _describe(
+    proc: psutil.Process, key: Key, watch_id: int, root: bool, spec: ProcessWatch, state: "_State"
+) -> ProcessInfo:
+    """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
     with proc.oneshot():
         info: dict[str, Any] = proc.as_dict(_ATTRS, ad_value=None)
-        environ: dict[str, str] | None = None
-        if root:
-            try:
-                environ = proc.environ()
-                redact.learn_env(environ)  # its secrets are then redacted wherever they reappear
-            except psutil.ZombieProcess:
-                pass  # dead already: nothing left to read
-            except psutil.AccessDenied:
-                denied.append("environment")
+        status = info["status"] or "unknown"
+        zombie = status == psutil.STATUS_ZOMBIE
+        static = state.described.get(key)
+        if static is None or static.signature != _signature(info, root, spec, zombie):
+            static = state.described[key] = _static(proc, info, root, spec, zombie)
     created = info["create_time"] or 0.0
-    argv = redact.argv(info["cmdline"] or [])
     memory = info["memory_info"]
-    state = info["status"] or "unknown"
-    zombie = state == psutil.STATUS_ZOMBIE
+    denied = list(static.denied)
     if not zombie:
         denied += [what for what in ("cwd", "exe") if info[what] is None]
     row = ProcessInfo(
@@ -100,30 +161,24 @@ def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatc
         ppid=info["ppid"] or 0,
         name=info["name"] or "?",
         user=info["username"],
-        state=state,
+        state=status,
         rss_bytes=memory.rss if memory else None,
         vms_bytes=memory.vms if memory else None,
         threads=info["num_threads"],
         started_at=datetime.fromtimestamp(created, UTC),
         age_s=max(0.0, time.time() - created),
-        argv=argv,
-        flags=parse_flags(argv),
-        env=redact.env(_select(environ or {}, tuple(spec.env) or DEFAULT_ENV)),
+        argv=list(static.argv),
+        flags=parse_flags(static.argv),
+        env=dict(static.env),
         root=root,
         cwd=info["cwd"],
         exe=info["exe"],
         seen_at=datetime.now(UTC),
     )
-    python = os.path.basename(info["exe"] or "").startswith("python")
-    if root and (spec.packages or python) and not zombie:
-        dirs = _procfs.site_dirs(
-            (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
-            root=f"/proc/{proc.pid}/root",
-        )  # fmt: skip
-        asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
-        row.packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
+    if static.packages is not None:
+        row.packages = dict(static.packages)
     row.not_permitted = [] if zombie else denied
-    if state in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
+    if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
         row.waiting = _procfs.waiting_point(proc.pid)
     return row
 
@@ -181,7 +236,7 @@ def _collect_watch(
             if key in state.seen:
                 found += 1
                 continue  # an earlier watch already shows it
-            row = _describe(proc, watch_id, pid == tree, spec)
+            row = _describe(proc, key, watch_id, pid == tree, spec, state)
         except psutil.NoSuchProcess:
             continue  # exited while we looked: the next snapshot reports it gone
         row.tree = tree
@@ -274,13 +329,15 @@ def _exited(
 def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section = ProcessesSection(stuck_after_s=ctx.settings.stuck_after_s)
     specs = [(w.id, w.spec) for w in watches if isinstance(w.spec, ProcessWatch)]
-    handles = ctx.memory_of(NAME, ProcessesMemory).handles
+    memory = ctx.memory_of(NAME, ProcessesMemory)
+    handles = memory.handles
     try:
         table = _proctree.scan() if specs else {}
         excluded = _excluded()
         children = _proctree.children_map(table)
         state = _State(
             handles=handles,
+            described=memory.described,
             limit=ctx.settings.limits.processes_per_watch_max,
             sampler=sampler.shared(ctx.settings.sample_interval_s),
             listen=_procfs.listening_inodes() if specs and not ctx.probe else {},
@@ -310,6 +367,8 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
                 row.cpu_percent = proc.cpu_percent(None)
     for key in set(handles) - state.seen:
         del handles[key]
+    for key in set(memory.described) - state.seen:
+        del memory.described[key]
     section.matched = len(matched)
     section.featured = featured(section.items)
     section.workers = workers(section.items)
