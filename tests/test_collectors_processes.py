@@ -417,3 +417,20 @@ def test_matches_remembered_per_process_are_remembered_per_pattern(sleeper) -> N
     assert other.items == [] and other.matched == 0
     again = processes.collect([watch(match=code)], ctx).items
     assert sleeper.pid in {r.pid for r in again}
+
+
+def test_a_snapshot_reads_the_process_table_afresh_after_a_probe() -> None:
+    """Probes may share a process table read within the last second; a snapshot never does:
+    a process started right after a probe is in the next snapshot, with its descriptors."""
+    tag = f"ctxd-fresh-{uuid.uuid4().hex[:12]}"
+    probe = CollectContext(settings=Settings(), probe=True)
+    assert processes.collect([watch(match=tag)], probe).items == []
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag])
+    try:
+        rows = processes.collect([watch(match=tag)], context()).items
+        assert [r.pid for r in rows] == [proc.pid] and rows[0].open_files
+        probed = processes.collect([watch(match=tag)], probe).items  # shares that table
+        assert [r.pid for r in probed] == [proc.pid] and probed[0].open_files is None
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

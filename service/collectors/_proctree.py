@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 import psutil
@@ -18,6 +19,7 @@ class Entry:
     name: str
     text: str
     program: str
+    start_ticks: int = 0  # clock ticks after boot, as /proc/PID/stat says (psutil's too)
     # Whether `text` matches a watch's pattern, by pattern: an entry lives as long as its
     # process (see `scan`), so a crowd of host processes is matched once, not every snapshot.
     matched: dict[str, bool] = field(default_factory=dict)
@@ -25,6 +27,26 @@ class Entry:
 
 _cache: dict[int, tuple[int, Entry]] = {}
 _cache_lock = threading.Lock()
+# The latest table with its children map, and when it was read (time.monotonic()).
+_latest: tuple[float, dict[int, Entry], dict[int, list[int]]] = (float("-inf"), {}, {})
+
+
+def shared(max_age_s: float, wanted: bool = True) -> tuple[dict[int, Entry], dict[int, list[int]]]:
+    """(table, children map) read at most `max_age_s` ago, or read now; both read-only.
+
+    Probes of many sessions in one watcher tick share one read of /proc.
+    """
+    global _latest
+    if not wanted:
+        return {}, {}
+    stamp, table, children = _latest
+    if time.monotonic() - stamp <= max_age_s:
+        return table, children
+    started = time.monotonic()
+    table = scan()
+    children = children_map(table)
+    _latest = (started, table, children)
+    return table, children
 
 
 def scan() -> dict[int, Entry]:
@@ -71,12 +93,14 @@ def _read(pid: int) -> Entry | None:
         return None
     close = stat.rfind(b")")
     name = stat[stat.find(b"(") + 1 : close].decode(errors="replace")
-    ppid = int(stat[close + 2 :].split(maxsplit=2)[1])
+    fields = stat[close + 2 :].split()
+    ppid = int(fields[1])
+    start_ticks = int(fields[19]) if len(fields) > 19 else 0
     argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
     # Zombies and kernel threads have no command line; their name is all there is to match.
     text = " ".join(argv) or name
     program = os.path.basename(argv[0]) if argv else ""
-    return Entry(ppid=ppid, name=name, text=text, program=program)
+    return Entry(ppid=ppid, name=name, text=text, program=program, start_ticks=start_ticks)
 
 
 def ancestors(pid: int, table: dict[int, Entry]) -> list[int]:

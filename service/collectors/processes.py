@@ -39,6 +39,8 @@ _ATTRS = ["ppid", "name", "username", "status", "memory_info", "num_threads", "c
 _ATTRS += ["cmdline", "cwd", "exe"]
 
 Key = tuple[int, float]
+PROBE_TABLE_AGE_S = 1.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 __all__ = ["DEFAULT_ENV", "NAME", "SECTION", "ProcessesMemory", "collect", "parse_flags"]
 
@@ -73,12 +75,25 @@ class _State:
     limit: int
     sampler: sampler.Sampler
     listen: dict[int, int]
+    table: dict[int, _proctree.Entry] = field(default_factory=dict)
+    boot: float = 0.0
+    # a probe looks for exits only: no descriptors, sockets or waiting points
+    probe: bool = False
     seen: set[Key] = field(default_factory=set)
     fresh: list[tuple[psutil.Process, ProcessInfo]] = field(default_factory=list)
 
 
-def _handle(pid: int, handles: dict[Key, psutil.Process]) -> tuple[Key, psutil.Process, bool]:
-    """The kept psutil handle for pid (and whether it is new); raises psutil.NoSuchProcess."""
+def _handle(
+    pid: int, handles: dict[Key, psutil.Process], known: Key | None = None
+) -> tuple[Key, psutil.Process, bool]:
+    """The kept psutil handle for pid (and whether it is new); raises psutil.NoSuchProcess.
+
+    `known`: the key as the process table computes it, which saves opening a new handle
+    (two reads of /proc) for a process already kept.
+    """
+    kept = handles.get(known) if known is not None else None
+    if kept is not None and known is not None:
+        return known, kept, False
     proc = psutil.Process(pid)
     key = (pid, proc.create_time())
     kept = handles.get(key)
@@ -86,6 +101,14 @@ def _handle(pid: int, handles: dict[Key, psutil.Process]) -> tuple[Key, psutil.P
         return key, kept, False
     handles[key] = proc
     return key, proc, True
+
+
+def _table_key(pid: int, table: dict[int, _proctree.Entry], boot: float) -> Key | None:
+    """(pid, start time) as psutil computes it (same float), from the process table."""
+    entry = table.get(pid)
+    if entry is None or not entry.start_ticks:
+        return None
+    return pid, float(entry.start_ticks) / _CLOCK_TICKS + boot
 
 
 @lru_cache(maxsize=64)
@@ -178,7 +201,7 @@ def _describe(
     if static.packages is not None:
         row.packages = dict(static.packages)
     row.not_permitted = [] if zombie else denied
-    if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
+    if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP) and not state.probe:
         row.waiting = _procfs.waiting_point(proc.pid)
     return row
 
@@ -232,7 +255,7 @@ def _collect_watch(
             section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
             break
         try:
-            key, proc, new = _handle(pid, state.handles)
+            key, proc, new = _handle(pid, state.handles, _table_key(pid, state.table, state.boot))
             if key in state.seen:
                 found += 1
                 continue  # an earlier watch already shows it
@@ -244,7 +267,8 @@ def _collect_watch(
         found += 1
         shown += 1
         section.items.append(row)
-        _add_descriptors(row, state)
+        if not state.probe:
+            _add_descriptors(row, state)
         sampled = _add_reading(row, key, state)
         if not sampled:
             if new:
@@ -332,15 +356,19 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     memory = ctx.memory_of(NAME, ProcessesMemory)
     handles = memory.handles
     try:
-        table = _proctree.scan() if specs else {}
+        # a probe may share a table read within the last second (the watcher probes every
+        # session in one tick); a snapshot reads its own, which probes then share
+        table, children = _proctree.shared(PROBE_TABLE_AGE_S if ctx.probe else 0.0, bool(specs))
         excluded = _excluded()
-        children = _proctree.children_map(table)
         state = _State(
             handles=handles,
             described=memory.described,
             limit=ctx.settings.limits.processes_per_watch_max,
             sampler=sampler.shared(ctx.settings.sample_interval_s),
             listen=_procfs.listening_inodes() if specs and not ctx.probe else {},
+            probe=ctx.probe,
+            table=table,
+            boot=psutil.boot_time(),
         )
     except Exception as exc:  # a broken /proc must not cost the whole dump
         section.unavailable.append(Unavailable(target=NAME, reason=_reason(exc)))
