@@ -20,6 +20,7 @@ class Entry:
     text: str
     program: str
     start_ticks: int = 0  # clock ticks after boot, as /proc/PID/stat says (psutil's too)
+    argv: tuple[str, ...] = ()
     # Whether `text` matches a watch's pattern, by pattern: an entry lives as long as its
     # process (see `scan`), so a crowd of host processes is matched once, not every snapshot.
     matched: dict[str, bool] = field(default_factory=dict)
@@ -100,7 +101,9 @@ def _read(pid: int) -> Entry | None:
     # Zombies and kernel threads have no command line; their name is all there is to match.
     text = " ".join(argv) or name
     program = os.path.basename(argv[0]) if argv else ""
-    return Entry(ppid=ppid, name=name, text=text, program=program, start_ticks=start_ticks)
+    return Entry(
+        ppid=ppid, name=name, text=text, program=program, start_ticks=start_ticks, argv=tuple(argv)
+    )
 
 
 def ancestors(pid: int, table: dict[int, Entry]) -> list[int]:
