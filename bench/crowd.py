@@ -15,6 +15,9 @@ from bench.timing import p95, timed
 from service.discovery import procscan
 
 
+SETTLE_S = 12.0  # two event probes (CTXD_EVENT_PROBE_S, 5 s) and a tick
+
+
 def row(name: str, value: str, note: str = "") -> None:
     print(f"  {name:<44} {value:>14}  {note}")
 
@@ -87,7 +90,9 @@ def bench_idle_crowd(
         sid = f"idle{i}"
         register(client, sid, scenario)
         client.post(f"/api/sessions/{sid}/snapshots").raise_for_status()
-    time.sleep(min(5.0, seconds / 4))  # the first probes of new sessions are not idle
+    # Idle is the steady state: a new session's first two probes walk its artifact tree
+    # (the second settles the tree's watcher), so two probe periods pass before measuring.
+    time.sleep(SETTLE_S)
     proc = psutil.Process(server.process.pid)
     before = proc.cpu_times()
     time.sleep(seconds)

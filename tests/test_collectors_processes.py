@@ -431,6 +431,7 @@ def test_a_snapshot_reads_the_process_table_afresh_after_a_probe() -> None:
         assert [r.pid for r in rows] == [proc.pid] and rows[0].open_files
         probed = processes.collect([watch(match=tag)], probe).items  # shares that table
         assert [r.pid for r in probed] == [proc.pid] and probed[0].open_files is None
+        assert probed[0].key == rows[0].key  # the same process to the events that compare keys
     finally:
         proc.kill()
         proc.wait(timeout=10)

@@ -77,7 +77,7 @@ class _State:
     listen: dict[int, int]
     table: dict[int, _proctree.Entry] = field(default_factory=dict)
     boot: float = 0.0
-    # a probe looks for exits only: no descriptors, sockets or waiting points
+    # a probe looks for exits only: its rows come from the process table (see `_glimpse`)
     probe: bool = False
     seen: set[Key] = field(default_factory=set)
     fresh: list[tuple[psutil.Process, ProcessInfo]] = field(default_factory=list)
@@ -201,9 +201,40 @@ def _describe(
     if static.packages is not None:
         row.packages = dict(static.packages)
     row.not_permitted = [] if zombie else denied
-    if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP) and not state.probe:
+    if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
         row.waiting = _procfs.waiting_point(proc.pid)
     return row
+
+
+def _row(
+    pid: int, tree: int, watch_id: int, spec: ProcessWatch, state: _State
+) -> tuple[Key, ProcessInfo, psutil.Process | None, bool]:
+    """(key, row, handle, whether the handle is new) for one pid; raises NoSuchProcess.
+
+    A probe's row comes from the process table when the table knows the process; a pid
+    watch can name one newer than a shared table, which is then described in full.
+    """
+    if state.probe and pid in state.table:
+        key, row = _glimpse(pid, watch_id, pid == tree, state)
+        return key, row, None, False
+    key, proc, new = _handle(pid, state.handles, _table_key(pid, state.table, state.boot))
+    return key, _describe(proc, key, watch_id, pid == tree, spec, state), proc, new
+
+
+def _glimpse(pid: int, watch_id: int, root: bool, state: _State) -> tuple[Key, ProcessInfo]:
+    """A probe's row, from the process table alone: which process it is, nothing read.
+
+    Events need to know which processes live; a snapshot describes them.
+    """
+    entry, key = state.table.get(pid), _table_key(pid, state.table, state.boot)
+    if entry is None or key is None:
+        raise psutil.NoSuchProcess(pid)
+    started = datetime.fromtimestamp(key[1], UTC)
+    row = ProcessInfo(
+        watch_id=watch_id, pid=pid, ppid=entry.ppid, name=entry.name, state="unknown",
+        started_at=started, age_s=max(0.0, time.time() - key[1]), root=root,
+    )  # fmt: skip
+    return key, row
 
 
 def _add_descriptors(row: ProcessInfo, state: _State) -> None:
@@ -255,11 +286,10 @@ def _collect_watch(
             section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
             break
         try:
-            key, proc, new = _handle(pid, state.handles, _table_key(pid, state.table, state.boot))
+            key, row, proc, new = _row(pid, tree, watch_id, spec, state)
             if key in state.seen:
                 found += 1
                 continue  # an earlier watch already shows it
-            row = _describe(proc, key, watch_id, pid == tree, spec, state)
         except psutil.NoSuchProcess:
             continue  # exited while we looked: the next snapshot reports it gone
         row.tree = tree
@@ -267,8 +297,10 @@ def _collect_watch(
         found += 1
         shown += 1
         section.items.append(row)
-        if not state.probe:
-            _add_descriptors(row, state)
+        if state.probe or proc is None:
+            state.sampler.track(key)  # kept sampled while only probes ask (idle history)
+            continue
+        _add_descriptors(row, state)
         sampled = _add_reading(row, key, state)
         if not sampled:
             if new:
