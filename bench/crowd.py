@@ -14,7 +14,6 @@ from bench.scenario import Scenario, Server, register
 from bench.timing import p95, timed
 from service.discovery import procscan
 
-
 SETTLE_S = 12.0  # two event probes (CTXD_EVENT_PROBE_S, 5 s) and a tick
 
 
