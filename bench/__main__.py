@@ -202,13 +202,15 @@ def main() -> None:
             bench_resume(server, client, args.runs, figures, 3 if args.quick else 5)
             tools = crowd.use_mcp(server)
             print(f"MCP in use: a client session listed {tools} tools, took a snapshot, resumed")
+            figures["peak_rss_mb"] = crowd.peak_rss_mb(server.process.pid)
+            row("peak RSS (VmHWM): snapshots, resume, MCP", f"{figures['peak_rss_mb']:.1f} MB")
             crowd.bench_watch300(client, scenario, args.runs, figures)
             counts = [5000] if args.quick else [100, 1000, 5000]
             bench_scaling(client, scenario, args.runs, counts, figures)
             crowd.bench_idle_crowd(server, client, scenario, args.idle_seconds, figures)
-            figures["peak_rss_mb"] = crowd.peak_rss_mb(server.process.pid)
-            rss = f"{figures['peak_rss_mb']:.1f} MB"
-            row("peak RSS (VmHWM) after MCP, snapshots, 10 sessions", rss)
+            figures["peak_rss_10_sessions_mb"] = crowd.peak_rss_mb(server.process.pid)
+            rss = f"{figures['peak_rss_10_sessions_mb']:.1f} MB"
+            row("peak RSS (VmHWM), then 10 sessions x 8 watches", rss)
             bench_storage(client, server, scenario, args.storage, figures, steady=not args.quick)
             if not args.quick:
                 bench_log_sizes(client, scenario, args.runs, [2**20, 2**30, 10 * 2**30])
