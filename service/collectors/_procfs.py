@@ -89,12 +89,12 @@ def _diag_listening(family: int) -> dict[int, int]:
 
 def descriptors(pid: int, proc: Path = PROC) -> tuple[int, set[int]]:
     """(number of open descriptors, inodes of its sockets); raises PermissionError, OSError."""
-    folder = proc / str(pid) / "fd"
+    folder = f"{proc}/{pid}/fd"  # strings, not Paths: this runs for every watched process
     names = os.listdir(folder)
     sockets: set[int] = set()
     for name in names:
         try:
-            match = _SOCKET.match(os.readlink(folder / name))
+            match = _SOCKET.match(os.readlink(f"{folder}/{name}"))
         except OSError:
             continue  # closed between listdir and readlink
         if match:
@@ -117,12 +117,14 @@ def waiting_point(pid: int, proc: Path = PROC) -> str | None:
     rights) the call it sits in. None when it runs or nothing can be read.
     """
     try:
-        wchan = (proc / str(pid) / "wchan").read_text().strip()
+        with open(f"{proc}/{pid}/wchan", encoding="utf-8", errors="replace") as handle:
+            wchan = handle.read().strip()
     except OSError:
         wchan = ""
     call = ""
     try:
-        first = (proc / str(pid) / "syscall").read_text().split(maxsplit=1)[0]
+        with open(f"{proc}/{pid}/syscall", encoding="utf-8", errors="replace") as handle:
+            first = handle.read().split(maxsplit=1)[0]
         if first.isdigit():
             number = int(first)
             known = _SYSCALLS_X86_64.get(number) if platform.machine() == "x86_64" else None
