@@ -1,8 +1,8 @@
 """The store: versions without gaps or duplicates under concurrency, and old data dirs open."""
 
 import sqlite3
-import zlib
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
