@@ -2,19 +2,17 @@
 
 import contextlib
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from fnmatch import translate
-from functools import lru_cache
 from typing import Any
 
 import psutil
 
-from service import redact, redact_known, sampler
-from service.collectors import CollectContext, _procfs, _proctree
+from service import redact, sampler
+from service.collectors import CollectContext, _proc_static, _procfs, _proctree
 from service.collectors._argv import parse_flags
+from service.collectors._proc_static import DEFAULT_ENV
 from service.collectors._proc_summary import featured, workers
 from service.models import (
     ExitedProcess,
@@ -28,13 +26,8 @@ from service.models import (
 NAME = "processes"
 SECTION = ProcessesSection
 
-# What decides how a GPU job behaves, and which Python and libraries it actually loads.
-_ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
-_PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
-DEFAULT_ENV = _ML_ENV + _PATH_ENV
-
 # Read at every snapshot; what follows from the command line and the environment (which a
-# process cannot change after exec) is described once per process and exec (see `_Static`).
+# process cannot change after exec) is described once per process and exec (see `_proc_static`).
 _ATTRS = ["ppid", "name", "username", "status", "memory_info", "num_threads", "create_time"]
 _ATTRS += ["cmdline", "cwd", "exe"]
 
@@ -50,20 +43,7 @@ class ProcessesMemory:
     """psutil handles kept between snapshots: a second cpu_percent() call is a real reading."""
 
     handles: dict[Key, psutil.Process] = field(default_factory=dict)
-    described: dict[Key, "_Static"] = field(default_factory=dict)
-
-
-@dataclass
-class _Static:
-    """What one exec of a process shows for good: its redacted command line and environment,
-    and its packages. `signature` says when to describe it again: another exec (command line,
-    executable), another watch spec, or a secret learned since (redaction may change)."""
-
-    signature: tuple
-    argv: list[str]
-    env: dict[str, str]
-    packages: dict[str, str] | None
-    denied: list[str]
+    described: dict[Key, _proc_static.Static] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,7 +51,7 @@ class _State:
     """What one collect() shares across watches."""
 
     handles: dict[Key, psutil.Process]
-    described: dict[Key, _Static]
+    described: dict[Key, _proc_static.Static]
     limit: int
     sampler: sampler.Sampler
     listen: dict[int, int]
@@ -111,57 +91,6 @@ def _table_key(pid: int, table: dict[int, _proctree.Entry], boot: float) -> Key 
     return pid, float(entry.start_ticks) / _CLOCK_TICKS + boot
 
 
-@lru_cache(maxsize=64)
-def _env_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """The globs of a watch's `env` as one regex: one match per variable, not one per glob."""
-    return re.compile("|".join(f"(?:{translate(p)})" for p in patterns))
-
-
-def _select(environ: dict[str, str], patterns: tuple[str, ...]) -> dict[str, str]:
-    wanted = _env_pattern(patterns).match
-    return {k: v for k, v in sorted(environ.items()) if wanted(k)}
-
-
-def _static(
-    proc: psutil.Process, info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool
-) -> _Static:
-    """Read and redact what a process shows for good (inside the caller's oneshot)."""
-    denied: list[str] = []
-    environ: dict[str, str] | None = None
-    if root:
-        try:
-            environ = proc.environ()
-            redact.learn_env(environ)  # its secrets are then redacted wherever they reappear
-        except psutil.ZombieProcess:
-            pass  # dead already: nothing left to read
-        except psutil.AccessDenied:
-            denied.append("environment")
-    packages = None
-    python = os.path.basename(info["exe"] or "").startswith("python")
-    if root and (spec.packages or python) and not zombie:
-        dirs = _procfs.site_dirs(
-            (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
-            root=f"/proc/{proc.pid}/root",
-        )  # fmt: skip
-        asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
-        packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
-    return _Static(
-        # the generation is read before redacting: a secret learned meanwhile re-describes
-        signature=_signature(info, root, spec, zombie),
-        argv=redact.argv(info["cmdline"] or []),
-        env=redact.env(_select(environ or {}, tuple(spec.env) or DEFAULT_ENV)),
-        packages=packages,
-        denied=denied,
-    )
-
-
-def _signature(info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool) -> tuple:
-    return (
-        tuple(info["cmdline"] or ()), info["exe"], root, zombie, tuple(spec.env),
-        tuple(spec.packages), redact_known.generation,
-    )  # fmt: skip
-
-
 def _describe(
     proc: psutil.Process, key: Key, watch_id: int, root: bool, spec: ProcessWatch, state: "_State"
 ) -> ProcessInfo:
@@ -171,8 +100,8 @@ def _describe(
         status = info["status"] or "unknown"
         zombie = status == psutil.STATUS_ZOMBIE
         static = state.described.get(key)
-        if static is None or static.signature != _signature(info, root, spec, zombie):
-            static = state.described[key] = _static(proc, info, root, spec, zombie)
+        if static is None or static.signature != _proc_static.signature(info, root, spec, zombie):
+            static = state.described[key] = _proc_static.describe(proc, info, root, spec, zombie)
     created = info["create_time"] or 0.0
     memory = info["memory_info"]
     denied = list(static.denied)
