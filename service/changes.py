@@ -3,6 +3,7 @@
 import hashlib
 import json
 import math
+from functools import lru_cache
 from typing import Any
 
 from service import happened
@@ -162,17 +163,29 @@ def content_key(snapshot: Snapshot) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def _volatile(key: str) -> bool:
-    return key in _VOLATILE_KEYS or key.endswith(_VOLATILE_SUFFIXES)
+_KEEP, _DROP, _PERCENT, _BYTES = range(4)
+
+
+@lru_cache(maxsize=4096)
+def _rule(key: str) -> int:
+    """What content_key does with a field of this name (field names are few: cached)."""
+    if key in _VOLATILE_KEYS or key.endswith(_VOLATILE_SUFFIXES):
+        return _DROP
+    if key.endswith("_percent"):
+        return _PERCENT
+    return _BYTES if key.endswith("_bytes") else _KEEP
 
 
 def _stable(value: Any, key: str = "") -> Any:
     if isinstance(value, dict):
-        return {k: _stable(v, k) for k, v in value.items() if not _volatile(k)}
+        return {k: _stable(v, k) for k, v in value.items() if _rule(k) != _DROP}
     if isinstance(value, list):
         return [_stable(v, key) for v in value]
-    if key.endswith("_percent") and isinstance(value, int | float):
+    if isinstance(value, str) or value is None:
+        return value
+    rule = _rule(key)
+    if rule == _PERCENT and isinstance(value, int | float):
         return 0 if value < 1 else 1 if value < 25 else 2 if value < 75 else 3
-    if key.endswith("_bytes") and isinstance(value, int) and value > 0:
+    if rule == _BYTES and isinstance(value, int) and value > 0:
         return round(math.log2(value) * 4)  # about 19 % steps
     return value

@@ -35,6 +35,9 @@ class CollectorRunner:
         self._guard = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collector")
         self._inflight: dict[tuple[str, str], Future] = {}
+        # Milliseconds of each collector and of the redaction in the latest run, per memory
+        # key ("snapshot:sid"): what `make bench --profile` prints as a snapshot's breakdown.
+        self.last_timings: dict[str, dict[str, float]] = {}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -69,20 +72,36 @@ class CollectorRunner:
         # All collectors start at once: most of their time is spent in system calls, so the
         # snapshot costs about the slowest of them, not their sum. Each has its own deadline.
         deadline = time.monotonic() + self.settings.limits.collector_timeout_s
+        timings: dict[str, float] = {}
         sections = {}
-        for name, future in [(c.NAME, self._submit(key, c, watches, ctx)) for c in chosen]:
+        submitted = [(c.NAME, self._submit(key, c, watches, ctx, timings)) for c in chosen]
+        for name, future in submitted:
             sections[name] = (
                 self._result(name, future, deadline) if future is not None else _busy(name)
             )
+        started = time.perf_counter()
         observations = Observations.model_validate(sections)
+        timings["validate"] = (time.perf_counter() - started) * 1000
         if peers is not None and asked is not None:
+            started = time.perf_counter()
             peers.merge(asked, observations)
+            timings["peers"] = (time.perf_counter() - started) * 1000
         # A probe is compared and dropped, never kept or shown; what it reports goes through
         # the redactor as the event snapshot's note.
-        return observations if ctx.probe else redact.scrub(observations)
+        if not ctx.probe:
+            started = time.perf_counter()
+            observations = redact.scrub(observations)
+            timings["redaction"] = (time.perf_counter() - started) * 1000
+        self.last_timings[key] = timings
+        return observations
 
     def _submit(
-        self, key: str, collector: Collector, watches: list[Watch], ctx: CollectContext
+        self,
+        key: str,
+        collector: Collector,
+        watches: list[Watch],
+        ctx: CollectContext,
+        timings: dict[str, float],
     ) -> Future | None:
         """Start a collector, unless its previous run for the same memory is still going: a
         timed-out collector cannot be stopped, and two runs must not share one memory."""
@@ -90,7 +109,7 @@ class CollectorRunner:
             running = self._inflight.get((key, collector.NAME))
             if running is not None and not running.done():
                 return None
-            future = self._pool.submit(collector.collect, watches, ctx)
+            future = self._pool.submit(_timed, collector, watches, ctx, timings)
             self._inflight[(key, collector.NAME)] = future
             return future
 
@@ -103,6 +122,16 @@ class CollectorRunner:
             log.exception("collector %s failed", name)
             reason = f"collector failed: {type(exc).__name__}"
         return {"unavailable": [Unavailable(target=name, reason=reason)]}
+
+
+def _timed(
+    collector: Collector, watches: list[Watch], ctx: CollectContext, timings: dict[str, float]
+) -> Any:
+    started = time.perf_counter()
+    try:
+        return collector.collect(watches, ctx)
+    finally:
+        timings[collector.NAME] = (time.perf_counter() - started) * 1000
 
 
 def _busy(name: str) -> dict[str, list[Unavailable]]:

@@ -16,6 +16,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -238,9 +239,16 @@ def _scrub_model(obj: BaseModel) -> BaseModel:
     return obj.model_copy(update=update)
 
 
+# Leaves that hold no text, answered before the (slow) abstract Mapping check: a snapshot
+# walks thousands of numbers, times and Nones.
+_NO_TEXT = (int, float, bool, type(None), datetime)
+
+
 def _scrub(obj: Any) -> Any:
     if isinstance(obj, str):
         return text(obj)
+    if isinstance(obj, _NO_TEXT):
+        return obj
     if isinstance(obj, BaseModel):
         return _scrub_model(obj)
     if isinstance(obj, Mapping):

@@ -52,6 +52,9 @@ class Snapshotter:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._size_cache: tuple[float, int] = (0.0, 0)
+        # Milliseconds of each phase of the latest snapshot of a session (`make bench
+        # --profile`); the collectors' own share is in `runner.last_timings`.
+        self.last_phases: dict[str, dict[str, float]] = {}
 
     def close(self) -> None:
         self.runner.close()
@@ -76,12 +79,16 @@ class Snapshotter:
     ) -> Snapshot:
         """Observe and describe the session now, as the version after the latest stored one."""
         started = time.perf_counter()
+        clock = _Clock(self.last_phases.setdefault(sid, {}))
+        clock.into.clear()
         session = self.store.get_session(sid)
         latest = self.store.latest_version(sid)
         previous = self.store.get_snapshot(sid, latest) if latest else None
         before = previous.observations if previous else None
         watches = self.store.list_watches(sid)
+        clock.lap("read previous")
         observations = self.runner.observe(sid, watches, before, purpose=purpose)
+        clock.lap("collect + redact")
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         launch_history.follow(self.store, sid, watches, observations)
         if purpose == "snapshot":
@@ -89,6 +96,7 @@ class Snapshotter:
         agent_context.enrich(narrative, self.store, session, watches)
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
+        clock.lap("narrative + launches")
         snapshot = Snapshot(
             header=SnapshotHeader(
                 session=sid,
@@ -106,7 +114,9 @@ class Snapshotter:
             signals=signals.derive(observations, before),
             observations=observations,
         )
+        clock.lap("signals")
         snapshot.changes = changes.compare(previous, snapshot)
+        clock.lap("changes")
         snapshot.header.duration_ms = (time.perf_counter() - started) * 1000
         return snapshot
 
@@ -121,21 +131,26 @@ class Snapshotter:
         """
         with self._lock(sid):
             snapshot = self.assemble(sid, trigger, note)
+            clock = _Clock(self.last_phases[sid])
             key = changes.content_key(snapshot)
             latest = snapshot.header.previous_version
             if latest and not force and key == self.store.content_key(sid, latest):
                 return self._confirm(sid, latest, snapshot.header.taken_at)
+            clock.lap("content key")
 
             rendered: list[str] = []
 
             def build(version: int) -> tuple[Snapshot, str]:
                 snapshot.header.version = version
                 rendered.append(self.render(snapshot))
+                clock.lap("render")
                 return snapshot, rendered[-1]
 
             self.store.add_snapshot(sid, build, key)
+            clock.lap("store + commit")
             # the committed text, as rendered: no need to read it back and decompress it
             self.write_files(sid, snapshot.header.version, rendered[-1], latest=True)
+            clock.lap("Markdown files")
             return snapshot
 
     def _confirm(self, sid: str, version: int, at: datetime) -> Snapshot:
@@ -191,6 +206,19 @@ class Snapshotter:
     def rebuild_files(self) -> int:
         """Rewrite any Markdown file missing on disk from the database (the truth)."""
         return self.files.rebuild()
+
+
+class _Clock:
+    """Laps of one snapshot's phases into `into`, in milliseconds (cheap: one perf_counter)."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+        self.started = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        moment = time.perf_counter()
+        self.into[phase] = (moment - self.started) * 1000
+        self.started = moment
 
 
 def build_narrative(objective: str, entries: list[JournalEntry]) -> Narrative:

@@ -12,6 +12,20 @@ from service.store_db import Connection, iso
 
 # The newest actions kept per session: recent commands and repeated reads come from these.
 ACTIONS_KEPT = 200
+# What `store_search.index_launch` reads of a launch: a change to these re-indexes it.
+_INDEXED = frozenset({"argv", "started_at", "ended_at", "port_opened", "cwd"})
+
+
+def _launch_row(sid: str, launch: dict[str, Any]) -> dict[str, Any]:
+    """A launch as its row is stored: lists and dicts as JSON, times as ISO text."""
+    row = {**launch, "session": sid}
+    for name in ("argv", "env", "expected_ports"):
+        if name in row:
+            row[name] = json.dumps(row[name])
+    for name in ("started_at", "ended_at"):
+        if isinstance(row.get(name), datetime):
+            row[name] = iso(row[name])
+    return row
 
 
 class AgentRows(Connection):
@@ -44,24 +58,37 @@ class AgentRows(Connection):
 
     def save_launches(self, sid: str, launches: list[dict[str, Any]]) -> None:
         """Insert or update launches in one transaction (one commit per snapshot, not per
-        process); an update may give only some fields."""
+        process); an update may give only some fields.
+
+        A running launch is seen again at every snapshot: what did not change is not written,
+        and a change of what the search index does not hold (its idle time) is one UPDATE.
+        """
         with self._tx() as db:
+            stored = {
+                r["start_key"]: r
+                for r in self._rows("select * from launches where session = ?", [sid])
+            }
             for launch in launches:
-                row = {**launch, "session": sid}
-                for name in ("argv", "env", "expected_ports"):
-                    if name in row:
-                        row[name] = json.dumps(row[name])
-                for name in ("started_at", "ended_at"):
-                    if isinstance(row.get(name), datetime):
-                        row[name] = iso(row[name])
+                row = _launch_row(sid, launch)
+                before = stored.get(row["start_key"])
+                changed = {k: v for k, v in row.items() if before is None or before.get(k) != v}
+                if before is not None and not changed:
+                    continue
+                if before is not None and not changed.keys() & _INDEXED:
+                    sets = ", ".join(f"{name} = ?" for name in changed)
+                    db.execute(
+                        f"update launches set {sets} where session = ? and start_key = ?",
+                        [*changed.values(), sid, row["start_key"]],
+                    )
+                    continue
                 db.table("launches").upsert(row, pk=("session", "start_key"))
-                stored = db.execute(
+                found = db.execute(
                     "select * from launches where session = ? and start_key = ?",
                     [sid, row["start_key"]],
                 )
-                columns = [c[0] for c in stored.description]
-                found = dict(zip(columns, stored.fetchone(), strict=True))
-                store_search.index_launch(db, sid, found)
+                columns = [c[0] for c in found.description]
+                now_stored = dict(zip(columns, found.fetchone(), strict=True))
+                store_search.index_launch(db, sid, now_stored)
 
     def list_launches(self, sid: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest launches, oldest first."""

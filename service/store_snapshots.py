@@ -42,7 +42,7 @@ class SnapshotRows(Connection):
                     "signals": len(snapshot.signals),
                     "changes": len(snapshot.changes),
                     "sections": json.dumps(self._put_sections(db, snapshot)),
-                    "markdown_z": zlib.compress(markdown.encode(), 6),
+                    "markdown_z": self._encode_markdown(sid, version, markdown),
                     "content_key": content_key,
                 }
             )
@@ -75,10 +75,11 @@ class SnapshotRows(Connection):
             )
 
     def set_markdown(self, sid: str, version: int, markdown: str) -> None:
+        """The latest version's dump, rewritten (a confirmation); no later version leans on it."""
         with self._tx() as db:
             db.execute(
                 "update snapshots set markdown_z = ? where session = ? and version = ?",
-                [zlib.compress(markdown.encode(), 6), sid, version],
+                [self._encode_markdown(sid, version, markdown), sid, version],
             )
             at = self._snapshot_row(sid, version, "taken_at")["taken_at"]
             store_search.index_dump(db, sid, version, at, markdown)
@@ -130,9 +131,37 @@ class SnapshotRows(Connection):
 
     def get_markdown(self, sid: str, version: int) -> str:
         row = self._snapshot_row(sid, version, "markdown, markdown_z")
-        if row["markdown_z"] is not None:
-            return zlib.decompress(row["markdown_z"]).decode()
-        return str(row["markdown"])
+        data = row["markdown_z"]
+        if data is None:
+            return str(row["markdown"])
+        base = _delta_base(data)
+        if base is None:
+            return zlib.decompress(data).decode()
+        key = self._snapshot_row(sid, base, "markdown_z")["markdown_z"]
+        return _undelta(data, zlib.decompress(key)).decode()
+
+    # A dump is stored whole (zlib) every KEYFRAME_EVERY versions; the others as zlib with the
+    # keyframe's dump as preset dictionary: a version that adds a log line costs a few hundred
+    # bytes, not a compressed dump, and any version reads back with two decompressions.
+
+    def _encode_markdown(self, sid: str, version: int, markdown: str) -> bytes:
+        rows = self._rows(
+            "select version, markdown_z from snapshots where session = ? and version < ?"
+            " order by version desc limit 1",
+            [sid, version],
+        )
+        raw = markdown.encode()
+        if not rows or rows[0]["markdown_z"] is None:
+            return zlib.compress(raw, 6)
+        previous = rows[0]
+        base = _delta_base(previous["markdown_z"]) or previous["version"]
+        if version - base >= KEYFRAME_EVERY:
+            return zlib.compress(raw, 6)
+        if base == previous["version"]:
+            key_z = previous["markdown_z"]
+        else:
+            key_z = self._snapshot_row(sid, base, "markdown_z")["markdown_z"]
+        return _delta(raw, zlib.decompress(key_z), base)
 
     def _snapshot_row(self, sid: str, version: int, columns: str) -> dict:
         rows = self._rows(
@@ -185,6 +214,7 @@ class SnapshotRows(Connection):
                 if r["version"] not in keep and datetime.fromisoformat(r["taken_at"]) < cutoff
             ]
         with self._tx() as db:
+            self._rekey(doomed)
             for sid, version in doomed:
                 db.execute(
                     "delete from snapshots where session = ? and version = ?", [sid, version]
@@ -196,12 +226,47 @@ class SnapshotRows(Connection):
             store_search.after_prune(db)
         return doomed
 
+    def _rekey(self, doomed: list[tuple[str, int]]) -> None:
+        """Versions that stay but lean on a keyframe about to go are stored whole first."""
+        gone = set(doomed)
+        for sid in {sid for sid, _ in doomed}:
+            rows = self._rows(
+                "select version, markdown_z from snapshots where session = ?"
+                " and substr(markdown_z, 1, 2) = ?",
+                [sid, DELTA],
+            )
+            for row in rows:
+                base = _delta_base(row["markdown_z"])
+                if (sid, row["version"]) not in gone and (sid, base) in gone:
+                    whole = zlib.compress(self.get_markdown(sid, row["version"]).encode(), 6)
+                    self.db.execute(
+                        "update snapshots set markdown_z = ? where session = ? and version = ?",
+                        [whole, sid, row["version"]],
+                    )
+
     def size_bytes(self) -> int:
         """The database with its WAL: what the data dir's truth costs on disk."""
         return sum(p.stat().st_size for p in _db_files(self.path))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+KEYFRAME_EVERY = 32
+DELTA = b"\x00d"  # never the start of a zlib stream (0x78 ...)
+
+
+def _delta(raw: bytes, key: bytes, base: int) -> bytes:
+    packer = zlib.compressobj(6, zdict=key[-32768:])  # zlib looks back 32 KB at most
+    return DELTA + base.to_bytes(4, "big") + packer.compress(raw) + packer.flush()
+
+
+def _delta_base(data: bytes) -> int | None:
+    """The keyframe version a stored dump leans on; None when it is stored whole."""
+    return int.from_bytes(data[2:6], "big") if data[:2] == DELTA else None
+
+
+def _undelta(data: bytes, key: bytes) -> bytes:
+    unpacker = zlib.decompressobj(zdict=key[-32768:])
+    return unpacker.decompress(data[6:]) + unpacker.flush()
 
 
 def _db_files(path: Path) -> list[Path]:

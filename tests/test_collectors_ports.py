@@ -197,3 +197,37 @@ def test_a_health_url_with_credentials_is_that_watch_line_only(
     assert [(u.watch_id, u.target) for u in section.unavailable] == [(1, f"127.0.0.1:{port}")]
     assert "ValueError" in section.unavailable[0].reason
     assert "pass" not in section.model_dump_json()
+
+
+def test_listening_sockets_from_netlink_match_proc_net_tcp() -> None:
+    """sock_diag (the fast path) and /proc/net/tcp* (the fallback) list the same listeners,
+    a fresh IPv4 and IPv6 listener included, each by its socket inode; a connected socket
+    and a bound one that does not listen are in neither."""
+    from pathlib import Path
+
+    from service.collectors import _procfs
+
+    opened = []
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        sock = socket.socket(family)
+        try:
+            sock.bind((host, 0))
+        except OSError:
+            sock.close()
+            continue  # no IPv6 on this machine
+        sock.listen()
+        opened.append(sock)
+    quiet = socket.socket()
+    quiet.bind(("127.0.0.1", 0))
+    try:
+        fast = _procfs.listening_inodes()
+        # a path other than /proc itself takes the file reading path
+        slow = _procfs.listening_inodes(Path("/proc/self/.."))
+        for sock in opened:  # other sockets of the machine may come and go meanwhile
+            inode = os.fstat(sock.fileno()).st_ino
+            assert fast[inode] == slow[inode] == sock.getsockname()[1]
+        assert os.fstat(quiet.fileno()).st_ino not in fast
+        assert os.fstat(quiet.fileno()).st_ino not in slow
+    finally:
+        for sock in [*opened, quiet]:
+            sock.close()

@@ -380,3 +380,60 @@ def test_a_backtracking_pattern_is_cut_off_not_waited_for(spawn) -> None:
     section = processes.collect(watches, CollectContext(settings=Settings(cpu_sample_s=0)))
     (unavailable,) = section.unavailable
     assert "too slow" in unavailable.reason and unavailable.watch_id == 1
+
+
+def test_a_kept_description_follows_secrets_learned_later_and_the_watch_spec() -> None:
+    """A process's command line and environment are described once and kept between
+    snapshots; a value learned as a secret afterwards is redacted in the next one all the
+    same, and a watch asking for other variables gets them at once."""
+    from service import redact
+
+    tag = f"ctxd-kept-{uuid.uuid4().hex[:12]}"
+    value = f"opaque{uuid.uuid4().hex}"
+    env = {**os.environ, "KEPT_MODE": "fast", "NCCL_DEBUG": "INFO"}
+    code = "import time; time.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", code, tag, "--label", value], env=env)
+    try:
+        ctx = context()
+        rows = processes.collect([watch(match=tag)], ctx).items
+        assert value in rows[0].argv and "KEPT_MODE" not in rows[0].env
+        redact.learn_env({"KEPT_API_TOKEN": value})  # the same value, now known as a secret
+        rows = processes.collect([watch(match=tag)], ctx).items
+        assert value not in " ".join(rows[0].argv) and "[REDACTED]" in rows[0].argv
+        rows = processes.collect([watch(match=tag, env=["KEPT_*"])], ctx).items
+        assert rows[0].env == {"KEPT_MODE": "fast"}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_matches_remembered_per_process_are_remembered_per_pattern(sleeper) -> None:
+    """The process table remembers which patterns each process matched; another pattern
+    over the same processes is still matched on its own."""
+    ctx = context()
+    pid = str(sleeper.pid)
+    own = processes.collect([watch(pid=sleeper.pid)], ctx).items[0].argv
+    code = re.escape(own[-1])  # "import time; time.sleep(120)"
+    assert {r.pid for r in processes.collect([watch(match=code)], ctx).items} >= {sleeper.pid}
+    other = processes.collect([watch(match=code + "-not-" + pid)], ctx)
+    assert other.items == [] and other.matched == 0
+    again = processes.collect([watch(match=code)], ctx).items
+    assert sleeper.pid in {r.pid for r in again}
+
+
+def test_a_snapshot_reads_the_process_table_afresh_after_a_probe() -> None:
+    """Probes may share a process table read within the last second; a snapshot never does:
+    a process started right after a probe is in the next snapshot, with its descriptors."""
+    tag = f"ctxd-fresh-{uuid.uuid4().hex[:12]}"
+    probe = CollectContext(settings=Settings(), probe=True)
+    assert processes.collect([watch(match=tag)], probe).items == []
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag])
+    try:
+        rows = processes.collect([watch(match=tag)], context()).items
+        assert [r.pid for r in rows] == [proc.pid] and rows[0].open_files
+        probed = processes.collect([watch(match=tag)], probe).items  # shares that table
+        assert [r.pid for r in probed] == [proc.pid] and probed[0].open_files is None
+        assert probed[0].key == rows[0].key  # the same process to the events that compare keys
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -70,6 +70,9 @@ def test_a_launch_is_indexed_with_how_it_ended_and_reindexed_only_when_that_chan
     first = store._rows("select id from search_docs where source = 'launch'")
     store.save_launch("s", {"start_key": "42:1", "idle_s": 3.0})  # not indexed: same row
     assert store._rows("select id from search_docs where source = 'launch'") == first
+    assert store.list_launches("s")[0]["idle_s"] == 3.0  # the one changed field, stored
+    store.save_launch("s", {"start_key": "42:1", "idle_s": 3.0})  # nothing new: no write
+    assert store.list_launches("s")[0]["argv"] == ["vllm", "serve"]
     [running] = _hits(store, '"vllm serve" AND status:running')
     assert running.kind == "launch"
     store.save_launch("s", {"start_key": "42:1", "ended_at": now()})

@@ -2,6 +2,7 @@
 
 import sqlite3
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,41 @@ def test_a_version_can_be_read_in_parts(tmp_path: Path):
     assert [s.text for s in part.signals] == ["hello"]
     assert part.observations.logs.items == [] and part.header.version == 1
     assert len(store.get_snapshot("s", 1).observations.logs.items) == 1
+
+
+def test_dumps_stored_as_deltas_read_back_whole_before_and_after_a_prune(tmp_path: Path):
+    """Most versions are stored as a delta against a keyframe dump; each reads back exactly,
+    a confirmation rewrites the latest, and a prune that removes a keyframe leaves the
+    versions that leaned on it readable."""
+    from datetime import timedelta
+
+    from service.store_snapshots import KEYFRAME_EVERY
+
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("d", SessionIn())
+    log = [f"2026-11-29 12:00:{i % 60:02d} step {i} loss {1 / (i + 1):.5f}" for i in range(300)]
+    old = now() - timedelta(days=40)
+    dumps: dict[int, str] = {}
+
+    def build(version: int) -> tuple[Snapshot, str]:
+        moment = old + timedelta(hours=version) if version < 70 else now()
+        header = SnapshotHeader(session="d", version=version, taken_at=moment, trigger="x")
+        tail = "\n".join(log[version : version + 40])
+        dumps[version] = f"# d · v{version}\n\n## Logs\n\n```text\n{tail}\n```\n"
+        return Snapshot(header=header), dumps[version]
+
+    for _ in range(80):
+        store.add_snapshot("d", build)
+    assert all(store.get_markdown("d", v) == dumps[v] for v in dumps)
+    stored = store._rows("select sum(length(markdown_z)) n from snapshots")[0]["n"]
+    whole = sum(len(zlib.compress(d.encode(), 6)) for d in dumps.values())
+    assert stored < whole / 2
+    store.set_markdown("d", 80, dumps[80] + "\nStill true.\n")
+    assert store.get_markdown("d", 80).endswith("Still true.\n")
+
+    removed = {v for _, v in store.prune(keep_days=30)}
+    assert 1 + KEYFRAME_EVERY in removed  # a keyframe went; versions after it lean on it
+    for version in sorted(set(dumps) - removed - {80}):
+        assert store.get_markdown("d", version) == dumps[version]
+    store.add_snapshot("d", build)
+    assert store.get_markdown("d", 81) == dumps[81]

@@ -4,6 +4,8 @@ import hashlib
 import itertools
 import os
 import stat
+import struct
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,11 @@ SAMPLES = 5
 READ_BYTES = 1 << 20
 
 # dev, inode, size, mtime_ns, ctime_ns: ctime cannot be set back by a tool, so an unchanged
-# key means unchanged content without reading a byte.
-CacheKey = tuple[int, int, int, int, int]
+# key means unchanged content without reading a byte. Packed in an interned string: every
+# session (and each purpose) that watches a tree keeps its keys, and a tuple of five big
+# ints costs ~240 bytes where this costs ~90, shared.
+CacheKey = str
+_KEY = struct.Struct("=QQqqq")
 
 
 @dataclass
@@ -43,7 +48,8 @@ class FileEntry:
 
 
 def cache_key(st: os.stat_result) -> CacheKey:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    packed = _KEY.pack(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return sys.intern(packed.decode("latin-1"))
 
 
 def fingerprint_fd(fd: int, size: int, full_max: int, chunk: int) -> tuple[str, int]:
@@ -105,7 +111,8 @@ def fingerprint_path(
     budget.left -= read
     budget.read += read
     budget.opened += 1
-    seen[cache_key(st)] = fingerprint
+    # interned: the sessions watching one tree share each fingerprint
+    seen[cache_key(st)] = fingerprint = sys.intern(fingerprint)
     return st, fingerprint
 
 
@@ -158,7 +165,8 @@ def _list(
     for entry in batch:
         if len(found) >= room:
             return found, True
-        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        # interned: every memory that walks the tree keeps its paths (one copy, shared)
+        rel = sys.intern(f"{rel_dir}/{entry.name}" if rel_dir else entry.name)
         try:
             st = _entry_stat(folder, entry, roots)
         except OSError:

@@ -2,7 +2,8 @@
 
 import os
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -18,10 +19,35 @@ class Entry:
     name: str
     text: str
     program: str
+    start_ticks: int = 0  # clock ticks after boot, as /proc/PID/stat says (psutil's too)
+    argv: tuple[str, ...] = ()
+    # Whether `text` matches a watch's pattern, by pattern: an entry lives as long as its
+    # process (see `scan`), so a crowd of host processes is matched once, not every snapshot.
+    matched: dict[str, bool] = field(default_factory=dict)
 
 
 _cache: dict[int, tuple[int, Entry]] = {}
 _cache_lock = threading.Lock()
+# The latest table with its children map, and when it was read (time.monotonic()).
+_latest: tuple[float, dict[int, Entry], dict[int, list[int]]] = (float("-inf"), {}, {})
+
+
+def shared(max_age_s: float, wanted: bool = True) -> tuple[dict[int, Entry], dict[int, list[int]]]:
+    """(table, children map) read at most `max_age_s` ago, or read now; both read-only.
+
+    Probes of many sessions in one watcher tick share one read of /proc.
+    """
+    global _latest
+    if not wanted:
+        return {}, {}
+    stamp, table, children = _latest
+    if time.monotonic() - stamp <= max_age_s:
+        return table, children
+    started = time.monotonic()
+    table = scan()
+    children = children_map(table)
+    _latest = (started, table, children)
+    return table, children
 
 
 def scan() -> dict[int, Entry]:
@@ -68,12 +94,16 @@ def _read(pid: int) -> Entry | None:
         return None
     close = stat.rfind(b")")
     name = stat[stat.find(b"(") + 1 : close].decode(errors="replace")
-    ppid = int(stat[close + 2 :].split(maxsplit=2)[1])
+    fields = stat[close + 2 :].split()
+    ppid = int(fields[1])
+    start_ticks = int(fields[19]) if len(fields) > 19 else 0
     argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
     # Zombies and kernel threads have no command line; their name is all there is to match.
     text = " ".join(argv) or name
     program = os.path.basename(argv[0]) if argv else ""
-    return Entry(ppid=ppid, name=name, text=text, program=program)
+    return Entry(
+        ppid=ppid, name=name, text=text, program=program, start_ticks=start_ticks, argv=tuple(argv)
+    )
 
 
 def ancestors(pid: int, table: dict[int, Entry]) -> list[int]:
@@ -118,11 +148,18 @@ def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: set[int]) ->
             if pid not in excluded and spec.name in (e.name, e.program)
         ]
     pattern, budget = _patterns.compiled(spec.match or ""), _patterns.Budget()
-    return [
-        pid
-        for pid, e in sorted(table.items())
-        if pid not in excluded and budget.search(pattern, e.text)
-    ]
+    found = []
+    for pid, entry in sorted(table.items()):
+        if pid in excluded:
+            continue
+        hit = entry.matched.get(pattern.pattern)
+        if hit is None:
+            if len(entry.matched) >= 64:
+                entry.matched.clear()
+            hit = entry.matched[pattern.pattern] = budget.search(pattern, entry.text) is not None
+        if hit:
+            found.append(pid)
+    return found
 
 
 def candidates(

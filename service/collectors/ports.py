@@ -155,6 +155,13 @@ def _is_local(host: str) -> bool:
     return host in ("localhost", "0.0.0.0", "::") or is_loopback(f"http://{host}/")
 
 
+def _may_wait(row: PortInfo, local: set[int] | None, ctx: CollectContext) -> bool:
+    """Whether checking `row` may block: anything but a local port looked up in the table."""
+    if local is None or not _is_local(row.host):
+        return True  # a TCP connect, up to its timeout
+    return not ctx.probe and (row.url is not None or row.port in local)  # health, owner
+
+
 def _check_alone(
     row: PortInfo, ctx: CollectContext, local: set[int] | None
 ) -> PortInfo | Unavailable:
@@ -173,8 +180,16 @@ def collect(watches: list[Watch], ctx: CollectContext) -> PortsSection:
         return PortsSection()
     try:
         local = _local_listening()
-        with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(rows))) as pool:
-            results = list(pool.map(partial(_check_alone, ctx=ctx, local=local), rows))
+        check = partial(_check_alone, ctx=ctx, local=local)
+        # What may wait (a connect elsewhere, a health URL, a walk for a socket's owner) is
+        # checked at once in threads; a local port's state is a lookup in the LISTEN table,
+        # cheaper than a thread's start (a probe asks nothing more).
+        done = {i: check(row) for i, row in enumerate(rows) if not _may_wait(row, local, ctx)}
+        slow = [i for i in range(len(rows)) if i not in done]
+        if slow:
+            with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(slow))) as pool:
+                done.update(zip(slow, pool.map(check, [rows[i] for i in slow]), strict=True))
+        results = [done[i] for i in range(len(rows))]
     except Exception as exc:  # e.g. no threads left: say so rather than fail the dump
         return PortsSection(unavailable=[Unavailable(target=NAME, reason=_short(repr(exc)))])
     items, unavailable = split(results)

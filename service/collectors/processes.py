@@ -5,14 +5,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from fnmatch import fnmatchcase
 from typing import Any
 
 import psutil
 
-from service import redact, relaunch, sampler
-from service.collectors import CollectContext, _procfs, _proctree, _pystacks
+from service import redact, sampler
+from service.collectors import CollectContext, _proc_static, _procfs, _proctree, _pystacks
 from service.collectors._argv import parse_flags
+from service.collectors._proc_static import DEFAULT_ENV
 from service.collectors._proc_summary import featured, workers
 from service.models import (
     ExitedProcess,
@@ -27,15 +27,14 @@ from service.thresholds import STUCK_AFTER_S
 NAME = "processes"
 SECTION = ProcessesSection
 
-# What decides how a GPU job behaves, and which Python and libraries it actually loads.
-_ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
-_PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
-DEFAULT_ENV = _ML_ENV + _PATH_ENV
-
+# Read at every snapshot; what follows from the command line and the environment (which a
+# process cannot change after exec) is described once per process and exec (see `_proc_static`).
 _ATTRS = ["ppid", "name", "username", "status", "memory_info", "num_threads", "create_time"]
 _ATTRS += ["cmdline", "cwd", "exe"]
 
 Key = tuple[int, float]
+PROBE_TABLE_AGE_S = 1.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 __all__ = ["DEFAULT_ENV", "NAME", "SECTION", "ProcessesMemory", "collect", "parse_flags"]
 
@@ -45,6 +44,7 @@ class ProcessesMemory:
     """psutil handles kept between snapshots: a second cpu_percent() call is a real reading."""
 
     handles: dict[Key, psutil.Process] = field(default_factory=dict)
+    described: dict[Key, _proc_static.Static] = field(default_factory=dict)
     # Python stacks of a stuck tree's members, per process key: taken once per stuck episode
     stacks: dict[str, _pystacks.Taken] = field(default_factory=dict)
 
@@ -54,15 +54,29 @@ class _State:
     """What one collect() shares across watches."""
 
     handles: dict[Key, psutil.Process]
+    described: dict[Key, _proc_static.Static]
     limit: int
     sampler: sampler.Sampler
     listen: dict[int, int]
+    table: dict[int, _proctree.Entry] = field(default_factory=dict)
+    boot: float = 0.0
+    # a probe looks for exits only: its rows come from the process table (see `_glimpse`)
+    probe: bool = False
     seen: set[Key] = field(default_factory=set)
     fresh: list[tuple[psutil.Process, ProcessInfo]] = field(default_factory=list)
 
 
-def _handle(pid: int, handles: dict[Key, psutil.Process]) -> tuple[Key, psutil.Process, bool]:
-    """The kept psutil handle for pid (and whether it is new); raises psutil.NoSuchProcess."""
+def _handle(
+    pid: int, handles: dict[Key, psutil.Process], known: Key | None = None
+) -> tuple[Key, psutil.Process, bool]:
+    """The kept psutil handle for pid (and whether it is new); raises psutil.NoSuchProcess.
+
+    `known`: the key as the process table computes it, which saves opening a new handle
+    (two reads of /proc) for a process already kept.
+    """
+    kept = handles.get(known) if known is not None else None
+    if kept is not None and known is not None:
+        return known, kept, False
     proc = psutil.Process(pid)
     key = (pid, proc.create_time())
     kept = handles.get(key)
@@ -72,29 +86,28 @@ def _handle(pid: int, handles: dict[Key, psutil.Process]) -> tuple[Key, psutil.P
     return key, proc, True
 
 
-def _select(environ: dict[str, str], patterns: tuple[str, ...]) -> dict[str, str]:
-    return {k: v for k, v in sorted(environ.items()) if any(fnmatchcase(k, p) for p in patterns)}
+def _table_key(pid: int, table: dict[int, _proctree.Entry], boot: float) -> Key | None:
+    """(pid, start time) as psutil computes it (same float), from the process table."""
+    entry = table.get(pid)
+    if entry is None or not entry.start_ticks:
+        return None
+    return pid, float(entry.start_ticks) / _CLOCK_TICKS + boot
 
 
-def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatch) -> ProcessInfo:
+def _describe(
+    proc: psutil.Process, key: Key, watch_id: int, root: bool, spec: ProcessWatch, state: "_State"
+) -> ProcessInfo:
     """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
-    denied: list[str] = []
     with proc.oneshot():
         info: dict[str, Any] = proc.as_dict(_ATTRS, ad_value=None)
-        environ: dict[str, str] | None = None
-        if root:
-            try:
-                environ = proc.environ()
-                redact.learn_env(environ)  # its secrets are then redacted wherever they reappear
-            except psutil.ZombieProcess:
-                pass  # dead already: nothing left to read
-            except psutil.AccessDenied:
-                denied.append("environment")
+        status = info["status"] or "unknown"
+        zombie = status == psutil.STATUS_ZOMBIE
+        static = state.described.get(key)
+        if static is None or static.signature != _proc_static.signature(info, root, spec, zombie):
+            static = state.described[key] = _proc_static.describe(proc, info, root, spec, zombie)
     created = info["create_time"] or 0.0
-    argv = redact.argv(info["cmdline"] or [])
     memory = info["memory_info"]
-    state = info["status"] or "unknown"
-    zombie = state == psutil.STATUS_ZOMBIE
+    denied = list(static.denied)
     if not zombie:
         denied += [what for what in ("cwd", "exe") if info[what] is None]
     row = ProcessInfo(
@@ -103,37 +116,58 @@ def _describe(proc: psutil.Process, watch_id: int, root: bool, spec: ProcessWatc
         ppid=info["ppid"] or 0,
         name=info["name"] or "?",
         user=info["username"],
-        state=state,
+        state=status,
         rss_bytes=memory.rss if memory else None,
         vms_bytes=memory.vms if memory else None,
         threads=info["num_threads"],
         started_at=datetime.fromtimestamp(created, UTC),
         age_s=max(0.0, time.time() - created),
-        argv=argv,
-        flags=parse_flags(argv),
-        env=redact.env(_select(environ or {}, tuple(spec.env) or DEFAULT_ENV)),
+        argv=list(static.argv),
+        flags=parse_flags(static.argv),
+        env=dict(static.env),
         root=root,
         cwd=info["cwd"],
         exe=info["exe"],
         seen_at=datetime.now(UTC),
     )
-    python = os.path.basename(info["exe"] or "").startswith("python")
-    if root and (spec.packages or python) and not zombie:
-        dirs = _procfs.site_dirs(
-            (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
-            root=f"/proc/{proc.pid}/root",
-        )  # fmt: skip
-        asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
-        row.packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
+    if static.packages is not None:
+        row.packages = dict(static.packages)
     row.not_permitted = [] if zombie else denied
-    if root and not zombie:
-        row.relaunch = relaunch.block(
-            argv, info["cwd"], environ, tuple(spec.env) or DEFAULT_ENV, proc.pid,
-            relaunch.login_env(),
-        )  # fmt: skip
-    if state in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
+    row.relaunch = list(static.relaunch)
+    if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
         row.waiting = _procfs.waiting_point(proc.pid)
     return row
+
+
+def _row(
+    pid: int, tree: int, watch_id: int, spec: ProcessWatch, state: _State
+) -> tuple[Key, ProcessInfo, psutil.Process | None, bool]:
+    """(key, row, handle, whether the handle is new) for one pid; raises NoSuchProcess.
+
+    A probe's row comes from the process table when the table knows the process; a pid
+    watch can name one newer than a shared table, which is then described in full.
+    """
+    if state.probe and pid in state.table:
+        key, row = _glimpse(pid, watch_id, pid == tree, state)
+        return key, row, None, False
+    key, proc, new = _handle(pid, state.handles, _table_key(pid, state.table, state.boot))
+    return key, _describe(proc, key, watch_id, pid == tree, spec, state), proc, new
+
+
+def _glimpse(pid: int, watch_id: int, root: bool, state: _State) -> tuple[Key, ProcessInfo]:
+    """A probe's row, from the process table alone: which process it is, nothing read.
+
+    Events need to know which processes live; a snapshot describes them.
+    """
+    entry, key = state.table.get(pid), _table_key(pid, state.table, state.boot)
+    if entry is None or key is None:
+        raise psutil.NoSuchProcess(pid)
+    started = datetime.fromtimestamp(key[1], UTC)
+    row = ProcessInfo(
+        watch_id=watch_id, pid=pid, ppid=entry.ppid, name=entry.name, state="unknown",
+        started_at=started, age_s=max(0.0, time.time() - key[1]), root=root,
+    )  # fmt: skip
+    return key, row
 
 
 def _add_descriptors(row: ProcessInfo, state: _State) -> None:
@@ -185,11 +219,10 @@ def _collect_watch(
             section.unavailable.append(Unavailable(watch_id=watch_id, target=target, reason=reason))
             break
         try:
-            key, proc, new = _handle(pid, state.handles)
+            key, row, proc, new = _row(pid, tree, watch_id, spec, state)
             if key in state.seen:
                 found += 1
                 continue  # an earlier watch already shows it
-            row = _describe(proc, watch_id, pid == tree, spec)
         except psutil.NoSuchProcess:
             continue  # exited while we looked: the next snapshot reports it gone
         row.tree = tree
@@ -197,6 +230,9 @@ def _collect_watch(
         found += 1
         shown += 1
         section.items.append(row)
+        if state.probe or proc is None:
+            state.sampler.track(key)  # kept sampled while only probes ask (idle history)
+            continue
         _add_descriptors(row, state)
         sampled = _add_reading(row, key, state)
         if not sampled:
@@ -285,14 +321,19 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     memory = ctx.memory_of(NAME, ProcessesMemory)
     handles = memory.handles
     try:
-        table = _proctree.scan() if specs else {}
+        # a probe may share a table read within the last second (the watcher probes every
+        # session in one tick); a snapshot reads its own, which probes then share
+        table, children = _proctree.shared(PROBE_TABLE_AGE_S if ctx.probe else 0.0, bool(specs))
         excluded = _excluded()
-        children = _proctree.children_map(table)
         state = _State(
             handles=handles,
+            described=memory.described,
             limit=ctx.settings.limits.processes_per_watch_max,
             sampler=sampler.shared(ctx.settings.sample_interval_s),
             listen=_procfs.listening_inodes() if specs and not ctx.probe else {},
+            probe=ctx.probe,
+            table=table,
+            boot=psutil.boot_time(),
         )
     except Exception as exc:  # a broken /proc must not cost the whole dump
         section.unavailable.append(Unavailable(target=NAME, reason=_reason(exc)))
@@ -319,6 +360,8 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
                 row.cpu_percent = proc.cpu_percent(None)
     for key in set(handles) - state.seen:
         del handles[key]
+    for key in set(memory.described) - state.seen:
+        del memory.described[key]
     section.matched = len(matched)
     section.featured = featured(section.items)
     section.workers = workers(section.items)

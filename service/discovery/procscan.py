@@ -9,9 +9,12 @@ import contextlib
 import os
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psutil
+
+from service.collectors import _proctree
 
 PROC = "/proc"
 MIN_AGE_S = 5.0
@@ -90,6 +93,21 @@ def _read(pid: int, proc: str) -> tuple[str, int, float, list[str]] | None:
     return name, int(fields[1]), float(fields[19]), argv
 
 
+def _table(proc: str) -> Iterator[tuple[int, tuple[str, int, float, list[str]] | None]]:
+    """(pid, what `_read` gives) for every process. /proc itself is read through the process
+    collector's table, which reads only processes it has not seen before (a crowd of 5,000
+    costs a listing, not 10,000 reads); another folder (tests) is read file by file."""
+    if proc != PROC:
+        for entry in os.listdir(proc):
+            if entry.isdigit():
+                yield int(entry), _read(int(entry), proc)
+        return
+    table, _ = _proctree.shared(0.0)  # fresh: it looks for what was just launched
+    for pid, e in table.items():
+        # kernel threads have no command line: never the agent's work
+        yield pid, (e.name, e.ppid, float(e.start_ticks), list(e.argv)) if e.argv else None
+
+
 def workspace_processes(
     workspaces: list[str], min_age_s: float = MIN_AGE_S, now: float | None = None, proc: str = PROC
 ) -> list[Candidate]:
@@ -103,12 +121,8 @@ def workspace_processes(
     boot, ticks = psutil.boot_time(), os.sysconf("SC_CLK_TCK")
     own = _own_family()
     found: dict[int, Candidate] = {}
-    for entry in os.listdir(proc):
-        if not entry.isdigit() or int(entry) in own:
-            continue
-        pid = int(entry)
-        read = _read(pid, proc)
-        if read is None:
+    for pid, read in _table(proc):
+        if pid in own or read is None:
             continue
         name, ppid, start, argv = read
         created = boot + start / ticks

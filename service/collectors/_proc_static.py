@@ -1,0 +1,92 @@
+"""What a watched process shows for good: its redacted command line, environment and packages,
+described once per exec and kept in the process collector's memory."""
+
+import os
+import re
+from dataclasses import dataclass
+from fnmatch import translate
+from functools import lru_cache
+from typing import Any
+
+import psutil
+
+from service import redact, redact_known, relaunch
+from service.collectors import _procfs
+from service.models import ProcessWatch
+
+# What decides how a GPU job behaves, and which Python and libraries it actually loads.
+_ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
+_PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+DEFAULT_ENV = _ML_ENV + _PATH_ENV
+
+
+@dataclass
+class Static:
+    """What one exec of a process shows for good: its redacted command line and environment,
+    and its packages. `signature` says when to describe it again: another exec (command line,
+    executable), another watch spec, or a secret learned since (redaction may change)."""
+
+    signature: tuple
+    argv: list[str]
+    env: dict[str, str]
+    packages: dict[str, str] | None
+    denied: list[str]
+    relaunch: list[str]  # roots: shell lines that start it again as it ran (relaunch.py)
+
+
+@lru_cache(maxsize=64)
+def env_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """The globs of a watch's `env` as one regex: one match per variable, not one per glob."""
+    return re.compile("|".join(f"(?:{translate(p)})" for p in patterns))
+
+
+def select(environ: dict[str, str], patterns: tuple[str, ...]) -> dict[str, str]:
+    wanted = env_pattern(patterns).match
+    return {k: v for k, v in sorted(environ.items()) if wanted(k)}
+
+
+def describe(
+    proc: psutil.Process, info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool
+) -> Static:
+    """Read and redact what a process shows for good (inside the caller's oneshot)."""
+    denied: list[str] = []
+    environ: dict[str, str] | None = None
+    if root:
+        try:
+            environ = proc.environ()
+            redact.learn_env(environ)  # its secrets are then redacted wherever they reappear
+        except psutil.ZombieProcess:
+            pass  # dead already: nothing left to read
+        except psutil.AccessDenied:
+            denied.append("environment")
+    packages = None
+    python = os.path.basename(info["exe"] or "").startswith("python")
+    if root and (spec.packages or python) and not zombie:
+        dirs = _procfs.site_dirs(
+            (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
+            root=f"/proc/{proc.pid}/root",
+        )  # fmt: skip
+        asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
+        packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
+    # the generation is read before redacting: a secret learned meanwhile re-describes
+    known = signature(info, root, spec, zombie)
+    argv = redact.argv(info["cmdline"] or [])
+    patterns = tuple(spec.env) or DEFAULT_ENV
+    again = []
+    if root and not zombie:
+        again = relaunch.block(argv, info["cwd"], environ, patterns, proc.pid, relaunch.login_env())
+    return Static(
+        signature=known,
+        argv=argv,
+        env=redact.env(select(environ or {}, patterns)),
+        packages=packages,
+        denied=denied,
+        relaunch=again,
+    )
+
+
+def signature(info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool) -> tuple:
+    return (
+        tuple(info["cmdline"] or ()), info["exe"], root, zombie, tuple(spec.env),
+        tuple(spec.packages), redact_known.generation,
+    )  # fmt: skip
