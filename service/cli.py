@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--data-dir", type=Path)
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        default=None,
+        help="log every request (CTXD_ACCESS_LOG)",
+    )
     p.set_defaults(func=commands.serve)
 
     p = sub.add_parser("token", help="write a new bearer token into a 0600 file")

@@ -32,7 +32,8 @@ def serve(args: argparse.Namespace) -> int:
     from service.app import create_app
     from service.settings import Settings
 
-    overrides = {k: v for k in ("host", "port", "data_dir") if (v := getattr(args, k)) is not None}
+    given = ("host", "port", "data_dir", "access_log")
+    overrides = {k: v for k in given if (v := getattr(args, k)) is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -45,7 +46,10 @@ def serve(args: argparse.Namespace) -> int:
             f"refusing to listen on {settings.host} without a token: "
             "run `ctxd token --new` and set CTXD_TOKEN_FILE (or CTXD_TOKEN)"
         )
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level="info",
+        access_log=settings.access_log,
+    )  # fmt: skip
     return 0
 
 

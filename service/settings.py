@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     token: str | None = None
+    # One log line per request: off by default, since every hook and tool call is a request.
+    access_log: bool = False
     # Read when `token` is unset (CTXD_TOKEN_FILE); `ctxd token --new` writes one, mode 0600.
     token_file: Path | None = None
     # Host header values accepted besides loopback names and `host` (DNS-rebinding defence).

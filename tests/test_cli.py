@@ -78,3 +78,9 @@ def test_token_new_writes_a_private_file_the_server_then_requires(tmp_path):
         assert ok.status_code == 200
     finally:
         stop_server(srv)
+
+
+def test_serve_logs_no_line_per_request_unless_asked(server: Server):
+    # every hook and tool call is a request: by default they do not fill the log
+    assert ctxd(server.url, "sessions").returncode == 0
+    assert "GET /api/sessions" not in server.log()
