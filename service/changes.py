@@ -118,12 +118,19 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
         for k, s in new.items()
         if k not in old and s.code != happened.PROCESS_EXITED
     ]
+    # a signal that a stronger one replaced still holds: "all idle" does not end when "stuck" begins
+    replaced = {code for s in after for code in _REPLACES.get(s.code, ())}
     cleared = [
         Change(kind="signal_cleared", text=f"no longer: {s.text}")
         for k, s in old.items()
-        if k not in new
+        if k not in new and s.code not in replaced
     ]
     return raised + cleared
+
+
+# signal code -> the codes it stands in for while it is raised (signals.idle_processes is
+# silent while a tree is stuck)
+_REPLACES = {"stuck": ("all_idle",)}
 
 
 # Readings that move on their own while nothing happens: never a reason for a new version.

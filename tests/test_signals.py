@@ -96,6 +96,15 @@ def test_signal_changes_follow_the_condition_not_its_wording():
     ]
 
 
+def test_all_idle_turning_stuck_is_news_of_stuck_not_an_end_of_idle():
+    from service.models import Signal
+
+    idle = Signal(severity="warning", code="all_idle", subject="processes", text="all idle")
+    stuck = Signal(severity="critical", code="stuck", subject="10", text="stuck: tree 10")
+    assert [c.text for c in changes.signals([idle], [stuck])] == ["new signal: stuck: tree 10"]
+    assert [c.text for c in changes.signals([idle], [])] == ["no longer: all idle"]
+
+
 def tree_proc(pid: int, idle: float | None, tree: int = 10) -> ProcessInfo:
     row = proc(pid, root=pid == tree)
     return row.model_copy(update={"tree": tree, "idle_for_s": idle})
