@@ -9,8 +9,8 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service import relaunch
 from service.collectors import CollectContext, processes
+from service.collectors import _relaunch as relaunch
 from service.models import (
     Observations,
     ProcessesSection,

@@ -10,8 +10,9 @@ from typing import Any
 
 import psutil
 
-from service import redact, redact_known, relaunch
+from service import redact, redact_known
 from service.collectors import _procfs
+from service.collectors import _relaunch as relaunch
 from service.models import ProcessWatch
 
 # What decides how a GPU job behaves, and which Python and libraries it actually loads.
@@ -31,7 +32,7 @@ class Static:
     env: dict[str, str]
     packages: dict[str, str] | None
     denied: list[str]
-    relaunch: list[str]  # roots: shell lines that start it again as it ran (relaunch.py)
+    relaunch: list[str]  # roots: lines that start it again as it ran (_relaunch.py)
 
 
 @lru_cache(maxsize=64)

@@ -51,7 +51,7 @@ class ProcessInfo(BaseModel):
     not_permitted: list[str] = []
     seen_at: datetime | None = None
     waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
-    relaunch: list[str] = []  # roots: shell lines that start it again as it ran (relaunch.py)
+    relaunch: list[str] = []  # roots: lines that start it again as it ran (_relaunch.py)
     host: str | None = None  # the peer it was observed on; None: this host
 
     @property
