@@ -6,10 +6,15 @@ from collections import defaultdict
 
 from service.models import Flag
 
-_PYTHON = re.compile(r"^(python|pypy)[\d.]*$")
+_PYTHON = re.compile(r"^(?:python|pypy)[\d.]*$")
 _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 # Interpreter options that take the next argument as their value (`python -X dev -W error`).
 _PY_VALUE_OPTIONS = {"-X", "-W"}
+
+
+def is_python(program: str | None) -> bool:
+    """Whether a program (a path or a name: `/usr/bin/python3.11`, `pypy3`) is a Python."""
+    return bool(program) and bool(_PYTHON.match(os.path.basename(program or "")))
 
 
 # --- command-line flags ---------------------------------------------------------------------
@@ -50,7 +55,7 @@ def parse_flags(argv: list[str]) -> list[Flag]:
     """Split a command line into flags and positionals, in order, skipping the program name."""
     flags: list[Flag] = []
     args = list(argv[1:])
-    if argv and _PYTHON.match(os.path.basename(argv[0])):
+    if argv and is_python(argv[0]):
         args = _parse_interpreter(args, flags)
     i = 0
     while i < len(args):

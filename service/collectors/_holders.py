@@ -17,6 +17,7 @@ import psutil
 
 from service import redact
 from service.collectors import _procfs, _proctree
+from service.collectors._argv import is_python
 from service.models import ArtifactInfo, LogInfo, ProcessWatch, Watch
 
 O_ACCMODE = 0o3
@@ -245,7 +246,7 @@ def _python_roots(pids: list[int]) -> list[psutil.Process]:
     for pid in pids:
         try:
             proc = psutil.Process(pid)
-            if proc.ppid() in chosen or not os.path.basename(proc.exe()).startswith("python"):
+            if proc.ppid() in chosen or not is_python(proc.exe()):
                 continue
         except psutil.Error:
             continue

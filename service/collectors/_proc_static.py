@@ -1,7 +1,6 @@
 """What a watched process shows for good: its redacted command line, environment and packages,
 described once per exec and kept in the process collector's memory."""
 
-import os
 import re
 from dataclasses import dataclass
 from fnmatch import translate
@@ -13,6 +12,7 @@ import psutil
 from service import redact, redact_known
 from service.collectors import _procfs
 from service.collectors import _relaunch as relaunch
+from service.collectors._argv import is_python
 from service.models import ProcessWatch
 
 # What decides how a GPU job behaves, and which Python and libraries it actually loads.
@@ -61,7 +61,7 @@ def describe(
         except psutil.AccessDenied:
             denied.append("environment")
     packages = None
-    python = os.path.basename(info["exe"] or "").startswith("python")
+    python = is_python(info["exe"])
     if root and (spec.packages or python) and not zombie:
         dirs = _procfs.site_dirs(
             (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],

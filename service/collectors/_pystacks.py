@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from service import redact
+from service.collectors._argv import is_python
 from service.models import Observations, ProcessInfo, ProcessWatch, StuckStack
 
 BUDGET_S = 3.0
@@ -139,7 +140,7 @@ def take(
 
 
 def _is_python(p: ProcessInfo) -> bool:
-    return os.path.basename(p.exe or p.name).startswith("python")
+    return is_python(p.exe or p.name)
 
 
 def stuck_trees(

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from service.collectors._argv import is_python
 from service.fmt import human_duration
 
 # Environment worth keeping with a launch: what changes how GPU / ML servers behave.
@@ -17,7 +18,6 @@ ENV_PATTERNS = (
     "TRITON_*", "NVIDIA_*", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "TOKENIZERS_*",
 )  # fmt: skip
 _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-_PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*$")
 
 
 @dataclass
@@ -64,8 +64,7 @@ def _program(argv: list[str]) -> tuple[tuple[str, ...], list[str]]:
     """(what is run: `python -m pkg` or `./serve`, the arguments it gets)."""
     if not argv:
         return (), []
-    name = argv[0].rsplit("/", 1)[-1]
-    if _PYTHON.match(name):
+    if is_python(argv[0]):
         i = 1
         while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-c"):
             i += 1
@@ -73,7 +72,7 @@ def _program(argv: list[str]) -> tuple[tuple[str, ...], list[str]]:
             return ("python", argv[i], argv[i + 1]), argv[i + 2 :]
         if i < len(argv):
             return ("python", argv[i]), argv[i + 1 :]
-    return (name,), argv[1:]
+    return (argv[0].rsplit("/", 1)[-1],), argv[1:]
 
 
 def parse_flags(args: list[str]) -> tuple[dict[str, str | None], list[str]]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from service.collectors._argv import is_python
 from service.discovery.procscan import Candidate, is_excluded
 from service.discovery.shellparse import CommandFacts, SimpleCommand
 from service.discovery.workspace import is_secret_path
@@ -19,7 +20,6 @@ from service.discovery.workspace import is_secret_path
 AUTO_WATCH_CAP = 16
 REPEATED_READS = 2  # a file read by this many commands is followed as a log
 ENV_NAMES_MAX = 32
-_PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*$")
 # Where a build's output lands when the command does not say.
 _DEFAULT_OUTPUTS = {"python -m build": "dist", "uv build": "dist", "setup.py": "dist"}
 _DEFAULT_OUTPUTS |= {"cargo": "target"}
@@ -46,7 +46,7 @@ def program_pattern(argv: Iterable[str]) -> str | None:
     if not args:
         return None
     name = os.path.basename(args[0])
-    if _PYTHON.match(name):
+    if is_python(name):
         rest = args[1:]
         while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
             rest = rest[1:]
