@@ -7,6 +7,7 @@ peer that failed is not asked again before it has rested (`peer_backoff_min_s`, 
 to `peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
 """
 
+import logging
 import socket
 import threading
 import time
@@ -25,6 +26,8 @@ from service.peers_merge import merge_answer, merge_failure, split
 from service.peers_store import Peer, PeerIn, PeerRows
 from service.settings import Settings
 from service.store_db import Connection
+
+log = logging.getLogger(__name__)
 
 OBSERVE_PATH = "/api/peer/observe"
 CLOCK_PATH = "/api/peer/clock"
@@ -82,7 +85,7 @@ class Peers:
         try:
             read_token(data.token_file)
         except PeerFailure as exc:
-            raise Invalid(f"token_file {data.token_file}: {exc}") from None
+            raise Invalid(f"token_file {data.token_file} refused: {exc}") from None
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:  # the same rule as ctxd's own token file
             raise Invalid(f"token_file {path} is mode {mode:04o}, readable by others: chmod 600")
@@ -127,6 +130,10 @@ class Peers:
         except (KeyError, TypeError, ValueError):
             self._failed(peer.name, "answered JSON that is not ctxd's clock")
             return self._down(peer, "answered JSON that is not ctxd's clock")
+        except Exception as exc:  # one peer's surprise must not cost the others' status
+            why = _unexpected(peer, exc)
+            self._failed(peer.name, why)
+            return self._down(peer, why)
         took = time.monotonic() - started
         self._succeeded(peer.name)
         return PeerStatus(
@@ -212,6 +219,10 @@ class Peers:
         except PeerFailure as exc:
             self._failed(peer.name, str(exc))
             raise
+        except Exception as exc:  # one peer's surprise must not cost the snapshot
+            why = _unexpected(peer, exc)
+            self._failed(peer.name, why)
+            raise PeerFailure(why) from None
         self._succeeded(peer.name)
         return answer
 
@@ -228,6 +239,13 @@ class Peers:
         with self._guard:
             health = self._health.setdefault(name, _Health())
             health.failures, health.rest_until, health.last_error = 0, 0.0, ""
+
+
+def _unexpected(peer: Peer, exc: Exception) -> str:
+    """A reason for what no rule foresaw: the exception's type only, since its text may quote
+    the token or the answer."""
+    log.warning("peer %s: unexpected %s", peer.name, type(exc).__name__)
+    return f"failed unexpectedly ({type(exc).__name__})"
 
 
 def clock() -> dict[str, str]:

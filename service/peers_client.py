@@ -21,14 +21,19 @@ class PeerFailure(Exception):
 
 
 def read_token(token_file: str) -> str:
+    """The token in `token_file`; its content is never part of a reason (it may be a secret)."""
     try:
-        token = Path(token_file).read_text(encoding="utf-8").strip()
+        raw = Path(token_file).read_bytes()
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         raise PeerFailure(f"cannot read its token file: {why}") from None
+    token = raw.strip()
     if not token:
         raise PeerFailure("its token file is empty")
-    return token
+    if not all(0x20 < byte < 0x7F for byte in token):
+        # a byte-order mark or a non-ASCII letter cannot go in an HTTP header
+        raise PeerFailure("its token file holds characters that are not printable ASCII")
+    return token.decode("ascii")
 
 
 def exchange(
@@ -56,6 +61,8 @@ def exchange(
             raise PeerFailure(_describe(exc, left)) from None
     try:
         return json.loads(body)
+    except RecursionError:  # `[[[[…` within the size cap: the decoder recurses per level
+        raise PeerFailure("answered JSON nested too deep") from None
     except ValueError:
         raise PeerFailure(f"answered {human_bytes(len(body))} that are not JSON") from None
 

@@ -158,6 +158,8 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
             body = b"\x00\xffthis is not json at all" * 10
         elif mode == "huge":
             body = b'{"processes": {"items": []}, "pad": "' + b"x" * (10 * 2**20) + b'"}'
+        elif mode == "deep":  # within the size cap, too deep for the JSON decoder
+            body = b"[" * 200_000
         elif mode == "huge-undeclared":  # no content-length: cut while reading
             self.end_headers()
             for _ in range(160):
@@ -197,6 +199,7 @@ def fake_peer() -> Iterator[http.server.ThreadingHTTPServer]:
         ("huge", "answer of 10.0 MB is over the limit"),
         ("huge-undeclared", "answer is over the limit of 4.0 MB"),
         ("wrong-json", "answered JSON that is not ctxd's observations"),
+        ("deep", "answered JSON nested too deep"),
         ("slow", "no answer within 2 s"),
         ("refuses", "answered HTTP 403: Host '10.0.0.2' is not allowed"),
     ],
@@ -246,6 +249,45 @@ def test_a_failed_peer_rests_instead_of_being_asked_each_time(
             assert fake_peer.requests == 2  # type: ignore[attr-defined]
     finally:
         stop_server(here)
+
+
+def test_an_unreadable_token_is_a_line_and_a_rest_not_a_failed_snapshot(
+    client: httpx.Client, fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    path = token_file(tmp_path)
+    assert client.put("/api/peers/node2", json={"url": url, "token_file": str(path)}).is_success
+    session_with_logs(client, tmp_path, "node2")
+    # an editor saved it again with a byte-order mark: no HTTP header can carry that
+    path.write_bytes(b"\xef\xbb\xbf" + TOKEN.encode() + b"\n")
+
+    first, second = take(client, "s")[1], take(client, "s")[1]
+
+    why = "its token file holds characters that are not printable ASCII"
+    assert f"`host node2`: log {tmp_path / 'there.log'}: {why}" in first
+    assert "local line one" in first
+    assert f"{why} (resting before the next try)" in second
+    assert fake_peer.requests == 0  # type: ignore[attr-defined]
+    status = client.get("/api/peers").json()
+    assert status[0]["reachable"] is False and status[0]["error"] == why
+    refused = client.put("/api/peers/node3", json={"url": url, "token_file": str(path)})
+    assert refused.status_code == 400 and why in refused.text and TOKEN not in refused.text
+
+
+def test_an_unforeseen_failure_is_one_line_naming_its_kind(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    # "a:b" passes the URL check, and httpx refuses it with an error that is no HTTPError
+    peer = {"url": "http://a:b", "token_file": str(token_file(tmp_path))}
+    assert client.put("/api/peers/node2", json=peer).status_code == 201
+    session_with_logs(client, tmp_path, "node2")
+
+    _, markdown, _ = take(client, "s")
+
+    assert "`host node2`: log" in markdown and "failed unexpectedly (InvalidURL)" in markdown
+    assert "local line one" in markdown
+    status = client.get("/api/peers")
+    assert status.status_code == 200 and status.json()[0]["reachable"] is False
 
 
 def test_a_dead_peer_is_unreachable_at_once(client: httpx.Client, tmp_path: Path) -> None:
