@@ -7,6 +7,7 @@ peer that failed is not asked again before it has rested (`peer_backoff_min_s`, 
 to `peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
 """
 
+import ipaddress
 import logging
 import socket
 import threading
@@ -16,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
@@ -43,6 +45,7 @@ class PeerStatus(BaseModel):
     # the peer's clock minus ours, from the middle of the round trip: positive, it is ahead
     clock_offset_s: float | None = None
     hostname: str | None = None
+    warning: str | None = None  # what is wrong with the peer's address even when it answers
 
 
 @dataclass
@@ -143,10 +146,13 @@ class Peers:
             latency_ms=round(took * 1000, 1),
             clock_offset_s=round(theirs - (wall + took / 2), 3),
             hostname=hostname,
+            warning=url_warning(peer.url),
         )
 
     def _down(self, peer: Peer, why: str) -> PeerStatus:
-        return PeerStatus(name=peer.name, url=peer.url, reachable=False, error=why)
+        return PeerStatus(
+            name=peer.name, url=peer.url, reachable=False, error=why, warning=url_warning(peer.url)
+        )
 
     # --- a collection -----------------------------------------------------------------------
 
@@ -239,6 +245,31 @@ class Peers:
         with self._guard:
             health = self._health.setdefault(name, _Health())
             health.failures, health.rest_until, health.last_error = 0, 0.0, ""
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address of this machine's loopback ("127.0.0.2", "::1", "localhost")."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def url_warning(url: str) -> str | None:
+    """Why a peer's address puts its token at risk, or None."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return None
+    if parts.scheme == "http" and not is_loopback(host):
+        return "http:// sends the token in clear to another host: use https:// or a tunnel"
+    return None
 
 
 def _unexpected(peer: Peer, exc: Exception) -> str:

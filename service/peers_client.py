@@ -20,6 +20,12 @@ class PeerFailure(Exception):
     """Why a peer gave no usable answer, as one line ("connection refused")."""
 
 
+# What a token file may hold: one token, a trailing newline at most. Anything else (a private
+# key, a config file) is never sent, whatever its mode: a token file names what is sent out.
+TOKEN_SHAPE = re.compile(rb"[A-Za-z0-9._~+/=-]{16,512}\n?")
+TOKEN_RULE = "one line of 16 to 512 characters from A-Z a-z 0-9 . _ ~ + / = -"
+
+
 def read_token(token_file: str) -> str:
     """The token in `token_file`; its content is never part of a reason (it may be a secret)."""
     try:
@@ -30,9 +36,11 @@ def read_token(token_file: str) -> str:
     token = raw.strip()
     if not token:
         raise PeerFailure("its token file is empty")
-    if not all(0x20 < byte < 0x7F for byte in token):
+    if not all(0x20 <= byte < 0x7F or byte in b"\t\r\n" for byte in token):
         # a byte-order mark or a non-ASCII letter cannot go in an HTTP header
         raise PeerFailure("its token file holds characters that are not printable ASCII")
+    if not TOKEN_SHAPE.fullmatch(raw):
+        raise PeerFailure(f"its token file does not hold a token alone ({TOKEN_RULE})")
     return token.decode("ascii")
 
 

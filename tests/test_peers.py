@@ -79,6 +79,7 @@ def test_a_peer_watch_is_collected_there_and_named_by_host(
     status = client.get("/api/peers").json()
     assert status[0]["name"] == "node2" and status[0]["reachable"] is True
     assert abs(status[0]["clock_offset_s"]) < 1  # the same clock, on one machine
+    assert status[0]["warning"] is None  # http:// on loopback stays on this machine
 
 
 def test_remote_processes_and_jobs_are_named_by_host(
@@ -353,6 +354,63 @@ def test_the_directory(client: httpx.Client, tmp_path: Path) -> None:
     assert client.delete("/api/peers/node2").status_code == 204
     assert client.delete("/api/peers/node2").status_code == 404
     assert client.get("/api/peers").json() == []
+
+
+PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END"
+
+
+def test_only_a_token_is_ever_sent_from_a_token_file(
+    client: httpx.Client, fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    path = token_file(tmp_path)
+    for content in (PRIVATE_KEY, TOKEN + "\nsecond line\n", "short\n", f" {TOKEN}\n"):
+        path.write_text(content)
+        refused = client.put("/api/peers/node2", json={"url": url, "token_file": str(path)})
+        assert refused.status_code == 400 and "does not hold a token alone" in refused.text
+        assert "b3BlbnNzaC1rZXkt" not in refused.text and "second line" not in refused.text
+    # put while it held a token, changed since: refused at use, never sent
+    path.write_text(TOKEN + "\n")
+    assert client.put("/api/peers/node2", json={"url": url, "token_file": str(path)}).is_success
+    session_with_logs(client, tmp_path, "node2")
+    path.write_text(PRIVATE_KEY)
+
+    _, markdown, _ = take(client, "s")
+
+    assert "`host node2`: log" in markdown and "does not hold a token alone" in markdown
+    assert "b3BlbnNzaC1rZXkt" not in markdown
+    status = client.get("/api/peers").json()
+    assert "does not hold a token alone" in status[0]["error"]
+    assert fake_peer.requests == 0  # type: ignore[attr-defined]
+
+
+def test_a_token_sent_in_clear_to_another_host_is_warned_of(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    peer = {"url": "http://node2.invalid:8765", "token_file": str(token_file(tmp_path))}
+    assert client.put("/api/peers/node2", json=peer).status_code == 201
+    assert client.put("/api/peers/node3", json=peer | {"url": "https://node3.invalid"}).is_success
+
+    node2, node3 = client.get("/api/peers").json()
+
+    assert node2["warning"] == (
+        "http:// sends the token in clear to another host: use https:// or a tunnel"
+    )
+    assert node3["warning"] is None
+
+
+def test_without_a_token_only_this_machine_names_peers(tmp_path: Path) -> None:
+    from tests.conftest import app_client
+
+    # the in-process client's address is "testclient": not this machine's loopback
+    peer = {"url": "http://127.0.0.1:1", "token_file": str(token_file(tmp_path))}
+    with app_client(tmp_path / "open") as open_node:
+        refused = open_node.put("/api/peers/node2", json=peer)
+        assert refused.status_code == 403 and "from this machine only" in refused.text
+        assert open_node.get("/api/peers").json() == []
+    with app_client(tmp_path / "locked", token=TOKEN) as locked:
+        locked.headers["Authorization"] = f"Bearer {TOKEN}"
+        assert locked.put("/api/peers/node2", json=peer).status_code == 201
 
 
 def test_a_peers_gpus_join_this_hosts_with_its_name() -> None:
