@@ -12,6 +12,7 @@ import logging
 import socket
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from service.errors import Invalid
 from service.models import Observations, Watch
 from service.peers_client import PeerFailure, exchange, read_token
 from service.peers_merge import merge_answer, merge_failure, split
+from service.peers_serve import Callers
 from service.peers_store import Peer, PeerIn, PeerRows
 from service.settings import Settings
 from service.store_db import Connection
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 OBSERVE_PATH = "/api/peer/observe"
 CLOCK_PATH = "/api/peer/clock"
 _GRACE_S = 0.25
+# requests remembered per peer, one per session and purpose: sessions are the caller's to name
+BUSY_MAX = 64
 
 
 class PeerStatus(BaseModel):
@@ -53,7 +57,23 @@ class _Health:
     failures: int = 0
     rest_until: float = 0.0
     last_error: str = ""
-    busy: dict[tuple[str, str], Future] = field(default_factory=dict)
+    busy: OrderedDict[tuple[str, str], Future] = field(default_factory=OrderedDict)
+
+    def remember(self, key: tuple[str, str], future: Future) -> None:
+        """The request now running for `key`; past BUSY_MAX, finished ones go, then the oldest."""
+        self.busy[key] = future
+        self.busy.move_to_end(key)
+        if len(self.busy) > BUSY_MAX:
+            for old in [k for k, f in self.busy.items() if f.done() and k != key]:
+                del self.busy[old]
+        while len(self.busy) > BUSY_MAX:
+            self.busy.popitem(last=False)
+
+
+class _Attempt:
+    """One request to a peer; the first verdict on it (its own, or the deadline's) counts."""
+
+    settled = False
 
 
 @dataclass
@@ -63,6 +83,7 @@ class Asked:
     deadline: float
     watches: dict[str, list[Watch]]
     futures: dict[str, Future] = field(default_factory=dict)
+    attempts: dict[str, _Attempt] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # peers not asked, and why
 
 
@@ -75,6 +96,7 @@ class Peers:
         self._health: dict[str, _Health] = {}
         self._guard = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="peer")
+        self.callers = Callers()  # the peer side's memory of the sessions that ask this host
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -189,9 +211,10 @@ class Peers:
                 if time.monotonic() < health.rest_until:
                     asked.refused[name] = f"{health.last_error} (resting before the next try)"
                     continue
-                future = self._pool.submit(self._observe, peer, payload, asked.deadline)
-                health.busy[(sid, purpose)] = future
-            asked.futures[name] = future
+                attempt = _Attempt()
+                future = self._pool.submit(self._observe, peer, payload, asked.deadline, attempt)
+                health.remember((sid, purpose), future)
+            asked.futures[name], asked.attempts[name] = future, attempt
         return asked
 
     def merge(self, asked: Asked, into: Observations) -> None:
@@ -204,33 +227,48 @@ class Peers:
                 left = max(0.0, asked.deadline - time.monotonic()) + _GRACE_S
                 answer = future.result(timeout=left)
             except FutureTimeout:
-                seconds = self.settings.peer_deadline_s
-                self._failed(name, f"no answer within {seconds:g} s")
-                merge_failure(into, name, asked.watches[name], f"no answer within {seconds:g} s")
+                why = f"no answer within {self.settings.peer_deadline_s:g} s"
+                # the request still running will fail too: one failure, counted once
+                self._settle(name, asked.attempts[name], why)
+                merge_failure(into, name, asked.watches[name], why)
                 continue
             except PeerFailure as exc:
                 merge_failure(into, name, asked.watches[name], str(exc))
                 continue
             merge_answer(into, name, answer)
 
-    def _observe(self, peer: Peer, payload: dict, deadline: float) -> Observations:
+    def _observe(
+        self, peer: Peer, payload: dict, deadline: float, attempt: _Attempt
+    ) -> Observations:
         try:
             token = read_token(peer.token_file)
             limit = self.settings.peer_answer_bytes_max
             data = exchange(peer.url, token, OBSERVE_PATH, payload, deadline, limit)
             answer = Observations.model_validate(data)
         except ValidationError:
-            self._failed(peer.name, "answered JSON that is not ctxd's observations")
-            raise PeerFailure("answered JSON that is not ctxd's observations") from None
+            why = "answered JSON that is not ctxd's observations"
+            self._settle(peer.name, attempt, why)
+            raise PeerFailure(why) from None
         except PeerFailure as exc:
-            self._failed(peer.name, str(exc))
+            self._settle(peer.name, attempt, str(exc))
             raise
         except Exception as exc:  # one peer's surprise must not cost the snapshot
             why = _unexpected(peer, exc)
-            self._failed(peer.name, why)
+            self._settle(peer.name, attempt, why)
             raise PeerFailure(why) from None
-        self._succeeded(peer.name)
+        self._settle(peer.name, attempt, None)
         return answer
+
+    def _settle(self, name: str, attempt: _Attempt, failure: str | None) -> None:
+        """The attempt's verdict (None: it succeeded), unless it already has one."""
+        with self._guard:
+            if attempt.settled:
+                return
+            attempt.settled = True
+        if failure is None:
+            self._succeeded(name)
+        else:
+            self._failed(name, failure)
 
     def _failed(self, name: str, why: str) -> None:
         with self._guard:

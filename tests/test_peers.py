@@ -155,6 +155,16 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
             return
         self.send_response(200)
         self.send_header("content-type", "application/json")
+        if mode == "drip":  # each read within the deadline, the whole answer well past it
+            self.end_headers()
+            try:
+                for _ in range(4):
+                    time.sleep(1.5)
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:
+                pass
+            return
         if mode == "garbage":
             body = b"\x00\xffthis is not json at all" * 10
         elif mode == "huge":
@@ -289,6 +299,76 @@ def test_an_unforeseen_failure_is_one_line_naming_its_kind(
     assert "local line one" in markdown
     status = client.get("/api/peers")
     assert status.status_code == 200 and status.json()[0]["reachable"] is False
+
+
+def test_a_request_past_the_deadline_fails_once_not_twice(
+    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    from service.models import LogWatch, Observations, Watch
+    from service.peers import Peers
+    from service.peers_client import PeerFailure
+    from service.peers_store import PeerIn
+    from service.settings import Settings
+    from service.store_db import Connection
+
+    fake_peer.mode = "drip"  # type: ignore[attr-defined]
+    settings = Settings(data_dir=tmp_path)
+    peers = Peers(settings, Connection(settings.db_path))
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    peers.put("node2", PeerIn(url=url, token_file=str(token_file(tmp_path))))
+    spec = LogWatch(kind="log", path=str(tmp_path / "x.log"))
+    watch = Watch(id=1, session="s", spec=spec, created_at="2026-01-01T00:00:00Z")
+    try:
+        asked = peers.ask("s", "snapshot", {"node2": [watch]}, None)
+        into = Observations()
+        peers.merge(asked, into)  # gives up at the deadline: the request is still reading
+        assert "no answer within 2 s" in into.logs.unavailable[0].reason
+        with pytest.raises(PeerFailure):  # then the request fails on its own
+            asked.futures["node2"].result(timeout=HANG_S)
+
+        assert peers._health["node2"].failures == 1  # so the first rest is the first rest
+    finally:
+        peers.close()
+
+
+def test_a_peer_remembers_a_bounded_number_of_requests(
+    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    from service.peers import BUSY_MAX, Peers
+    from service.peers_store import PeerIn
+    from service.settings import Settings
+    from service.store_db import Connection
+
+    fake_peer.mode = "wrong-json"  # type: ignore[attr-defined]
+    settings = Settings(data_dir=tmp_path, peer_backoff_min_s=0)
+    peers = Peers(settings, Connection(settings.db_path))
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    peers.put("node2", PeerIn(url=url, token_file=str(token_file(tmp_path))))
+    try:
+        for n in range(BUSY_MAX + 20):
+            peers.ask(f"s{n}", "snapshot", {"node2": []}, None).futures["node2"].exception()
+        busy = peers._health["node2"].busy
+        assert len(busy) <= BUSY_MAX and ("s83", "snapshot") in busy
+    finally:
+        peers.close()
+
+
+def test_the_peer_side_keeps_memory_for_a_bounded_number_of_callers(tmp_path: Path) -> None:
+    from service.collect_runner import CollectorRunner
+    from service.collectors import registry
+    from service.peers_serve import CALLERS_MAX, Callers, ObserveIn, observe
+    from service.settings import Settings
+
+    runner = CollectorRunner(Settings(data_dir=tmp_path), registry, peers=None)
+    callers = Callers()
+    try:
+        for n in range(CALLERS_MAX + 10):
+            observe(runner, ObserveIn(session=f"caller{n}", only=["processes"]), callers)
+        kept = {key.split(":", 1)[1] for key in runner._memory}
+        assert len(kept) == CALLERS_MAX
+        assert "peer/caller0" not in kept and f"peer/caller{CALLERS_MAX + 9}" in kept
+    finally:
+        runner.close()
 
 
 def test_a_dead_peer_is_unreachable_at_once(client: httpx.Client, tmp_path: Path) -> None:

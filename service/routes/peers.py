@@ -64,7 +64,7 @@ class PeerController(Controller):
     def peer_observe(self, state: State, data: JSONBody[ObserveIn]) -> Observations:
         """Another host's watches observed here, redacted here (bearer token required)."""
         _served(state)
-        return peers_serve.observe(state.snapshotter.runner, data)
+        return peers_serve.observe(state.snapshotter.runner, data, _peers(state).callers)
 
     @get("/peer/clock", sync_to_thread=True)
     def peer_clock(self, state: State) -> dict[str, str]:
