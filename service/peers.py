@@ -82,6 +82,7 @@ class Asked:
 
     deadline: float
     watches: dict[str, list[Watch]]
+    only: frozenset[str] | None  # the collectors asked for; None: all, the GPUs among them
     futures: dict[str, Future] = field(default_factory=dict)
     attempts: dict[str, _Attempt] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # peers not asked, and why
@@ -188,7 +189,8 @@ class Peers:
         self, sid: str, purpose: str, remote: dict[str, list[Watch]], only: frozenset[str] | None
     ) -> Asked:
         """Send each peer its watches now; the answers are collected by `merge`."""
-        asked = Asked(deadline=time.monotonic() + self.settings.peer_deadline_s, watches=remote)
+        deadline = time.monotonic() + self.settings.peer_deadline_s
+        asked = Asked(deadline=deadline, watches=remote, only=only)
         known = {p.name: p for p in self.rows.all()}
         for name, watches in remote.items():
             peer = known.get(name)
@@ -219,8 +221,13 @@ class Peers:
 
     def merge(self, asked: Asked, into: Observations) -> None:
         """Each peer's answer, or its unavailable lines, added to `into` by the deadline."""
+        gpus = asked.only is None or "gpus" in asked.only  # every peer is asked for its GPUs
+
+        def failed(name: str, why: str) -> None:
+            merge_failure(into, name, asked.watches[name], why, gpus=gpus)
+
         for name, why in asked.refused.items():
-            merge_failure(into, name, asked.watches[name], why)
+            failed(name, why)
         for name, future in asked.futures.items():
             try:
                 # a moment of grace: the peer's own timeout says more (no connection, no answer)
@@ -230,10 +237,10 @@ class Peers:
                 why = f"no answer within {self.settings.peer_deadline_s:g} s"
                 # the request still running will fail too: one failure, counted once
                 self._settle(name, asked.attempts[name], why)
-                merge_failure(into, name, asked.watches[name], why)
+                failed(name, why)
                 continue
             except PeerFailure as exc:
-                merge_failure(into, name, asked.watches[name], str(exc))
+                failed(name, str(exc))
                 continue
             merge_answer(into, name, answer)
 

@@ -66,16 +66,24 @@ def describe(watch: Watch) -> str:
     return f"{watch.spec.kind} {what}".strip()
 
 
-def merge_failure(into: Observations, host: str, watches: list[Watch], reason: str) -> None:
-    """A peer without an answer: one unavailable line per watch, in that watch's section, and
-    one for the host's GPUs, which are otherwise silently missing."""
+def add_unavailable(into: Observations, watch: Watch, line: Unavailable) -> None:
+    """`line` in the section `watch` is observed in."""
+    section = getattr(into, SECTION_OF_KIND.get(watch.spec.kind, ""), None)
+    if section is not None and hasattr(section, "unavailable"):
+        section.unavailable.append(line)
+
+
+def merge_failure(
+    into: Observations, host: str, watches: list[Watch], reason: str, gpus: bool = True
+) -> None:
+    """A peer without an answer: one unavailable line per watch, in that watch's section, and,
+    when its GPUs were asked for (`gpus`), one for them, which are otherwise silently missing."""
     target = f"host {host}"
     for watch in watches:
-        section = getattr(into, SECTION_OF_KIND.get(watch.spec.kind, ""), None)
         line = Unavailable(watch_id=watch.id, target=target, reason=f"{describe(watch)}: {reason}")
-        if section is not None and hasattr(section, "unavailable"):
-            section.unavailable.append(line)
-    into.gpus.unavailable.append(Unavailable(target=target, reason=f"GPUs: {reason}"))
+        add_unavailable(into, watch, line)
+    if gpus:
+        into.gpus.unavailable.append(Unavailable(target=target, reason=f"GPUs: {reason}"))
 
 
 def merge_answer(into: Observations, host: str, answer: Observations) -> None:

@@ -16,7 +16,7 @@ from service.collect_runner import CollectorRunner
 from service.collectors import commands
 from service.errors import CtxdError
 from service.models import SESSION_ID_PATTERN, Observations, Strict, Unavailable, Watch
-from service.peers_merge import SECTION_OF_KIND, describe, for_peer
+from service.peers_merge import add_unavailable, describe, for_peer
 
 # Caller sessions whose collector memory is kept; the least recently asked beyond go.
 CALLERS_MAX = 64
@@ -70,8 +70,6 @@ def observe(runner: CollectorRunner, ask: ObserveIn, callers: Callers) -> Observ
         runner.forget(old)
     observations = runner.observe(key, admitted, purpose=ask.purpose, only=only, remote=False)
     for watch, why in refused:
-        section = getattr(observations, SECTION_OF_KIND.get(watch.spec.kind, ""), None)
-        if section is not None:
-            line = Unavailable(watch_id=watch.id, target=describe(watch), reason=why)
-            section.unavailable.append(line)
+        line = Unavailable(watch_id=watch.id, target=describe(watch), reason=why)
+        add_unavailable(observations, watch, line)
     return redact.scrub(observations)

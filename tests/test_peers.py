@@ -4,12 +4,18 @@ import http.server
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from tests.conftest import Server, start_server, stop_server
+
+if TYPE_CHECKING:
+    from service.models import Watch
+    from service.peers import Peers
 
 TOKEN = "peer-token-0123456789-abcdefghij"
 
@@ -301,25 +307,42 @@ def test_an_unforeseen_failure_is_one_line_naming_its_kind(
     assert status.status_code == 200 and status.json()[0]["reachable"] is False
 
 
-def test_a_request_past_the_deadline_fails_once_not_twice(
-    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
-) -> None:
-    from service.models import LogWatch, Observations, Watch
+@contextmanager
+def peers_of(
+    tmp_path: Path, fake_peer: http.server.ThreadingHTTPServer, **settings: object
+) -> Iterator["Peers"]:
+    """This host's peer directory, in-process, with `fake_peer` as node2."""
     from service.peers import Peers
-    from service.peers_client import PeerFailure
     from service.peers_store import PeerIn
     from service.settings import Settings
     from service.store_db import Connection
 
-    fake_peer.mode = "drip"  # type: ignore[attr-defined]
-    settings = Settings(data_dir=tmp_path)
-    peers = Peers(settings, Connection(settings.db_path))
+    configured = Settings(data_dir=tmp_path, **settings)  # type: ignore[arg-type]
+    peers = Peers(configured, Connection(configured.db_path))
     url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
     peers.put("node2", PeerIn(url=url, token_file=str(token_file(tmp_path))))
-    spec = LogWatch(kind="log", path=str(tmp_path / "x.log"))
-    watch = Watch(id=1, session="s", spec=spec, created_at="2026-01-01T00:00:00Z")
     try:
-        asked = peers.ask("s", "snapshot", {"node2": [watch]}, None)
+        yield peers
+    finally:
+        peers.close()
+
+
+def log_watch(tmp_path: Path) -> "Watch":
+    from service.models import LogWatch, Watch
+
+    spec = LogWatch(kind="log", path=str(tmp_path / "x.log"))
+    return Watch(id=1, session="s", spec=spec, created_at="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+
+
+def test_a_request_past_the_deadline_fails_once_not_twice(
+    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    from service.models import Observations
+    from service.peers_client import PeerFailure
+
+    fake_peer.mode = "drip"  # type: ignore[attr-defined]
+    with peers_of(tmp_path, fake_peer) as peers:
+        asked = peers.ask("s", "snapshot", {"node2": [log_watch(tmp_path)]}, None)
         into = Observations()
         peers.merge(asked, into)  # gives up at the deadline: the request is still reading
         assert "no answer within 2 s" in into.logs.unavailable[0].reason
@@ -327,30 +350,39 @@ def test_a_request_past_the_deadline_fails_once_not_twice(
             asked.futures["node2"].result(timeout=HANG_S)
 
         assert peers._health["node2"].failures == 1  # so the first rest is the first rest
-    finally:
-        peers.close()
 
 
 def test_a_peer_remembers_a_bounded_number_of_requests(
     fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
 ) -> None:
-    from service.peers import BUSY_MAX, Peers
-    from service.peers_store import PeerIn
-    from service.settings import Settings
-    from service.store_db import Connection
+    from service.peers import BUSY_MAX
 
     fake_peer.mode = "wrong-json"  # type: ignore[attr-defined]
-    settings = Settings(data_dir=tmp_path, peer_backoff_min_s=0)
-    peers = Peers(settings, Connection(settings.db_path))
-    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
-    peers.put("node2", PeerIn(url=url, token_file=str(token_file(tmp_path))))
-    try:
+    with peers_of(tmp_path, fake_peer, peer_backoff_min_s=0) as peers:
         for n in range(BUSY_MAX + 20):
             peers.ask(f"s{n}", "snapshot", {"node2": []}, None).futures["node2"].exception()
         busy = peers._health["node2"].busy
         assert len(busy) <= BUSY_MAX and ("s83", "snapshot") in busy
-    finally:
-        peers.close()
+
+
+@pytest.mark.parametrize(("only", "gpus"), [(None, True), (frozenset({"logs", "ports"}), False)])
+def test_a_failed_peers_gpus_are_named_only_when_asked_for(
+    fake_peer: http.server.ThreadingHTTPServer,
+    tmp_path: Path,
+    only: frozenset[str] | None,
+    gpus: bool,
+) -> None:
+    from service.models import Observations
+
+    with peers_of(tmp_path, fake_peer) as peers:
+        into = Observations()
+        peers.merge(peers.ask("s", "probe", {"node2": [log_watch(tmp_path)]}, only), into)
+
+    (line,) = into.logs.unavailable
+    assert line.reason.endswith("answered 250 B that are not JSON")
+    assert [u.reason for u in into.gpus.unavailable] == (
+        ["GPUs: answered 250 B that are not JSON"] if gpus else []
+    )
 
 
 def test_the_peer_side_keeps_memory_for_a_bounded_number_of_callers(tmp_path: Path) -> None:
