@@ -113,10 +113,17 @@ def _joined(line: Unavailable) -> str:
 
 
 def _merge_processes(into: Observations, answer: Observations, host: str) -> None:
+    """Pids stay numbers; what groups them (workers, stuck stacks) gains the host, and trees
+    are told apart by it (`ProcessInfo.tree_ref`)."""
     mine, theirs = into.processes, answer.processes
     mine.matched += theirs.matched
-    mine.featured += theirs.featured
-    mine.workers += theirs.workers
+    if mine.featured or theirs.featured:
+        # no list: every row of that host; the table picks rows by pid, so a pid that both
+        # hosts have can show one row more, never another host's data
+        here = mine.featured or [p.pid for p in mine.items if p.host != host]
+        mine.featured = here + (theirs.featured or [p.pid for p in theirs.items])
+    mine.workers += [w.model_copy(update={"host": host}) for w in theirs.workers]
+    mine.stuck_stacks += [s.model_copy(update={"host": host}) for s in theirs.stuck_stacks]
     for gone in theirs.exited:
         mine.exited.append(gone.model_copy(update={"name": f"{host}:{gone.name}"}))
 
