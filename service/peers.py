@@ -7,7 +7,6 @@ peer that failed is not asked again before it has rested (`peer_backoff_min_s`, 
 to `peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
 """
 
-import ipaddress
 import logging
 import socket
 import threading
@@ -18,13 +17,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
 from service.errors import Invalid
 from service.models import Observations, Watch
-from service.peers_client import PeerFailure, exchange, read_token
+from service.peers_client import PeerFailure, exchange, read_token, url_warning
 from service.peers_merge import merge_answer, merge_failure, split
 from service.peers_serve import Callers
 from service.peers_store import Peer, PeerIn, PeerRows
@@ -290,31 +288,6 @@ class Peers:
         with self._guard:
             health = self._health.setdefault(name, _Health())
             health.failures, health.rest_until, health.last_error = 0, 0.0, ""
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address of this machine's loopback ("127.0.0.2", "::1", "localhost")."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
-
-
-def url_warning(url: str) -> str | None:
-    """Why a peer's address puts its token at risk, or None."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-    except ValueError:
-        return None
-    if parts.scheme == "http" and not is_loopback(host):
-        return "http:// sends the token in clear to another host: use https:// or a tunnel"
-    return None
 
 
 def _unexpected(peer: Peer, exc: Exception) -> str:

@@ -4,11 +4,13 @@ Whatever the peer does (refuses, resets, stalls, drips, answers garbage or 10 MB
 gets either the parsed JSON or a `PeerFailure` whose text is one short line for the dump.
 """
 
+import ipaddress
 import json
 import re
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -42,6 +44,31 @@ def read_token(token_file: str) -> str:
     if not TOKEN_SHAPE.fullmatch(raw):
         raise PeerFailure(f"its token file does not hold a token alone ({TOKEN_RULE})")
     return token.decode("ascii")
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address of this machine's loopback ("127.0.0.2", "::1", "localhost")."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def url_warning(url: str) -> str | None:
+    """Why a peer's address puts its token at risk, or None."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return None
+    if parts.scheme == "http" and not is_loopback(host):
+        return "http:// sends the token in clear to another host: use https:// or a tunnel"
+    return None
 
 
 def exchange(

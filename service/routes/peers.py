@@ -9,7 +9,8 @@ from litestar.params import JSONBody, Parameter
 
 from service import peers_serve
 from service.models import PEER_NAME_PATTERN, Observations
-from service.peers import Peers, PeerStatus, clock, is_loopback
+from service.peers import Peers, PeerStatus, clock
+from service.peers_client import is_loopback
 from service.peers_serve import ObserveIn
 from service.peers_store import Peer, PeerIn
 
