@@ -95,6 +95,16 @@ class CollectorRunner:
         self.last_timings[key] = timings
         return observations
 
+    def forget(self, sid: str) -> None:
+        """Drop a session's collector memory, every purpose: one no caller will ask again."""
+        with self._guard:
+            for key in [k for k in self._memory if k.split(":", 1)[1] == sid]:
+                del self._memory[key]
+            # a run still going keeps its entry: the next one must not share its memory
+            for k, future in list(self._inflight.items()):
+                if k[0].split(":", 1)[1] == sid and future.done():
+                    del self._inflight[k]
+
     def _submit(
         self,
         key: str,

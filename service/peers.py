@@ -7,9 +7,11 @@ peer that failed is not asked again before it has rested (`peer_backoff_min_s`, 
 to `peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
 """
 
+import logging
 import socket
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -20,15 +22,20 @@ from pydantic import BaseModel, ValidationError
 
 from service.errors import Invalid
 from service.models import Observations, Watch
-from service.peers_client import PeerFailure, exchange, read_token
+from service.peers_client import PeerFailure, exchange, read_token, url_warning
 from service.peers_merge import merge_answer, merge_failure, split
+from service.peers_serve import Callers
 from service.peers_store import Peer, PeerIn, PeerRows
 from service.settings import Settings
 from service.store_db import Connection
 
+log = logging.getLogger(__name__)
+
 OBSERVE_PATH = "/api/peer/observe"
 CLOCK_PATH = "/api/peer/clock"
 _GRACE_S = 0.25
+# requests remembered per peer, one per session and purpose: sessions are the caller's to name
+BUSY_MAX = 64
 
 
 class PeerStatus(BaseModel):
@@ -40,6 +47,7 @@ class PeerStatus(BaseModel):
     # the peer's clock minus ours, from the middle of the round trip: positive, it is ahead
     clock_offset_s: float | None = None
     hostname: str | None = None
+    warning: str | None = None  # what is wrong with the peer's address even when it answers
 
 
 @dataclass
@@ -47,7 +55,23 @@ class _Health:
     failures: int = 0
     rest_until: float = 0.0
     last_error: str = ""
-    busy: dict[tuple[str, str], Future] = field(default_factory=dict)
+    busy: OrderedDict[tuple[str, str], Future] = field(default_factory=OrderedDict)
+
+    def remember(self, key: tuple[str, str], future: Future) -> None:
+        """The request now running for `key`; past BUSY_MAX, finished ones go, then the oldest."""
+        self.busy[key] = future
+        self.busy.move_to_end(key)
+        if len(self.busy) > BUSY_MAX:
+            for old in [k for k, f in self.busy.items() if f.done() and k != key]:
+                del self.busy[old]
+        while len(self.busy) > BUSY_MAX:
+            self.busy.popitem(last=False)
+
+
+class _Attempt:
+    """One request to a peer; the first verdict on it (its own, or the deadline's) counts."""
+
+    settled = False
 
 
 @dataclass
@@ -56,7 +80,9 @@ class Asked:
 
     deadline: float
     watches: dict[str, list[Watch]]
+    only: frozenset[str] | None  # the collectors asked for; None: all, the GPUs among them
     futures: dict[str, Future] = field(default_factory=dict)
+    attempts: dict[str, _Attempt] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # peers not asked, and why
 
 
@@ -69,6 +95,7 @@ class Peers:
         self._health: dict[str, _Health] = {}
         self._guard = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="peer")
+        self.callers = Callers()  # the peer side's memory of the sessions that ask this host
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -82,7 +109,7 @@ class Peers:
         try:
             read_token(data.token_file)
         except PeerFailure as exc:
-            raise Invalid(f"token_file {data.token_file}: {exc}") from None
+            raise Invalid(f"token_file {data.token_file} refused: {exc}") from None
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:  # the same rule as ctxd's own token file
             raise Invalid(f"token_file {path} is mode {mode:04o}, readable by others: chmod 600")
@@ -127,6 +154,10 @@ class Peers:
         except (KeyError, TypeError, ValueError):
             self._failed(peer.name, "answered JSON that is not ctxd's clock")
             return self._down(peer, "answered JSON that is not ctxd's clock")
+        except Exception as exc:  # one peer's surprise must not cost the others' status
+            why = _unexpected(peer, exc)
+            self._failed(peer.name, why)
+            return self._down(peer, why)
         took = time.monotonic() - started
         self._succeeded(peer.name)
         return PeerStatus(
@@ -136,10 +167,13 @@ class Peers:
             latency_ms=round(took * 1000, 1),
             clock_offset_s=round(theirs - (wall + took / 2), 3),
             hostname=hostname,
+            warning=url_warning(peer.url),
         )
 
     def _down(self, peer: Peer, why: str) -> PeerStatus:
-        return PeerStatus(name=peer.name, url=peer.url, reachable=False, error=why)
+        return PeerStatus(
+            name=peer.name, url=peer.url, reachable=False, error=why, warning=url_warning(peer.url)
+        )
 
     # --- a collection -----------------------------------------------------------------------
 
@@ -153,7 +187,8 @@ class Peers:
         self, sid: str, purpose: str, remote: dict[str, list[Watch]], only: frozenset[str] | None
     ) -> Asked:
         """Send each peer its watches now; the answers are collected by `merge`."""
-        asked = Asked(deadline=time.monotonic() + self.settings.peer_deadline_s, watches=remote)
+        deadline = time.monotonic() + self.settings.peer_deadline_s
+        asked = Asked(deadline=deadline, watches=remote, only=only)
         known = {p.name: p for p in self.rows.all()}
         for name, watches in remote.items():
             peer = known.get(name)
@@ -176,44 +211,69 @@ class Peers:
                 if time.monotonic() < health.rest_until:
                     asked.refused[name] = f"{health.last_error} (resting before the next try)"
                     continue
-                future = self._pool.submit(self._observe, peer, payload, asked.deadline)
-                health.busy[(sid, purpose)] = future
-            asked.futures[name] = future
+                attempt = _Attempt()
+                future = self._pool.submit(self._observe, peer, payload, asked.deadline, attempt)
+                health.remember((sid, purpose), future)
+            asked.futures[name], asked.attempts[name] = future, attempt
         return asked
 
     def merge(self, asked: Asked, into: Observations) -> None:
         """Each peer's answer, or its unavailable lines, added to `into` by the deadline."""
+        gpus = asked.only is None or "gpus" in asked.only  # every peer is asked for its GPUs
+
+        def failed(name: str, why: str) -> None:
+            merge_failure(into, name, asked.watches[name], why, gpus=gpus)
+
         for name, why in asked.refused.items():
-            merge_failure(into, name, asked.watches[name], why)
+            failed(name, why)
         for name, future in asked.futures.items():
             try:
                 # a moment of grace: the peer's own timeout says more (no connection, no answer)
                 left = max(0.0, asked.deadline - time.monotonic()) + _GRACE_S
                 answer = future.result(timeout=left)
             except FutureTimeout:
-                seconds = self.settings.peer_deadline_s
-                self._failed(name, f"no answer within {seconds:g} s")
-                merge_failure(into, name, asked.watches[name], f"no answer within {seconds:g} s")
+                why = f"no answer within {self.settings.peer_deadline_s:g} s"
+                # the request still running will fail too: one failure, counted once
+                self._settle(name, asked.attempts[name], why)
+                failed(name, why)
                 continue
             except PeerFailure as exc:
-                merge_failure(into, name, asked.watches[name], str(exc))
+                failed(name, str(exc))
                 continue
             merge_answer(into, name, answer)
 
-    def _observe(self, peer: Peer, payload: dict, deadline: float) -> Observations:
+    def _observe(
+        self, peer: Peer, payload: dict, deadline: float, attempt: _Attempt
+    ) -> Observations:
         try:
             token = read_token(peer.token_file)
             limit = self.settings.peer_answer_bytes_max
             data = exchange(peer.url, token, OBSERVE_PATH, payload, deadline, limit)
             answer = Observations.model_validate(data)
         except ValidationError:
-            self._failed(peer.name, "answered JSON that is not ctxd's observations")
-            raise PeerFailure("answered JSON that is not ctxd's observations") from None
+            why = "answered JSON that is not ctxd's observations"
+            self._settle(peer.name, attempt, why)
+            raise PeerFailure(why) from None
         except PeerFailure as exc:
-            self._failed(peer.name, str(exc))
+            self._settle(peer.name, attempt, str(exc))
             raise
-        self._succeeded(peer.name)
+        except Exception as exc:  # one peer's surprise must not cost the snapshot
+            why = _unexpected(peer, exc)
+            self._settle(peer.name, attempt, why)
+            raise PeerFailure(why) from None
+        self._settle(peer.name, attempt, None)
         return answer
+
+    def _settle(self, name: str, attempt: _Attempt, failure: str | None) -> None:
+        """The attempt's verdict (None: it succeeded), unless it already has one."""
+        with self._guard:
+            if attempt.settled:
+                return
+            attempt.settled = True
+        if failure is None:
+            self._succeeded(name)
+        else:
+            self._failed(name, failure)
 
     def _failed(self, name: str, why: str) -> None:
         with self._guard:
@@ -228,6 +288,13 @@ class Peers:
         with self._guard:
             health = self._health.setdefault(name, _Health())
             health.failures, health.rest_until, health.last_error = 0, 0.0, ""
+
+
+def _unexpected(peer: Peer, exc: Exception) -> str:
+    """A reason for what no rule foresaw: the exception's type only, since its text may quote
+    the token or the answer."""
+    log.warning("peer %s: unexpected %s", peer.name, type(exc).__name__)
+    return f"failed unexpectedly ({type(exc).__name__})"
 
 
 def clock() -> dict[str, str]:

@@ -4,11 +4,13 @@ Whatever the peer does (refuses, resets, stalls, drips, answers garbage or 10 MB
 gets either the parsed JSON or a `PeerFailure` whose text is one short line for the dump.
 """
 
+import ipaddress
 import json
 import re
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -20,15 +22,53 @@ class PeerFailure(Exception):
     """Why a peer gave no usable answer, as one line ("connection refused")."""
 
 
+# What a token file may hold: one token, a trailing newline at most. Anything else (a private
+# key, a config file) is never sent, whatever its mode: a token file names what is sent out.
+TOKEN_SHAPE = re.compile(rb"[A-Za-z0-9._~+/=-]{16,512}\n?")
+TOKEN_RULE = "one line of 16 to 512 characters from A-Z a-z 0-9 . _ ~ + / = -"
+
+
 def read_token(token_file: str) -> str:
+    """The token in `token_file`; its content is never part of a reason (it may be a secret)."""
     try:
-        token = Path(token_file).read_text(encoding="utf-8").strip()
+        raw = Path(token_file).read_bytes()
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         raise PeerFailure(f"cannot read its token file: {why}") from None
+    token = raw.strip()
     if not token:
         raise PeerFailure("its token file is empty")
-    return token
+    if not all(0x20 <= byte < 0x7F or byte in b"\t\r\n" for byte in token):
+        # a byte-order mark or a non-ASCII letter cannot go in an HTTP header
+        raise PeerFailure("its token file holds characters that are not printable ASCII")
+    if not TOKEN_SHAPE.fullmatch(raw):
+        raise PeerFailure(f"its token file does not hold a token alone ({TOKEN_RULE})")
+    return token.decode("ascii")
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address of this machine's loopback ("127.0.0.2", "::1", "localhost")."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def url_warning(url: str) -> str | None:
+    """Why a peer's address puts its token at risk, or None."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return None
+    if parts.scheme == "http" and not is_loopback(host):
+        return "http:// sends the token in clear to another host: use https:// or a tunnel"
+    return None
 
 
 def exchange(
@@ -56,6 +96,8 @@ def exchange(
             raise PeerFailure(_describe(exc, left)) from None
     try:
         return json.loads(body)
+    except RecursionError:  # `[[[[…` within the size cap: the decoder recurses per level
+        raise PeerFailure("answered JSON nested too deep") from None
     except ValueError:
         raise PeerFailure(f"answered {human_bytes(len(body))} that are not JSON") from None
 

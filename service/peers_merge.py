@@ -66,16 +66,24 @@ def describe(watch: Watch) -> str:
     return f"{watch.spec.kind} {what}".strip()
 
 
-def merge_failure(into: Observations, host: str, watches: list[Watch], reason: str) -> None:
-    """A peer without an answer: one unavailable line per watch, in that watch's section, and
-    one for the host's GPUs, which are otherwise silently missing."""
+def add_unavailable(into: Observations, watch: Watch, line: Unavailable) -> None:
+    """`line` in the section `watch` is observed in."""
+    section = getattr(into, SECTION_OF_KIND.get(watch.spec.kind, ""), None)
+    if section is not None and hasattr(section, "unavailable"):
+        section.unavailable.append(line)
+
+
+def merge_failure(
+    into: Observations, host: str, watches: list[Watch], reason: str, gpus: bool = True
+) -> None:
+    """A peer without an answer: one unavailable line per watch, in that watch's section, and,
+    when its GPUs were asked for (`gpus`), one for them, which are otherwise silently missing."""
     target = f"host {host}"
     for watch in watches:
-        section = getattr(into, SECTION_OF_KIND.get(watch.spec.kind, ""), None)
         line = Unavailable(watch_id=watch.id, target=target, reason=f"{describe(watch)}: {reason}")
-        if section is not None and hasattr(section, "unavailable"):
-            section.unavailable.append(line)
-    into.gpus.unavailable.append(Unavailable(target=target, reason=f"GPUs: {reason}"))
+        add_unavailable(into, watch, line)
+    if gpus:
+        into.gpus.unavailable.append(Unavailable(target=target, reason=f"GPUs: {reason}"))
 
 
 def merge_answer(into: Observations, host: str, answer: Observations) -> None:
@@ -105,10 +113,17 @@ def _joined(line: Unavailable) -> str:
 
 
 def _merge_processes(into: Observations, answer: Observations, host: str) -> None:
+    """Pids stay numbers; what groups them (workers, stuck stacks) gains the host, and trees
+    are told apart by it (`ProcessInfo.tree_ref`)."""
     mine, theirs = into.processes, answer.processes
     mine.matched += theirs.matched
-    mine.featured += theirs.featured
-    mine.workers += theirs.workers
+    if mine.featured or theirs.featured:
+        # no list: every row of that host; the table picks rows by pid, so a pid that both
+        # hosts have can show one row more, never another host's data
+        here = mine.featured or [p.pid for p in mine.items if p.host != host]
+        mine.featured = here + (theirs.featured or [p.pid for p in theirs.items])
+    mine.workers += [w.model_copy(update={"host": host}) for w in theirs.workers]
+    mine.stuck_stacks += [s.model_copy(update={"host": host}) for s in theirs.stuck_stacks]
     for gone in theirs.exited:
         mine.exited.append(gone.model_copy(update={"name": f"{host}:{gone.name}"}))
 

@@ -5,6 +5,8 @@ could: each watch passes this host's command allowlist and watch roots, and what
 is redacted here before it leaves.
 """
 
+import threading
+from collections import OrderedDict
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -14,7 +16,30 @@ from service.collect_runner import CollectorRunner
 from service.collectors import commands
 from service.errors import CtxdError
 from service.models import SESSION_ID_PATTERN, Observations, Strict, Unavailable, Watch
-from service.peers_merge import SECTION_OF_KIND, describe, for_peer
+from service.peers_merge import add_unavailable, describe, for_peer
+
+# Caller sessions whose collector memory is kept; the least recently asked beyond go.
+CALLERS_MAX = 64
+
+
+class Callers:
+    """The caller sessions this host keeps collector memory for: their ids are the caller's
+    choice, so they are bounded, least recently asked dropped."""
+
+    def __init__(self, limit: int = CALLERS_MAX) -> None:
+        self.limit = limit
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def seen(self, session: str) -> list[str]:
+        """Note `session` as just asked; the sessions dropped to make room."""
+        with self._lock:
+            self._seen[session] = None
+            self._seen.move_to_end(session)
+            dropped = []
+            while len(self._seen) > self.limit:
+                dropped.append(self._seen.popitem(last=False)[0])
+            return dropped
 
 
 class ObserveIn(Strict):
@@ -24,7 +49,7 @@ class ObserveIn(Strict):
     only: list[Annotated[str, Field(max_length=64)]] | None = Field(None, max_length=32)
 
 
-def observe(runner: CollectorRunner, ask: ObserveIn) -> Observations:
+def observe(runner: CollectorRunner, ask: ObserveIn, callers: Callers) -> Observations:
     """The watches observed on this host, for a peer; refused ones as unavailable lines."""
     settings = runner.settings
     admitted: list[Watch] = []
@@ -41,10 +66,10 @@ def observe(runner: CollectorRunner, ask: ObserveIn) -> Observations:
     only = frozenset(ask.only) if ask.only is not None else None
     # its own collector memory per caller session and purpose: offsets, CPU baselines
     key = f"peer/{ask.session}"
+    for old in callers.seen(key):
+        runner.forget(old)
     observations = runner.observe(key, admitted, purpose=ask.purpose, only=only, remote=False)
     for watch, why in refused:
-        section = getattr(observations, SECTION_OF_KIND.get(watch.spec.kind, ""), None)
-        if section is not None:
-            line = Unavailable(watch_id=watch.id, target=describe(watch), reason=why)
-            section.unavailable.append(line)
+        line = Unavailable(watch_id=watch.id, target=describe(watch), reason=why)
+        add_unavailable(observations, watch, line)
     return redact.scrub(observations)

@@ -54,10 +54,10 @@ def derive(current: Observations, previous: Observations | None) -> list[Signal]
     return sorted(signals, key=lambda s: SEVERITY_ORDER[s.severity])
 
 
-def _trees(current: Observations) -> dict[int, list[ProcessInfo]]:
-    trees: dict[int, list[ProcessInfo]] = {}
+def _trees(current: Observations) -> dict[str, list[ProcessInfo]]:
+    trees: dict[str, list[ProcessInfo]] = {}
     for p in current.processes.items:
-        trees.setdefault(p.tree if p.tree is not None else p.pid, []).append(p)
+        trees.setdefault(p.tree_ref, []).append(p)  # "node2:10" is not this host's tree 10
     return trees
 
 
@@ -113,9 +113,9 @@ def stuck_trees(current: Observations) -> list[Signal]:
     return signals
 
 
-def _python_waits(current: Observations, tree: int) -> list[str]:
+def _python_waits(current: Observations, tree: str) -> list[str]:
     """The stuck tree's Python stacks in a line: innermost frames of each distinct one."""
-    stacks = [s for s in current.processes.stuck_stacks if s.tree == tree]
+    stacks = [s for s in current.processes.stuck_stacks if s.tree_ref == tree]
     shown = []
     for st in stacks[:3]:
         frames = [line.strip() for line in st.lines if line.startswith("  ")][:3]

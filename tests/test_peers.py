@@ -4,12 +4,18 @@ import http.server
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from tests.conftest import Server, start_server, stop_server
+
+if TYPE_CHECKING:
+    from service.models import Watch
+    from service.peers import Peers
 
 TOKEN = "peer-token-0123456789-abcdefghij"
 
@@ -79,6 +85,7 @@ def test_a_peer_watch_is_collected_there_and_named_by_host(
     status = client.get("/api/peers").json()
     assert status[0]["name"] == "node2" and status[0]["reachable"] is True
     assert abs(status[0]["clock_offset_s"]) < 1  # the same clock, on one machine
+    assert status[0]["warning"] is None  # http:// on loopback stays on this machine
 
 
 def test_remote_processes_and_jobs_are_named_by_host(
@@ -154,10 +161,22 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
             return
         self.send_response(200)
         self.send_header("content-type", "application/json")
+        if mode == "drip":  # each read within the deadline, the whole answer well past it
+            self.end_headers()
+            try:
+                for _ in range(4):
+                    time.sleep(1.5)
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:
+                pass
+            return
         if mode == "garbage":
             body = b"\x00\xffthis is not json at all" * 10
         elif mode == "huge":
             body = b'{"processes": {"items": []}, "pad": "' + b"x" * (10 * 2**20) + b'"}'
+        elif mode == "deep":  # within the size cap, too deep for the JSON decoder
+            body = b"[" * 200_000
         elif mode == "huge-undeclared":  # no content-length: cut while reading
             self.end_headers()
             for _ in range(160):
@@ -197,6 +216,7 @@ def fake_peer() -> Iterator[http.server.ThreadingHTTPServer]:
         ("huge", "answer of 10.0 MB is over the limit"),
         ("huge-undeclared", "answer is over the limit of 4.0 MB"),
         ("wrong-json", "answered JSON that is not ctxd's observations"),
+        ("deep", "answered JSON nested too deep"),
         ("slow", "no answer within 2 s"),
         ("refuses", "answered HTTP 403: Host '10.0.0.2' is not allowed"),
     ],
@@ -215,8 +235,9 @@ def test_a_misbehaving_peer_is_one_line_within_the_deadline(
 
     _, markdown, took = take(client, "s")
 
-    assert f"- unavailable: `host node2`: log {tmp_path / 'there.log'}: {expected}" in markdown
-    assert f"- unavailable: `host node2`: GPUs: {expected}" in markdown
+    lines = [line for line in markdown.splitlines() if "host node2" in line]  # shown on failure
+    assert f"- unavailable: `host node2`: log {tmp_path / 'there.log'}: {expected}" in lines
+    assert f"- unavailable: `host node2`: GPUs: {expected}" in lines
     assert "local line one" in markdown
     assert took < HANG_S
 
@@ -246,6 +267,141 @@ def test_a_failed_peer_rests_instead_of_being_asked_each_time(
             assert fake_peer.requests == 2  # type: ignore[attr-defined]
     finally:
         stop_server(here)
+
+
+def test_an_unreadable_token_is_a_line_and_a_rest_not_a_failed_snapshot(
+    client: httpx.Client, fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    path = token_file(tmp_path)
+    assert client.put("/api/peers/node2", json={"url": url, "token_file": str(path)}).is_success
+    session_with_logs(client, tmp_path, "node2")
+    # an editor saved it again with a byte-order mark: no HTTP header can carry that
+    path.write_bytes(b"\xef\xbb\xbf" + TOKEN.encode() + b"\n")
+
+    first, second = take(client, "s")[1], take(client, "s")[1]
+
+    why = "its token file holds characters that are not printable ASCII"
+    assert f"`host node2`: log {tmp_path / 'there.log'}: {why}" in first
+    assert "local line one" in first
+    assert f"{why} (resting before the next try)" in second
+    assert fake_peer.requests == 0  # type: ignore[attr-defined]
+    status = client.get("/api/peers").json()
+    assert status[0]["reachable"] is False and status[0]["error"] == why
+    refused = client.put("/api/peers/node3", json={"url": url, "token_file": str(path)})
+    assert refused.status_code == 400 and why in refused.text and TOKEN not in refused.text
+
+
+def test_an_unforeseen_failure_is_one_line_naming_its_kind(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    # "a:b" passes the URL check, and httpx refuses it with an error that is no HTTPError
+    peer = {"url": "http://a:b", "token_file": str(token_file(tmp_path))}
+    assert client.put("/api/peers/node2", json=peer).status_code == 201
+    session_with_logs(client, tmp_path, "node2")
+
+    _, markdown, _ = take(client, "s")
+
+    assert "`host node2`: log" in markdown and "failed unexpectedly (InvalidURL)" in markdown
+    assert "local line one" in markdown
+    status = client.get("/api/peers")
+    assert status.status_code == 200 and status.json()[0]["reachable"] is False
+
+
+@contextmanager
+def peers_of(
+    tmp_path: Path, fake_peer: http.server.ThreadingHTTPServer, **settings: object
+) -> Iterator["Peers"]:
+    """This host's peer directory, in-process, with `fake_peer` as node2."""
+    from service.peers import Peers
+    from service.peers_store import PeerIn
+    from service.settings import Settings
+    from service.store_db import Connection
+
+    configured = Settings(data_dir=tmp_path, **settings)  # type: ignore[arg-type]
+    peers = Peers(configured, Connection(configured.db_path))
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    peers.put("node2", PeerIn(url=url, token_file=str(token_file(tmp_path))))
+    try:
+        yield peers
+    finally:
+        peers.close()
+
+
+def log_watch(tmp_path: Path) -> "Watch":
+    from service.models import LogWatch, Watch
+
+    spec = LogWatch(kind="log", path=str(tmp_path / "x.log"))
+    return Watch(id=1, session="s", spec=spec, created_at="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+
+
+def test_a_request_past_the_deadline_fails_once_not_twice(
+    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    from service.models import Observations
+    from service.peers_client import PeerFailure
+
+    fake_peer.mode = "drip"  # type: ignore[attr-defined]
+    with peers_of(tmp_path, fake_peer) as peers:
+        asked = peers.ask("s", "snapshot", {"node2": [log_watch(tmp_path)]}, None)
+        into = Observations()
+        peers.merge(asked, into)  # gives up at the deadline: the request is still reading
+        assert "no answer within 2 s" in into.logs.unavailable[0].reason
+        with pytest.raises(PeerFailure):  # then the request fails on its own
+            asked.futures["node2"].result(timeout=HANG_S)
+
+        assert peers._health["node2"].failures == 1  # so the first rest is the first rest
+
+
+def test_a_peer_remembers_a_bounded_number_of_requests(
+    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    from service.peers import BUSY_MAX
+
+    fake_peer.mode = "wrong-json"  # type: ignore[attr-defined]
+    with peers_of(tmp_path, fake_peer, peer_backoff_min_s=0) as peers:
+        for n in range(BUSY_MAX + 20):
+            peers.ask(f"s{n}", "snapshot", {"node2": []}, None).futures["node2"].exception()
+        busy = peers._health["node2"].busy
+        assert len(busy) <= BUSY_MAX and ("s83", "snapshot") in busy
+
+
+@pytest.mark.parametrize(("only", "gpus"), [(None, True), (frozenset({"logs", "ports"}), False)])
+def test_a_failed_peers_gpus_are_named_only_when_asked_for(
+    fake_peer: http.server.ThreadingHTTPServer,
+    tmp_path: Path,
+    only: frozenset[str] | None,
+    gpus: bool,
+) -> None:
+    from service.models import Observations
+
+    with peers_of(tmp_path, fake_peer) as peers:
+        into = Observations()
+        peers.merge(peers.ask("s", "probe", {"node2": [log_watch(tmp_path)]}, only), into)
+
+    (line,) = into.logs.unavailable
+    assert line.reason.endswith("answered 250 B that are not JSON")
+    assert [u.reason for u in into.gpus.unavailable] == (
+        ["GPUs: answered 250 B that are not JSON"] if gpus else []
+    )
+
+
+def test_the_peer_side_keeps_memory_for_a_bounded_number_of_callers(tmp_path: Path) -> None:
+    from service.collect_runner import CollectorRunner
+    from service.collectors import registry
+    from service.peers_serve import CALLERS_MAX, Callers, ObserveIn, observe
+    from service.settings import Settings
+
+    runner = CollectorRunner(Settings(data_dir=tmp_path), registry, peers=None)
+    callers = Callers()
+    try:
+        for n in range(CALLERS_MAX + 10):
+            observe(runner, ObserveIn(session=f"caller{n}", only=["processes"]), callers)
+        kept = {key.split(":", 1)[1] for key in runner._memory}
+        assert len(kept) == CALLERS_MAX
+        assert "peer/caller0" not in kept and f"peer/caller{CALLERS_MAX + 9}" in kept
+    finally:
+        runner.close()
 
 
 def test_a_dead_peer_is_unreachable_at_once(client: httpx.Client, tmp_path: Path) -> None:
@@ -313,19 +469,58 @@ def test_the_directory(client: httpx.Client, tmp_path: Path) -> None:
     assert client.get("/api/peers").json() == []
 
 
-def test_a_peers_gpus_join_this_hosts_with_its_name() -> None:
-    from service.models import GpuInfo, GpusSection, Observations
-    from service.peers_merge import merge_answer
+PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END"
 
-    here = Observations()  # a host without GPUs: its section says so until a peer has some
-    there = Observations(
-        gpus=GpusSection(
-            source="nvml", driver_version="570.1", items=[GpuInfo(index=0, name="H200")]
-        )
+
+def test_only_a_token_is_ever_sent_from_a_token_file(
+    client: httpx.Client, fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
+    path = token_file(tmp_path)
+    for content in (PRIVATE_KEY, TOKEN + "\nsecond line\n", "short\n", f" {TOKEN}\n"):
+        path.write_text(content)
+        refused = client.put("/api/peers/node2", json={"url": url, "token_file": str(path)})
+        assert refused.status_code == 400 and "does not hold a token alone" in refused.text
+        assert "b3BlbnNzaC1rZXkt" not in refused.text and "second line" not in refused.text
+    # put while it held a token, changed since: refused at use, never sent
+    path.write_text(TOKEN + "\n")
+    assert client.put("/api/peers/node2", json={"url": url, "token_file": str(path)}).is_success
+    session_with_logs(client, tmp_path, "node2")
+    path.write_text(PRIVATE_KEY)
+
+    _, markdown, _ = take(client, "s")
+
+    assert "`host node2`: log" in markdown and "does not hold a token alone" in markdown
+    assert "b3BlbnNzaC1rZXkt" not in markdown
+    status = client.get("/api/peers").json()
+    assert "does not hold a token alone" in status[0]["error"]
+    assert fake_peer.requests == 0  # type: ignore[attr-defined]
+
+
+def test_a_token_sent_in_clear_to_another_host_is_warned_of(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    peer = {"url": "http://node2.invalid:8765", "token_file": str(token_file(tmp_path))}
+    assert client.put("/api/peers/node2", json=peer).status_code == 201
+    assert client.put("/api/peers/node3", json=peer | {"url": "https://node3.invalid"}).is_success
+
+    node2, node3 = client.get("/api/peers").json()
+
+    assert node2["warning"] == (
+        "http:// sends the token in clear to another host: use https:// or a tunnel"
     )
+    assert node3["warning"] is None
 
-    merge_answer(here, "node2", there)
 
-    (gpu,) = here.gpus.items
-    assert (gpu.name, gpu.host, here.gpus.source) == ("node2:H200", "node2", "nvml")
-    assert here.gpus.driver_version == "570.1"
+def test_without_a_token_only_this_machine_names_peers(tmp_path: Path) -> None:
+    from tests.conftest import app_client
+
+    # the in-process client's address is "testclient": not this machine's loopback
+    peer = {"url": "http://127.0.0.1:1", "token_file": str(token_file(tmp_path))}
+    with app_client(tmp_path / "open") as open_node:
+        refused = open_node.put("/api/peers/node2", json=peer)
+        assert refused.status_code == 403 and "from this machine only" in refused.text
+        assert open_node.get("/api/peers").json() == []
+    with app_client(tmp_path / "locked", token=TOKEN) as locked:
+        locked.headers["Authorization"] = f"Bearer {TOKEN}"
+        assert locked.put("/api/peers/node2", json=peer).status_code == 201

@@ -59,6 +59,21 @@ class ProcessInfo(BaseModel):
         """Identity across snapshots: a reused pid with another start time is another process."""
         return f"{self.pid}@{self.started_at.timestamp():.2f}"
 
+    @property
+    def ref(self) -> str:
+        """Its pid, named with its host when it is a peer's: "123", "node2:123"."""
+        return pid_ref(self.host, self.pid)
+
+    @property
+    def tree_ref(self) -> str:
+        """Its tree (its root's pid), named with its host: trees of two hosts never meet."""
+        return pid_ref(self.host, self.tree if self.tree is not None else self.pid)
+
+
+def pid_ref(host: str | None, pid: int) -> str:
+    """A pid as the dump and the signals name it: "123" here, "node2:123" on a peer."""
+    return f"{host}:{pid}" if host else str(pid)
+
 
 class WorkerGroup(BaseModel):
     """Children of one root whose command lines differ only in a rank-like part."""
@@ -69,6 +84,15 @@ class WorkerGroup(BaseModel):
     # set when the members are alike (state, CPU, memory): the table shows them as one row
     pids: list[int] = []
     ranks: str | None = None  # the varying part of their command lines: "0-7"
+    host: str | None = None  # the peer it was observed on; None: this host
+
+    @property
+    def tree_ref(self) -> str:
+        return pid_ref(self.host, self.tree)
+
+    @property
+    def refs(self) -> list[str]:
+        return [pid_ref(self.host, pid) for pid in self.pids]
 
 
 class StuckStack(BaseModel):
@@ -81,6 +105,11 @@ class StuckStack(BaseModel):
     note: str | None = None  # why there is no Python stack: ptrace not permitted, no py-spy...
     kernel: list[str] = []  # kernel functions, innermost first (readable with root rights)
     taken_at: datetime | None = None
+    host: str | None = None  # the peer it was observed on; None: this host
+
+    @property
+    def tree_ref(self) -> str:
+        return pid_ref(self.host, self.tree)
 
 
 class ExitedProcess(BaseModel):

@@ -2,7 +2,7 @@
 
 from typing import Annotated
 
-from litestar import Controller, Response, delete, get, post, put
+from litestar import Controller, Request, Response, delete, get, post, put
 from litestar.datastructures import State
 from litestar.exceptions import PermissionDeniedException
 from litestar.params import JSONBody, Parameter
@@ -10,6 +10,7 @@ from litestar.params import JSONBody, Parameter
 from service import peers_serve
 from service.models import PEER_NAME_PATTERN, Observations
 from service.peers import Peers, PeerStatus, clock
+from service.peers_client import is_loopback
 from service.peers_serve import ObserveIn
 from service.peers_store import Peer, PeerIn
 
@@ -28,13 +29,26 @@ def _served(state: State) -> None:
         raise PermissionDeniedException("this ctxd has no token; start it with CTXD_TOKEN_FILE")
 
 
+def _local_or_token(state: State, request: Request) -> None:
+    """A peer names a file whose content ctxd sends out: without a token, only this machine
+    may name one (`ctxd serve` already listens on loopback only without a token)."""
+    client = request.client.host if request.client else ""
+    if state.snapshotter.settings.token is None and not is_loopback(client):
+        raise PermissionDeniedException(
+            "this ctxd has no token: peers are set from this machine only (loopback)"
+        )
+
+
 class PeerController(Controller):
     """The directory (/api/peers) and the peer side (/api/peer/*)."""
 
     path = "/api"
 
     @put("/peers/{name:str}", sync_to_thread=True)
-    def put_peer(self, state: State, name: Name, data: JSONBody[PeerIn]) -> Response[Peer]:
+    def put_peer(
+        self, state: State, request: Request, name: Name, data: JSONBody[PeerIn]
+    ) -> Response[Peer]:
+        _local_or_token(state, request)
         peer, created = _peers(state).put(name, data)
         return Response(peer, status_code=201 if created else 200)
 
@@ -51,7 +65,7 @@ class PeerController(Controller):
     def peer_observe(self, state: State, data: JSONBody[ObserveIn]) -> Observations:
         """Another host's watches observed here, redacted here (bearer token required)."""
         _served(state)
-        return peers_serve.observe(state.snapshotter.runner, data)
+        return peers_serve.observe(state.snapshotter.runner, data, _peers(state).callers)
 
     @get("/peer/clock", sync_to_thread=True)
     def peer_clock(self, state: State) -> dict[str, str]:
