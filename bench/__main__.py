@@ -9,6 +9,7 @@ import argparse
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench import bench_search, crowd, table
+from bench import bench_peers, bench_search, crowd, table
 from bench.scenario import Scenario, Server, build, register, shell_collection, start_server
 from bench.timing import p95, timed
 
@@ -229,6 +230,9 @@ def main() -> None:
         shutil.rmtree(data_dir, ignore_errors=True)
     if not args.quick:
         bench_search.run(10_000)
+    bench_peers.run(5 if args.quick else args.runs)
+    # a hook's wall time per Claude Code event: its own ctxd, its own checkout
+    subprocess.run([sys.executable, "-m", "bench.bench_hook_events"], check=False)
     table.print_table(figures)
     table.append_results(figures, "quick" if args.quick else "full")
 
