@@ -1,6 +1,7 @@
 """What a watched process shows for good: its redacted command line, environment and packages,
 described once per exec and kept in the process collector's memory."""
 
+import pwd
 import re
 from dataclasses import dataclass
 from fnmatch import translate
@@ -33,6 +34,7 @@ class Static:
     packages: dict[str, str] | None
     denied: list[str]
     relaunch: list[str]  # roots: lines that start it again as it ran (_relaunch.py)
+    user: str | None = None  # its real uid's name, as psutil's username
 
 
 @lru_cache(maxsize=64)
@@ -49,7 +51,7 @@ def select(environ: dict[str, str], patterns: tuple[str, ...]) -> dict[str, str]
 def describe(
     proc: psutil.Process, info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool
 ) -> Static:
-    """Read and redact what a process shows for good (inside the caller's oneshot)."""
+    """Read and redact what a process shows for good."""
     denied: list[str] = []
     environ: dict[str, str] | None = None
     if root:
@@ -76,14 +78,28 @@ def describe(
     again = []
     if root and not zombie:
         again = relaunch.block(argv, info["cwd"], environ, patterns, proc.pid, relaunch.login_env())
+    try:
+        user: str | None = user_name(proc.uids().real)
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        user = None
     return Static(
         signature=known,
+        user=user,
         argv=argv,
         env=redact.env(select(environ or {}, patterns)),
         packages=packages,
         denied=denied,
         relaunch=again,
     )
+
+
+@lru_cache(maxsize=256)
+def user_name(uid: int) -> str:
+    """The account name of uid (as psutil's username), asked of the password database once."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def signature(info: dict[str, Any], root: bool, spec: ProcessWatch, zombie: bool) -> tuple:

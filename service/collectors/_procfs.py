@@ -102,12 +102,37 @@ def descriptors(pid: int, proc: Path = PROC) -> tuple[int, set[int]]:
     return len(names), sockets
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def stat_fields(pid: int, proc: Path = PROC) -> tuple[str, str, int, int]:
+    """(name as the kernel keeps it, state letter, ppid, threads): one read of /proc/PID/stat.
+
+    psutil's name, status, ppid and num_threads take three reads and a second handle (ppid
+    checks the pid was not reused); a watched row asks for them at every snapshot. Raises OSError.
+    """
+    with open(f"{proc}/{pid}/stat", "rb") as handle:
+        data = handle.read()
+    close = data.rfind(b")")  # the name may hold spaces and parentheses
+    fields = data[close + 2 :].split()
+    name = os.fsdecode(data[data.find(b"(") + 1 : close])
+    return name, fields[0].decode(), int(fields[1]), int(fields[17])
+
+
+def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:
+    """(rss, vms) in bytes from /proc/PID/statm, as psutil's memory_info; raises OSError."""
+    with open(f"{proc}/{pid}/statm", "rb") as handle:
+        pages = handle.read().split()
+    return int(pages[1]) * _PAGE, int(pages[0]) * _PAGE
+
+
 # The calls a blocked server or worker waits in, by their x86_64 numbers (/proc/PID/syscall).
 _SYSCALLS_X86_64 = {
     0: "read", 7: "poll", 23: "select", 35: "nanosleep", 43: "accept", 45: "recvfrom",
     47: "recvmsg", 61: "wait4", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
     270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 288: "accept4", 441: "epoll_pwait2",
 }  # fmt: skip
+_X86_64 = platform.machine() == "x86_64"  # asked once: platform.machine() costs ~20 us a call
 
 
 def waiting_point(pid: int, proc: Path = PROC) -> str | None:
@@ -127,7 +152,7 @@ def waiting_point(pid: int, proc: Path = PROC) -> str | None:
             first = handle.read().split(maxsplit=1)[0]
         if first.isdigit():
             number = int(first)
-            known = _SYSCALLS_X86_64.get(number) if platform.machine() == "x86_64" else None
+            known = _SYSCALLS_X86_64.get(number) if _X86_64 else None
             call = known or f"syscall {number}"
     except (OSError, IndexError):
         pass

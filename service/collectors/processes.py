@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psutil
+from psutil import _pslinux
 
 from service import redact, sampler
 from service.collectors import CollectContext, _proc_static, _procfs, _proctree, _pystacks
@@ -27,10 +28,10 @@ from service.thresholds import STUCK_AFTER_S
 NAME = "processes"
 SECTION = ProcessesSection
 
-# Read at every snapshot; what follows from the command line and the environment (which a
-# process cannot change after exec) is described once per process and exec (see `_proc_static`).
-_ATTRS = ["ppid", "name", "username", "status", "memory_info", "num_threads", "create_time"]
-_ATTRS += ["cmdline", "cwd", "exe"]
+# Read at every snapshot: /proc/PID/stat and statm (see `_procfs.stat_fields`), the command
+# line, cwd and exe; what follows from the command line and the environment (which a process
+# cannot change after exec) is described once per process and exec (see `_proc_static`).
+_STATUSES = _pslinux.PROC_STATUSES
 
 Key = tuple[int, float]
 PROBE_TABLE_AGE_S = 1.0
@@ -94,32 +95,48 @@ def _table_key(pid: int, table: dict[int, _proctree.Entry], boot: float) -> Key 
     return pid, float(entry.start_ticks) / _CLOCK_TICKS + boot
 
 
+def _ask(read: Any) -> Any:
+    """What one psutil read returns; None where it is refused (as psutil's as_dict)."""
+    try:
+        return read()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
 def _describe(
     proc: psutil.Process, key: Key, watch_id: int, root: bool, spec: ProcessWatch, state: "_State"
 ) -> ProcessInfo:
     """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
-    with proc.oneshot():
-        info: dict[str, Any] = proc.as_dict(_ATTRS, ad_value=None)
-        status = info["status"] or "unknown"
-        zombie = status == psutil.STATUS_ZOMBIE
-        static = state.described.get(key)
-        if static is None or static.signature != _proc_static.signature(info, root, spec, zombie):
-            static = state.described[key] = _proc_static.describe(proc, info, root, spec, zombie)
-    created = info["create_time"] or 0.0
-    memory = info["memory_info"]
+    try:
+        name, letter, ppid, threads = _procfs.stat_fields(proc.pid)
+        memory: tuple[int, int] | None = _procfs.memory(proc.pid)
+    except PermissionError:
+        memory = None
+    except OSError as exc:
+        raise psutil.NoSuchProcess(proc.pid) from exc
+    info = {"cmdline": _ask(proc.cmdline), "cwd": _ask(proc.cwd), "exe": _ask(proc.exe)}
+    status = _STATUSES.get(letter, "?")
+    zombie = status == psutil.STATUS_ZOMBIE
+    static = state.described.get(key)
+    if static is None or static.signature != _proc_static.signature(info, root, spec, zombie):
+        static = state.described[key] = _proc_static.describe(proc, info, root, spec, zombie)
+    if len(name) >= 15 and info["cmdline"]:  # the kernel cuts names; psutil extends them so
+        longer = os.path.basename(info["cmdline"][0])
+        name = longer if longer.startswith(name) else name
+    created = key[1]
     denied = list(static.denied)
     if not zombie:
         denied += [what for what in ("cwd", "exe") if info[what] is None]
     row = ProcessInfo(
         watch_id=watch_id,
         pid=proc.pid,
-        ppid=info["ppid"] or 0,
-        name=info["name"] or "?",
-        user=info["username"],
+        ppid=ppid,
+        name=name or "?",
+        user=static.user,
         state=status,
-        rss_bytes=memory.rss if memory else None,
-        vms_bytes=memory.vms if memory else None,
-        threads=info["num_threads"],
+        rss_bytes=memory[0] if memory else None,
+        vms_bytes=memory[1] if memory else None,
+        threads=threads,
         started_at=datetime.fromtimestamp(created, UTC),
         age_s=max(0.0, time.time() - created),
         argv=list(static.argv),
