@@ -120,10 +120,23 @@ def stat_fields(pid: int, proc: Path = PROC) -> tuple[str, str, int, int]:
 
 
 def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:
-    """(rss, vms) in bytes from /proc/PID/statm, as psutil's memory_info; raises OSError."""
+    """(rss, vms) in bytes from /proc/PID/statm, as psutil's memory_info (stat's rss field is
+    another count, off by a few pages); raises OSError."""
     with open(f"{proc}/{pid}/statm", "rb") as handle:
         pages = handle.read().split()
     return int(pages[1]) * _PAGE, int(pages[0]) * _PAGE
+
+
+def cmdline(pid: int, proc: Path = PROC) -> list[str]:
+    """The command line as psutil parses it (a retitled process may use spaces); raises OSError."""
+    with open(f"{proc}/{pid}/cmdline", "rb") as handle:
+        data = os.fsdecode(handle.read())
+    if not data:
+        return []
+    sep = "\x00" if data.endswith("\x00") else " "
+    data = data.removesuffix(sep)
+    argv = data.split(sep)
+    return data.split(" ") if sep == "\x00" and len(argv) == 1 and " " in data else argv
 
 
 # The calls a blocked server or worker waits in, by their x86_64 numbers (/proc/PID/syscall).

@@ -96,10 +96,10 @@ def _table_key(pid: int, table: dict[int, _proctree.Entry], boot: float) -> Key 
 
 
 def _ask(read: Any) -> Any:
-    """What one psutil read returns; None where it is refused (as psutil's as_dict)."""
+    """What one read returns; None where it is refused (as psutil's as_dict)."""
     try:
         return read()
-    except (psutil.AccessDenied, psutil.ZombieProcess):
+    except (psutil.AccessDenied, psutil.ZombieProcess, PermissionError):
         return None
 
 
@@ -109,14 +109,15 @@ def _describe(
     """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
     try:
         name, letter, ppid, threads = _procfs.stat_fields(proc.pid)
-        memory: tuple[int, int] | None = _procfs.memory(proc.pid)
-    except PermissionError:
-        memory = None
+        rss, vms = _procfs.memory(proc.pid)
+        argv: list[str] | None = _ask(lambda: _procfs.cmdline(proc.pid))
     except OSError as exc:
         raise psutil.NoSuchProcess(proc.pid) from exc
-    info = {"cmdline": _ask(proc.cmdline), "cwd": _ask(proc.cwd), "exe": _ask(proc.exe)}
     status = _STATUSES.get(letter, "?")
     zombie = status == psutil.STATUS_ZOMBIE
+    if zombie and not argv:
+        argv = None  # as psutil: a zombie's command line is not known
+    info = {"cmdline": argv, "cwd": _ask(proc.cwd), "exe": _ask(proc.exe)}
     static = state.described.get(key)
     if static is None or static.signature != _proc_static.signature(info, root, spec, zombie):
         static = state.described[key] = _proc_static.describe(proc, info, root, spec, zombie)
@@ -134,8 +135,8 @@ def _describe(
         name=name or "?",
         user=static.user,
         state=status,
-        rss_bytes=memory[0] if memory else None,
-        vms_bytes=memory[1] if memory else None,
+        rss_bytes=rss,
+        vms_bytes=vms,
         threads=threads,
         started_at=datetime.fromtimestamp(created, UTC),
         age_s=max(0.0, time.time() - created),

@@ -1,0 +1,86 @@
+"""The process collector's own /proc reads give what psutil gives, value for value."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from psutil import _pslinux
+
+from service.collectors import _procfs
+from service.collectors._proc_static import user_name
+
+
+@pytest.fixture
+def odd_sleeper(tmp_path: Path):
+    """A sleeper whose name holds a space and parentheses, as a stat line can."""
+    program = tmp_path / "a) b (c"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
+    proc = subprocess.Popen([str(program), "60"])
+    time.sleep(0.1)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _psutil_view(pid: int) -> tuple:
+    p = psutil.Process(pid)
+    with p.oneshot():
+        mem = p.memory_info()
+        return p.name(), p.status(), p.ppid(), p.num_threads(), mem.rss, mem.vms, p.cmdline()
+
+
+def _own_view(pid: int) -> tuple:
+    name, letter, ppid, threads = _procfs.stat_fields(pid)
+    rss, vms = _procfs.memory(pid)
+    status = _pslinux.PROC_STATUSES.get(letter, "?")
+    return name, status, ppid, threads, rss, vms, _procfs.cmdline(pid)
+
+
+def test_a_sleepers_fields_match_psutils(odd_sleeper) -> None:
+    assert _own_view(odd_sleeper.pid) == _psutil_view(odd_sleeper.pid)
+    assert _procfs.stat_fields(odd_sleeper.pid)[0] == "a) b (c"
+
+
+def test_a_threaded_python_matches_psutil() -> None:
+    code = (
+        "import threading, time\n"
+        "for _ in range(3): threading.Thread(target=time.sleep, args=(60,)).start()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.5)
+        own, theirs = _own_view(proc.pid), _psutil_view(proc.pid)
+        assert own[3] == theirs[3] == 4
+        assert own[:4] == theirs[:4] and own[5:] == theirs[5:]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_retitled_command_line_is_split_on_spaces(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "cmdline").write_bytes(b"python\x00-c\x00x y\x00")
+    assert _procfs.cmdline(7, proc=tmp_path) == ["python", "-c", "x y"]
+    (tmp_path / "7" / "cmdline").write_bytes(b"postgres: writer process")
+    assert _procfs.cmdline(7, proc=tmp_path) == ["postgres:", "writer", "process"]
+    (tmp_path / "7" / "cmdline").write_bytes(b"nginx: master process\x00")
+    assert _procfs.cmdline(7, proc=tmp_path) == ["nginx:", "master", "process"]
+    (tmp_path / "7" / "cmdline").write_bytes(b"")
+    assert _procfs.cmdline(7, proc=tmp_path) == []
+
+
+def test_a_gone_process_raises() -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    with pytest.raises(OSError):
+        _procfs.stat_fields(proc.pid)
+
+
+def test_user_names_are_psutils() -> None:
+    assert user_name(os.getuid()) == psutil.Process().username()
+    assert user_name(2**31 - 7) == str(2**31 - 7)  # no such account: its number
