@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from service.collectors import CollectContext, processes
+from service.collectors import CollectContext, _proc_rows, processes
 from service.collectors.processes import parse_flags
 from service.models import Flag, PortWatch, ProcessWatch, Watch
 from service.settings import Limits, Settings
@@ -188,7 +188,7 @@ def test_process_vanishing_mid_collection(sleeper, monkeypatch) -> None:
     def vanish(proc: psutil.Process, *args: Any) -> Any:
         raise psutil.NoSuchProcess(proc.pid)
 
-    monkeypatch.setattr(processes, "_describe", vanish)
+    monkeypatch.setattr(_proc_rows, "_describe", vanish)
     section = processes.collect([watch(pid=sleeper.pid)], context())
     assert section.items == []
     assert section.unavailable[0].reason == f"no process with pid {sleeper.pid}"
@@ -198,7 +198,7 @@ def test_unexpected_error_becomes_unavailable(sleeper, monkeypatch) -> None:
     def broken(*args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(processes, "_describe", broken)
+    monkeypatch.setattr(_proc_rows, "_describe", broken)
     section = processes.collect([watch(pid=sleeper.pid)], context())
     assert "boom" in section.unavailable[0].reason
 
