@@ -106,7 +106,8 @@ def test_empty_sections_fold_into_one_closing_line():
     header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
     missing = Unavailable(target="/srv/app.log", reason="no such file")
     seen = Observations(
-        logs=LogsSection(unavailable=[missing]), gpus=GpusSection(reason="nvidia-smi not found")
+        logs=LogsSection(unavailable=[missing]),
+        gpus=GpusSection(reason="no NVIDIA GPU (nvidia-smi not found)"),
     )
     markdown = render_dump(Snapshot(header=header, observations=seen))
 
