@@ -10,7 +10,6 @@ imports what the hook imports.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -18,17 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from bench.bench_hooks import timed_python
+from bench.scenario import start_server
 
 CONVERSATION = "9a7c1e52-0b3d-4f6a-8e21-5d4c3b2a1f00"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def event(name: str, cwd: Path, **fields: object) -> dict[str, object]:
@@ -57,24 +49,11 @@ def main() -> None:
         work = Path(tmp) / "checkout"
         work.mkdir()
         subprocess.run(["git", "init", "-q", str(work)], check=True)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--port", str(port),
-             "--data-dir", str(Path(tmp) / "data")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        server = start_server(Path(tmp) / "data")
         try:
-            for _ in range(300):
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
-            rows = measure(url, work, args.runs)
+            rows = measure(server.url, work, args.runs)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            server.stop()
     floor = statistics.median(timed_python() for _ in range(args.runs))
     print("hook per event, ctxd up: seconds from start to exit 0 (median)")
     print(f"  {'python start-up with the hook imports (floor)':<52} {floor:>6.3f} s")

@@ -9,53 +9,17 @@ shows what a down host costs once it rests.
 """
 
 import argparse
-import os
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
 
+from bench.scenario import Server, free_port, start_server
 from bench.timing import p95, timed
 
 TOKEN = "bench-peer-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def serve(data_dir: Path, token: str | None) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    env = {**os.environ, **({"CTXD_TOKEN": token} if token else {})}
-    cmd = [
-        sys.executable,
-        "-m",
-        "service",
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-    ]
-    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    url = f"http://127.0.0.1:{port}"
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", headers=headers, timeout=1).status_code == 200:
-                return url, process
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("ctxd did not start")
 
 
 def row(name: str, value: str, note: str = "") -> None:
@@ -83,15 +47,13 @@ def run(runs: int) -> None:
         token_file.write_text(TOKEN + "\n")
         token_file.chmod(0o600)
         sleeper = subprocess.Popen(["sleep", "7777.25"])
-        processes = [sleeper]
+        servers: list[Server] = []
         try:
-            main_url, main = serve(folder / "main", None)
-            processes.append(main)
-            peers = []
+            servers.append(start_server(folder / "main"))
+            main_url = servers[0].url
             for n in range(4):
-                url, process = serve(folder / f"peer{n}", TOKEN)
-                processes.append(process)
-                peers.append(url)
+                servers.append(start_server(folder / f"peer{n}", {"CTXD_TOKEN": TOKEN}))
+            peers = [server.url for server in servers[1:]]
             port = int(main_url.rsplit(":", 1)[1])
             with httpx.Client(base_url=main_url, timeout=30) as client:
                 for n, url in enumerate(peers):
@@ -125,10 +87,10 @@ def run(runs: int) -> None:
                     "1 dead peer (refused, then resting)", f"{median:.1f} ms", f"p95 {worst:.1f} ms"
                 )
         finally:
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                process.wait()
+            for server in servers:
+                server.stop()
+            sleeper.terminate()
+            sleeper.wait()
 
 
 def measure(client: httpx.Client, sid: str, runs: int) -> tuple[float, float]:

@@ -122,6 +122,7 @@ class Server:
 
 
 def start_server(data_dir: Path, env: dict[str, str] | None = None) -> Server:
+    """`ctxd serve` on a free port, once /health answers (with the token `env` may set)."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -140,10 +141,12 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None) -> Server:
         env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
+    token = (env or {}).get("CTXD_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/health", headers=headers, timeout=1).status_code == 200:
                 return Server(url, process, data_dir)
         except httpx.HTTPError:
             time.sleep(0.05)
