@@ -25,40 +25,68 @@ class Step:
 
 
 @dataclass
-class ScriptedModel:
+class Scripted:
+    """What every stand-in shares: a local HTTP server, the script, and the requests kept.
+    A subclass names its request handler (`handler`), the part of the URL after the port
+    (`path`) and how a message's texts read (`texts`)."""
+
     steps: list[Step]
     requests: list[dict[str, Any]] = field(default_factory=list)
     side_requests: list[dict[str, Any]] = field(default_factory=list)
+    path = ""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler())
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{self.path}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    @staticmethod
+    def texts(message: dict[str, Any]) -> str:
+        raise NotImplementedError
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
 
-    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+    def next_step(self, body: dict[str, Any], side: Step) -> tuple[Step, int]:
+        """The step that answers `body` and its answer's number: the script's next for an
+        agent-loop request (it offers tools), `side` for any other, which is kept apart."""
         with self._lock:
             if not body.get("tools"):
                 self.side_requests.append(body)
-                step = Step(text="ok")
-            else:
-                self.requests.append(body)
-                step = self.steps.pop(0) if self.steps else Step()
-            return _message(step, body.get("model", "claude"), next(self._ids))
+                return side, next(self._ids)
+            self.requests.append(body)
+            return (self.steps.pop(0) if self.steps else Step()), next(self._ids)
 
     def context_of_last_turn(self) -> str:
         """Every text the model was given in the newest agent-loop request after its last
-        assistant message: the user's words plus what hooks added, as one string."""
+        assistant message: the user's words plus what hooks or plugins added, as one string."""
         messages = self.requests[-1]["messages"]
         last_assistant = max(
             (i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1
         )
-        return "\n".join(_texts(m) for m in messages[last_assistant + 1 :])
+        return "\n".join(self.texts(m) for m in messages[last_assistant + 1 :])
+
+
+@dataclass
+class ScriptedModel(Scripted):
+    """Claude Code's side: the Anthropic Messages API."""
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _handler(self)
+
+    @staticmethod
+    def texts(message: dict[str, Any]) -> str:
+        return _texts(message)
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        step, n = self.next_step(body, Step(text="ok"))
+        return _message(step, body.get("model", "claude"), n)
 
     def all_context(self) -> str:
         return "\n".join(_texts(m) for body in self.requests for m in body["messages"])

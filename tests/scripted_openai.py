@@ -8,52 +8,32 @@ kept, so a test reads exactly what opencode and its plugins put in front of the 
 requests (a session title) get a short text and do not consume the script.
 """
 
-import itertools
 import json
-import threading
 import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.scripted_model import Step
+from tests.scripted_model import Scripted, Step
 
 MODEL = "scripted"
 
 
 @dataclass
-class ScriptedOpenAI:
-    steps: list[Step]
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    side_requests: list[dict[str, Any]] = field(default_factory=list)
+class ScriptedOpenAI(Scripted):
+    """opencode's side: Chat Completions."""
 
-    def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+    path = "/v1"
 
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _handler(self)
+
+    @staticmethod
+    def texts(message: dict[str, Any]) -> str:
+        return _texts(message)
 
     def answer(self, body: dict[str, Any]) -> tuple[Step, int]:
-        with self._lock:
-            if not body.get("tools"):
-                self.side_requests.append(body)
-                return Step(text="scripted title"), next(self._ids)
-            self.requests.append(body)
-            return (self.steps.pop(0) if self.steps else Step()), next(self._ids)
-
-    def context_of_last_turn(self) -> str:
-        """Every text the model was given in the newest agent-loop request after its last
-        assistant message: the user's words plus what plugins added, as one string."""
-        messages = self.requests[-1]["messages"]
-        last_assistant = max(
-            (i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1
-        )
-        return "\n".join(_texts(m) for m in messages[last_assistant + 1 :])
+        return self.next_step(body, Step(text="scripted title"))
 
 
 def _texts(message: dict[str, Any]) -> str:
