@@ -223,3 +223,14 @@ def fresh_redaction() -> Iterator[None]:
     yield
     redact._text_short.cache_clear()
     redact_known.forget_all()
+
+
+def wait_until(check: Callable[[], T], what: str = "the condition", limit: float = 30.0,
+               every: float = 0.05) -> T:  # fmt: skip
+    """Polls `check` until it returns something true, and returns that; fails after `limit` s."""
+    deadline = time.monotonic() + limit
+    while True:
+        if value := check():
+            return value
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(every)

@@ -13,7 +13,7 @@ from service.collectors import CollectContext, artifacts
 from service.fmt import human_bytes
 from service.models import ArtifactInfo, ArtifactsSection, ArtifactWatch, Unavailable, Watch
 from service.settings import Limits, Settings
-from tests.conftest import as_nobody
+from tests.conftest import as_nobody, wait_until
 
 
 def make_watch(path: Path | str, watch_id: int = 1) -> Watch:
@@ -305,13 +305,6 @@ def audited(root: Path, ctx: CollectContext, watch: Watch) -> tuple[ArtifactInfo
     return item, [(e, p) for e, p in events if p.startswith(str(root))]
 
 
-def wait_until(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
-
-
 def test_100_gb_sparse_plus_5000_files_cold_then_warm_reads_no_content(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -336,7 +329,7 @@ def test_100_gb_sparse_plus_5000_files_cold_then_warm_reads_no_content(
 
     # Once the watchfiles watcher is up, an unchanged tree is not even walked.
     watcher = ctx.memory["artifacts"].trees[(1, str(root.resolve()))].watcher
-    wait_until(lambda: watcher.ready)
+    wait_until(lambda: watcher.ready, "the watcher is ready", limit=20, every=0.02)
     audited(root, ctx, watch)  # this walk is the one the watcher vouches for
     idle, idle_events = audited(root, ctx, watch)
     assert idle_events == [] and idle.fingerprint == cold.fingerprint

@@ -27,7 +27,7 @@ from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
 
-from .conftest import as_nobody, free_port
+from .conftest import as_nobody, free_port, wait_until
 
 WORKER = """
 import sys, threading
@@ -51,13 +51,6 @@ serve_when_ready(kids)
 """
 INTERVAL = 0.2
 STUCK_AFTER = 1.0
-
-
-def wait_until(check, what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture

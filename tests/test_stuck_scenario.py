@@ -19,7 +19,7 @@ from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
 
-from .conftest import free_port
+from .conftest import free_port, wait_until
 
 # Burns CPU briefly ("loads weights"), then sleeps without ever serving.
 WORKER = "import time\nend = time.time() + 0.3\nwhile time.time() < end: pass\ntime.sleep(300)\n"
@@ -52,13 +52,6 @@ while True:
 """
 INTERVAL = 0.2
 STUCK_AFTER = 1.0
-
-
-def wait_until(check, what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture

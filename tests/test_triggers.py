@@ -13,7 +13,7 @@ from service.settings import Settings
 from service.snapshots import Snapshotter
 from service.store import Store
 from service.triggers import Activity, Watcher
-from tests.conftest import Server, app_client, start_server, stop_server
+from tests.conftest import Server, app_client, start_server, stop_server, wait_until
 
 MIN_GAP_S = 4.0
 FAST = {
@@ -49,15 +49,6 @@ def versions(client: httpx.Client, sid: str) -> list[dict]:
     return client.get(f"/api/sessions/{sid}/snapshots").json()
 
 
-def wait_until(predicate, timeout: float = 15.0, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(every)
-    raise AssertionError("condition not reached in time")
-
-
 def dumps_on_disk(server: Server, sid: str) -> list[str]:
     """Versions read from the data dir: looking there is not activity, as an API call is."""
     folder = server.data_dir / sid
@@ -68,18 +59,20 @@ def test_quiet_fires_once_after_silence_and_again_only_after_activity(
     fast_server: Server, fast: httpx.Client
 ):
     fast.put("/api/sessions/q", json={"objective": "wait", "quiet_after_s": 1})
-    first = wait_until(lambda: dumps_on_disk(fast_server, "q"))
+    first = wait_until(lambda: dumps_on_disk(fast_server, "q"), limit=15, every=0.1)
     assert "trigger `quiet`" in first[0]
     time.sleep(2.5)  # more than two quiet periods with no activity
     assert len(dumps_on_disk(fast_server, "q")) == 1
     assert "Still true" not in dumps_on_disk(fast_server, "q")[0]
 
     fast.post("/api/sessions/q/journal", json={"kind": "finding", "text": "new evidence"})
-    second = wait_until(lambda: (d := dumps_on_disk(fast_server, "q")) and len(d) == 2 and d)
+    second = wait_until(
+        lambda: (d := dumps_on_disk(fast_server, "q")) and len(d) == 2 and d, limit=15, every=0.1
+    )
     assert "trigger `quiet`" in second[1] and "new evidence" in second[1]
 
     fast.post("/api/sessions/q/heartbeat")  # activity without change: confirmed, not a version
-    wait_until(lambda: "Still true" in dumps_on_disk(fast_server, "q")[-1])
+    wait_until(lambda: "Still true" in dumps_on_disk(fast_server, "q")[-1], limit=15, every=0.1)
     assert len(dumps_on_disk(fast_server, "q")) == 2
 
 
@@ -142,8 +135,7 @@ def tick_until_event(watcher: Watcher, sid: str, count: int) -> list:
     """Ticks as the loop would until `count` event versions exist; fails after 30 s."""
     return wait_until(
         lambda: watcher.tick() or (len(e := event_versions(watcher, sid)) >= count and e),
-        timeout=30,
-        every=0.05,
+        "event versions",
     )
 
 
@@ -154,7 +146,7 @@ def test_a_watched_process_exit_takes_an_event_snapshot_that_keeps_the_log(
     script = tmp_path / "event_worker.py"
     script.write_text(LOGGER)
     child = spawn(sys.executable, str(script), str(log))
-    wait_until(lambda: log.exists() and "all_reduce" in log.read_text())
+    wait_until(lambda: log.exists() and "all_reduce" in log.read_text(), limit=15, every=0.1)
     store = watcher.snap.store
     store.put_session("e", SessionIn(quiet_after_s=3600))
     store.add_watch("e", ProcessWatch(pid=child.pid), limit=100)
