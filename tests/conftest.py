@@ -234,3 +234,11 @@ def wait_until(check: Callable[[], T], what: str = "the condition", limit: float
             return value
         assert time.monotonic() < deadline, f"gave up waiting: {what}"
         time.sleep(every)
+
+
+def ctxd(url: str, *args: str) -> subprocess.CompletedProcess:
+    """The CLI, `ctxd --url URL ARGS…`, as a user runs it against a server."""
+    return subprocess.run(
+        [sys.executable, "-m", "service", "--url", url, *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip

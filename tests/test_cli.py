@@ -1,17 +1,8 @@
 """The ctxd CLI against a real server, and its answer when no server runs."""
 
-import subprocess
-import sys
 import time
 
-from tests.conftest import Server, free_port
-
-
-def ctxd(url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, *args],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+from tests.conftest import Server, ctxd, free_port
 
 
 def test_cli_drives_a_session_end_to_end(server: Server, tmp_path):

@@ -1,17 +1,8 @@
 """The CLI as a shell-driving agent uses it: every operation, --json, meaningful exit codes."""
 
 import json
-import subprocess
-import sys
 
-from tests.conftest import Server
-
-
-def ctxd(url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, *args],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+from tests.conftest import Server, ctxd
 
 
 def as_json(url: str, *args: str):

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server
 from tests.scripted_model import ScriptedModel, Step
 
 CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
@@ -55,13 +55,6 @@ wheel:
 """
 
 LAUNCH = "nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
-
-
-@pytest.fixture
-def ctxd(tmp_path: Path) -> Iterator[Server]:
-    server = start_server(tmp_path / "data", tmp_path / "ctxd.log")
-    yield server
-    stop_server(server)
 
 
 @pytest.fixture
@@ -106,13 +99,13 @@ def running_launcher() -> psutil.Process:
     not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
 )
 def test_continue_after_unregistered_work_carries_what_the_agent_did(
-    ctxd: Server, workspace: Path, tmp_path: Path
+    server: Server, workspace: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
     # installed the way a user installs it: one command, nothing registered by hand
     installed = subprocess.run(
-        [sys.executable, "-m", "service", "--url", ctxd.url, "install", "claude"],
+        [sys.executable, "-m", "service", "--url", server.url, "install", "claude"],
         capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
     )  # fmt: skip
     assert "updated" in installed.stdout
@@ -144,8 +137,8 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     context = model.context_of_last_turn()
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
     (Path(__file__).parent / "artifacts" / "harness_claude_continue.txt").write_text(context)
-    server = running_launcher()
-    workers = server.children()
+    launcher = running_launcher()
+    workers = launcher.children()
 
     # once, and within Claude Code's 10,000-character hook output limit
     assert context.count("## Objective") == 1, context
@@ -154,7 +147,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     # the objective from the first prompt, as the user's words
     assert "hangs after loading the weights" in context
     # the running launch: PID, tree, flags
-    assert str(server.pid) in context
+    assert str(launcher.pid) in context
     assert len(workers) == 8 and all(str(w.pid) in context for w in workers[:1])
     assert "--disable-cuda-graph" in context and "--log-level" in context
     # its log tail, its expected port not listening
@@ -168,6 +161,6 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     assert "make wheel" in context
     # the token the agent put on a command line: never in what ctxd adds, nor in its files
     assert SECRET not in context
-    for path in ctxd.data_dir.rglob("*"):
+    for path in server.data_dir.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path

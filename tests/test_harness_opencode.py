@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server
 from tests.scripted_model import Step
 from tests.scripted_openai import MODEL, ScriptedOpenAI
 
@@ -36,13 +36,6 @@ time.sleep(10**6)
 '''
 
 LAUNCH = "nohup python3 train.py --lr 3e-4 --batch-size 64"
-
-
-@pytest.fixture
-def ctxd(tmp_path: Path) -> Iterator[Server]:
-    server = start_server(tmp_path / "data", tmp_path / "ctxd.log")
-    yield server
-    stop_server(server)
 
 
 @pytest.fixture
@@ -118,7 +111,7 @@ def trainer() -> psutil.Process:
     not OPENCODE.exists(), reason="opencode not installed (`make test` does, with npm)"
 )
 def test_continue_after_a_background_launch_carries_what_the_agent_did(
-    ctxd: Server, workspace: Path, tmp_path: Path
+    server: Server, workspace: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -136,12 +129,12 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     config.write_text(json.dumps(provider_config(model), indent=2))
     # installed the way a user installs it: one command, nothing registered by hand
     installed = subprocess.run(
-        [sys.executable, "-m", "service", "--url", ctxd.url, "install", "opencode"],
+        [sys.executable, "-m", "service", "--url", server.url, "install", "opencode"],
         capture_output=True, text=True, check=True, env=env, cwd=workspace,
     )  # fmt: skip
     assert "updated" in installed.stdout, installed.stdout + installed.stderr
     assert (home / ".config" / "opencode" / "plugins" / "ctxd.js").exists()
-    assert json.loads(config.read_text())["mcp"]["ctxd"]["url"] == f"{ctxd.url}/mcp"
+    assert json.loads(config.read_text())["mcp"]["ctxd"]["url"] == f"{server.url}/mcp"
     try:
         opencode(["The training run stalls after three steps; find out why."], workspace, env)
         opencode(["--continue", "continue"], workspace, env)
@@ -172,6 +165,6 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert "## Objective" not in first_turn
     # the token the agent put on a command line: never in what ctxd adds, nor in its files
     assert SECRET not in context
-    for path in ctxd.data_dir.rglob("*"):
+    for path in server.data_dir.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path

@@ -4,8 +4,6 @@ hundreds of versions, a journal, commands with their output, a log with an error
 import asyncio
 import json
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +13,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, ctxd, start_server, stop_server
 
 VERSIONS = 240
 SECRET = "sk-ant-api03-" + "Q" * 40 + "-searchcanary"
@@ -206,13 +204,6 @@ def test_the_mcp_tool_searches(history):
     found = {h["version"] for h in result["hits"] if h["source"] == "dump"}
     assert facts["versions"][ERROR_AT] in found
     assert bad.is_error and "not a valid search query" in bad.content[0].text
-
-
-def ctxd(url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, *args],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
 
 
 def test_the_cli_searches_one_session_or_all(history):
