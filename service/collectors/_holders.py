@@ -5,7 +5,6 @@ Watched processes are looked at first; a full walk of /proc (what `lsof` does) f
 for a log whose writer is not among them, within a time budget.
 """
 
-import contextlib
 import itertools
 import os
 import re
@@ -65,9 +64,7 @@ def watched_pids(watches: list[Watch]) -> list[int]:
         return []
     table = _proctree.scan()
     children = _proctree.children_map(table)
-    excluded = {os.getpid()}
-    with contextlib.suppress(psutil.Error):
-        excluded.update(p.pid for p in psutil.Process().parents())
+    excluded = _proctree.own_family()
     found: list[int] = []
     for spec in specs:
         found += [pid for pid, _ in _proctree.candidates(spec, table, excluded, children)]

@@ -1,5 +1,6 @@
 """The process table read once per collect, and which pids (and trees) each watch selects."""
 
+import contextlib
 import os
 import threading
 import time
@@ -48,6 +49,15 @@ def shared(max_age_s: float, wanted: bool = True) -> tuple[dict[int, Entry], dic
     children = children_map(table)
     _latest = (started, table, children)
     return table, children
+
+
+def own_family() -> set[int]:
+    """ctxd's own pid and its ancestors (the shell, pytest or harness that started it), whose
+    command lines echo the patterns being looked for."""
+    pids = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        pids.update(p.pid for p in psutil.Process().parents())
+    return pids
 
 
 def scan() -> dict[int, Entry]:

@@ -1,7 +1,6 @@
 """Watched processes: trees matched by pid, command line or name, with flags, env and load."""
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -126,14 +125,6 @@ def _orphans(
     return kept
 
 
-def _excluded() -> set[int]:
-    """ctxd itself and its ancestors (shell, pytest, harness), whose command lines echo patterns."""
-    own = {os.getpid()}
-    with contextlib.suppress(psutil.Error):
-        own.update(p.pid for p in psutil.Process().parents())
-    return own
-
-
 def _still_alive(pid: int, started_at: datetime) -> bool:
     try:
         return abs(psutil.Process(pid).create_time() - started_at.timestamp()) < 0.01
@@ -172,7 +163,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
         # a probe may share a table read within the last second (the watcher probes every
         # session in one tick); a snapshot reads its own, which probes then share
         table, children = _proctree.shared(PROBE_TABLE_AGE_S if ctx.probe else 0.0, bool(specs))
-        excluded = _excluded()
+        excluded = _proctree.own_family()
         state = State(
             handles=handles,
             described=memory.described,

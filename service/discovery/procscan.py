@@ -64,14 +64,6 @@ def is_excluded(name: str, argv: list[str]) -> bool:
     return False
 
 
-def _own_family() -> set[int]:
-    """ctxd's own pid and its ancestors (the shell, pytest or harness that started it)."""
-    pids = {os.getpid()}
-    with contextlib.suppress(psutil.Error):
-        pids.update(p.pid for p in psutil.Process().parents())
-    return pids
-
-
 def _read(pid: int, proc: str) -> tuple[str, int, float, list[str]] | None:
     """(name, ppid, start in clock ticks after boot, argv) from /proc; None if gone or a
     kernel thread. Read directly: psutil's per-process objects cost ~10x more for 1,000."""
@@ -119,7 +111,7 @@ def workspace_processes(
         return []
     now = time.time() if now is None else now
     boot, ticks = psutil.boot_time(), os.sysconf("SC_CLK_TCK")
-    own = _own_family()
+    own = _proctree.own_family()
     found: dict[int, Candidate] = {}
     for pid, read in _table(proc):
         if pid in own or read is None:
