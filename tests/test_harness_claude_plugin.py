@@ -14,8 +14,9 @@ import pytest
 from service import __version__
 from service.hooks import claude_config
 from service.install import MCP_NAME
+from tests.conftest import Server
 from tests.scripted_model import ScriptedModel, Step
-from tests.test_harness_claude import CLAUDE, ctxd  # noqa: F401 (the ctxd fixture)
+from tests.test_harness_claude import CLAUDE
 
 PLUGIN = Path(__file__).resolve().parents[1] / "integrations" / "claude-code"
 PROMPT = "Find out why the nightly export writes an empty CSV."
@@ -34,7 +35,9 @@ def test_the_plugin_registers_what_install_registers():
 @pytest.mark.skipif(
     not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
 )
-def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(ctxd, tmp_path: Path):  # noqa: F811
+def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(
+    server: Server, tmp_path: Path
+):
     home, work, bin_dir = tmp_path / "home", tmp_path / "exporter", tmp_path / "bin"
     for folder in (home, work, bin_dir):
         folder.mkdir()
@@ -47,7 +50,7 @@ def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(ctxd, tmp_
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "CTXD_URL": ctxd.url,
+        "CTXD_URL": server.url,
         "CTXD_AUTOSTART": "0",
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": model.url,
@@ -65,12 +68,12 @@ def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(ctxd, tmp_
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
     # UserPromptSubmit ran `ctxd hook claude`: the session of this checkout has the objective
-    sessions = httpx.get(f"{ctxd.url}/api/sessions", timeout=10).json()
+    sessions = httpx.get(f"{server.url}/api/sessions", timeout=10).json()
     ours = [s for s in sessions if s["id"] == "exporter"]
     assert ours, sessions
     dump = ""
     for _ in range(50):  # PostToolUse is asynchronous: its record may land just after exit
-        dump = httpx.get(f"{ctxd.url}/api/sessions/exporter/resume", timeout=30).text
+        dump = httpx.get(f"{server.url}/api/sessions/exporter/resume", timeout=30).text
         if "echo rows=0" in dump:
             break
         time.sleep(0.2)
