@@ -62,7 +62,11 @@ class CollectorRunner:
         with self._guard:
             memory = self._memory.setdefault(key, {})
         ctx = CollectContext(
-            settings=self.settings, previous=previous, memory=memory, probe=purpose == "probe"
+            settings=self.settings,
+            previous=previous,
+            memory=memory,
+            probe=purpose == "probe",
+            one_run=True,
         )
         chosen = [c for c in self._collectors() if only is None or c.NAME in only]
         # other hosts' watches: asked first, so they answer while the collectors run here

@@ -10,11 +10,11 @@ from service.collectors import (
     registry,
 )
 from service.collectors import logs as logs_collector
-from service.models import LogsSection, LogWatch, PortWatch, Unavailable, Watch
+from service.models import LogsSection, LogWatch, PortWatch, ProcessWatch, Unavailable, Watch
 from service.settings import Settings
 
 
-def watch(wid: int, spec: LogWatch | PortWatch) -> Watch:
+def watch(wid: int, spec: LogWatch | PortWatch | ProcessWatch) -> Watch:
     return Watch(id=wid, session="t", created_at=datetime.now(UTC), spec=spec)
 
 
@@ -59,3 +59,51 @@ def test_memory_is_typed_and_kept_per_collector() -> None:
     memory = ctx.memory_of(logs_collector.NAME, logs_collector.LogsMemory)
     assert isinstance(memory, logs_collector.LogsMemory)
     assert ctx.memory_of(logs_collector.NAME, logs_collector.LogsMemory) is memory
+
+
+def test_one_run_reads_the_process_table_and_listening_sockets_once(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The processes, logs and ports collectors of one run share one read of /proc and one
+    of the LISTEN sockets; the next run reads again (a process started meanwhile is seen)."""
+    import subprocess
+    import sys
+
+    from service.collect_runner import CollectorRunner
+    from service.collectors import _procfs, _proctree
+
+    reads = {"table": 0, "listening": 0}
+    real_scan, real_listening = _proctree.scan, _procfs.listening_inodes
+
+    def counted_scan() -> dict:
+        reads["table"] += 1
+        return real_scan()
+
+    def counted_listening(*args: object) -> dict:
+        reads["listening"] += 1
+        return real_listening(*args)
+
+    monkeypatch.setattr(_proctree, "scan", counted_scan)
+    monkeypatch.setattr(_procfs, "listening_inodes", counted_listening)
+    log = tmp_path / "run.log"
+    log.write_text("step 1\n")
+    tag = f"ctxd-one-run-{tmp_path.name}"
+    watches = [
+        watch(1, ProcessWatch(kind="process", match=tag, expect_ports=[1])),
+        watch(2, LogWatch(kind="log", path=str(log))),
+        watch(3, PortWatch(kind="port", port=1)),
+    ]
+    runner = CollectorRunner(Settings(data_dir=tmp_path, cpu_sample_s=0.0), registry)
+    try:
+        first = runner.observe("s", watches)
+        assert first.processes.items == [] and reads == {"table": 1, "listening": 1}
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+        try:
+            second = runner.observe("s", watches)
+            assert [p.pid for p in second.processes.items] == [proc.pid]
+            assert reads == {"table": 2, "listening": 2}
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+    finally:
+        runner.close()

@@ -1,5 +1,6 @@
 """The collector contract and registry: what a collector is, and the tuple of all of them."""
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -30,6 +31,25 @@ class CollectContext:
     # A probe only looks for events (exits, ports opening, errors, changes): collectors may
     # skip what costs and only a dump needs, such as socket owners and health requests.
     probe: bool = False
+    # True when this context lives for one collection run (the runner's): then what several
+    # collectors read (the process table, the LISTEN sockets) is read once, by the first that
+    # asks, and all of them see the same moment. A context kept across collects reads afresh.
+    one_run: bool = False
+    _once: dict[str, Any] = field(default_factory=dict)
+    _once_guard: threading.Lock = field(default_factory=threading.Lock)
+    _once_locks: dict[str, threading.Lock] = field(default_factory=dict)
+
+    def once(self, name: str, make: Callable[[], M]) -> M:
+        """`make()`, run once per collection run (see `one_run`); others asking meanwhile wait.
+        A raise is not kept: each caller then meets it (and may try again)."""
+        if not self.one_run:
+            return make()
+        with self._once_guard:
+            lock = self._once_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self._once:
+                self._once[name] = make()
+            return self._once[name]
 
     def memory_of(self, name: str, kind: Callable[[], M]) -> M:
         """The collector `name`'s memory, made by `kind()` on its first run."""

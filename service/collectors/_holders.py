@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import psutil
 
 from service import redact
-from service.collectors import _procfs, _proctree
+from service.collectors import CollectContext, _procfs, _proctree
 from service.collectors._argv import is_python
 from service.models import ArtifactInfo, LogInfo, ProcessWatch, Watch
 
@@ -57,17 +57,22 @@ def descriptor(pid: int, fd: int) -> Descriptor | None:
     return Descriptor(pid, fd, target.removesuffix(" (deleted)"), flags, pos)
 
 
-def watched_pids(watches: list[Watch]) -> list[int]:
+def run_table(watches: list[Watch], ctx: CollectContext) -> _proctree.RunTable | None:
+    """This run's process table, when the session watches processes (else nothing is read)."""
+    if any(isinstance(w.spec, ProcessWatch) for w in watches):
+        return _proctree.of_run(ctx)
+    return None
+
+
+def watched_pids(watches: list[Watch], run: _proctree.RunTable | None) -> list[int]:
     """The pids the session's process watches select now, each tree root first."""
-    specs = [w.spec for w in watches if isinstance(w.spec, ProcessWatch)]
-    if not specs:
+    if run is None:
         return []
-    table = _proctree.scan()
-    children = _proctree.children_map(table)
-    excluded = _proctree.own_family()
     found: list[int] = []
-    for spec in specs:
-        found += [pid for pid, _ in _proctree.candidates(spec, table, excluded, children)]
+    for watch in watches:
+        if isinstance(watch.spec, ProcessWatch):
+            rows = _proctree.candidates(watch.spec, run.table, run.excluded, run.children)
+            found += [pid for pid, _ in rows]
     return list(dict.fromkeys(found))
 
 
@@ -151,7 +156,9 @@ class WriterMemory:
     last: dict[str, int] = field(default_factory=dict)
 
 
-def attach_writers(items: list[LogInfo], watches: list[Watch], memory: WriterMemory) -> None:
+def attach_writers(
+    items: list[LogInfo], watches: list[Watch], memory: WriterMemory, ctx: CollectContext
+) -> None:
     """Fill each log's writer (or, when none, the newest watched root it predates).
 
     The last writers and the watched processes are asked first; every process only for a
@@ -160,7 +167,8 @@ def attach_writers(items: list[LogInfo], watches: list[Watch], memory: WriterMem
     """
     if not items:
         return
-    likely = watched_pids(watches)
+    run = run_table(watches, ctx)
+    likely = watched_pids(watches, run)
     states = {i.path: (i.inode, i.size, i.modified_at) for i in items}
     found = writers(set(states), [*memory.last.values(), *likely], walk=False)
     missing = {p for p, state in states.items()
@@ -170,18 +178,17 @@ def attach_writers(items: list[LogInfo], watches: list[Watch], memory: WriterMem
     memory.unwritten = {p: states[p] for p in states if p not in found
                         and (p in missing or p in memory.unwritten)}  # fmt: skip
     memory.last = {p: d.pid for p, d in found.items()}
-    newest = _newest_root(likely)
+    newest = _newest_root(likely, run)
     for info in items:
         d = found.get(info.path)
         if d is None:
             if newest is not None:
                 info.newest_root_pid, info.newest_root_started_at = newest
             continue
-        try:
-            proc = psutil.Process(d.pid)
-            name, created = proc.name(), proc.create_time()
-        except psutil.Error:
+        known = _name_and_start(d.pid, run)
+        if known is None:
             continue
+        name, created = known
         info.writer_pid, info.writer_name = d.pid, redact.text(name)
         info.writer_started_at = datetime.fromtimestamp(created, UTC)
         info.writer_streams = streams(d.pid, info.path) or f"its descriptor {d.fd}"
@@ -190,16 +197,27 @@ def attach_writers(items: list[LogInfo], watches: list[Watch], memory: WriterMem
             info.written_since_start = min(d.pos, info.size)
 
 
-def _newest_root(pids: list[int]) -> tuple[int, datetime] | None:
+def _name_and_start(pid: int, run: _proctree.RunTable | None) -> tuple[str, float] | None:
+    """(name, start time) as psutil gives them: from this run's table, else (a process newer
+    than the table, found by a walk) from psutil; None when it is gone."""
+    entry = run.table.get(pid) if run is not None else None
+    started = entry.started(run.boot) if entry is not None and run is not None else None
+    if entry is not None and started is not None:
+        return entry.full_name, started
+    try:
+        proc = psutil.Process(pid)
+        return proc.name(), proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def _newest_root(pids: list[int], run: _proctree.RunTable | None) -> tuple[int, datetime] | None:
     """The most recently started of the watched processes (a relaunch makes older logs stale)."""
     newest: tuple[int, float] | None = None
     for pid in pids:
-        try:
-            created = psutil.Process(pid).create_time()
-        except psutil.Error:
-            continue
-        if newest is None or created > newest[1]:
-            newest = (pid, created)
+        known = _name_and_start(pid, run)
+        if known is not None and (newest is None or known[1] > newest[1]):
+            newest = (pid, known[1])
     return (newest[0], datetime.fromtimestamp(newest[1], UTC)) if newest else None
 
 
@@ -207,13 +225,13 @@ _LIBRARY = re.compile(r"\.so(\.\d+)*$")
 USERS_SHOWN = 8
 
 
-def attach_users(items: list[ArtifactInfo], watches: list[Watch]) -> None:
+def attach_users(items: list[ArtifactInfo], watches: list[Watch], ctx: CollectContext) -> None:
     """For a watched shared library or wheel, whether the watched processes use it."""
     libraries = [i for i in items if i.type == "file" and _LIBRARY.search(i.path)]
     wheels = [i for i in items if i.dist is not None and i.dist.kind == "wheel"]
     if not libraries and not wheels:
         return
-    pids = watched_pids(watches)
+    pids = watched_pids(watches, run_table(watches, ctx))
     if not pids:
         return
     for info in libraries:

@@ -21,7 +21,6 @@ from service.models import ProcessInfo, ProcessWatch
 _STATUSES = _pslinux.PROC_STATUSES
 
 Key = tuple[int, float]
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -64,9 +63,8 @@ def _handle(
 def _table_key(pid: int, table: dict[int, _proctree.Entry], boot: float) -> Key | None:
     """(pid, start time) as psutil computes it (same float), from the process table."""
     entry = table.get(pid)
-    if entry is None or not entry.start_ticks:
-        return None
-    return pid, float(entry.start_ticks) / _CLOCK_TICKS + boot
+    started = entry.started(boot) if entry is not None else None
+    return None if started is None else (pid, started)
 
 
 def _ask(read: Any) -> Any:

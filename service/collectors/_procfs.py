@@ -9,6 +9,8 @@ import struct
 import time
 from pathlib import Path
 
+from service.collectors import CollectContext
+
 PROC = Path("/proc")
 _LISTEN = "0A"
 _SOCKET = re.compile(r"^socket:\[(\d+)\]$")
@@ -29,6 +31,11 @@ def parse_net_tcp(text: str) -> dict[int, int]:
         except ValueError:
             continue
     return found
+
+
+def listening_of_run(ctx: CollectContext) -> dict[int, int]:
+    """`listening_inodes()` of this collection run: asked once, shared by its collectors."""
+    return ctx.once("listening sockets", listening_inodes)
 
 
 def listening_inodes(proc: Path = PROC) -> dict[int, int]:
@@ -175,14 +182,15 @@ def waiting_point(pid: int, proc: Path = PROC) -> str | None:
 
 
 def socket_owner(
-    inodes: set[int], likely: list[int], budget_s: float = 0.5, proc: Path = PROC
+    inodes: set[int], likely: list[int], budget_s: float = 0.5, proc: Path = PROC, walk: bool = True
 ) -> int | None:
-    """The pid holding one of these socket inodes: the likely pids first, then every process.
+    """The pid holding one of these socket inodes: the likely pids first, then (when `walk`)
+    every process.
 
     The full walk is what `ss -p` does; it stops at the first hit or when the budget is spent.
     """
     deadline = time.monotonic() + budget_s
-    others = (int(name) for name in os.listdir(proc) if name.isdigit())
+    others = (int(name) for name in os.listdir(proc) if name.isdigit()) if walk else iter(())
     seen: set[int] = set()
     for pid in itertools.chain(likely, others):
         if pid in seen:

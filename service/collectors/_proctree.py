@@ -4,12 +4,18 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 import psutil
 
-from service.collectors import _patterns
+from service.collectors import CollectContext, _patterns
 from service.models import ProcessWatch
+
+# A probe may use a table read up to this long ago: the watcher probes every session in one
+# tick, and they share one read of /proc. A snapshot reads its own, which probes then share.
+PROBE_TABLE_AGE_S = 1.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -25,6 +31,38 @@ class Entry:
     # Whether `text` matches a watch's pattern, by pattern: an entry lives as long as its
     # process (see `scan`), so a crowd of host processes is matched once, not every snapshot.
     matched: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def full_name(self) -> str:
+        """The name as psutil gives it: the kernel cuts names at 15 characters, so a cut one
+        is completed from the program's file name."""
+        if len(self.name) >= 15 and self.program.startswith(self.name):
+            return self.program
+        return self.name
+
+    def started(self, boot: float) -> float | None:
+        """Its start time as psutil's create_time() computes it (the same float), or None."""
+        return float(self.start_ticks) / _CLOCK_TICKS + boot if self.start_ticks else None
+
+
+@dataclass(frozen=True)
+class RunTable:
+    """The process table of one collection run, shared by the collectors that need it."""
+
+    table: dict[int, "Entry"]
+    children: dict[int, list[int]]
+    excluded: frozenset[int]  # ctxd and its ancestors (see own_family)
+    boot: float  # boot time, as psutil's, for Entry.started
+
+
+def of_run(ctx: CollectContext) -> RunTable:
+    """The process table of this collection run: read once, by the first collector asking."""
+
+    def read() -> RunTable:
+        table, children = shared(PROBE_TABLE_AGE_S if ctx.probe else 0.0)
+        return RunTable(table, children, own_family(), psutil.boot_time())
+
+    return ctx.once("process table", read)
 
 
 _cache: dict[int, tuple[int, Entry]] = {}
@@ -51,13 +89,21 @@ def shared(max_age_s: float, wanted: bool = True) -> tuple[dict[int, Entry], dic
     return table, children
 
 
-def own_family() -> set[int]:
+_family: tuple[int, frozenset[int]] = (0, frozenset())
+
+
+def own_family() -> frozenset[int]:
     """ctxd's own pid and its ancestors (the shell, pytest or harness that started it), whose
-    command lines echo the patterns being looked for."""
-    pids = {os.getpid()}
+    command lines echo the patterns being looked for; asked again when the parent changes."""
+    global _family
+    parent, pids = _family
+    if parent == os.getppid() and pids:
+        return pids
+    parent, found = os.getppid(), {os.getpid()}
     with contextlib.suppress(psutil.Error):
-        pids.update(p.pid for p in psutil.Process().parents())
-    return pids
+        found.update(p.pid for p in psutil.Process().parents())
+    _family = (parent, frozenset(found))
+    return _family[1]
 
 
 def scan() -> dict[int, Entry]:
@@ -147,19 +193,19 @@ def descendants(root: int, children: dict[int, list[int]]) -> list[int]:
     return found
 
 
-def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: set[int]) -> list[int]:
+def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: Set[int]) -> list[int]:
     if spec.pid is not None:
         return [spec.pid] if spec.pid in table or psutil.pid_exists(spec.pid) else []
     if spec.name is not None:
         # psutil's name is the kernel's 15-character comm; argv[0] has the full program name.
-        return [
+        return sorted(
             pid
-            for pid, e in sorted(table.items())
+            for pid, e in table.items()
             if pid not in excluded and spec.name in (e.name, e.program)
-        ]
+        )
     pattern, budget = _patterns.compiled(spec.match or ""), _patterns.Budget()
     found = []
-    for pid, entry in sorted(table.items()):
+    for pid, entry in table.items():
         if pid in excluded:
             continue
         hit = entry.matched.get(pattern.pattern)
@@ -169,13 +215,13 @@ def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: set[int]) ->
             hit = entry.matched[pattern.pattern] = budget.search(pattern, entry.text) is not None
         if hit:
             found.append(pid)
-    return found
+    return sorted(found)
 
 
 def candidates(
     spec: ProcessWatch,
     table: dict[int, Entry],
-    excluded: set[int],
+    excluded: Set[int],
     children: dict[int, list[int]],
 ) -> list[tuple[int, int]]:
     """(pid, tree root) pairs for one watch, each root followed by its tree.

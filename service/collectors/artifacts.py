@@ -252,7 +252,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
     items, unavailable = per_watch(watches, ArtifactWatch, observe, _target)
     if not ctx.probe:  # a probe looks for changes; who uses an artifact is for the dump
         try:
-            attach_users([i for i in items if isinstance(i, ArtifactInfo)], watches)
+            attach_users([i for i in items if isinstance(i, ArtifactInfo)], watches, ctx)
         except OSError as exc:
             unavailable.append(Unavailable(target="artifact users", reason=explain_error(exc)))
     for key, memo in state.trees.items():

@@ -180,7 +180,8 @@ def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     memory.cursors = seen  # only files still watched: memory stays bounded
     if not ctx.probe:  # a probe looks for events; who writes a log is for the dump
         try:
-            attach_writers([i for i in items if isinstance(i, LogInfo)], watches, memory.writers)
+            logs = [i for i in items if isinstance(i, LogInfo)]
+            attach_writers(logs, watches, memory.writers, ctx)
         except OSError as exc:  # /proc unreadable: the logs themselves still count
             unavailable.append(Unavailable(target="log writers", reason=explain_error(exc)))
     return LogsSection(items=items, unavailable=unavailable)

@@ -116,8 +116,8 @@ def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortIn
         return Unavailable(watch_id=row.watch_id, target=target, reason=_short(repr(exc)))
     if ctx.probe:
         return row  # an event needs to know it listens; who owns it and its health can wait
-    if row.listening and _is_local(row.host):
-        row.owner_pid = _owner(row.port, ctx)
+    if row.listening and _is_local(row.host) and row.owner_pid is None:
+        row.owner_pid = _owner(row.port, ctx, walk=True)
     if row.url:
         if not ctx.settings.allow_remote_health and not is_loopback(row.url):
             row.health_error = "refused: not a loopback URL (set CTXD_ALLOW_REMOTE_HEALTH=true)"
@@ -130,25 +130,24 @@ def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortIn
     return row
 
 
-def _owner(port: int, ctx: CollectContext) -> int | None:
-    """Who holds the listening socket; the watched processes of the last snapshot are asked first.
-
-    Collectors run concurrently, so this cannot wait for the process collector's answer.
-    """
-    inodes = {inode for inode, p in _procfs.listening_inodes().items() if p == port}
+def _owner(port: int, ctx: CollectContext, walk: bool) -> int | None:
+    """Who holds the listening socket: the watched processes of the last snapshot are asked
+    (collectors run concurrently, so this cannot wait for the process collector's answer),
+    then, when `walk`, every process."""
+    inodes = {inode for inode, p in _procfs.listening_of_run(ctx).items() if p == port}
     if not inodes:
         return None
     previous = ctx.previous.processes.items if ctx.previous else []
     likely = [p.pid for p in previous if p.root] + [p.pid for p in previous if not p.root]
-    return _procfs.socket_owner(inodes, likely)
+    return _procfs.socket_owner(inodes, likely, walk=walk)
 
 
-def _local_listening() -> set[int] | None:
+def _local_listening(ctx: CollectContext) -> set[int] | None:
     """Ports with a listening TCP socket in this network namespace; None if /proc says nothing."""
     tables = [PROC_NET / "tcp", PROC_NET / "tcp6"]
     if not any(t.exists() for t in tables):
         return None
-    return set(_procfs.listening_inodes().values())
+    return set(_procfs.listening_of_run(ctx).values())
 
 
 def _is_local(host: str) -> bool:
@@ -159,7 +158,13 @@ def _may_wait(row: PortInfo, local: set[int] | None, ctx: CollectContext) -> boo
     """Whether checking `row` may block: anything but a local port looked up in the table."""
     if local is None or not _is_local(row.host):
         return True  # a TCP connect, up to its timeout
-    return not ctx.probe and (row.url is not None or row.port in local)  # health, owner
+    if ctx.probe or row.port not in local:
+        return False
+    if row.url is not None:
+        return True  # a health request
+    # the owner among the likely pids is a few reads; a walk of every process may take long
+    row.owner_pid = _owner(row.port, ctx, walk=False)
+    return row.owner_pid is None
 
 
 def _check_alone(
@@ -179,7 +184,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> PortsSection:
     if not rows:
         return PortsSection()
     try:
-        local = _local_listening()
+        local = _local_listening(ctx)
         check = partial(_check_alone, ctx=ctx, local=local)
         # What may wait (a connect elsewhere, a health URL, a walk for a socket's owner) is
         # checked at once in threads; a local port's state is a lookup in the LISTEN table,

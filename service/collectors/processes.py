@@ -25,9 +25,6 @@ from service.thresholds import STUCK_AFTER_S
 NAME = "processes"
 SECTION = ProcessesSection
 
-
-PROBE_TABLE_AGE_S = 1.0
-
 __all__ = ["DEFAULT_ENV", "NAME", "SECTION", "ProcessesMemory", "collect", "parse_flags"]
 
 
@@ -160,19 +157,21 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     memory = ctx.memory_of(NAME, ProcessesMemory)
     handles = memory.handles
     try:
-        # a probe may share a table read within the last second (the watcher probes every
-        # session in one tick); a snapshot reads its own, which probes then share
-        table, children = _proctree.shared(PROBE_TABLE_AGE_S if ctx.probe else 0.0, bool(specs))
-        excluded = _proctree.own_family()
+        if not specs:
+            memory.handles.clear()
+            memory.described.clear()
+            return section
+        run = _proctree.of_run(ctx)
+        table, children, excluded = run.table, run.children, run.excluded
         state = State(
             handles=handles,
             described=memory.described,
             limit=ctx.settings.limits.processes_per_watch_max,
             sampler=sampler.shared(ctx.settings.sample_interval_s),
-            listen=_procfs.listening_inodes() if specs and not ctx.probe else {},
+            listen=_procfs.listening_of_run(ctx) if not ctx.probe else {},
             probe=ctx.probe,
             table=table,
-            boot=psutil.boot_time(),
+            boot=run.boot,
         )
     except Exception as exc:  # a broken /proc must not cost the whole dump
         section.unavailable.append(Unavailable(target=NAME, reason=_reason(exc)))
