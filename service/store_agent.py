@@ -14,6 +14,27 @@ from service.store_db import Connection, iso
 ACTIONS_KEPT = 200
 # What `store_search.index_launch` reads of a launch: a change to these re-indexes it.
 _INDEXED = frozenset({"argv", "started_at", "ended_at", "port_opened", "cwd"})
+# What a later snapshot may change of a launch; the rest (argv, cwd, env, its start) is
+# what the process was when it started, fixed for its life.
+_FOLLOWED = ("watch_id", "expected_ports", "port_opened", "idle_s", "ended_at")
+IDLE_STEP_S = 5.0
+
+
+def _changes(before: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
+    """The followed fields of `launch` that differ from what is stored (`before`)."""
+    changed = {}
+    for name in _FOLLOWED:
+        if name not in launch:
+            continue
+        new, old = launch[name], before[name]
+        if name == "ended_at" and isinstance(new, datetime):
+            new = iso(new)
+        idle = name == "idle_s" and new is not None and old is not None
+        if idle and abs(new - old) < max(IDLE_STEP_S, 0.1 * old):
+            continue
+        if new != old:
+            changed[name] = launch[name]
+    return changed
 
 
 def _launch_row(sid: str, launch: dict[str, Any]) -> dict[str, Any]:
@@ -60,27 +81,29 @@ class AgentRows(Connection):
         """Insert or update launches in one transaction (one commit per snapshot, not per
         process); an update may give only some fields.
 
-        A running launch is seen again at every snapshot: what did not change is not written,
-        and a change of what the search index does not hold (its idle time) is one UPDATE.
+        A running launch is seen again at every snapshot: only what a later snapshot may
+        change (`_FOLLOWED`) is compared, what did not change is not written, an idle time
+        is written once it moved by `IDLE_STEP_S` or a tenth (else an idle crowd of 300
+        rewrites 300 rows every snapshot), and a change the search index does not hold is
+        one UPDATE.
         """
         with self._tx() as db:
-            stored = {
-                r["start_key"]: r
-                for r in self._rows("select * from launches where session = ?", [sid])
-            }
+            stored = self._followed(db, sid, [launch["start_key"] for launch in launches])
             for launch in launches:
+                before = stored.get(launch["start_key"])
+                if before is not None:
+                    changed = _changes(before, launch)
+                    if not changed:
+                        continue
+                    if not changed.keys() & _INDEXED:
+                        row = _launch_row(sid, changed)
+                        sets = ", ".join(f"{name} = ?" for name in changed)
+                        db.execute(
+                            f"update launches set {sets} where session = ? and start_key = ?",
+                            [*(row[name] for name in changed), sid, launch["start_key"]],
+                        )
+                        continue
                 row = _launch_row(sid, launch)
-                before = stored.get(row["start_key"])
-                changed = {k: v for k, v in row.items() if before is None or before.get(k) != v}
-                if before is not None and not changed:
-                    continue
-                if before is not None and not changed.keys() & _INDEXED:
-                    sets = ", ".join(f"{name} = ?" for name in changed)
-                    db.execute(
-                        f"update launches set {sets} where session = ? and start_key = ?",
-                        [*changed.values(), sid, row["start_key"]],
-                    )
-                    continue
                 db.table("launches").upsert(row, pk=("session", "start_key"))
                 found = db.execute(
                     "select * from launches where session = ? and start_key = ?",
@@ -89,6 +112,25 @@ class AgentRows(Connection):
                 columns = [c[0] for c in found.description]
                 now_stored = dict(zip(columns, found.fetchone(), strict=True))
                 store_search.index_launch(db, sid, now_stored)
+
+    @staticmethod
+    def _followed(db: Any, sid: str, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """{start_key: its stored `_FOLLOWED` fields, decoded} of these launches."""
+        found: dict[str, dict[str, Any]] = {}
+        columns = ", ".join(_FOLLOWED)
+        for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+            chunk = keys[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            cursor = db.execute(
+                f"select start_key, {columns} from launches"
+                f" where session = ? and start_key in ({marks})",
+                [sid, *chunk],
+            )
+            for key, *values in cursor.fetchall():
+                row = dict(zip(_FOLLOWED, values, strict=True))
+                row["expected_ports"] = json.loads(row["expected_ports"] or "[]")
+                found[key] = row
+        return found
 
     def list_launches(self, sid: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest launches, oldest first."""

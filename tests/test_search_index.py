@@ -79,6 +79,27 @@ def test_a_launch_is_indexed_with_how_it_ended_and_reindexed_only_when_that_chan
     assert not _hits(store, "status:running") and _hits(store, "status:ended AND vllm")
 
 
+def test_an_idle_crowd_of_launches_is_not_rewritten_every_snapshot(tmp_path):
+    """300 running launches seen again: only a material change of idle time is written, and
+    a launch's start facts are never compared again (nor rewritten)."""
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("s", SessionIn())
+    crowd = [
+        {"start_key": f"{pid}:1", "pid": pid, "started_at": now(), "argv": ["sleep", "3599"],
+         "cwd": "/", "env": {}, "expected_ports": [], "port_opened": None, "idle_s": 60.0}
+        for pid in range(1000, 1300)
+    ]  # fmt: skip
+    store.save_launches("s", crowd)
+    changes = store.db.conn.total_changes
+    store.save_launches("s", [{**launch, "idle_s": 64.0} for launch in crowd])
+    assert store.db.conn.total_changes == changes  # 4 s more of 60: not worth 300 writes
+    store.save_launches("s", [{**crowd[0], "idle_s": 70.0}])
+    assert store.db.conn.total_changes == changes + 1
+    assert {row["idle_s"] for row in store.list_launches("s", limit=300)} == {60.0, 70.0}
+    store.save_launches("s", [{**crowd[1], "ended_at": now()}])
+    assert _hits(store, "status:ended")
+
+
 def test_pruning_drops_blocks_of_removed_versions_and_relinks_the_rest(tmp_path: Path):
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())
