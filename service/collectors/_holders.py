@@ -48,8 +48,8 @@ def descriptor(pid: int, fd: int) -> Descriptor | None:
     """Descriptor `fd` of `pid`, or None when it is closed, gone or not permitted."""
     try:
         target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        with open(f"/proc/{pid}/fdinfo/{fd}") as handle:
-            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        info = _procfs.read_proc(f"/proc/{pid}/fdinfo/{fd}").decode(errors="replace")
+        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
         flags = int(fields.get("flags", "0").strip() or "0", 8)
         pos = int(fields.get("pos", "0").strip() or "0")
     except (OSError, ValueError):

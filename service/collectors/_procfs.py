@@ -112,14 +112,30 @@ def descriptors(pid: int, proc: Path = PROC) -> tuple[int, set[int]]:
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def read_proc(path: str, limit: int = 1 << 16) -> bytes:
+    """A /proc file's bytes (up to `limit`) without a file object: open() builds three Python
+    objects a call, and a watched crowd of 300 processes reads five files each. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, limit)
+        # less than a page is all of it; a long command line may come a page at a time
+        while len(data) >= 4096 and len(data) < limit:
+            more = os.read(fd, limit - len(data))
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
 def stat_fields(pid: int, proc: Path = PROC) -> tuple[str, str, int, int]:
     """(name as the kernel keeps it, state letter, ppid, threads): one read of /proc/PID/stat.
 
     psutil's name, status, ppid and num_threads take three reads and a second handle (ppid
     checks the pid was not reused); a watched row asks for them at every snapshot. Raises OSError.
     """
-    with open(f"{proc}/{pid}/stat", "rb") as handle:
-        data = handle.read()
+    data = read_proc(f"{proc}/{pid}/stat")
     close = data.rfind(b")")  # the name may hold spaces and parentheses
     fields = data[close + 2 :].split()
     name = os.fsdecode(data[data.find(b"(") + 1 : close])
@@ -129,15 +145,13 @@ def stat_fields(pid: int, proc: Path = PROC) -> tuple[str, str, int, int]:
 def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:
     """(rss, vms) in bytes from /proc/PID/statm, as psutil's memory_info (stat's rss field is
     another count, off by a few pages); raises OSError."""
-    with open(f"{proc}/{pid}/statm", "rb") as handle:
-        pages = handle.read().split()
+    pages = read_proc(f"{proc}/{pid}/statm").split()
     return int(pages[1]) * _PAGE, int(pages[0]) * _PAGE
 
 
 def cmdline(pid: int, proc: Path = PROC) -> list[str]:
     """The command line as psutil parses it (a retitled process may use spaces); raises OSError."""
-    with open(f"{proc}/{pid}/cmdline", "rb") as handle:
-        data = os.fsdecode(handle.read())
+    data = os.fsdecode(read_proc(f"{proc}/{pid}/cmdline", 1 << 20))
     if not data:
         return []
     sep = "\x00" if data.endswith("\x00") else " "
@@ -162,14 +176,12 @@ def waiting_point(pid: int, proc: Path = PROC) -> str | None:
     rights) the call it sits in. None when it runs or nothing can be read.
     """
     try:
-        with open(f"{proc}/{pid}/wchan", encoding="utf-8", errors="replace") as handle:
-            wchan = handle.read().strip()
+        wchan = read_proc(f"{proc}/{pid}/wchan").decode(errors="replace").strip()
     except OSError:
         wchan = ""
     call = ""
     try:
-        with open(f"{proc}/{pid}/syscall", encoding="utf-8", errors="replace") as handle:
-            first = handle.read().split(maxsplit=1)[0]
+        first = read_proc(f"{proc}/{pid}/syscall").decode(errors="replace").split(maxsplit=1)[0]
         if first.isdigit():
             number = int(first)
             known = _SYSCALLS_X86_64.get(number) if _X86_64 else None

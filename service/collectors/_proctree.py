@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from service.collectors import CollectContext, _patterns
+from service.collectors import CollectContext, _patterns, _procfs
 from service.models import ProcessWatch
 
 # A probe may use a table read up to this long ago: the watcher probes every session in one
@@ -142,10 +142,8 @@ def scan() -> dict[int, Entry]:
 
 def _read(pid: int) -> Entry | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            raw = handle.read(1 << 20)
+        stat = _procfs.read_proc(f"/proc/{pid}/stat")
+        raw = _procfs.read_proc(f"/proc/{pid}/cmdline", 1 << 20)
     except OSError:
         return None
     close = stat.rfind(b")")
