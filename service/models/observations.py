@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class Unavailable(BaseModel):
@@ -34,9 +34,9 @@ class ProcessInfo(BaseModel):
     threads: int | None = None
     started_at: datetime
     age_s: float
-    argv: list[str] = []
-    flags: list[Flag] = []
-    env: dict[str, str] = {}
+    argv: list[str] = Field(default_factory=list)
+    flags: list[Flag] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
     root: bool = False
     tree: int | None = None
     cwd: str | None = None
@@ -46,12 +46,13 @@ class ProcessInfo(BaseModel):
     io_write_bps: float | None = None
     rss_growth_bps: float | None = None
     open_files: int | None = None
-    listening: list[int] = []
-    packages: dict[str, str] = {}
-    not_permitted: list[str] = []
+    listening: list[int] = Field(default_factory=list)
+    packages: dict[str, str] = Field(default_factory=dict)
+    not_permitted: list[str] = Field(default_factory=list)
     seen_at: datetime | None = None
     waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
-    relaunch: list[str] = []  # roots: lines that start it again as it ran (_relaunch.py)
+    # roots: lines that start it again as it ran (_relaunch.py)
+    relaunch: list[str] = Field(default_factory=list)
     host: str | None = None  # the peer it was observed on; None: this host
 
     @property
@@ -82,7 +83,7 @@ class WorkerGroup(BaseModel):
     count: int
     command: str
     # set when the members are alike (state, CPU, memory): the table shows them as one row
-    pids: list[int] = []
+    pids: list[int] = Field(default_factory=list)
     ranks: str | None = None  # the varying part of their command lines: "0-7"
     host: str | None = None  # the peer it was observed on; None: this host
 
@@ -100,10 +101,12 @@ class StuckStack(BaseModel):
     (/proc/PID/stack), or why there is none, and the members that wait in it."""
 
     tree: int
-    pids: list[int] = []
-    lines: list[str] = []  # Python thread names and frames, innermost first, as py-spy prints
+    pids: list[int] = Field(default_factory=list)
+    # Python thread names and frames, innermost first, as py-spy prints
+    lines: list[str] = Field(default_factory=list)
     note: str | None = None  # why there is no Python stack: ptrace not permitted, no py-spy...
-    kernel: list[str] = []  # kernel functions, innermost first (readable with root rights)
+    # kernel functions, innermost first (readable with root rights)
+    kernel: list[str] = Field(default_factory=list)
     taken_at: datetime | None = None
     host: str | None = None  # the peer it was observed on; None: this host
 
@@ -122,14 +125,15 @@ class ExitedProcess(BaseModel):
 
 
 class ProcessesSection(BaseModel):
-    items: list[ProcessInfo] = []
-    unavailable: list[Unavailable] = []
+    items: list[ProcessInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
     matched: int = 0
-    featured: list[int] = []
-    workers: list[WorkerGroup] = []
-    exited: list[ExitedProcess] = []
+    featured: list[int] = Field(default_factory=list)
+    workers: list[WorkerGroup] = Field(default_factory=list)
+    exited: list[ExitedProcess] = Field(default_factory=list)
     stuck_after_s: float | None = None
-    stuck_stacks: list[StuckStack] = []  # stuck trees only, taken once per episode
+    # stuck trees only, taken once per episode
+    stuck_stacks: list[StuckStack] = Field(default_factory=list)
 
 
 class LogInfo(BaseModel):
@@ -140,14 +144,15 @@ class LogInfo(BaseModel):
     silent_for_s: float
     inode: int | None = None
     binary: bool = False
-    lines: list[str] = []
+    lines: list[str] = Field(default_factory=list)
     growth_bytes: int | None = None  # since the previous snapshot; None: first or replaced
     rotated: bool = False  # a new file (inode) at the path since the previous snapshot
     rotated_from: str | None = None  # where the old file went, when found beside it
     truncated: bool = False  # shrank, or rewritten, since the previous snapshot
     scanned_bytes: int = 0  # new bytes scanned for errors
     skipped_bytes: int = 0  # new bytes beyond the scan bound, not scanned
-    errors: list[str] = []  # the first error block (a whole traceback, up to a bound)
+    # the first error block (a whole traceback, up to a bound)
+    errors: list[str] = Field(default_factory=list)
     error_summary: str | None = None  # its most telling line (the exception line)
     error_new: bool = False  # found in this snapshot's new bytes, not carried over
     error_lines: int = 0  # error-shaped lines among the new bytes
@@ -166,8 +171,8 @@ class LogInfo(BaseModel):
 
 
 class LogsSection(BaseModel):
-    items: list[LogInfo] = []
-    unavailable: list[Unavailable] = []
+    items: list[LogInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
 
 
 class ArtifactFile(BaseModel):
@@ -181,7 +186,7 @@ class DistInfo(BaseModel):
     name: str
     version: str
     build: str | None = None
-    tags: list[str] = []
+    tags: list[str] = Field(default_factory=list)
 
 
 class ArtifactInfo(BaseModel):
@@ -195,9 +200,11 @@ class ArtifactInfo(BaseModel):
     entries: int | None = None
     truncated: bool = False
     files: int | None = None  # directories: regular files under it
-    newest: list[ArtifactFile] = []  # directories: a few most recently modified files
-    largest: list[ArtifactFile] = []  # directories: a few largest files
-    changes: list[str] = []  # directories: files added, removed, modified since last time
+    # directories: a few most recently modified files
+    newest: list[ArtifactFile] = Field(default_factory=list)
+    largest: list[ArtifactFile] = Field(default_factory=list)  # directories: a few largest files
+    # directories: files added, removed, modified since last time
+    changes: list[str] = Field(default_factory=list)
     dist: DistInfo | None = None  # wheels and sdists: parsed from the file name
     # libraries and wheels: whether the watched processes use this very file (_holders.py)
     in_use: str | None = None
@@ -205,8 +212,8 @@ class ArtifactInfo(BaseModel):
 
 
 class ArtifactsSection(BaseModel):
-    items: list[ArtifactInfo] = []
-    unavailable: list[Unavailable] = []
+    items: list[ArtifactInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
 
 
 class CommandInfo(BaseModel):
@@ -216,14 +223,14 @@ class CommandInfo(BaseModel):
     exit_code: int | None = None  # None: timed out or could not start
     timed_out: bool = False
     duration_s: float = 0.0
-    output: list[str] = []  # stdout then stderr, cleaned, bounded
+    output: list[str] = Field(default_factory=list)  # stdout then stderr, cleaned, bounded
     output_cut: bool = False
     host: str | None = None  # the peer it was observed on; None: this host
 
 
 class CommandsSection(BaseModel):
-    items: list[CommandInfo] = []
-    unavailable: list[Unavailable] = []
+    items: list[CommandInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
 
 
 class PortInfo(BaseModel):
@@ -241,8 +248,8 @@ class PortInfo(BaseModel):
 
 
 class PortsSection(BaseModel):
-    items: list[PortInfo] = []
-    unavailable: list[Unavailable] = []
+    items: list[PortInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
 
 
 class SlurmJobInfo(BaseModel):
@@ -269,15 +276,15 @@ class SlurmJobInfo(BaseModel):
     silent_after_s: float | None = None
     stdout: str | None = None
     stderr: str | None = None
-    logs: list[LogInfo] = []
-    log_problems: list[str] = []
+    logs: list[LogInfo] = Field(default_factory=list)
+    log_problems: list[str] = Field(default_factory=list)
     source: str = ""  # where it was read: scontrol (the controller) or sacct (accounting)
     host: str | None = None  # the peer it was observed on; None: this host
 
 
 class SlurmSection(BaseModel):
-    items: list[SlurmJobInfo] = []
-    unavailable: list[Unavailable] = []
+    items: list[SlurmJobInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
 
 
 class HostInfo(BaseModel):
@@ -285,7 +292,7 @@ class HostInfo(BaseModel):
     os: str = ""
     kernel: str = ""
     cpu_count: int | None = None
-    load_avg: list[float] = []
+    load_avg: list[float] = Field(default_factory=list)
     memory_total_bytes: int | None = None
     memory_available_bytes: int | None = None
     python: str = ""
@@ -293,10 +300,11 @@ class HostInfo(BaseModel):
     swap_total_bytes: int | None = None
     swap_used_bytes: int | None = None
     uptime_s: float | None = None
-    disks: list["DiskInfo"] = []
-    unavailable: list[Unavailable] = []
+    disks: list["DiskInfo"] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
     peer: str | None = None  # the peer's name, for a peer's own facts (in `peers`)
-    peers: list["HostInfo"] = []  # the peers that answered this snapshot, each its own facts
+    # the peers that answered this snapshot, each its own facts
+    peers: list["HostInfo"] = Field(default_factory=list)
 
 
 class DiskInfo(BaseModel):
@@ -325,7 +333,7 @@ class GpuInfo(BaseModel):
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
-    processes: list[GpuProcess] = []
+    processes: list[GpuProcess] = Field(default_factory=list)
     host: str | None = None  # the peer it was observed on; None: this host
 
 
@@ -334,8 +342,8 @@ class GpusSection(BaseModel):
     reason: str = ""
     driver_version: str | None = None
     cuda_version: str | None = None
-    items: list[GpuInfo] = []
-    unavailable: list[Unavailable] = []
+    items: list[GpuInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
 
 
 class Observations(BaseModel):
