@@ -228,7 +228,8 @@ def _scrub_dict(d: Mapping[Any, Any]) -> dict[Any, Any]:
 
 def _scrub_model(obj: BaseModel) -> BaseModel:
     fields = obj.__dict__
-    update = {name: _scrub(value) for name, value in fields.items()}
+    # the copy keeps what holds no text as it is: a process row is mostly numbers and Nones
+    update = {name: _scrub(v) for name, v in fields.items() if type(v) not in _NO_TEXT_TYPES}
     for name_field, value_field in _NAME_VALUE_FIELDS:
         name, value = fields.get(name_field), fields.get(value_field)
         if isinstance(name, str) and isinstance(value, str) and is_secret_name(name):
@@ -242,6 +243,7 @@ def _scrub_model(obj: BaseModel) -> BaseModel:
 # Leaves that hold no text, answered before the (slow) abstract Mapping check: a snapshot
 # walks thousands of numbers, times and Nones.
 _NO_TEXT = (int, float, bool, type(None), datetime)
+_NO_TEXT_TYPES = frozenset(_NO_TEXT)  # exact types: a str subclass is never among them
 
 
 def _scrub(obj: Any) -> Any:
