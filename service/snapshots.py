@@ -55,6 +55,9 @@ class Snapshotter:
         # Milliseconds of each phase of the latest snapshot of a session (`make bench
         # --profile`); the collectors' own share is in `runner.last_timings`.
         self.last_phases: dict[str, dict[str, float]] = {}
+        # The newest committed snapshot of each session, as stored: the next snapshot compares
+        # with it without reading and decoding it back (versions are never reassigned).
+        self._committed: dict[str, Snapshot] = {}
 
     def close(self) -> None:
         self.runner.close()
@@ -83,7 +86,7 @@ class Snapshotter:
         clock.into.clear()
         session = self.store.get_session(sid)
         latest = self.store.latest_version(sid)
-        previous = self.store.get_snapshot(sid, latest) if latest else None
+        previous = self._previous(sid, latest)
         before = previous.observations if previous else None
         watches = self.store.list_watches(sid)
         clock.lap("read previous")
@@ -147,6 +150,7 @@ class Snapshotter:
                 return snapshot, rendered[-1]
 
             self.store.add_snapshot(sid, build, key)
+            self._committed[sid] = snapshot
             clock.lap("store + commit")
             # the committed text, as rendered: no need to read it back and decompress it
             self.write_files(sid, snapshot.header.version, rendered[-1], latest=True)
@@ -155,11 +159,21 @@ class Snapshotter:
 
     def _confirm(self, sid: str, version: int, at: datetime) -> Snapshot:
         self.store.confirm_snapshot(sid, version, at)
-        stored = self.store.get_snapshot(sid, version)
+        stored = self._committed[sid] = self.store.get_snapshot(sid, version)
         markdown = self.render(stored)
         self.store.set_markdown(sid, version, markdown)
         self.write_files(sid, version, markdown, latest=True)
         return stored
+
+    def _previous(self, sid: str, latest: int) -> Snapshot | None:
+        """Version `latest` of the session: the one committed here, or read from the store
+        (after a restart, or when another process wrote it)."""
+        if not latest:
+            return None
+        kept = self._committed.get(sid)
+        if kept is not None and kept.header.version == latest:
+            return kept
+        return self.store.get_snapshot(sid, latest)
 
     def preview(self, sid: str) -> tuple[Snapshot, str]:
         """A fresh dump that is not stored: what a snapshot would say now."""

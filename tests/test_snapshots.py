@@ -65,3 +65,46 @@ def test_a_hung_collector_is_not_started_again_while_it_runs(tmp_path: Path, mon
     finally:
         release.set()
         snap.close()
+
+
+def test_the_snapshot_kept_in_memory_is_the_one_stored(tmp_path: Path) -> None:
+    """The next snapshot compares with the committed one kept in memory: it must be what
+    the store gives back, confirmations included, and a version written by another process
+    (another Snapshotter on the same database) is read from the store."""
+    import subprocess
+    import sys
+
+    from service.models import ProcessWatch
+
+    log = tmp_path / "server.log"
+    log.write_text("starting\n" + TRACEBACK)
+    settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
+    snap = Snapshotter(settings, Store(settings.db_path))
+    other = Snapshotter(settings, Store(settings.db_path))
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "kept"])
+    try:
+        snap.store.put_session("p", SessionIn(objective="compare"))
+        snap.store.add_watch("p", LogWatch(path=str(log)), limit=10)
+        snap.store.add_watch("p", ProcessWatch(pid=sleeper.pid), limit=10)
+        taken = snap.take("p")
+        kept = snap._previous("p", 1)
+        assert kept is taken
+        stored = snap.store.get_snapshot("p", 1)
+        assert kept.model_dump(exclude={"changes"}) == stored.model_dump(exclude={"changes"})
+        assert kept.changes == stored.changes
+        for _ in range(5):  # until nothing changed (a first CPU reading makes a version)
+            again = snap.take("p")
+            if again.header.confirmations:
+                break
+        latest = again.header.version
+        assert again.header.confirmations and snap._previous("p", latest) is again
+        assert again.model_dump() == snap.store.get_snapshot("p", latest).model_dump()
+        other.take("p", force=True)  # written by another process
+        after = snap.take("p", force=True)
+        assert after.header.previous_version == latest + 1
+        assert after.header.version == latest + 2
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=10)
+        other.close()
+        snap.close()
