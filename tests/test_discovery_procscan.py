@@ -142,3 +142,38 @@ def test_vanished_processes_are_outcomes_not_errors() -> None:
     gone.wait(timeout=10)
     assert procscan.stdio_files(gone.pid) == []
     assert procscan.listening_ports(gone.pid) is None
+
+
+def test_a_working_directory_is_read_again_once_its_reading_is_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan trusts a cwd read within CWD_MAX_AGE_S (5,000 readlinks a scan otherwise);
+    a process that moved into the workspace is found once its reading is older."""
+    outside, workspace = tmp_path / "outside", tmp_path / "ws"
+    outside.mkdir()
+    workspace.mkdir()
+    code = "import os, sys, time; sys.stdin.readline(); os.chdir(os.environ['TO']); time.sleep(60)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=outside,
+        env={**os.environ, "TO": str(workspace)},  # not in argv: only its cwd may match
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.3)
+        assert not procscan.workspace_processes([str(workspace)], min_age_s=0)
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 5
+        while os.readlink(f"/proc/{proc.pid}/cwd") != str(workspace):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not procscan.workspace_processes([str(workspace)], min_age_s=0)  # trusted
+        monkeypatch.setattr(procscan, "CWD_MAX_AGE_S", 0.0)
+        found = procscan.workspace_processes([str(workspace)], min_age_s=0)
+        assert [c.pid for c in found] == [proc.pid] and found[0].cwd == str(workspace)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -31,6 +31,22 @@ class Entry:
     # Whether `text` matches a watch's pattern, by pattern: an entry lives as long as its
     # process (see `scan`), so a crowd of host processes is matched once, not every snapshot.
     matched: dict[str, bool] = field(default_factory=dict)
+    # Its working directory as last read, and when (time.monotonic()): see `working_dir`.
+    cwd: str | None = None
+    cwd_read_at: float = float("-inf")
+
+    def working_dir(self, pid: int, max_age_s: float) -> str | None:
+        """Its working directory, read at most `max_age_s` ago: a scan of 5,000 processes
+        for the workspace's ones costs 5,000 readlinks, and a process seldom changes it.
+        None when it is gone or not ours to read."""
+        now = time.monotonic()
+        if now - self.cwd_read_at > max_age_s:
+            try:
+                self.cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                self.cwd = None
+            self.cwd_read_at = now
+        return self.cwd
 
     @property
     def full_name(self) -> str:

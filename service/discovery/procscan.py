@@ -5,12 +5,12 @@ that vanishes mid-read, or that ctxd may not inspect, is skipped or reported as 
 (None); nothing here raises for it.
 """
 
-import contextlib
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import psutil
 
@@ -18,6 +18,8 @@ from service.collectors import _proctree
 
 PROC = "/proc"
 MIN_AGE_S = 5.0
+# A process's working directory, read once, is trusted this long: a process seldom changes it.
+CWD_MAX_AGE_S = 10.0
 # What never is the agent's work, whatever its cwd: the harness, ctxd, editors, shells,
 # terminal multiplexers (their children are the work) and one-shot tools.
 HARNESS = {"claude", "opencode", "claude-code", "codex", "aider", "cursor-agent"}
@@ -85,19 +87,32 @@ def _read(pid: int, proc: str) -> tuple[str, int, float, list[str]] | None:
     return name, int(fields[1]), float(fields[19]), argv
 
 
-def _table(proc: str) -> Iterator[tuple[int, tuple[str, int, float, list[str]] | None]]:
-    """(pid, what `_read` gives) for every process. /proc itself is read through the process
-    collector's table, which reads only processes it has not seen before (a crowd of 5,000
-    costs a listing, not 10,000 reads); another folder (tests) is read file by file."""
+Read = tuple[str, int, float, list[str], Callable[[], str | None]]
+
+
+def _table(proc: str) -> Iterator[tuple[int, Read | None]]:
+    """(pid, what `_read` gives and how to ask its cwd) for every process. /proc itself is
+    read through the process collector's table, which reads only processes it has not seen
+    before (a crowd of 5,000 costs a listing, not 10,000 reads) and keeps each one's cwd for
+    `CWD_MAX_AGE_S`; another folder (tests) is read file by file."""
     if proc != PROC:
         for entry in os.listdir(proc):
             if entry.isdigit():
-                yield int(entry), _read(int(entry), proc)
+                read = _read(int(entry), proc)
+                yield int(entry), (*read, partial(_cwd, int(entry), proc)) if read else None
         return
     table, _ = _proctree.shared(0.0)  # fresh: it looks for what was just launched
     for pid, e in table.items():
         # kernel threads have no command line: never the agent's work
-        yield pid, (e.name, e.ppid, float(e.start_ticks), list(e.argv)) if e.argv else None
+        cwd = partial(e.working_dir, pid, CWD_MAX_AGE_S)
+        yield pid, (e.name, e.ppid, float(e.start_ticks), list(e.argv), cwd) if e.argv else None
+
+
+def _cwd(pid: int, proc: str) -> str | None:
+    try:
+        return os.readlink(f"{proc}/{pid}/cwd")
+    except OSError:
+        return None
 
 
 def workspace_processes(
@@ -116,13 +131,11 @@ def workspace_processes(
     for pid, read in _table(proc):
         if pid in own or read is None:
             continue
-        name, ppid, start, argv = read
+        name, ppid, start, argv, ask_cwd = read
         created = boot + start / ticks
         if now - created < min_age_s or is_excluded(name, argv):
             continue
-        cwd: str | None = None
-        with contextlib.suppress(OSError):
-            cwd = os.readlink(f"{proc}/{pid}/cwd")
+        cwd = ask_cwd()
         if not (_inside(cwd, roots) or any(_inside(arg, roots) for arg in argv)):
             continue
         found[pid] = Candidate(pid, ppid, name, argv, cwd, created)
