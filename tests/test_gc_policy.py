@@ -1,0 +1,42 @@
+"""Full garbage collections run on ctxd's timer, not inside whichever request allocates."""
+
+import subprocess
+import sys
+import textwrap
+
+PROGRAM = textwrap.dedent(
+    """
+    import gc, sys, threading, time, weakref
+    from service import gc_policy
+
+    gc_policy.install(every_s=float(sys.argv[1]))
+    assert gc.get_threshold()[2] == gc_policy.NEVER
+    assert any(t.name == "ctxd-gc" for t in threading.enumerate())
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle: only a collection frees it
+    gone = []
+    weakref.finalize(a, gone.append, "a")
+    gc.collect(1)
+    gc.collect(1)  # it survived two collections: it lives in the oldest generation now
+    del a, b
+    for _ in range(200_000):  # allocations enough for many young collections
+        [object() for _ in range(3)]
+    young_only = bool(gone)
+    deadline = time.monotonic() + 8
+    while not gone and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(young_only, bool(gone))
+    """
+)
+
+
+def test_a_cycle_in_the_oldest_generation_is_freed_by_the_timer_not_a_request() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, "2.0"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
