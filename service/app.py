@@ -11,7 +11,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from service import __version__, access, redact, sampler, templating
+from service import __version__, access, gc_policy, redact, sampler, templating
 from service.errors import CtxdError
 from service.routes import storage_errors
 from service.routes.api import health, hook, prune, search_all, sessions_router
@@ -84,6 +84,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         watcher = Watcher(snapshotter, app.state.activity)
         # read-only: what is stored is served, and nothing is taken in the background
         triggers = asyncio.create_task(watcher.run()) if not store.read_only else None
+        gc_policy.install()  # full collections on a timer, not inside a request
         try:
             yield
         finally:
