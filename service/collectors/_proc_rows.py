@@ -12,7 +12,6 @@ from psutil import _pslinux
 
 from service import sampler
 from service.collectors import _proc_static, _procfs, _proctree
-from service.collectors._argv import parse_flags
 from service.models import ProcessInfo, ProcessWatch
 
 # Read at every snapshot: /proc/PID/stat and statm (see `_procfs.stat_fields`), the command
@@ -113,7 +112,7 @@ def _describe(
         started_at=datetime.fromtimestamp(created, UTC),
         age_s=max(0.0, time.time() - created),
         argv=list(static.argv),
-        flags=parse_flags(static.argv),
+        flags=list(static.flags),  # the deep redaction copies each Flag on its way out
         env=dict(static.env),
         root=root,
         cwd=info["cwd"],

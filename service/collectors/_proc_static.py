@@ -3,7 +3,7 @@ described once per exec and kept in the process collector's memory."""
 
 import pwd
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import translate
 from functools import lru_cache
 from typing import Any
@@ -13,8 +13,8 @@ import psutil
 from service import redact, redact_known
 from service.collectors import _procfs
 from service.collectors import _relaunch as relaunch
-from service.collectors._argv import is_python
-from service.models import ProcessWatch
+from service.collectors._argv import is_python, parse_flags
+from service.models import Flag, ProcessWatch
 
 # What decides how a GPU job behaves, and which Python and libraries it actually loads.
 _ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
@@ -35,6 +35,7 @@ class Static:
     denied: list[str]
     relaunch: list[str]  # roots: lines that start it again as it ran (_relaunch.py)
     user: str | None = None  # its real uid's name, as psutil's username
+    flags: list[Flag] = field(default_factory=list)  # parse_flags(argv)
 
 
 @lru_cache(maxsize=64)
@@ -86,6 +87,7 @@ def describe(
         signature=known,
         user=user,
         argv=argv,
+        flags=parse_flags(argv),
         env=redact.env(select(environ or {}, patterns)),
         packages=packages,
         denied=denied,
