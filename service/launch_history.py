@@ -16,6 +16,8 @@ from service.models import HistoryItem, JournalEntry, Observations, ProcessWatch
 from service.store import Store
 
 COMMAND_CHARS = 400
+LAUNCHES_SHOWN = 20
+LAUNCHES_FOLDED = 500
 
 
 def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> None:
@@ -56,8 +58,8 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
             }
         )
     gone = {e.key: e.last_seen_at for e in seen.processes.exited if e.root}
-    for launch in store.list_launches(sid):
-        if launch["ended_at"] or launch["start_key"] in running:
+    for launch in store.running_launches(sid):
+        if launch["start_key"] in running:
             continue
         if launch["watch_id"] not in process_watches:
             continue  # its watch was removed: it is no longer followed, not "gone"
@@ -69,15 +71,48 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
 
 def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[HistoryItem]:
     """Launches and journal attempts in one list, oldest first."""
-    launches = store.list_launches(sid)
-    items = [_journal(a) for a in attempts]
+    # a crowd of alike launches folds into one line: fold the newest hundreds, show the 20
+    launches = store.list_launches(sid, limit=LAUNCHES_FOLDED)
     now = datetime.now(UTC)
     previous: Launch | None = None
+    seen: list[tuple[Launch, HistoryItem]] = []
     for row in launches:
         launch = _launch(row)
-        items.append(_item(launch, previous, now))
+        seen.append((launch, _item(launch, previous, now)))
         previous = launch
-    return sorted(items, key=lambda i: i.at)
+    folded = _fold(seen)[-LAUNCHES_SHOWN:]
+    return sorted([*map(_journal, attempts), *folded], key=lambda i: i.at)
+
+
+def _fold(launches: list[tuple[Launch, HistoryItem]]) -> list[HistoryItem]:
+    """Launches of one command line in a row, in one state (a crowd of alike processes, one
+    program started again and again), as one line: "launched `sleep 60` 20 times (pids …)"."""
+    runs: list[list[tuple[Launch, HistoryItem]]] = []
+    for launch, item in launches:
+        if runs and _alike(runs[-1][0], (launch, item)):
+            runs[-1].append((launch, item))
+        else:
+            runs.append([(launch, item)])
+    return [run[0][1] if len(run) == 1 else _folded(run) for run in runs]
+
+
+def _alike(a: tuple[Launch, HistoryItem], b: tuple[Launch, HistoryItem]) -> bool:
+    (first, first_item), (launch, item) = a, b
+    return (first_item.command, first_item.status, first.port_opened, first.expected_ports) == (
+        item.command, item.status, launch.port_opened, launch.expected_ports,
+    )  # fmt: skip
+
+
+def _folded(run: list[tuple[Launch, HistoryItem]]) -> HistoryItem:
+    first, last = run[0][1], run[-1][1]
+    pids = [launch.pid for launch, _ in run]
+    shown = ", ".join(map(str, pids[:3])) + (f", … {pids[-1]}" if len(pids) > 3 else "")
+    program = first.text.split("`")[1]
+    start, end = (f"{run[i][0].started_at:%H:%M:%S}" for i in (0, -1))
+    when = f"at {start}" if start == end else f"from {start} to {end}"
+    text = f"launched `{program}` {len(run)} times (pids {shown}) {when} UTC"
+    notes = [n for n in (last.outcome or "").split("; ") if n != "relaunched unchanged"]
+    return first.model_copy(update={"text": text, "outcome": "; ".join(notes)})
 
 
 def _journal(entry: JournalEntry) -> HistoryItem:

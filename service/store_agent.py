@@ -132,6 +132,13 @@ class AgentRows(Connection):
                 found[key] = row
         return found
 
+    def running_launches(self, sid: str) -> list[dict[str, Any]]:
+        """(start_key, watch_id) of every launch not seen to end yet, however many."""
+        return self._rows(
+            "select start_key, watch_id from launches where session = ? and ended_at is null",
+            [sid],
+        )
+
     def list_launches(self, sid: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest launches, oldest first."""
         rows = self._rows(

@@ -1,0 +1,61 @@
+"""Launches as the dump's Attempts: a crowd of alike launches is one line, and every launch
+that stopped is seen to end, however many ran."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from service import launch_history
+from service.models import Observations, ProcessWatch, SessionIn, Watch
+from service.store import Store
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _store(tmp_path: Path) -> Store:
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("s", SessionIn())
+    return store
+
+
+def _launch(pid: int, argv: list[str], at: datetime, **more: object) -> dict:
+    return {"start_key": f"{pid}:{at.timestamp()}", "watch_id": 1, "pid": pid, "started_at": at,
+            "argv": argv, "cwd": "/srv", "env": {}, "expected_ports": [], **more}  # fmt: skip
+
+
+def test_a_crowd_of_alike_launches_is_one_line_and_a_different_one_stays_apart(tmp_path):
+    store = _store(tmp_path)
+    crowd = [_launch(1000 + i, ["sleep", "3599"], T0 + timedelta(seconds=i)) for i in range(40)]
+    server = _launch(2000, ["python", "serve.py", "--tp", "8"], T0 + timedelta(minutes=5))
+    store.save_launches("s", [*crowd, server])
+    items = launch_history.history(store, "s", [])
+    assert [i.text for i in items] == [
+        "launched `sleep 3599` 40 times (pids 1000, 1001, 1002, … 1039)"
+        " from 12:00:00 to 12:00:39 UTC",
+        "launched `python serve.py` (pid 2000) at 12:05:00 UTC",
+    ]
+    assert "relaunched unchanged" not in (items[0].outcome or "")
+    assert items[0].command == "sleep 3599" and items[0].status == "running"
+
+
+def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):
+    store = _store(tmp_path)
+    store.save_launches("s", [
+        _launch(1, ["python", "serve.py", "--tp", "8"], T0),
+        _launch(2, ["python", "serve.py", "--tp", "4"], T0 + timedelta(seconds=1)),
+    ])  # fmt: skip
+    texts = [i.text for i in launch_history.history(store, "s", [])]
+    assert texts == [
+        "launched `python serve.py` (pid 1) at 12:00:00 UTC",
+        "launched `python serve.py` (pid 2) at 12:00:01 UTC",
+    ]
+
+
+def test_every_running_launch_is_seen_to_end_not_only_the_newest_twenty(tmp_path):
+    store = _store(tmp_path)
+    crowd = [_launch(1000 + i, ["sleep", "3599"], T0 + timedelta(seconds=i)) for i in range(30)]
+    store.save_launches("s", crowd)
+    watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="sleep 3599"))
+    launch_history.follow(store, "s", [watch], Observations())  # none of them runs any more
+    assert store.running_launches("s") == []
+    ended = store.list_launches("s", limit=100)
+    assert len(ended) == 30 and all(row["ended_at"] for row in ended)
