@@ -8,6 +8,7 @@ the median read of one version, and with --breakdown the bytes of each table and
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -50,6 +51,11 @@ def print_breakdown(before: list, after: list, versions: int) -> None:
     for name, _pages, size, payload in after:
         grew = size - old.get(name, 0)
         print(f"  {name:<34} {size:>10,} {grew:>10,} {grew / versions:>12,.0f} {payload:>10,}")
+
+
+def growth(what: str, grew: int, versions: int) -> None:
+    per_1000 = grew * 1000 / versions / 2**20
+    print(f"  {what:<28} {per_1000:6.2f} MB per 1,000   {grew / versions:8,.0f} B per version")
 
 
 def launcher(root: Path) -> tuple[subprocess.Popen, int]:
@@ -105,21 +111,11 @@ def main() -> None:
             db1, md1 = sizes(data_dir)
             last = len(client.get("/api/sessions/store/snapshots").json())
             versions = last - first + 1
-            scale = 1000 / versions
-            print(
-                f"{versions} versions in {wall:.1f} s (client CPU {time.process_time() - cpu0:.1f} s)"
-            )
-            print(
-                f"  database growth (with WAL)   {(db1 - db0) * scale / 2**20:6.2f} MB per 1,000"
-                f"   {(db1 - db0) / versions:8,.0f} B per version"
-            )
-            print(
-                f"  Markdown files growth        {(md1 - md0) * scale / 2**20:6.2f} MB per 1,000"
-                f"   {(md1 - md0) / versions:8,.0f} B per version"
-            )
-            print(
-                f"  total growth                 {(db1 + md1 - db0 - md0) * scale / 2**20:6.2f} MB per 1,000"
-            )
+            cpu = time.process_time() - cpu0
+            print(f"{versions} versions in {wall:.1f} s (client CPU {cpu:.1f} s)")
+            growth("database growth (with WAL)", db1 - db0, versions)
+            growth("Markdown files growth", md1 - md0, versions)
+            growth("total growth", db1 + md1 - db0 - md0, versions)
             files = {p.name: p.stat().st_size for p in data_dir.glob("ctxd.db*")}
             print(f"  database files now           {files}")
             took, bad = [], 0
@@ -137,10 +133,8 @@ def main() -> None:
                 print_breakdown(tables0, breakdown(data_dir / "ctxd.db"), versions)
     finally:
         server.stop()
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         proc.wait()
         if args.keep:
             print(f"data dir kept: {data_dir}")
