@@ -1,4 +1,9 @@
-"""The dump files on disk: one Markdown file per version, `latest.md`, and the latest in memory."""
+"""The dump files on disk: the newest versions' Markdown files, `latest.md`, the latest in memory.
+
+A session folder keeps the files of its newest `markdown_files` versions (0: every version's);
+an older file goes when a newer version is written. Every version stays readable as Markdown
+from the database (the API, the HTML pages, the CLI): the files are a convenience, not a record.
+"""
 
 import logging
 import os
@@ -26,6 +31,12 @@ class DumpLocation:
 
 def version_file(version: int) -> str:
     return f"v{version:04d}.md"
+
+
+def _version_of(name: str) -> int | None:
+    """The version a file name `v0042.md` is of; None for any other name."""
+    stem = name[1:-3] if name.startswith("v") and name.endswith(".md") else ""
+    return int(stem) if stem.isdigit() else None
 
 
 class DumpFiles:
@@ -77,9 +88,34 @@ class DumpFiles:
     def _write(self, sid: str, version: int, markdown: str, *, latest: bool) -> None:
         folder = self.session_dir(sid)
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / version_file(version), markdown)
         if latest:
+            write_atomic(folder / version_file(version), markdown)
             self._link_latest(sid, folder / version_file(version))
+            self.trim(sid, version)
+        elif self.in_window(version, self.store.latest_version(sid)):
+            write_atomic(folder / version_file(version), markdown)
+
+    def in_window(self, version: int, latest: int) -> bool:
+        """Whether `version` is one of the newest whose files the folder keeps."""
+        keep = self.settings.markdown_files
+        return keep == 0 or version > latest - keep
+
+    def trim(self, sid: str, latest: int) -> int:
+        """Remove the files of versions older than the window; returns how many went. A file
+        that cannot be removed stays for the next write or start-up to try again."""
+        if self.settings.markdown_files == 0:
+            return 0
+        removed = 0
+        for path in self.session_dir(sid).glob("v*.md"):
+            version = _version_of(path.name)
+            if version is None or self.in_window(version, latest):
+                continue
+            try:
+                path.unlink()
+            except OSError:  # gone meanwhile, or not removable now
+                continue
+            removed += 1
+        return removed
 
     def _link_latest(self, sid: str, target: Path) -> None:
         """latest.md names `target`; a directory in its place is someone's, so it is left as
@@ -97,7 +133,10 @@ class DumpFiles:
         """Write the files of earlier versions whose writing failed, now that one worked."""
         with self._guard:
             behind = self._behind.pop(sid, set())
+        latest = self.store.latest_version(sid) if behind else 0
         for version in sorted(behind):
+            if not self.in_window(version, latest):
+                continue  # readable from the database; its file would go at once
             try:
                 markdown = self.store.get_markdown(sid, version)
                 folder = self.session_dir(sid)
@@ -122,13 +161,20 @@ class DumpFiles:
         return sum(p.stat().st_size for p in self.settings.data_dir.glob("*/*.md") if p.is_file())
 
     def rebuild(self) -> int:
-        """Rewrite any Markdown file missing on disk from the database (the truth).
+        """Rewrite any Markdown file of the window missing on disk from the database (the
+        truth), and remove the files older than the window.
 
         A file that cannot be written (a read-only or full data directory) is logged once
         and left for the next start-up: the latest dump in memory is set all the same.
         """
         written, failed = 0, 0
-        for sid, version, is_latest in self.store.iter_versions():
+        versions = list(self.store.iter_versions())
+        latest = {sid: version for sid, version, is_latest in versions if is_latest}
+        for sid, newest in latest.items():
+            self.trim(sid, newest)
+        for sid, version, is_latest in versions:
+            if not self.in_window(version, latest[sid]):
+                continue
             folder = self.session_dir(sid)
             path = folder / version_file(version)
             missing = not path.exists()

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     # Slurm is probed for events less often: each look asks the cluster's shared controller.
     slurm_probe_s: float = Field(60.0, gt=0, le=3600)
     keep_days: int = Field(30, ge=1, le=3650)
+    # Markdown files kept per session besides latest.md: the newest versions' (CTXD_MARKDOWN_FILES);
+    # every version stays readable from the database. 0 keeps every version's file.
+    markdown_files: int = Field(20, ge=0)
     # An automatic watch whose target (process, log, artifact) is gone this long retires.
     auto_retire_s: float = Field(900.0, ge=0, le=30 * 24 * 3600)
     # The only commands a `command` watch may run (CTXD_COMMANDS, JSON: name -> argv).

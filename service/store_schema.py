@@ -159,3 +159,10 @@ def m008_conversations(db: Database) -> None:
         foreign_keys=[("session", "sessions", "id")],
     )
     db.table("conversations").create_index(["session", "seen_at"])
+
+
+@migrations()
+def m009_search_reindexes_changed_text_only(db: Database) -> None:
+    """A dump block seen again moves its `last_version` without leaving and re-entering the
+    full-text index (see store_search.reindex_on_text_change_only)."""
+    store_search.reindex_on_text_change_only(db)

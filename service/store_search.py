@@ -42,6 +42,22 @@ def create(db: Database) -> None:
     db.table("search_docs").enable_fts(FTS_COLUMNS, fts_version="FTS5", create_triggers=True)
 
 
+def reindex_on_text_change_only(db: Database) -> None:
+    """sqlite-utils' update trigger re-indexes a row on any update: a dump block seen again
+    (its `last_version` moved) was taken out of the FTS index and put back in, every version.
+    This one fires only when an indexed column changes."""
+    cols = ", ".join(f'"{c}"' for c in FTS_COLUMNS)
+    old = ", ".join(f'old."{c}"' for c in FTS_COLUMNS)
+    new = ", ".join(f'new."{c}"' for c in FTS_COLUMNS)
+    db.execute("drop trigger if exists search_docs_au")
+    db.execute(
+        f"create trigger search_docs_au after update of {cols} on search_docs begin"
+        f" insert into search_docs_fts (search_docs_fts, rowid, {cols})"
+        f" values ('delete', old.rowid, {old});"
+        f" insert into search_docs_fts (rowid, {cols}) values (new.rowid, {new}); end"
+    )
+
+
 def _latest_version(db: Database, sid: str) -> int:
     row = db.execute("select max(version) from snapshots where session = ?", [sid]).fetchone()
     return int(row[0] or 0)

@@ -1,6 +1,5 @@
 """The store's snapshot rows: versions, content-addressed sections, Markdown, pruning."""
 
-import hashlib
 import json
 import zlib
 from collections.abc import Callable, Iterator
@@ -9,7 +8,7 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from service import store_search
+from service import store_search, store_sections
 from service.errors import NotFound
 from service.models import Snapshot, SnapshotSummary
 from service.store_db import Connection, iso, now
@@ -41,7 +40,7 @@ class SnapshotRows(Connection):
                     "trigger": snapshot.header.trigger,
                     "signals": len(snapshot.signals),
                     "changes": len(snapshot.changes),
-                    "sections": json.dumps(self._put_sections(db, snapshot)),
+                    "sections": self._put_sections(db, sid, version, snapshot),
                     "markdown_z": self._encode_markdown(sid, version, markdown),
                     "content_key": content_key,
                 }
@@ -49,21 +48,13 @@ class SnapshotRows(Connection):
             store_search.index_dump(db, sid, version, iso(snapshot.header.taken_at), markdown)
         return snapshot
 
-    def _put_sections(self, db: Database, snapshot: Snapshot) -> dict[str, str]:
-        """Store each part once by its hash: an unchanged log tail costs nothing the 2nd time."""
-        data = snapshot.model_dump(mode="json")
-        parts = {k: v for k, v in data.items() if k != "observations"}
-        parts.update({f"observations.{k}": v for k, v in data["observations"].items()})
-        refs = {}
-        for name, value in parts.items():
-            raw = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-            digest = hashlib.sha256(raw).hexdigest()[:32]
-            db.execute(
-                "insert or ignore into blobs (hash, data) values (?, ?)",
-                [digest, zlib.compress(raw, 6)],
-            )
-            refs[name] = digest
-        return refs
+    def _put_sections(self, db: Database, sid: str, version: int, snapshot: Snapshot) -> str:
+        """Store each section once by its hash (see store_sections); returns the version's
+        `sections` column."""
+        previous = store_sections.references(db, sid, version - 1)
+        parts = store_sections.parts_of(snapshot.model_dump(mode="json"))
+        refs = store_sections.put(db, parts, previous)
+        return store_sections.pack(db, sid, version, refs)
 
     def confirm_snapshot(self, sid: str, version: int, at: datetime) -> None:
         """A trigger found nothing new: the latest version is still true as of `at`."""
@@ -107,27 +98,15 @@ class SnapshotRows(Connection):
         if row["sections"] is None:  # written before sections existed
             snapshot = Snapshot.model_validate_json(row["body"])
         else:
-            refs = json.loads(row["sections"])
-            if parts is not None:
-                refs = {k: v for k, v in refs.items() if k == "header" or k in parts}
-            snapshot = Snapshot.model_validate(self._load_sections(refs))
+            with self._lock:
+                refs = store_sections.unpack(self.db, sid, json.loads(row["sections"]))
+                if parts is not None:
+                    refs = {k: v for k, v in refs.items() if k == "header" or k in parts}
+                snapshot = Snapshot.model_validate(store_sections.load(self.db, refs))
         if row["confirmed_at"]:
             snapshot.header.confirmed_at = datetime.fromisoformat(row["confirmed_at"])
             snapshot.header.confirmations = row["confirmations"]
         return snapshot
-
-    def _load_sections(self, refs: dict[str, str]) -> dict:
-        hashes = sorted(set(refs.values()))
-        marks = ",".join("?" * len(hashes))
-        rows = self._rows(f"select hash, data from blobs where hash in ({marks})", hashes)
-        blobs = {r["hash"]: json.loads(zlib.decompress(r["data"])) for r in rows}
-        data: dict = {"observations": {}}
-        for name, digest in refs.items():
-            if name.startswith("observations."):
-                data["observations"][name.split(".", 1)[1]] = blobs[digest]
-            else:
-                data[name] = blobs[digest]
-        return data
 
     def get_markdown(self, sid: str, version: int) -> str:
         row = self._snapshot_row(sid, version, "markdown, markdown_z")
@@ -219,16 +198,14 @@ class SnapshotRows(Connection):
                 db.execute(
                     "delete from snapshots where session = ? and version = ?", [sid, version]
                 )
-            db.execute(
-                "delete from blobs where hash not in (select value from snapshots,"
-                " json_each(snapshots.sections) where snapshots.sections is not null)"
-            )
+            store_sections.collect_garbage(db)
             store_search.after_prune(db)
         return doomed
 
     def _rekey(self, doomed: list[tuple[str, int]]) -> None:
         """Versions that stay but lean on a keyframe about to go are stored whole first."""
         gone = set(doomed)
+        store_sections.rekey(self.db, gone)
         for sid in {sid for sid, _ in doomed}:
             rows = self._rows(
                 "select version, markdown_z from snapshots where session = ?"

@@ -42,9 +42,13 @@ def _check(db: Path, data: Path, url: str, acked: dict[int, dict], new: list[int
     versions = [v for (v,) in rows]
     assert versions == list(range(1, len(versions) + 1)), "versions are contiguous"
     assert set(acked) <= set(versions), "every acknowledged version is stored"
-    for version in versions:
+    # the folder keeps the newest versions' files (CTXD_MARKDOWN_FILES, 20 by default)
+    for version in versions[-20:]:
         assert (data / SID / f"v{version:04d}.md").exists(), f"v{version} has its Markdown"
     with httpx.Client(base_url=url, timeout=10) as c:
+        for version in versions:
+            markdown = c.get(f"/api/sessions/{SID}/snapshots/{version}/markdown")
+            assert markdown.text.startswith(f"# {SID} · v{version} "), version
         for version in new:
             stored = c.get(f"/api/sessions/{SID}/snapshots/{version}").json()
             sent = acked[version]

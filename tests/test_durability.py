@@ -1,6 +1,8 @@
 """A full disk or a read-only data dir: an error before the commit, the commit's truth after
 it, no partial files, and recovery after."""
 
+import contextlib
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -23,6 +25,10 @@ def test_full_disk_is_507_and_leaves_nothing_partial(small_fs: Path, tmp_path: P
         with srv.client() as c:
             assert c.put("/api/sessions/full", json={"objective": "o" * 2000}).status_code == 201
         assert _snapshot(srv, "full")[0] == 201
+        # the WAL emptied first: room it kept from before a checkpoint could hold the next
+        # commit without a new block (a commit then truly saved, and rightly answered 201)
+        with contextlib.closing(sqlite3.connect(small_fs / "data" / "ctxd.db")) as conn:
+            assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
         filler = fill_disk(small_fs)
         statuses = [_snapshot(srv, "full") for _ in range(3)]
         for status, text in statuses:
