@@ -27,6 +27,7 @@ class DumpLocation:
     markdown_path: str
     json_url: str
     resume_url: str
+    files_kept: int = 0  # the folder keeps the newest N versions' files; 0: every version's
 
 
 def version_file(version: int) -> str:
@@ -61,6 +62,7 @@ class DumpFiles:
             markdown_path=str((self.session_dir(sid) / version_file(version)).resolve()),
             json_url=f"{base}/api/sessions/{sid}/snapshots/{version}",
             resume_url=f"{base}/api/sessions/{sid}/resume",
+            files_kept=self.settings.markdown_files,
         )
 
     def write(self, sid: str, version: int, markdown: str, *, latest: bool) -> bool:

@@ -44,6 +44,15 @@ def test_the_dumps_own_timing_and_host_are_in_its_footer() -> None:
     assert "- This is v2, the first of this session, taken on host `gpu-7` in 35 ms\n- " in first
 
 
+def test_the_footer_says_how_long_the_file_stays_and_where_the_version_always_is() -> None:
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=2, taken_at=T0, host="h"))
+    where = DumpLocation("/srv/ctxd/s/v0002.md", "http://h/api/s/2", "http://h/api/s/resume", 20)
+    assert (
+        "- Markdown: `/srv/ctxd/s/v0002.md` while it is among the session's newest 20 versions;"
+        " always at http://h/api/s/2/markdown\n"
+    ) in render_dump(snapshot, where)
+
+
 def test_a_port_is_expected_by_a_named_process_not_a_watch_number() -> None:
     root = ProcessInfo(watch_id=1, pid=4242, ppid=1, name="sglang", state="sleeping",
                        started_at=T0, age_s=60, root=True)  # fmt: skip
