@@ -45,7 +45,8 @@ def test_the_dumps_own_timing_and_host_are_in_its_footer() -> None:
 
 
 def test_the_footer_says_how_long_the_file_stays_and_where_the_version_always_is() -> None:
-    snapshot = Snapshot(header=SnapshotHeader(session="s", version=2, taken_at=T0, host="h"))
+    header = SnapshotHeader(session="s", version=2, taken_at=T0, trigger="manual", host="h")
+    snapshot = Snapshot(header=header)
     where = DumpLocation("/srv/ctxd/s/v0002.md", "http://h/api/s/2", "http://h/api/s/resume", 20)
     assert (
         "- Markdown: `/srv/ctxd/s/v0002.md` while it is among the session's newest 20 versions;"
