@@ -23,6 +23,7 @@ from urllib.parse import quote, quote_plus
 import httpx
 import pytest
 
+from service.store import Store
 from tests.conftest import start_server, stop_server
 
 # Shapes the content rules know, and values only their names reveal.
@@ -99,6 +100,14 @@ def _db_text(db: Path) -> str:
                     parts.append(str(value))
     finally:
         conn.close()
+    # sections stored as deltas (zlib with a preset dictionary) inflate only through the store
+    store = Store(db)
+    try:
+        for sid, version, _ in store.iter_versions():
+            parts.append(store.get_snapshot(sid, version).model_dump_json())
+            parts.append(store.get_markdown(sid, version))
+    finally:
+        store.close()
     return "\n".join(parts)
 
 

@@ -21,6 +21,7 @@ from service.collectors import CollectContext, artifacts
 from service.collectors._fs import Outside, open_confined, stat_confined
 from service.models import ArtifactWatch, LogWatch, Watch
 from service.settings import Settings
+from service.store import Store
 from tests.conftest import start_server, stop_server
 
 CANARY = "CANARY-shadow-7f3a9c"
@@ -69,6 +70,23 @@ def expand(blob: bytes) -> bytes:
             parts.append(zlib.decompressobj().decompress(blob[start:]))
         start = blob.find(b"\x78\x9c", start + 1)
     return b"\n".join(parts)
+
+
+def _versions(db: Path) -> list[str]:
+    """Every stored version as JSON and Markdown, read through the store: a section kept as a
+    delta (zlib with a preset dictionary) inflates only there."""
+    store = Store(db)
+    try:
+        return [
+            text
+            for sid, version, _ in store.iter_versions()
+            for text in (
+                store.get_snapshot(sid, version).model_dump_json(),
+                store.get_markdown(sid, version),
+            )
+        ]
+    finally:
+        store.close()
 
 
 def _ctx(root: Path) -> CollectContext:
@@ -166,6 +184,7 @@ def test_flipping_links_never_store_the_root_only_file(
             flipper.wait()
         stop_server(srv)
     stored = [expand(p.read_bytes()) for p in data.rglob("*") if p.is_file()]
+    stored += [text.encode() for text in _versions(data / "ctxd.db")]
     leaks = [b for b in stored if CANARY.encode() in b]
     leaks += [b for b in bodies if CANARY in b or f'"size":{SECRET_SIZE}' in b]
     assert leaks == [], f"{len(leaks)} stored or served item(s) hold the root-only file"
