@@ -15,6 +15,7 @@ FULL_EVERY_S = 30.0
 # gc.set_threshold's third value: how many young (generation 1) collections before a full one.
 # Large enough never to be reached between two timed full collections of a busy server.
 NEVER = 1_000_000
+FULL_AFTER_MIDDLE = 10
 
 _started = threading.Lock()
 _thread: threading.Thread | None = None
@@ -38,4 +39,7 @@ def install(every_s: float = FULL_EVERY_S) -> None:
 def _collect_forever(every_s: float) -> None:
     while True:
         time.sleep(every_s)
-        gc.collect()
+        # as CPython's own rule (ten middle collections since the last full one): an idle
+        # server allocates little, and a full collection of it costs tens of milliseconds
+        if gc.get_count()[2] >= FULL_AFTER_MIDDLE:
+            gc.collect()

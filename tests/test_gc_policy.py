@@ -23,8 +23,7 @@ PROGRAM = textwrap.dedent(
     gc.collect(1)
     gc.collect(1)  # it survived two collections: it lives in the oldest generation now
     del a, b
-    for _ in range(200_000):  # allocations enough for many young collections
-        [object() for _ in range(3)]
+    keep = [[n] for n in range(300_000)]  # kept: many young collections, promoted objects
     young_only = bool(gone)
     deadline = time.monotonic() + 8
     while not gone and time.monotonic() < deadline:
@@ -40,3 +39,23 @@ def test_a_cycle_in_the_oldest_generation_is_freed_by_the_timer_not_a_request() 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+IDLE = textwrap.dedent(
+    """
+    import gc, time
+    from service import gc_policy
+
+    gc_policy.install(every_s=0.2)
+    full = []
+    gc.callbacks.append(lambda phase, info: phase == "start" and full.append(info["generation"]))
+    time.sleep(1.5)  # idle: next to nothing allocated
+    print(full.count(2))
+    """
+)
+
+
+def test_an_idle_server_is_not_fully_collected_on_every_tick() -> None:
+    done = subprocess.run([sys.executable, "-c", IDLE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]
