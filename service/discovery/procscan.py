@@ -8,7 +8,7 @@ that vanishes mid-read, or that ctxd may not inspect, is skipped or reported as 
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -87,7 +87,7 @@ def _read(pid: int, proc: str) -> tuple[str, int, float, list[str]] | None:
     return name, int(fields[1]), float(fields[19]), argv
 
 
-Read = tuple[str, int, float, list[str], Callable[[], str | None]]
+Read = tuple[str, int, float, Sequence[str], Callable[[], str | None]]
 
 
 def _table(proc: str) -> Iterator[tuple[int, Read | None]]:
@@ -105,7 +105,7 @@ def _table(proc: str) -> Iterator[tuple[int, Read | None]]:
     for pid, e in table.items():
         # kernel threads have no command line: never the agent's work
         cwd = partial(e.working_dir, pid, CWD_MAX_AGE_S)
-        yield pid, (e.name, e.ppid, float(e.start_ticks), list(e.argv), cwd) if e.argv else None
+        yield pid, (e.name, e.ppid, float(e.start_ticks), e.argv, cwd) if e.argv else None
 
 
 def _cwd(pid: int, proc: str) -> str | None:
@@ -133,12 +133,14 @@ def workspace_processes(
             continue
         name, ppid, start, argv, ask_cwd = read
         created = boot + start / ticks
-        if now - created < min_age_s or is_excluded(name, argv):
+        if now - created < min_age_s:
             continue
         cwd = ask_cwd()
         if not (_inside(cwd, roots) or any(_inside(arg, roots) for arg in argv)):
             continue
-        found[pid] = Candidate(pid, ppid, name, argv, cwd, created)
+        if is_excluded(name, list(argv)):  # asked of the few inside: a crowd costs nothing
+            continue
+        found[pid] = Candidate(pid, ppid, name, list(argv), cwd, created)
     for candidate in found.values():
         top, seen = candidate.pid, {candidate.pid}
         while (parent := found[top].ppid) in found and parent not in seen:
