@@ -72,47 +72,44 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
 def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[HistoryItem]:
     """Launches and journal attempts in one list, oldest first."""
     # a crowd of alike launches folds into one line: fold the newest hundreds, show the 20
-    launches = store.list_launches(sid, limit=LAUNCHES_FOLDED)
+    launches = [_launch(row) for row in store.list_launches(sid, limit=LAUNCHES_FOLDED)]
     now = datetime.now(UTC)
+    items: list[HistoryItem] = []
     previous: Launch | None = None
-    seen: list[tuple[Launch, HistoryItem]] = []
-    for row in launches:
-        launch = _launch(row)
-        seen.append((launch, _item(launch, previous, now)))
-        previous = launch
-    folded = _fold(seen)[-LAUNCHES_SHOWN:]
-    return sorted([*map(_journal, attempts), *folded], key=lambda i: i.at)
+    for run in _runs(launches):
+        first = _item(run[0], previous, now)
+        items.append(first if len(run) == 1 else _folded(run, first, _item(run[-1], None, now)))
+        previous = run[-1]
+    return sorted([*map(_journal, attempts), *items[-LAUNCHES_SHOWN:]], key=lambda i: i.at)
 
 
-def _fold(launches: list[tuple[Launch, HistoryItem]]) -> list[HistoryItem]:
+def _runs(launches: list[Launch]) -> list[list[Launch]]:
     """Launches of one command line in a row, in one state (a crowd of alike processes, one
-    program started again and again), as one line: "launched `sleep 60` 20 times (pids …)"."""
-    runs: list[list[tuple[Launch, HistoryItem]]] = []
-    for launch, item in launches:
-        if runs and _alike(runs[-1][0], (launch, item)):
-            runs[-1].append((launch, item))
+    program started again and again), each run a list."""
+    runs: list[list[Launch]] = []
+    for launch in launches:
+        if runs and _alike(runs[-1][0], launch):
+            runs[-1].append(launch)
         else:
-            runs.append([(launch, item)])
-    return [run[0][1] if len(run) == 1 else _folded(run) for run in runs]
+            runs.append([launch])
+    return runs
 
 
-def _alike(a: tuple[Launch, HistoryItem], b: tuple[Launch, HistoryItem]) -> bool:
-    (first, first_item), (launch, item) = a, b
-    return (first_item.command, first_item.status, first.port_opened, first.expected_ports) == (
-        item.command, item.status, launch.port_opened, launch.expected_ports,
+def _alike(a: Launch, b: Launch) -> bool:
+    return (a.argv, a.ended_at is None, a.port_opened, a.expected_ports) == (
+        b.argv, b.ended_at is None, b.port_opened, b.expected_ports,
     )  # fmt: skip
 
 
-def _folded(run: list[tuple[Launch, HistoryItem]]) -> HistoryItem:
-    first, last = run[0][1], run[-1][1]
-    pids = [launch.pid for launch, _ in run]
+def _folded(run: list[Launch], first: HistoryItem, last: HistoryItem) -> HistoryItem:
+    """A run as one line: "launched `sleep 60` 20 times (pids …)", with the newest's outcome."""
+    pids = [launch.pid for launch in run]
     shown = ", ".join(map(str, pids[:3])) + (f", … {pids[-1]}" if len(pids) > 3 else "")
     program = first.text.split("`")[1]
-    start, end = (f"{run[i][0].started_at:%H:%M:%S}" for i in (0, -1))
+    start, end = (f"{run[i].started_at:%H:%M:%S}" for i in (0, -1))
     when = f"at {start}" if start == end else f"from {start} to {end}"
     text = f"launched `{program}` {len(run)} times (pids {shown}) {when} UTC"
-    notes = [n for n in (last.outcome or "").split("; ") if n != "relaunched unchanged"]
-    return first.model_copy(update={"text": text, "outcome": "; ".join(notes)})
+    return first.model_copy(update={"text": text, "outcome": last.outcome})
 
 
 def _journal(entry: JournalEntry) -> HistoryItem:
