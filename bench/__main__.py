@@ -85,7 +85,7 @@ def bench_storage(
     client.put("/api/sessions/store", json={"objective": "storage growth"})
     for spec in (
         {"kind": "log", "path": str(scenario.logs[1])},
-        {"kind": "process", "match": "bench_launcher.py"},
+        {"kind": "process", "match": scenario.launcher_match},
         {"kind": "port", "port": scenario.listening_port},
     ):
         client.post("/api/sessions/store/watches", json=spec).raise_for_status()

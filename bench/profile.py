@@ -19,7 +19,11 @@ from service.store import Store
 
 def _watches(scenario: Scenario) -> list[dict]:
     return [
-        {"kind": "process", "match": "bench_launcher.py", "expect_ports": [scenario.closed_port]},
+        {
+            "kind": "process",
+            "match": scenario.launcher_match,
+            "expect_ports": [scenario.closed_port],
+        },
         {"kind": "port", "port": scenario.listening_port},
         {"kind": "artifact", "path": str(scenario.artifacts)},
         *({"kind": "log", "path": str(path)} for path in scenario.logs),

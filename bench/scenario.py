@@ -1,6 +1,7 @@
 """The standard bench scenario: host processes, a watched launcher, logs, artifacts, ports."""
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,6 +43,12 @@ class Scenario:
     closed_port: int
     children: list[subprocess.Popen] = field(default_factory=list)
     others: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def launcher_match(self) -> str:
+        """The process watch pattern of this scenario's launcher: its full path, so another
+        bench's launcher running on a shared machine never joins the table."""
+        return re.escape(str(self.root / "bench_launcher.py"))
 
     def spawn_others(self, count: int) -> None:
         """Bring the number of unrelated host processes to `count` (sleepers, cheap)."""
@@ -157,7 +164,11 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None) -> Server:
 def register(client: httpx.Client, sid: str, scenario: Scenario) -> None:
     client.put(f"/api/sessions/{sid}", json={"title": "bench", "objective": "measure"})
     watches: list[dict] = [
-        {"kind": "process", "match": "bench_launcher.py", "expect_ports": [scenario.closed_port]},
+        {
+            "kind": "process",
+            "match": scenario.launcher_match,
+            "expect_ports": [scenario.closed_port],
+        },
         {"kind": "port", "port": scenario.listening_port},
         {"kind": "artifact", "path": str(scenario.artifacts)},
     ]
