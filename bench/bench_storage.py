@@ -90,7 +90,7 @@ def main() -> None:
             for spec in (
                 {"kind": "log", "path": str(log_path)},
                 # its own launcher's path: other benches' launchers on a shared machine must not
-                # join this table (`make bench` matches "bench_launcher.py")
+                # join this table
                 {"kind": "process", "match": str(root / "bench_launcher.py")},
                 {"kind": "port", "port": port},
             ):
