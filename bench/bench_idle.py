@@ -7,6 +7,7 @@ event snapshot is work, not idling), then the median share.
 """
 
 import argparse
+import shutil
 import sqlite3
 import statistics
 import tempfile
@@ -90,6 +91,7 @@ def main() -> None:
     finally:
         server.stop()
         scenario.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":
