@@ -1,6 +1,7 @@
 """The trigger watcher probes each watch set once per period for every session watching it."""
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +88,19 @@ def test_a_session_whose_watches_change_leaves_the_shared_probe_for_its_own(
     assert "log-error" in event.trigger
     watcher.tick()
     assert events_of(watcher, "a") == []  # a does not watch that log
+
+
+def test_a_watch_set_nobody_watches_any_more_is_forgotten(watcher: Watcher, spawn):
+    child = spawn(*SLEEPER)
+    store = watcher.snap.store
+    store.put_session("a", SessionIn(quiet_after_s=3600))
+    first = store.add_watch("a", ProcessWatch(pid=child.pid), limit=100)
+    watcher.tick()
+    store.add_watch("a", PortWatch(port=free_port()), limit=100)
+    store.delete_watch("a", first.id)
+    wait_until(lambda: watcher.tick() or len(watcher._shared) == 2, "the new set probed")
+    # the old set is kept a period after its last probe, then dropped: memory stays bounded
+    wait_until(lambda: watcher.tick() or len(watcher._shared) == 1, "the old set forgotten")
+    time.sleep(2.5)  # two more periods: the set still watched stays
+    watcher.tick()
+    assert len(watcher._shared) == 1
