@@ -4,11 +4,12 @@ import asyncio
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from service import happened
 from service.errors import NotFound
-from service.models import Observations, Session
+from service.models import Observations, Session, Watch
 from service.snapshots import Snapshotter
 from service.store import now
 
@@ -36,6 +37,21 @@ class Activity:
         return max(seen, session.last_activity_at) if seen else session.last_activity_at
 
 
+@dataclass
+class SharedProbe:
+    """The latest probe of one set of watches, and when that set is due to be probed again."""
+
+    probe: Observations
+    next_at: float  # time.monotonic()
+
+
+def watch_set(watches: list[Watch]) -> str:
+    """What a probe of `watches` depends on: their specs, in any order. Two sessions with the
+    same watch set (several agents on one checkout) see the same things, so one probe serves
+    both; ids differ, but events compare by process key, port and path, never by watch id."""
+    return "\n".join(sorted(w.spec.model_dump_json() for w in watches))
+
+
 def detect_events(before: Observations | None, after: Observations) -> list[tuple[str, str]]:
     """Pure: what in `after` is news worth a snapshot at once, as (trigger word, text)."""
     return happened.events(before, after)
@@ -52,6 +68,7 @@ class Watcher:
         self._last_event: dict[str, float] = {}
         self._next_probe: dict[str, float] = {}
         self._next_slurm_probe: dict[str, float] = {}
+        self._shared: dict[str, SharedProbe] = {}
         self._pending: dict[str, list[tuple[str, str]]] = {}
         self._last_schedule: dict[str, datetime] = {}
         self._last_prune = datetime.min.replace(tzinfo=UTC)
@@ -78,7 +95,8 @@ class Watcher:
                 self._tick()
 
     def _tick(self) -> None:
-        for session in self.snap.store.list_sessions():
+        # in a steady order: the first session of a watch set probes it for all (see `probe`)
+        for session in sorted(self.snap.store.list_sessions(), key=lambda s: s.id):
             try:
                 self.flush_activity(session)
                 self.check_events(session)
@@ -86,6 +104,7 @@ class Watcher:
                 self.check_schedule(session)
             except NotFound:
                 continue  # deleted while we looked
+        self._forget_unused_probes()
         if now() - self._last_prune > PRUNE_EVERY:
             self._last_prune = now()
             removed = self.snap.prune(self.settings.keep_days)
@@ -121,32 +140,60 @@ class Watcher:
         elif previous is None:
             self._last_schedule[session.id] = now()
 
-    def _event_sources(self, sid: str) -> frozenset[str]:
+    def _event_sources(self, key: str) -> frozenset[str]:
         """EVENT_SOURCES, with Slurm only every `slurm_probe_s`: each look at it asks the
         controller, a shared service, and a job's end may be noticed a minute late."""
-        if time.monotonic() < self._next_slurm_probe.get(sid, 0.0):
+        if time.monotonic() < self._next_slurm_probe.get(key, 0.0):
             return EVENT_SOURCES - {"slurm"}
-        self._next_slurm_probe[sid] = time.monotonic() + self.settings.slurm_probe_s
+        self._next_slurm_probe[key] = time.monotonic() + self.settings.slurm_probe_s
         return EVENT_SOURCES
+
+    def probe(self, sid: str, watches: list[Watch]) -> Observations:
+        """The probe of the session's watch set: the one another session with the same set
+        took this period, or a new one (taken with this session's collector memory).
+
+        A session that uses another's probe is due again when that set is, so the sessions
+        of one set fall into step and one probe per period serves them all.
+        """
+        key = watch_set(watches)
+        shared = self._shared.get(key)
+        if shared is not None and time.monotonic() < shared.next_at:
+            self._next_probe[sid] = shared.next_at
+            return shared.probe
+        next_at = self._next_probe[sid] = time.monotonic() + self.settings.event_probe_s
+        previous = self._probes.get(sid)
+        sources = self._event_sources(key)
+        probe = self.snap.runner.observe(
+            sid, watches, previous=previous, purpose="probe", only=sources
+        )
+        if "slurm" not in sources and previous is not None:
+            # not asked this time: the last answer stands, so a job's end is still
+            # seen against the state it had when the controller was last asked
+            probe = probe.model_copy(update={"slurm": previous.slurm})
+        self._shared[key] = SharedProbe(probe, next_at)
+        return probe
+
+    def _forget_unused_probes(self) -> None:
+        """Drop the probes of watch sets no session has asked for over a whole period."""
+        stale = time.monotonic() - self.settings.event_probe_s
+        for key in [k for k, shared in self._shared.items() if shared.next_at < stale]:
+            del self._shared[key]
+            self._next_slurm_probe.pop(key, None)
 
     def check_events(self, session: Session) -> None:
         """Probe what is watched; news (an exit, an error, a port, a rebuild) is kept at once."""
         pending = self._pending.setdefault(session.id, [])
         if time.monotonic() >= self._next_probe.get(session.id, 0.0):
-            self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
-            if self.snap.store.list_watches(session.id):
+            watches = self.snap.store.list_watches(session.id)
+            if not watches:
+                self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
+            else:
                 previous = self._probes.get(session.id)
-                sources = self._event_sources(session.id)
-                probe = self.snap.observe(
-                    session.id, previous=previous, purpose="probe", only=sources
-                )
-                if "slurm" not in sources and previous is not None:
-                    # not asked this time: the last answer stands, so a job's end is still
-                    # seen against the state it had when the controller was last asked
-                    probe = probe.model_copy(update={"slurm": previous.slurm})
-                news = detect_events(previous, probe)
-                self._probes[session.id] = probe
-                pending += [e for e in news if e not in pending]
+                probe = self.probe(session.id, watches)
+                if probe is not previous:  # a probe already compared brings no news
+                    news = detect_events(previous, probe)
+                    self._probes[session.id] = probe
+                    pending += [e for e in news if e not in pending]
         if not pending:
             return
         since = time.monotonic() - self._last_event.get(session.id, float("-inf"))

@@ -1,0 +1,106 @@
+"""The trigger watcher probes each watch set once per period for every session watching it."""
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.models import LogWatch, PortWatch, ProcessWatch, SessionIn
+from service.settings import Settings
+from service.snapshots import Snapshotter
+from service.store import Store
+from service.triggers import Activity, Watcher
+from tests.conftest import free_port, wait_until
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n'
+
+
+@pytest.fixture
+def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watcher]:
+    """A Watcher ticked by the test; a probe period long enough for one tick to span it."""
+    monkeypatch.setenv("CTXD_EVENT_PROBE_S", "1.0")
+    monkeypatch.setenv("CTXD_EVENT_MIN_GAP_S", "0")
+    settings = Settings(data_dir=tmp_path / "data")
+    store = Store(settings.db_path)
+    snap = Snapshotter(settings, store)
+    try:
+        yield Watcher(snap, Activity())
+    finally:
+        snap.close()
+        store.close()
+
+
+def events_of(watcher: Watcher, sid: str) -> list:
+    return [v for v in watcher.snap.store.list_snapshots(sid) if v.trigger.startswith("event:")]
+
+
+def tick_until_event(watcher: Watcher, sid: str) -> list:
+    return wait_until(lambda: watcher.tick() or events_of(watcher, sid), f"an event of {sid}")
+
+
+def probed(watcher: Watcher) -> set[str]:
+    """The sessions whose collector memory ran a probe (the runner times every run)."""
+    return {k.split(":", 1)[1] for k in watcher.snap.runner.last_timings if k.startswith("probe:")}
+
+
+def test_sessions_with_the_same_watches_share_one_probe_and_each_gets_the_event(
+    watcher: Watcher, spawn
+):
+    child = spawn(*SLEEPER)
+    store = watcher.snap.store
+    specs = [ProcessWatch(pid=child.pid), PortWatch(port=free_port())]
+    for sid, order in (("c", specs), ("a", specs), ("b", specs[::-1])):  # ids and order differ
+        store.put_session(sid, SessionIn(quiet_after_s=3600))
+        for spec in order:
+            store.add_watch(sid, spec, limit=100)
+    watcher.tick()  # the baseline every session compares the exit with
+    assert probed(watcher) == {"a"}
+
+    child.kill()
+    child.wait()
+    for sid in ("a", "b", "c"):
+        (event,) = tick_until_event(watcher, sid)
+        assert "process-exit" in event.trigger
+        assert str(child.pid) in store.get_snapshot(sid, event.version).header.note
+    assert probed(watcher) == {"a"}  # the first session (by id) probed for all three
+
+
+def test_a_session_whose_watches_change_leaves_the_shared_probe_for_its_own(
+    watcher: Watcher, spawn, tmp_path: Path
+):
+    child = spawn(*SLEEPER)
+    log = tmp_path / "train.log"
+    log.write_text("step 1\n")
+    store = watcher.snap.store
+    for sid in ("a", "b"):
+        store.put_session(sid, SessionIn(quiet_after_s=3600))
+        store.add_watch(sid, ProcessWatch(pid=child.pid), limit=100)
+    watcher.tick()
+    store.add_watch("b", LogWatch(path=str(log)), limit=100)
+    wait_until(lambda: watcher.tick() or "b" in probed(watcher), "b probing its new watch set")
+
+    with log.open("a") as handle:
+        handle.write(TRACEBACK)
+    (event,) = tick_until_event(watcher, "b")
+    assert "log-error" in event.trigger
+    watcher.tick()
+    assert events_of(watcher, "a") == []  # a does not watch that log
+
+
+def test_a_watch_set_nobody_watches_any_more_is_forgotten(watcher: Watcher, spawn):
+    child = spawn(*SLEEPER)
+    store = watcher.snap.store
+    store.put_session("a", SessionIn(quiet_after_s=3600))
+    first = store.add_watch("a", ProcessWatch(pid=child.pid), limit=100)
+    watcher.tick()
+    store.add_watch("a", PortWatch(port=free_port()), limit=100)
+    store.delete_watch("a", first.id)
+    wait_until(lambda: watcher.tick() or len(watcher._shared) == 2, "the new set probed")
+    # the old set is kept a period after its last probe, then dropped: memory stays bounded
+    wait_until(lambda: watcher.tick() or len(watcher._shared) == 1, "the old set forgotten")
+    time.sleep(2.5)  # two more periods: the set still watched stays
+    watcher.tick()
+    assert len(watcher._shared) == 1
