@@ -41,7 +41,7 @@ def step(name, run):
     print(f"  {name:<34} {now:6.1f} MB  (+{now - last:.1f})")
     last = now
 for module in ("pydantic", "pydantic_settings", "psutil", "sqlite_utils", "jinja2", "httpx",
-               "regex", "markdown_it", "watchfiles", "msgspec", "litestar", "uvicorn", "uvloop",
+               "regex", "markdown_it", "watchfiles", "msgspec", "litestar", "uvicorn",
                "service.settings", "service.store", "service.snapshots", "service.usecases",
                "service.app"):
     step("import " + module, lambda: __import__(module))
