@@ -2,7 +2,7 @@
 
 Resume is the hottest read: the same latest dump, asked again and again, once per hook and
 tool call of every agent. Building a Litestar Response, encoding the text and its headers each
-time cost a fifth of a request's CPU (26 of 136 us); the finished ASGI response is kept, keyed
+time cost a fifth of a request's CPU (about 30 of 150 us); the finished response is kept, keyed
 by the very text object the store handed out (a new dump is a new object, so a stale answer
 is never served), and sent as is.
 """
