@@ -34,6 +34,8 @@ def rss():
             return int(line.split()[1]) / 1024
 last = rss()
 print(f"  {'interpreter':<34} {last:6.1f} MB")
+from service.footprint import lean_start  # what `ctxd serve` does first
+lean_start()
 def step(name, run):
     global last
     run()
