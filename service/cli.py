@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     hooked = hook_main(given, sys.stdin, sys.stdout, sys.stderr)
     if hooked is not None:
         return hooked
+    if "serve" in given:  # before the imports below and before any thread (harmless if wrong)
+        from service.footprint import lean_start
+
+        lean_start()
     from service.cli_commands import EXIT_SERVICE, CliError
 
     parser = build_parser()

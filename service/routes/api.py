@@ -26,6 +26,7 @@ from service.models import (
     WatchIn,
 )
 from service.resolve import PromptIn, Resolved, ResolveIn
+from service.routes.encoded import EncodedAnswers
 from service.search import LIMIT_MAX, OFFSET_MAX, SearchResult
 from service.usecases import UseCases
 
@@ -35,6 +36,7 @@ Sid = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)]
 MAX_ID = 2**63 - 1
 Version = Annotated[int, Parameter(ge=1, le=MAX_ID)]
 RowId = Annotated[int, Parameter(ge=1, le=MAX_ID)]
+LATEST_DUMPS = EncodedAnswers(MARKDOWN)  # per session: its latest dump, ready to send
 
 
 # like every string of a query: longer ones make URLs that servers refuse outright
@@ -169,15 +171,17 @@ class SessionController(Controller):
         fresh: FromQuery[bool] = True,
         max_chars: Annotated[int | None, Parameter(ge=200, le=10_000_000)] = None,
         since: Annotated[int | None, Parameter(ge=1, le=MAX_ID)] = None,
-    ) -> str:
+    ) -> Response[str]:
         cases = use(state)
-        # The common case, the latest stored dump, is served from memory without a thread hop.
+        # The common case, the latest stored dump, is served from memory without a thread hop,
+        # and as the bytes encoded for the previous request while the dump is the same.
         cached = cases.resume_from_memory(sid, fresh=fresh, max_chars=max_chars, since=since)
         if cached is not None:
-            return cached
-        return await to_thread(
+            return LATEST_DUMPS.answer(sid, cached)
+        markdown = await to_thread(
             partial(cases.resume, sid, fresh=fresh, max_chars=max_chars, since=since)
         )
+        return Response(markdown, media_type=MARKDOWN)
 
     @post("/{sid:str}/messages", sync_to_thread=True)
     def message(self, state: State, sid: Sid, data: JSONBody[MessageIn]) -> Response[Any]:
