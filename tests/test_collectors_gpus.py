@@ -1,6 +1,9 @@
 """GPU parsing on captured nvidia-smi output, and the probe's failure modes with a real stand-in."""
 
+import os
 import stat
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -168,3 +171,21 @@ def test_collect_here_and_the_dump_is_complete() -> None:
     # A machine with the NVIDIA driver loaded has a GPU to report; one without, none.
     driver_loaded = Path("/proc/driver/nvidia/version").exists()
     assert (section.source != "none") == driver_loaded, (section.source, section.reason)
+
+
+@pytest.mark.skipif(os.path.exists(gpus.NVIDIA_DRIVER), reason="an NVIDIA driver is loaded here")
+def test_without_a_driver_nvml_is_not_even_imported() -> None:
+    """pynvml costs 2.4 MB of RSS to learn that no driver is there: it is not imported."""
+    program = (
+        "import sys; from service.collectors import gpus\n"
+        "section = gpus.observe(1, None)\n"
+        "print('pynvml' in sys.modules, section.reason)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported, reason = done.stdout.split(" ", 1)
+    assert imported == "False"
+    assert reason.strip() == (
+        "no NVIDIA GPU (NVML: no NVIDIA driver loaded (/proc/driver/nvidia is absent); "
+        "nvidia-smi not found)"
+    )

@@ -1,6 +1,7 @@
 """NVIDIA GPUs: NVML when the driver library loads, else nvidia-smi, else "no NVIDIA GPU"."""
 
 import contextlib
+import os
 import shutil
 import subprocess
 import threading
@@ -30,6 +31,7 @@ QUERY_APPS = "gpu_uuid,pid,process_name,used_gpu_memory"
 
 _NVML_LOCK = threading.Lock()
 _nvml_state: dict[str, Any] = {"ready": False, "hung": False}
+NVIDIA_DRIVER = "/proc/driver/nvidia"  # the kernel driver's own folder: there when it is loaded
 
 
 class ProbeError(Exception):
@@ -156,7 +158,10 @@ def _bounded(probe: Any, timeout_s: float) -> Any:
 def observe(timeout_s: float, smi: str | None, use_nvml: bool = True) -> GpusSection:
     """NVML, else nvidia-smi, else a section that says there is no NVIDIA GPU, and why."""
     reasons = []
-    if use_nvml and not _nvml_state["hung"]:
+    if use_nvml and not os.path.exists(NVIDIA_DRIVER):
+        # no driver: NVML cannot answer, and importing pynvml to hear so costs 2.4 MB of RSS
+        reasons.append(f"NVML: no NVIDIA driver loaded ({NVIDIA_DRIVER} is absent)")
+    elif use_nvml and not _nvml_state["hung"]:
         try:
             section: GpusSection = _bounded(probe_nvml, timeout_s)
             return section
