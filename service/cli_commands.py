@@ -28,6 +28,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from service import serve_loop
     from service.access import token_problem
     from service.app import create_app
     from service.settings import Settings
@@ -46,10 +47,11 @@ def serve(args: argparse.Namespace) -> int:
             f"refusing to listen on {settings.host} without a token: "
             "run `ctxd token --new` and set CTXD_TOKEN_FILE (or CTXD_TOKEN)"
         )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings), host=settings.host, port=settings.port, log_level="info",
         access_log=settings.access_log,
     )  # fmt: skip
+    serve_loop.run(config)
     return 0
 
 
