@@ -144,6 +144,40 @@ def test_directory_fingerprint_follows_names_sizes_and_mtimes(tmp_path: Path) ->
     assert artifacts.describe_change(first, second) == "size 123 B -> 124 B, contents changed"
 
 
+def test_a_probe_tells_a_changed_tree_from_stat_alone_and_reads_no_file(tmp_path: Path) -> None:
+    """An event probe keeps nothing per file and opens none: a rewrite of the same size
+    still changes the tree's stat, so the probe sees it; a snapshot then reads the files."""
+    root = tmp_path / "build"
+    build_tree(root)
+    probe = CollectContext(settings=Settings(watch_roots=[tmp_path]), probe=True)
+    opened: list[str] = []
+    listening = [False]
+
+    def audit(event: str, args: tuple) -> None:
+        if listening[0] and event == "open" and str(args[0]).endswith(".bin"):
+            opened.append(str(args[0]))
+
+    def observed(ctx: CollectContext) -> ArtifactInfo:
+        listening[0] = True
+        try:
+            return only_item(collect(make_watch(root), ctx=ctx))
+        finally:
+            listening[0] = False
+
+    sys.addaudithook(audit)
+    first = observed(probe)
+    assert first.fingerprint.startswith("tree:") and first.size == 123 and first.files == 3
+    assert observed(probe).fingerprint == first.fingerprint
+    time.sleep(0.01)
+    (root / "sub" / "b.bin").write_bytes(b"9" * 20)  # same size, other bytes
+    assert observed(probe).fingerprint != first.fingerprint
+    assert opened == []
+    kept = probe.memory["artifacts"].trees
+    assert all(memo.files is None and not memo.keys for memo in kept.values())
+    observed(make_ctx())  # a snapshot fingerprints the files
+    assert len(opened) == 3
+
+
 def test_directory_walk_is_bounded(tmp_path: Path) -> None:
     root = tmp_path / "many"
     root.mkdir()

@@ -133,6 +133,7 @@ class _Walk:
     budget: Budget
     trees: dict[tuple[int, str], TreeMemo]
     roots: tuple[Path, ...]
+    probe: bool = False  # an event probe: a tree's stat says whether it changed (`_glance`)
     seen: dict[CacheKey, str] = field(default_factory=dict)
     kept_trees: dict[tuple[int, str], TreeMemo] = field(default_factory=dict)
 
@@ -153,6 +154,12 @@ def observe_tree(
     started = time.perf_counter()
     entries, truncated, dirs = walk_tree(root, limits.artifact_entries_max, walk.roots)
     walk_s = time.perf_counter() - started
+    if watcher is None and not truncated and dirs <= WATCH_DIRS_MAX and walk_s >= WATCH_WORTH_S:
+        memo.watcher = TreeWatcher(root)  # from the next collection on, walks are skipped
+    if walk.probe:
+        memo.files, memo.keys, memo.generation = None, {}, generation
+        memo.info = _glance(watch_id, root, root_st, entries, truncated)
+        return memo.info
     cache, seen, budget = walk.cache, walk.seen, walk.budget
     files: dict[str, tuple[int, int, str]] = {}
     parts = []
@@ -183,9 +190,22 @@ def observe_tree(
     )
     memo.files, memo.info, memo.generation = files, info, generation
     memo.keys = {e.key: files[e.rel][2] for e in regular if e.key is not None}
-    if watcher is None and not truncated and dirs <= WATCH_DIRS_MAX and walk_s >= WATCH_WORTH_S:
-        memo.watcher = TreeWatcher(root)  # from the next collection on, walks are skipped
     return info
+
+
+def _glance(
+    watch_id: int, root: str, root_st: os.stat_result, entries: list[FileEntry], truncated: bool
+) -> ArtifactInfo:
+    """A tree as an event probe sees it: whether it changed is all a probe asks, and each
+    file's stat (inode, size, times) tells without reading it. Nothing per file is kept: the
+    probe memory of a 5,000-file tree held megabytes, and its first walk read every file."""
+    return ArtifactInfo(
+        watch_id=watch_id, path=root, type="directory", size=sum(e.size for e in entries),
+        modified_at=to_datetime(max([root_st.st_mtime_ns, *(e.mtime_ns for e in entries)])),
+        fingerprint=fingerprint_tree([(e.rel, e.size, e.key or "") for e in entries]),
+        fingerprint_kind="tree", entries=len(entries), truncated=truncated,
+        files=sum(e.key is not None for e in entries),
+    )  # fmt: skip
 
 
 def summary(entries: list[FileEntry]) -> list[ArtifactFile]:
@@ -243,6 +263,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
         budget=Budget(limits.fingerprint_budget_bytes),
         trees=memory.trees,
         roots=tuple(confine.roots(ctx.settings)),
+        probe=ctx.probe,
     )
 
     def observe(watch: Watch) -> list[ArtifactInfo | Unavailable]:
