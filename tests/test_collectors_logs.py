@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from service.collectors import CollectContext, logs
 from service.collectors import _logtext as logtext
-from service.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
+from service.models import LogInfo, LogsSection, LogWatch, Observations, Unavailable, Watch
 from service.settings import Limits, Settings
 from tests.conftest import FIXTURES as FIXTURE_ROOT
 from tests.conftest import as_nobody
@@ -521,3 +521,32 @@ def test_markdown_fence_is_longer_than_any_backtick_run(tmp_path: Path) -> None:
     )
     markdown = render_dump(snap)
     assert "`````text\n```` four\nplain\n`````" in markdown
+
+
+def test_a_probes_first_look_starts_at_the_end_and_later_errors_are_still_news(
+    tmp_path: Path,
+) -> None:
+    """An event probe's baseline reads none of what the log already holds (a snapshot did; a
+    1 GB log cost 8 MB of RSS each time); what is written after it is scanned as ever, and a
+    log the probe meets later is read from its newest bytes."""
+    from service import happened
+
+    old = tmp_path / "server.log"
+    old.write_text("boot\n" + "RuntimeError: an old failure\n" + "x" * 5000 + "\n")
+    probe = CollectContext(settings=Settings(), probe=True)
+    first = only_item(logs.collect([make_watch(old)], probe))
+    assert first.scanned_bytes == 0 and first.errors == []
+    with open(old, "a") as handle:
+        handle.write("Traceback (most recent call last):\nRuntimeError: NCCL error\n")
+    second = only_item(logs.collect([make_watch(old)], probe))
+    assert second.errors and second.scanned_bytes > 0
+    news = happened.events(logs_only(first), logs_only(second))
+    assert [word for word, _ in news] == ["log-error"]
+    later = tmp_path / "rank1.log"
+    later.write_text("RuntimeError: rank 1 died before the probe met this file\n")
+    both = logs.collect([make_watch(old), make_watch(later, watch_id=2)], probe)
+    assert [item.errors != [] for item in both.items] == [True, True]
+
+
+def logs_only(item: LogInfo) -> Observations:
+    return Observations(logs=LogsSection(items=[item]))

@@ -66,13 +66,20 @@ def _read_lines(fd: int, start: int, end: int, aligned: bool, limits: Limits) ->
 
 
 def follow_fd(
-    fd: int, st: os.stat_result, path: str, cursor: Cursor | None, limits: Limits
+    fd: int,
+    st: os.stat_result,
+    path: str,
+    cursor: Cursor | None,
+    limits: Limits,
+    from_end: bool = False,
 ) -> Follow:
-    """New whole lines since `cursor` (the last `log_scan_bytes_max` of them at most)."""
+    """New whole lines since `cursor` (the last `log_scan_bytes_max` of them at most); with
+    no cursor, the newest `log_scan_bytes_max`, or none when `from_end` (an event probe's
+    first look: only what is written after it is news, and 8 MB read for nothing costs RSS)."""
     event, rotated_from, lines = None, None, []
     start = 0
     if cursor is None:
-        start = max(0, st.st_size - limits.log_scan_bytes_max)
+        start = st.st_size if from_end else max(0, st.st_size - limits.log_scan_bytes_max)
     elif (cursor.dev, cursor.ino) != (st.st_dev, st.st_ino):
         event = "rotated"
         rotated_from = find_rotated(path, cursor.dev, cursor.ino)

@@ -47,6 +47,7 @@ def observe_log(
     cursors: dict,
     now: float,
     roots: tuple[Path, ...] = (),
+    from_end: bool = False,
 ) -> tuple[LogInfo | Unavailable, Cursor | None]:
     """Tail one file and scan what is new since its cursor; a failure becomes an Unavailable."""
     real = os.path.realpath(path)
@@ -76,7 +77,7 @@ def observe_log(
             new = Follow(lines=[], cursor=cursor)
             tail, binary = cursor.tail or [], cursor.binary
         else:
-            new = follow_fd(fd, st, real, cursor, limits)
+            new = follow_fd(fd, st, real, cursor, limits, from_end)
             # more lines than shown: progress frames fold away (the byte budget still bounds it)
             want = lines * TAIL_READ_FACTOR
             raw, partial = read_tail(fd, st.st_size, want, limits.log_tail_bytes_max)
@@ -135,6 +136,7 @@ def collect_watch(
     cursors: dict,
     seen: dict,
     roots: tuple[Path, ...] = (),
+    from_end: bool = False,
 ) -> list[LogInfo | Unavailable]:
     """Observations for one log watch: its file, or the newest files matching its glob."""
     target = os.path.expanduser(spec.path)
@@ -150,7 +152,7 @@ def collect_watch(
         paths = [target]
     results = []
     for path in paths:
-        result, cursor = observe_log(watch_id, path, spec, limits, cursors, now, roots)
+        result, cursor = observe_log(watch_id, path, spec, limits, cursors, now, roots, from_end)
         if cursor is not None:
             seen[(watch_id, os.path.realpath(path))] = cursor
         results.append(result)
@@ -174,7 +176,11 @@ def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     def observe(watch: Watch) -> list[LogInfo | Unavailable]:
         assert isinstance(watch.spec, LogWatch)
         limits = ctx.settings.limits
-        return collect_watch(watch.id, watch.spec, limits, memory.cursors, seen, roots)
+        return collect_watch(watch.id, watch.spec, limits, memory.cursors, seen, roots, baseline)
+
+    # A probe's very first look is its baseline: what the logs already hold is no news to it
+    # (a snapshot read it), so it starts at their ends; a log it meets later is read as ever.
+    baseline = ctx.probe and not memory.cursors
 
     items, unavailable = per_watch(watches, LogWatch, observe, _target)
     memory.cursors = seen  # only files still watched: memory stays bounded
