@@ -10,10 +10,14 @@ import glob
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.errors import Invalid, Refused
 from service.models import ArtifactWatch, CommandWatch, LogWatch
 from service.settings import Settings
+
+if TYPE_CHECKING:  # the collectors import this module
+    from service.collectors import CollectContext
 
 REFUSED = ("/proc", "/sys", "/dev")
 
@@ -25,6 +29,11 @@ def default_roots() -> list[Path]:
 def roots(settings: Settings) -> list[Path]:
     """The configured roots, resolved, so a symlinked root compares by its real location."""
     return [Path(os.path.realpath(r)) for r in (settings.watch_roots or default_roots())]
+
+
+def roots_of_run(ctx: "CollectContext") -> tuple[Path, ...]:
+    """`roots` once per collection run: the logs, artifacts and Slurm collectors share it."""
+    return ctx.once("watch roots", lambda: tuple(roots(ctx.settings)))
 
 
 def _under(path: str, base: str) -> bool:

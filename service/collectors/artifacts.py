@@ -262,7 +262,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ArtifactsSection:
         cache=memory.fingerprints,
         budget=Budget(limits.fingerprint_budget_bytes),
         trees=memory.trees,
-        roots=tuple(confine.roots(ctx.settings)),
+        roots=confine.roots_of_run(ctx),
         probe=ctx.probe,
     )
 

@@ -171,7 +171,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     """Tail every log watch of the session; failures are listed, never raised."""
     memory = ctx.memory_of(NAME, LogsMemory)
     seen: dict[tuple[int, str], Cursor] = {}
-    roots = tuple(confine.roots(ctx.settings))
+    roots = confine.roots_of_run(ctx)
 
     def observe(watch: Watch) -> list[LogInfo | Unavailable]:
         assert isinstance(watch.spec, LogWatch)

@@ -49,7 +49,7 @@ class SlurmMemory:
 def collect(watches: list[Watch], ctx: CollectContext) -> SlurmSection:
     memory = ctx.memory_of(NAME, SlurmMemory)
     seen: dict[tuple[int, str], Cursor] = {}
-    roots = tuple(confine.roots(ctx.settings))
+    roots = confine.roots_of_run(ctx)
 
     def observe(watch: Watch) -> list[SlurmJobInfo]:
         assert isinstance(watch.spec, SlurmWatch)
