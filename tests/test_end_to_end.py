@@ -103,6 +103,10 @@ def test_two_versions_of_a_real_process_tree(server: Server, client: httpx.Clien
     art = v1["observations"]["artifacts"]["items"][0]
     assert art["size"] == artifact.stat().st_size and art["fingerprint"]
 
+    # the answer to the POST is the stored version, as GET gives it, field for field
+    assert client.get("/api/sessions/sglang-sm120/snapshots/1").json() == v1
+    assert first.headers["content-type"] == "application/json"
+
     md1 = client.get("/api/sessions/sglang-sm120/snapshots/1/markdown")
     assert md1.status_code == 200
     assert md1.headers["content-type"] == "text/markdown; charset=utf-8"

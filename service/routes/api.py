@@ -26,7 +26,7 @@ from service.models import (
     WatchIn,
 )
 from service.resolve import PromptIn, Resolved, ResolveIn
-from service.routes.encoded import EncodedAnswers
+from service.routes.encoded import EncodedAnswers, encoded_json
 from service.search import LIMIT_MAX, OFFSET_MAX, SearchResult
 from service.usecases import UseCases
 
@@ -131,9 +131,9 @@ class SessionController(Controller):
     @post("/{sid:str}/snapshots", sync_to_thread=True)
     def take_snapshot(
         self, state: State, sid: Sid, data: JSONBody[SnapshotIn | None] = None
-    ) -> Snapshot:
+    ) -> Response[Snapshot]:
         note, force = (data.note, data.force) if data else (None, False)
-        return use(state).take(sid, note=note, force=force)
+        return encoded_json(use(state).take(sid, note=note, force=force), status_code=201)
 
     @get("/{sid:str}/snapshots", sync_to_thread=True)
     def list_snapshots(self, state: State, sid: Sid) -> list[SnapshotSummary]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from litestar import Response
 from litestar.response.base import ASGIResponse
+from pydantic import BaseModel
 
 
 class _Ready(Response[str]):
@@ -48,3 +49,10 @@ class EncodedAnswers:
         while len(self._kept) > self.size:
             self._kept.popitem(last=False)
         return ready
+
+
+def encoded_json(model: BaseModel, status_code: int = 200) -> Response[Any]:
+    """A model as JSON, encoded by pydantic-core in one call: Litestar's way through its
+    pydantic plugin (model_dump, then msgspec) cost a snapshot's answer about 2 ms."""
+    body = model.model_dump_json().encode()
+    return Response(body, media_type="application/json", status_code=status_code)
