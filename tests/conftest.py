@@ -15,10 +15,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 import pytest
+
+if TYPE_CHECKING:
+    from service.triggers import Watcher
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -242,3 +245,25 @@ def ctxd(url: str, *args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "service", "--url", url, *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+@contextmanager
+def ticked_watcher(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, probe_s: float, min_gap_s: float
+) -> Iterator["Watcher"]:
+    """The trigger loop's Watcher on a real store, ticked by the test instead of a timer."""
+    from service.settings import Settings
+    from service.snapshots import Snapshotter
+    from service.store import Store
+    from service.triggers import Activity, Watcher
+
+    monkeypatch.setenv("CTXD_EVENT_PROBE_S", str(probe_s))
+    monkeypatch.setenv("CTXD_EVENT_MIN_GAP_S", str(min_gap_s))
+    settings = Settings(data_dir=data_dir)
+    store = Store(settings.db_path)
+    snap = Snapshotter(settings, store)
+    try:
+        yield Watcher(snap, Activity())
+    finally:
+        snap.close()
+        store.close()

@@ -3,6 +3,8 @@ every version stays readable as Markdown from the database: API, HTML page and C
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import app_client, ctxd, start_server, stop_server
 
 
@@ -48,21 +50,18 @@ def test_older_files_go_and_every_version_still_reads_as_markdown(tmp_path: Path
         stop_server(server)
 
 
-def test_zero_keeps_every_version_file(tmp_path: Path) -> None:
-    with app_client(tmp_path / "data", markdown_files=0, trigger_interval_s=3600) as c:
+@pytest.mark.parametrize(
+    ("setting", "versions", "kept_from"),
+    [({"markdown_files": 0}, 25, 1), ({}, 23, 4)],
+    ids=["zero keeps every version's file", "the default keeps twenty"],
+)
+def test_how_many_version_files_a_folder_keeps(
+    tmp_path: Path, setting: dict, versions: int, kept_from: int
+) -> None:
+    with app_client(tmp_path / "data", trigger_interval_s=3600, **setting) as c:
         c.put("/api/sessions/s", json={})
-        for i in range(25):
+        for i in range(versions):
             c.post("/api/sessions/s/journal", json={"kind": "note", "text": f"note {i}"})
             assert c.post("/api/sessions/s/snapshots", json={"force": True}).status_code == 201
     names = _files(tmp_path / "data" / "s")
-    assert names == ["latest.md", *(f"v{v:04d}.md" for v in range(1, 26))]
-
-
-def test_the_default_keeps_twenty(tmp_path: Path) -> None:
-    with app_client(tmp_path / "data", trigger_interval_s=3600) as c:
-        c.put("/api/sessions/s", json={})
-        for i in range(23):
-            c.post("/api/sessions/s/journal", json={"kind": "note", "text": f"note {i}"})
-            assert c.post("/api/sessions/s/snapshots", json={"force": True}).status_code == 201
-    names = _files(tmp_path / "data" / "s")
-    assert names == ["latest.md", *(f"v{v:04d}.md" for v in range(4, 24))]
+    assert names == ["latest.md", *(f"v{v:04d}.md" for v in range(kept_from, versions + 1))]

@@ -9,11 +9,8 @@ import httpx
 import pytest
 
 from service.models import LogWatch, ProcessWatch, SessionIn
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
-from service.triggers import Activity, Watcher
-from tests.conftest import Server, app_client, start_server, stop_server, wait_until
+from service.triggers import Watcher
+from tests.conftest import Server, app_client, start_server, stop_server, ticked_watcher, wait_until
 
 MIN_GAP_S = 4.0
 FAST = {
@@ -115,16 +112,8 @@ time.sleep(600)
 @pytest.fixture
 def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watcher]:
     """The trigger loop's Watcher on a real store, ticked by the test instead of a timer."""
-    monkeypatch.setenv("CTXD_EVENT_PROBE_S", "0.01")  # every tick probes
-    monkeypatch.setenv("CTXD_EVENT_MIN_GAP_S", str(MIN_GAP_S))
-    settings = Settings(data_dir=tmp_path / "data")
-    store = Store(settings.db_path)
-    snap = Snapshotter(settings, store)
-    try:
-        yield Watcher(snap, Activity())
-    finally:
-        snap.close()
-        store.close()
+    with ticked_watcher(tmp_path / "data", monkeypatch, 0.01, MIN_GAP_S) as ticked:
+        yield ticked
 
 
 def event_versions(watcher: Watcher, sid: str) -> list:

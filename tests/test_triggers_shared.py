@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 
 from service.models import LogWatch, PortWatch, ProcessWatch, SessionIn
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
-from service.triggers import Activity, Watcher
-from tests.conftest import free_port, wait_until
+from service.triggers import Watcher
+from tests.conftest import free_port, ticked_watcher, wait_until
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n'
@@ -21,16 +18,8 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeE
 @pytest.fixture
 def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watcher]:
     """A Watcher ticked by the test; a probe period long enough for one tick to span it."""
-    monkeypatch.setenv("CTXD_EVENT_PROBE_S", "1.0")
-    monkeypatch.setenv("CTXD_EVENT_MIN_GAP_S", "0")
-    settings = Settings(data_dir=tmp_path / "data")
-    store = Store(settings.db_path)
-    snap = Snapshotter(settings, store)
-    try:
-        yield Watcher(snap, Activity())
-    finally:
-        snap.close()
-        store.close()
+    with ticked_watcher(tmp_path / "data", monkeypatch, 1.0, 0) as ticked:
+        yield ticked
 
 
 def events_of(watcher: Watcher, sid: str) -> list:
