@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -16,6 +17,7 @@ from service.collectors import CollectContext, _proc_rows, processes
 from service.collectors.processes import parse_flags
 from service.models import Flag, PortWatch, ProcessWatch, Watch
 from service.settings import Limits, Settings
+from tests.conftest import wait_until
 
 # The child starts a grandchild and reports its pid, so the test knows the tree is complete.
 PARENT = """
@@ -434,6 +436,30 @@ def test_a_snapshot_reads_the_process_table_afresh_after_a_probe() -> None:
         probed = processes.collect([watch(match=tag)], probe).items  # shares that table
         assert [r.pid for r in probed] == [proc.pid] and probed[0].open_files is None
         assert probed[0].key == rows[0].key  # the same process to the events that compare keys
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(tmp_path) -> None:
+    """`exec python serve.py` at the end of a launch script keeps the pid and its /proc entry:
+    the table reads a young process again until it settles, and a settled one again in turn,
+    so the watch matches the program it became within REFRESH_EVERY scans."""
+    from service.collectors import _proctree
+
+    tag = f"ctxd-exec-{uuid.uuid4().hex[:12]}"
+    script = tmp_path / "launch.sh"
+    script.write_text(f'sleep 2.5\nexec {sys.executable} -c "import time; time.sleep(60)" {tag}\n')
+    proc = subprocess.Popen(["bash", str(script)])
+    try:
+        watch_of = watch(match=tag)
+        assert processes.collect([watch_of], context()).items == []  # still the script
+        wait_until(lambda: tag in Path(f"/proc/{proc.pid}/cmdline").read_text(), 10)
+        for _ in range(_proctree.REFRESH_EVERY + 1):
+            rows = processes.collect([watch_of], context()).items
+            if rows:
+                break
+        assert [r.pid for r in rows] == [proc.pid]
     finally:
         proc.kill()
         proc.wait(timeout=10)

@@ -16,6 +16,12 @@ from service.models import ProcessWatch
 # tick, and they share one read of /proc. A snapshot reads its own, which probes then share.
 PROBE_TABLE_AGE_S = 1.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SETTLED_S = 2.0
+# Each scan also reads again the known processes whose pid % REFRESH_EVERY is its turn: a
+# wrapper that calls exec after a while (`exec python serve.py` at the end of a script) keeps
+# its pid and /proc inode, and is seen as what it became within REFRESH_EVERY scans.
+REFRESH_EVERY = 32
+_scans = 0
 
 
 @dataclass
@@ -34,6 +40,9 @@ class Entry:
     # Its working directory as last read, and when (time.monotonic()): see `working_dir`.
     cwd: str | None = None
     cwd_read_at: float = float("-inf")
+    # Read while younger than SETTLED_S: it may not have called exec yet (a fork of a shell
+    # still shows the shell's command line), so it is read again until it is older.
+    young: bool = False
 
     def working_dir(self, pid: int, max_age_s: float) -> str | None:
         """Its working directory, read at most `max_age_s` ago: a scan of 5,000 processes
@@ -129,16 +138,19 @@ def scan() -> dict[int, Entry]:
     reports it without a system call per entry, so (pid, inode) tells a known process from a
     new one — a reused pid included — and only new ones cost a read of stat and cmdline.
     """
+    global _scans
     table: dict[int, Entry] = {}
     with _cache_lock, os.scandir("/proc") as entries:
+        _scans += 1
+        turn, now_ticks = _scans % REFRESH_EVERY, _uptime() * _CLOCK_TICKS
         fresh: dict[int, tuple[int, Entry]] = {}
         for dirent in entries:
             if not dirent.name.isdigit():
                 continue
             pid, inode = int(dirent.name), dirent.inode()
             known = _cache.get(pid)
-            if known is None or known[0] != inode:
-                entry = _read(pid)
+            if known is None or known[0] != inode or known[1].young or pid % REFRESH_EVERY == turn:
+                entry = _read(pid, now_ticks)
                 if entry is None:
                     continue  # gone between the listing and the read
                 known = (inode, entry)
@@ -147,7 +159,7 @@ def scan() -> dict[int, Entry]:
         for pid, entry in table.items():
             if entry.ppid not in table and entry.ppid > 1:
                 # the parent died: this process was re-parented, so its cached ppid is stale
-                updated = _read(pid)
+                updated = _read(pid, now_ticks)
                 if updated is not None:
                     table[pid] = updated
                     fresh[pid] = (fresh[pid][0], updated)
@@ -156,7 +168,14 @@ def scan() -> dict[int, Entry]:
     return table
 
 
-def _read(pid: int) -> Entry | None:
+def _uptime() -> float:
+    try:
+        return float(_procfs.read_proc("/proc/uptime").split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("inf")  # unknown: every process counts as settled, as before
+
+
+def _read(pid: int, now_ticks: float = float("inf")) -> Entry | None:
     try:
         stat = _procfs.read_proc(f"/proc/{pid}/stat")
         raw = _procfs.read_proc(f"/proc/{pid}/cmdline", 1 << 20)
@@ -171,9 +190,9 @@ def _read(pid: int) -> Entry | None:
     # Zombies and kernel threads have no command line; their name is all there is to match.
     text = " ".join(argv) or name
     program = os.path.basename(argv[0]) if argv else ""
-    return Entry(
-        ppid=ppid, name=name, text=text, program=program, start_ticks=start_ticks, argv=tuple(argv)
-    )
+    young = now_ticks - start_ticks < SETTLED_S * _CLOCK_TICKS
+    return Entry(ppid=ppid, name=name, text=text, program=program, start_ticks=start_ticks,
+                 argv=tuple(argv), young=young)  # fmt: skip
 
 
 def ancestors(pid: int, table: dict[int, Entry]) -> list[int]:
