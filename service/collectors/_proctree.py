@@ -153,6 +153,8 @@ def scan() -> dict[int, Entry]:
                 entry = _read(pid, now_ticks)
                 if entry is None:
                     continue  # gone between the listing and the read
+                if known is not None and known[0] == inode:
+                    _carry_over(known[1], entry)
                 known = (inode, entry)
             fresh[pid] = known
             table[pid] = known[1]
@@ -166,6 +168,14 @@ def scan() -> dict[int, Entry]:
         _cache.clear()
         _cache.update(fresh)
     return table
+
+
+def _carry_over(old: Entry, new: Entry) -> None:
+    """What a process read again keeps: its cwd reading, and its pattern matches while its
+    command line is the same."""
+    new.cwd, new.cwd_read_at = old.cwd, old.cwd_read_at
+    if new.text == old.text:
+        new.matched = old.matched
 
 
 def _uptime() -> float:
