@@ -441,11 +441,15 @@ def test_a_snapshot_reads_the_process_table_afresh_after_a_probe() -> None:
         proc.wait(timeout=10)
 
 
-def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(tmp_path) -> None:
+def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`exec python serve.py` at the end of a launch script keeps the pid and its /proc entry:
     the table reads a young process again until it settles, and a settled one again in turn,
-    so the watch matches the program it became within REFRESH_EVERY scans."""
+    so the watch matches the program it became within REFRESH_EVERY turns (here one a scan)."""
     from service.collectors import _proctree
+
+    monkeypatch.setattr(_proctree, "REFRESH_GAP_S", 0.0)
 
     tag = f"ctxd-exec-{uuid.uuid4().hex[:12]}"
     script = tmp_path / "launch.sh"

@@ -16,12 +16,16 @@ from service.models import ProcessWatch
 # tick, and they share one read of /proc. A snapshot reads its own, which probes then share.
 PROBE_TABLE_AGE_S = 1.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-SETTLED_S = 2.0
-# Each scan also reads again the known processes whose pid % REFRESH_EVERY is its turn: a
-# wrapper that calls exec after a while (`exec python serve.py` at the end of a script) keeps
-# its pid and /proc inode, and is seen as what it became within REFRESH_EVERY scans.
+# A fork calls exec within milliseconds; until then it shows its parent's command line.
+SETTLED_S = 0.25
+# A scan at most once a second also reads again the known processes whose pid %
+# REFRESH_EVERY is its turn: a wrapper that calls exec after a while (`exec python serve.py`
+# at the end of a script) keeps its pid and /proc inode, and is seen as what it became
+# within REFRESH_EVERY such scans. More often, a crowd of 5,000 would cost 150 reads a scan.
 REFRESH_EVERY = 32
-_scans = 0
+REFRESH_GAP_S = 1.0
+_turns = 0
+_last_turn = float("-inf")
 
 
 @dataclass
@@ -138,11 +142,13 @@ def scan() -> dict[int, Entry]:
     reports it without a system call per entry, so (pid, inode) tells a known process from a
     new one — a reused pid included — and only new ones cost a read of stat and cmdline.
     """
-    global _scans
+    global _turns, _last_turn
     table: dict[int, Entry] = {}
     with _cache_lock, os.scandir("/proc") as entries:
-        _scans += 1
-        turn, now_ticks = _scans % REFRESH_EVERY, _uptime() * _CLOCK_TICKS
+        turn, now_ticks = -1, _uptime() * _CLOCK_TICKS
+        if time.monotonic() - _last_turn >= REFRESH_GAP_S:
+            _turns, _last_turn = _turns + 1, time.monotonic()
+            turn = _turns % REFRESH_EVERY
         fresh: dict[int, tuple[int, Entry]] = {}
         for dirent in entries:
             if not dirent.name.isdigit():
