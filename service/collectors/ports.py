@@ -155,16 +155,13 @@ def _is_local(host: str) -> bool:
 
 
 def _may_wait(row: PortInfo, local: set[int] | None, ctx: CollectContext) -> bool:
-    """Whether checking `row` may block: anything but a local port looked up in the table."""
+    """Whether checking `row` may block: a connect elsewhere, a health request, or a walk of
+    every process for a listening socket's owner not found among the likely pids."""
     if local is None or not _is_local(row.host):
         return True  # a TCP connect, up to its timeout
     if ctx.probe or row.port not in local:
         return False
-    if row.url is not None:
-        return True  # a health request
-    # the owner among the likely pids is a few reads; a walk of every process may take long
-    row.owner_pid = _owner(row.port, ctx, walk=False)
-    return row.owner_pid is None
+    return row.url is not None or row.owner_pid is None
 
 
 def _check_alone(
@@ -186,6 +183,10 @@ def collect(watches: list[Watch], ctx: CollectContext) -> PortsSection:
     try:
         local = _local_listening(ctx)
         check = partial(_check_alone, ctx=ctx, local=local)
+        if not ctx.probe:  # a listening port's owner among the likely pids is a few reads
+            for row in rows:
+                if local is not None and _is_local(row.host) and row.port in local:
+                    row.owner_pid = _owner(row.port, ctx, walk=False)
         # What may wait (a connect elsewhere, a health URL, a walk for a socket's owner) is
         # checked at once in threads; a local port's state is a lookup in the LISTEN table,
         # cheaper than a thread's start (a probe asks nothing more).
