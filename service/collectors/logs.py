@@ -173,14 +173,14 @@ def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     seen: dict[tuple[int, str], Cursor] = {}
     roots = confine.roots_of_run(ctx)
 
+    # A probe's very first look is its baseline: what the logs already hold is no news to it
+    # (a snapshot read it), so it starts at their ends; a log it meets later is read as ever.
+    baseline = ctx.probe and not memory.cursors
+
     def observe(watch: Watch) -> list[LogInfo | Unavailable]:
         assert isinstance(watch.spec, LogWatch)
         limits = ctx.settings.limits
         return collect_watch(watch.id, watch.spec, limits, memory.cursors, seen, roots, baseline)
-
-    # A probe's very first look is its baseline: what the logs already hold is no news to it
-    # (a snapshot read it), so it starts at their ends; a log it meets later is read as ever.
-    baseline = ctx.probe and not memory.cursors
 
     items, unavailable = per_watch(watches, LogWatch, observe, _target)
     memory.cursors = seen  # only files still watched: memory stays bounded
