@@ -105,7 +105,7 @@ def _folded(run: list[Launch], first: HistoryItem, last: HistoryItem) -> History
     """A run as one line: "launched `sleep 60` 20 times (pids …)", with the newest's outcome."""
     pids = [launch.pid for launch in run]
     shown = ", ".join(map(str, pids[:3])) + (f", … {pids[-1]}" if len(pids) > 3 else "")
-    program = first.text.split("`")[1]
+    program = _program(run[0])
     start, end = (f"{run[i].started_at:%H:%M:%S}" for i in (0, -1))
     when = f"at {start}" if start == end else f"from {start} to {end}"
     text = f"launched `{program}` {len(run)} times (pids {shown}) {when} UTC"
@@ -137,10 +137,14 @@ def _launch(row: dict[str, Any]) -> Launch:
     )
 
 
+def _program(launch: Launch) -> str:
+    """How Attempts names a launch: its program's file name and first argument."""
+    argv = launch.argv
+    return " ".join([PurePosixPath(argv[0]).name, *argv[1:2]]) if argv else "?"
+
+
 def _item(launch: Launch, previous: Launch | None, now: datetime) -> HistoryItem:
-    program = (
-        " ".join([PurePosixPath(launch.argv[0]).name, *launch.argv[1:2]]) if launch.argv else "?"
-    )
+    program = _program(launch)
     text = f"launched `{program}` (pid {launch.pid}) at {launch.started_at:%H:%M:%S} UTC"
     notes = [launch.outcome(now)]
     if launch.ended_at is None:
