@@ -100,14 +100,12 @@ _cache_lock = threading.Lock()
 _latest: tuple[float, dict[int, Entry], dict[int, list[int]]] = (float("-inf"), {}, {})
 
 
-def shared(max_age_s: float, wanted: bool = True) -> tuple[dict[int, Entry], dict[int, list[int]]]:
+def shared(max_age_s: float) -> tuple[dict[int, Entry], dict[int, list[int]]]:
     """(table, children map) read at most `max_age_s` ago, or read now; both read-only.
 
     Probes of many sessions in one watcher tick share one read of /proc.
     """
     global _latest
-    if not wanted:
-        return {}, {}
     stamp, table, children = _latest
     if time.monotonic() - stamp <= max_age_s:
         return table, children
