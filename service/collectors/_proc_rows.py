@@ -15,11 +15,30 @@ from service.collectors import _proc_static, _procfs, _proctree
 from service.models import ProcessInfo, ProcessWatch
 
 # Read at every snapshot: /proc/PID/stat and statm (see `_procfs.stat_fields`), the command
-# line, cwd and exe; what follows from the command line and the environment (which a process
+# line, cwd, exe, open descriptors and wait point (unless it has not run: KEEP_UNMOVED_S);
+# what follows from the command line and the environment (which a process
 # cannot change after exec) is described once per process and exec (see `_proc_static`).
 _STATUSES = _pslinux.PROC_STATUSES
 
 Key = tuple[int, float]
+# A single-threaded process that has not run since its last row cannot have changed what
+# only it can change: its command line, working directory, executable, open descriptors and
+# where it waits. The kernel's count of its runs (/proc/PID/schedstat) says so in one read
+# where those take eight. Kept this long at most: a file renamed under an open descriptor, or
+# a descriptor passed in by another process, changes them without it running.
+KEEP_UNMOVED_S = 30.0
+_ASLEEP = frozenset("SDTt")
+
+
+@dataclass
+class Unmoved:
+    """What a process showed when the kernel had run it `runs` (its schedstat line)."""
+
+    runs: bytes
+    read_at: float  # time.monotonic()
+    info: dict[str, Any]  # cmdline, cwd, exe
+    waiting: str | None
+    descriptors: tuple[int, set[int]] | None  # None: not permitted
 
 
 @dataclass
@@ -31,6 +50,7 @@ class State:
     limit: int
     sampler: sampler.Sampler
     listen: dict[int, int]
+    unmoved: dict[Key, Unmoved] = field(default_factory=dict)  # kept between snapshots
     table: dict[int, _proctree.Entry] = field(default_factory=dict)
     boot: float = 0.0
     # a probe looks for exits only: its rows come from the process table (see `_glimpse`)
@@ -81,14 +101,15 @@ def _describe(
     try:
         name, letter, ppid, threads = _procfs.stat_fields(proc.pid)
         rss, vms = _procfs.memory(proc.pid)
-        argv: list[str] | None = _ask(lambda: _procfs.cmdline(proc.pid))
+        runs = _runs(proc.pid, letter, threads)
+        kept = _kept(key, runs, state)
+        info = dict(kept.info) if kept is not None else _changing(proc)
     except OSError as exc:
         raise psutil.NoSuchProcess(proc.pid) from exc
     status = _STATUSES.get(letter, "?")
     zombie = status == psutil.STATUS_ZOMBIE
-    if zombie and not argv:
-        argv = None  # as psutil: a zombie's command line is not known
-    info = {"cmdline": argv, "cwd": _ask(proc.cwd), "exe": _ask(proc.exe)}
+    if zombie and not info["cmdline"]:
+        info["cmdline"] = None  # as psutil: a zombie's command line is not known
     static = state.described.get(key)
     if static is None or static.signature != _proc_static.signature(info, root, spec, zombie):
         static = state.described[key] = _proc_static.describe(proc, info, root, spec, zombie)
@@ -123,9 +144,55 @@ def _describe(
         row.packages = dict(static.packages)
     row.not_permitted = [] if zombie else denied
     row.relaunch = list(static.relaunch)
+    if kept is not None:
+        row.waiting = kept.waiting
+        _put_descriptors(row, kept.descriptors, state)
+        return row
     if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
         row.waiting = _procfs.waiting_point(proc.pid)
+    if state.probe:
+        return row  # a probe looks for exits only
+    try:
+        descriptors = _descriptors(row, state)
+    except OSError:
+        return row  # gone, or a zombie without descriptors: left unknown
+    if runs is not None:
+        state.unmoved[key] = Unmoved(runs, time.monotonic(), info, row.waiting, descriptors)
     return row
+
+
+def _changing(proc: psutil.Process) -> dict[str, Any]:
+    """What a process may change after exec, read now: its command line (a retitled one),
+    working directory and executable."""
+    return {
+        "cmdline": _ask(lambda: _procfs.cmdline(proc.pid)),
+        "cwd": _ask(proc.cwd),
+        "exe": _ask(proc.exe),
+    }
+
+
+def _runs(pid: int, letter: str, threads: int) -> bytes | None:
+    """The kernel's count of a sleeping single-threaded process's runs; None where it cannot
+    tell (several threads: the file counts the first only)."""
+    if threads != 1 or letter not in _ASLEEP:
+        return None
+    try:
+        return _procfs.read_proc(f"/proc/{pid}/schedstat")
+    except OSError:
+        return None
+
+
+def _kept(key: Key, runs: bytes | None, state: "State") -> Unmoved | None:
+    """Its last row's facts when it has not run since they were read (see KEEP_UNMOVED_S)."""
+    if state.probe:
+        return None
+    kept = state.unmoved.pop(key, None)
+    if kept is None or runs is None or kept.runs != runs:
+        return None
+    if time.monotonic() - kept.read_at >= KEEP_UNMOVED_S:
+        return None
+    state.unmoved[key] = kept
+    return kept
 
 
 def read_row(
@@ -159,14 +226,22 @@ def _glimpse(pid: int, watch_id: int, root: bool, state: State) -> tuple[Key, Pr
     return key, row
 
 
-def add_descriptors(row: ProcessInfo, state: State) -> None:
+def _descriptors(row: ProcessInfo, state: State) -> tuple[int, set[int]] | None:
+    """Reads a row's open descriptors and listening ports into it; returns what it read (None:
+    not permitted), or raises OSError when the process went or is a zombie without them."""
     try:
-        row.open_files, sockets = _procfs.descriptors(row.pid)
+        found = _procfs.descriptors(row.pid)
     except PermissionError:
+        found = None
+    _put_descriptors(row, found, state)
+    return found
+
+
+def _put_descriptors(row: ProcessInfo, found: tuple[int, set[int]] | None, state: State) -> None:
+    if found is None:
         row.not_permitted.append("open files and sockets")
         return
-    except OSError:
-        return  # gone, or a zombie without descriptors
+    row.open_files, sockets = found
     row.listening = sorted({state.listen[i] for i in sockets if i in state.listen})
 
 

@@ -10,7 +10,7 @@ import psutil
 from service import redact, sampler
 from service.collectors import CollectContext, _proc_static, _procfs, _proctree, _pystacks
 from service.collectors._argv import parse_flags
-from service.collectors._proc_rows import Key, State, add_descriptors, add_reading, read_row
+from service.collectors._proc_rows import Key, State, Unmoved, add_reading, read_row
 from service.collectors._proc_static import DEFAULT_ENV
 from service.collectors._proc_summary import featured, workers
 from service.models import (
@@ -34,6 +34,7 @@ class ProcessesMemory:
 
     handles: dict[Key, psutil.Process] = field(default_factory=dict)
     described: dict[Key, _proc_static.Static] = field(default_factory=dict)
+    unmoved: dict[Key, Unmoved] = field(default_factory=dict)
     # Python stacks of a stuck tree's members, per process key: taken once per stuck episode
     stacks: dict[str, _pystacks.Taken] = field(default_factory=dict)
 
@@ -77,7 +78,6 @@ def _collect_watch(
         if state.probe or proc is None:
             state.sampler.track(key)  # kept sampled while only probes ask (idle history)
             continue
-        add_descriptors(row, state)
         sampled = add_reading(row, key, state)
         if not sampled:
             if new:
@@ -160,12 +160,14 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
         if not specs:
             memory.handles.clear()
             memory.described.clear()
+            memory.unmoved.clear()
             return section
         run = _proctree.of_run(ctx)
         table, children, excluded = run.table, run.children, run.excluded
         state = State(
             handles=handles,
             described=memory.described,
+            unmoved=memory.unmoved,
             limit=ctx.settings.limits.processes_per_watch_max,
             sampler=sampler.shared(ctx.settings.sample_interval_s),
             listen=_procfs.listening_of_run(ctx) if not ctx.probe else {},
@@ -198,8 +200,9 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
                 row.cpu_percent = proc.cpu_percent(None)
     for key in set(handles) - state.seen:
         del handles[key]
-    for key in set(memory.described) - state.seen:
-        del memory.described[key]
+    for kept in (memory.described, memory.unmoved):
+        for key in set(kept) - state.seen:
+            del kept[key]
     section.matched = len(matched)
     section.featured = featured(section.items)
     section.workers = workers(section.items)

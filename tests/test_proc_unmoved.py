@@ -1,0 +1,100 @@
+"""A watched process that has not run since its last row keeps what only it can change."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from service.collectors import CollectContext, _proc_rows, _procfs, processes
+from service.models import ProcessWatch, Watch
+from service.settings import Settings
+from tests.conftest import wait_until
+
+# One thread, asleep; on SIGUSR1 it moves to another directory and opens a file there.
+MOVER = """
+import os, signal, sys, time
+def move(*_):
+    os.chdir(sys.argv[1])
+    move.kept = open("opened-after", "w")
+signal.signal(signal.SIGUSR1, move)
+print("ready", flush=True)
+while True:
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def mover(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    tag = f"ctxd-unmoved-{uuid.uuid4().hex[:12]}"
+    argv = [sys.executable, "-c", MOVER, str(tmp_path), tag]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc, tag
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def counted_cmdlines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    reads: list[int] = []
+    real = _procfs.cmdline
+
+    def counted(pid: int, *args: object) -> list[str]:
+        reads.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(_procfs, "cmdline", counted)
+    return reads
+
+
+def collect(tag: str, ctx: CollectContext) -> list:
+    spec = ProcessWatch(match=tag)
+    watch = Watch(id=1, session="t", created_at=datetime.now(UTC), spec=spec)
+    return processes.collect([watch], ctx).items
+
+
+def test_an_unmoved_process_is_not_read_again_and_a_moved_one_is(
+    mover: tuple[subprocess.Popen[str], str], tmp_path: Path, counted_cmdlines: list[int]
+) -> None:
+    proc, tag = mover
+    ctx = CollectContext(settings=Settings(cpu_sample_s=0), memory={})
+    first = collect(tag, ctx)
+    assert [r.pid for r in first] == [proc.pid] and first[0].cwd != str(tmp_path)
+    assert counted_cmdlines == [proc.pid] and first[0].waiting
+    kept = collect(tag, ctx)
+    assert counted_cmdlines == [proc.pid]  # asleep since: nothing it could change was read
+    assert (kept[0].cwd, kept[0].open_files, kept[0].argv, kept[0].waiting) == (
+        first[0].cwd,
+        first[0].open_files,
+        first[0].argv,
+        first[0].waiting,
+    )
+    os.kill(proc.pid, signal.SIGUSR1)
+    wait_until(lambda: (tmp_path / "opened-after").exists(), 10)
+    time.sleep(0.2)  # back asleep
+    moved = collect(tag, ctx)
+    assert moved[0].cwd == str(tmp_path) and moved[0].open_files == first[0].open_files + 1
+    assert counted_cmdlines == [proc.pid, proc.pid]
+
+
+def test_what_is_kept_is_read_again_after_a_while(
+    mover: tuple[subprocess.Popen[str], str],
+    counted_cmdlines: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, tag = mover
+    monkeypatch.setattr(_proc_rows, "KEEP_UNMOVED_S", 0.0)
+    ctx = CollectContext(settings=Settings(cpu_sample_s=0), memory={})
+    collect(tag, ctx)
+    collect(tag, ctx)
+    assert len(counted_cmdlines) == 2
