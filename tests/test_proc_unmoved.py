@@ -98,3 +98,26 @@ def test_what_is_kept_is_read_again_after_a_while(
     collect(tag, ctx)
     collect(tag, ctx)
     assert len(counted_cmdlines) == 2
+
+
+def test_cpu_between_two_rows_comes_from_the_stat_line_before_the_sampler_has_it() -> None:
+    """Until the background sampler has two samples of a process, its CPU figure is the
+    time it ran between two rows, from the stat line each row reads (psutil's arithmetic)."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    spec = ProcessWatch(pid=busy.pid)
+    watch = Watch(id=1, session="t", created_at=datetime.now(UTC), spec=spec)
+    # a sampler that samples once an hour has no figure for it during this test
+    ctx = CollectContext(settings=Settings(cpu_sample_s=0, sample_interval_s=3600), memory={})
+    try:
+        processes.collect([watch], ctx)
+        deadline = time.monotonic() + 30
+        while True:  # a shared machine may lend it little CPU for a while
+            time.sleep(0.2)
+            cpu = processes.collect([watch], ctx).items[0].cpu_percent
+            if cpu is not None and cpu > 10:
+                break
+            assert time.monotonic() < deadline, f"never seen busy (last {cpu})"
+        assert cpu <= 100 * (os.cpu_count() or 1)
+    finally:
+        busy.kill()
+        busy.wait(timeout=10)

@@ -35,7 +35,7 @@ def _psutil_view(pid: int) -> tuple:
 
 
 def _own_view(pid: int) -> tuple:
-    name, letter, ppid, threads = _procfs.stat_fields(pid)
+    name, letter, ppid, threads, _ = _procfs.stat_fields(pid)
     rss, vms = _procfs.memory(pid)
     status = _pslinux.PROC_STATUSES.get(letter, "?")
     return name, status, ppid, threads, rss, vms, _procfs.cmdline(pid)

@@ -28,6 +28,7 @@ Key = tuple[int, float]
 # a descriptor passed in by another process, changes them without it running.
 KEEP_UNMOVED_S = 30.0
 _ASLEEP = frozenset("SDTt")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -51,6 +52,7 @@ class State:
     sampler: sampler.Sampler
     listen: dict[int, int]
     unmoved: dict[Key, Unmoved] = field(default_factory=dict)  # kept between snapshots
+    cpu_ticks: dict[Key, tuple[int, float]] = field(default_factory=dict)  # and when read
     table: dict[int, _proctree.Entry] = field(default_factory=dict)
     boot: float = 0.0
     # a probe looks for exits only: its rows come from the process table (see `_glimpse`)
@@ -99,7 +101,8 @@ def _describe(
 ) -> ProcessInfo:
     """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
     try:
-        name, letter, ppid, threads = _procfs.stat_fields(proc.pid)
+        stat = _procfs.stat_fields(proc.pid)
+        name, letter, ppid, threads = stat.name, stat.letter, stat.ppid, stat.threads
         rss, vms = _procfs.memory(proc.pid)
         runs = _runs(proc.pid, letter, threads)
         kept = _kept(key, runs, state)
@@ -144,6 +147,7 @@ def _describe(
         row.packages = dict(static.packages)
     row.not_permitted = [] if zombie else denied
     row.relaunch = list(static.relaunch)
+    row.cpu_percent = _cpu_since_last(key, stat.cpu_ticks, state)
     if kept is not None:
         row.waiting = kept.waiting
         _put_descriptors(row, kept.descriptors, state)
@@ -159,6 +163,18 @@ def _describe(
     if runs is not None:
         state.unmoved[key] = Unmoved(runs, time.monotonic(), info, row.waiting, descriptors)
     return row
+
+
+def _cpu_since_last(key: Key, ticks: int, state: "State") -> float | None:
+    """Percent of one CPU it used since its last row, as psutil's cpu_percent(None) computes
+    it, from the stat line already read; None at its first row. The sampler's figure, when it
+    has one, takes its place (add_reading)."""
+    now = time.monotonic()
+    before = state.cpu_ticks.get(key)
+    state.cpu_ticks[key] = (ticks, now)
+    if before is None or now <= before[1]:
+        return None
+    return round((ticks - before[0]) / _CLOCK_TICKS / (now - before[1]) * 100, 1)
 
 
 def _changing(proc: psutil.Process) -> dict[str, Any]:
@@ -254,5 +270,7 @@ def add_reading(row: ProcessInfo, key: Key, state: State) -> bool:
     row.idle_for_s = reading.idle_for_s
     row.io_read_bps, row.io_write_bps = reading.io_read_bps, reading.io_write_bps
     row.rss_growth_bps = reading.rss_growth_bps
+    if reading.cpu_percent is None:
+        return False
     row.cpu_percent = reading.cpu_percent
-    return reading.cpu_percent is not None
+    return True

@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from service.collectors import CollectContext
 
@@ -129,17 +130,29 @@ def read_proc(path: str, limit: int = 1 << 16) -> bytes:
         os.close(fd)
 
 
-def stat_fields(pid: int, proc: Path = PROC) -> tuple[str, str, int, int]:
-    """(name as the kernel keeps it, state letter, ppid, threads): one read of /proc/PID/stat.
+class Stat(NamedTuple):
+    """What one read of /proc/PID/stat gives a watched row."""
 
-    psutil's name, status, ppid and num_threads take three reads and a second handle (ppid
-    checks the pid was not reused); a watched row asks for them at every snapshot. Raises OSError.
+    name: str  # as the kernel keeps it: cut at 15 characters
+    letter: str  # its state: R, S, D, Z, ...
+    ppid: int
+    threads: int
+    cpu_ticks: int  # user and system time, in clock ticks (psutil's cpu_times, times CLK_TCK)
+
+
+def stat_fields(pid: int, proc: Path = PROC) -> Stat:
+    """One read of /proc/PID/stat.
+
+    psutil's name, status, ppid, num_threads and cpu_times take four reads and a second handle
+    (ppid checks the pid was not reused); a watched row asks for them at every snapshot.
+    Raises OSError.
     """
     data = read_proc(f"{proc}/{pid}/stat")
     close = data.rfind(b")")  # the name may hold spaces and parentheses
     fields = data[close + 2 :].split()
     name = os.fsdecode(data[data.find(b"(") + 1 : close])
-    return name, fields[0].decode(), int(fields[1]), int(fields[17])
+    ticks = int(fields[11]) + int(fields[12])
+    return Stat(name, fields[0].decode(), int(fields[1]), int(fields[17]), ticks)
 
 
 def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:

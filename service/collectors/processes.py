@@ -35,6 +35,7 @@ class ProcessesMemory:
     handles: dict[Key, psutil.Process] = field(default_factory=dict)
     described: dict[Key, _proc_static.Static] = field(default_factory=dict)
     unmoved: dict[Key, Unmoved] = field(default_factory=dict)
+    cpu_ticks: dict[Key, tuple[int, float]] = field(default_factory=dict)
     # Python stacks of a stuck tree's members, per process key: taken once per stuck episode
     stacks: dict[str, _pystacks.Taken] = field(default_factory=dict)
 
@@ -79,12 +80,8 @@ def _collect_watch(
             state.sampler.track(key)  # kept sampled while only probes ask (idle history)
             continue
         sampled = add_reading(row, key, state)
-        if not sampled:
-            if new:
-                state.fresh.append((proc, row))
-            else:
-                with contextlib.suppress(psutil.Error):
-                    row.cpu_percent = proc.cpu_percent(None)
+        if not sampled and new:
+            state.fresh.append((proc, row))
         for what in row.not_permitted:
             section.unavailable.append(
                 Unavailable(watch_id=watch_id, target=f"pid {pid} {what}", reason="not permitted")
@@ -161,6 +158,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
             memory.handles.clear()
             memory.described.clear()
             memory.unmoved.clear()
+            memory.cpu_ticks.clear()
             return section
         run = _proctree.of_run(ctx)
         table, children, excluded = run.table, run.children, run.excluded
@@ -168,6 +166,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
             handles=handles,
             described=memory.described,
             unmoved=memory.unmoved,
+            cpu_ticks=memory.cpu_ticks,
             limit=ctx.settings.limits.processes_per_watch_max,
             sampler=sampler.shared(ctx.settings.sample_interval_s),
             listen=_procfs.listening_of_run(ctx) if not ctx.probe else {},
@@ -200,7 +199,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
                 row.cpu_percent = proc.cpu_percent(None)
     for key in set(handles) - state.seen:
         del handles[key]
-    for kept in (memory.described, memory.unmoved):
+    for kept in (memory.described, memory.unmoved, memory.cpu_ticks):
         for key in set(kept) - state.seen:
             del kept[key]
     section.matched = len(matched)
