@@ -184,11 +184,18 @@ def _rule(key: str) -> int:
 
 
 def _stable(value: Any, key: str = "") -> Any:
+    kind = type(value)  # exact types first: a crowd's snapshot holds tens of thousands
+    if kind is dict:
+        return {k: _stable(v, k) for k, v in value.items() if _rule(k) != _DROP}
+    if kind is list:
+        return [_stable(v, key) for v in value]
+    if kind is str or value is None:
+        return value
     if isinstance(value, dict):
         return {k: _stable(v, k) for k, v in value.items() if _rule(k) != _DROP}
     if isinstance(value, list):
         return [_stable(v, key) for v in value]
-    if isinstance(value, str) or value is None:
+    if isinstance(value, str):
         return value
     rule = _rule(key)
     if rule == _PERCENT and isinstance(value, int | float):

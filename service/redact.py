@@ -247,6 +247,15 @@ _NO_TEXT_TYPES = frozenset(_NO_TEXT)  # exact types: a str subclass is never amo
 
 
 def _scrub(obj: Any) -> Any:
+    kind = type(obj)  # the exact types a snapshot is made of first: one lookup each
+    if kind is str:
+        return text(obj)
+    if kind in _NO_TEXT_TYPES:
+        return obj
+    if kind is list:
+        return [_scrub(x) for x in obj]
+    if kind is dict:
+        return _scrub_dict(obj)
     if isinstance(obj, str):
         return text(obj)
     if isinstance(obj, _NO_TEXT):
