@@ -7,6 +7,7 @@ from pathlib import Path
 import jinja2
 from markdown_it import MarkdownIt
 
+from service import render_processes
 from service.collectors import registry
 from service.dump_files import DumpLocation
 
@@ -80,6 +81,7 @@ def environment() -> jinja2.Environment:
         utc=utc,
         flag=flag_text,
     )
+    env.globals["process_view"] = render_processes.view
     return env
 
 

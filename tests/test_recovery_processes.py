@@ -3,6 +3,7 @@ details that follow the table's selection (real processes, the real renderer).""
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -113,3 +114,5 @@ def test_details_follow_the_tables_selection_and_say_how_many_are_hidden(spawn) 
     hidden = 40 - len(section.featured)
     assert f"{hidden} hidden here and in the details below" in part
     assert f"{hidden} more matched and are hidden" in part
+    counts = re.search(r"40 described: (\d+) running, (\d+) sleeping, 0 zombie; (\d+)% CPU", part)
+    assert counts and int(counts[1]) + int(counts[2]) == 40 and int(counts[3]) < 40
