@@ -1,9 +1,16 @@
 """What the collectors observed: one section model per collector, and Observations."""
 
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+
+@lru_cache(maxsize=8192)
+def process_key(pid: int, started_at: datetime) -> str:
+    """A process row's key, pid@start: a snapshot asks for each row's several times."""
+    return f"{pid}@{started_at.timestamp():.2f}"
 
 
 class Unavailable(BaseModel):
@@ -58,7 +65,7 @@ class ProcessInfo(BaseModel):
     @property
     def key(self) -> str:
         """Identity across snapshots: a reused pid with another start time is another process."""
-        return f"{self.pid}@{self.started_at.timestamp():.2f}"
+        return process_key(self.pid, self.started_at)
 
     @property
     def ref(self) -> str:
