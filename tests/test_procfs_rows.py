@@ -35,7 +35,7 @@ def _psutil_view(pid: int) -> tuple:
 
 
 def _own_view(pid: int) -> tuple:
-    name, letter, ppid, threads, _ = _procfs.stat_fields(pid)
+    name, letter, ppid, threads, *_ = _procfs.stat_fields(pid)
     rss, vms = _procfs.memory(pid)
     status = _pslinux.PROC_STATUSES.get(letter, "?")
     return name, status, ppid, threads, rss, vms, _procfs.cmdline(pid)
@@ -84,3 +84,31 @@ def test_a_gone_process_raises() -> None:
 def test_user_names_are_psutils() -> None:
     assert user_name(os.getuid()) == psutil.Process().username()
     assert user_name(2**31 - 7) == str(2**31 - 7)  # no such account: its number
+
+
+def test_cpu_start_and_io_figures_match_psutils(tmp_path: Path) -> None:
+    """What the sampler reads itself: CPU time, start time and bytes read and written."""
+    code = (
+        "import os, sys, time\n"
+        "t = time.process_time()\n"
+        "while time.process_time() - t < 0.2: pass\n"
+        "with open(sys.argv[1], 'wb') as f: f.write(os.urandom(1 << 20)); os.fsync(f.fileno())\n"
+        "print('done', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "out")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "done\n"
+        stat, theirs = _procfs.stat_fields(proc.pid), psutil.Process(proc.pid)
+        times, io = theirs.cpu_times(), theirs.io_counters()
+        ticks = os.sysconf("SC_CLK_TCK")
+        assert stat.cpu_ticks / ticks == pytest.approx(times.user + times.system, abs=1e-9)
+        assert stat.cpu_ticks / ticks >= 0.1
+        started = stat.start_ticks / ticks + psutil.boot_time()
+        assert started == pytest.approx(theirs.create_time(), abs=1e-6)
+        assert _procfs.io_bytes(proc.pid) == (io.read_bytes, io.write_bytes)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]

@@ -1,5 +1,6 @@
 """The background sampler on real processes: CPU, idle time, exits and pid identity."""
 
+import signal
 import subprocess
 import sys
 import time
@@ -102,3 +103,40 @@ def test_vanished_before_tracking(spawn, sampler: Sampler) -> None:
 )
 def test_steady_growth(points, expected) -> None:
     assert steady_growth(points) == expected
+
+
+def test_a_sleeper_that_has_not_run_is_not_read_again(
+    spawn, sampler: Sampler, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """One thread asleep: while the kernel's count of its runs stays the same, a sample reads
+    that count alone; once it runs, the next sample reads it whole and sees the CPU it used."""
+    from service.collectors import _procfs
+
+    wake = tmp_path / "wake"
+    code = (
+        "import os, signal, time\n"
+        "def spin(*_):\n"
+        "    t = time.process_time()\n"
+        "    while time.process_time() - t < 0.3: pass\n"
+        f"    open({str(wake)!r}, 'w').close()\n"
+        "signal.signal(signal.SIGUSR1, spin)\n"
+        "while True: time.sleep(60)\n"
+    )
+    child = spawn(sys.executable, "-c", code)
+    time.sleep(0.5)  # past its start-up: asleep
+    reads: list[int] = []
+    real = _procfs.stat_fields
+    monkeypatch.setattr(_procfs, "stat_fields", lambda pid, *a: reads.append(pid) or real(pid))
+    k = key(child)
+    sampler.track(k)
+    sampler.sample()
+    reads.clear()
+    time.sleep(0.05)
+    sampler.sample()
+    quiet = sampler.reading(k)
+    assert reads == [] and quiet and quiet.cpu_percent == 0.0 and quiet.alive
+    child.send_signal(signal.SIGUSR1)
+    wait_for(wake.exists, "the spin")
+    sampler.sample()
+    woke = sampler.reading(k)
+    assert reads == [child.pid] and woke and woke.cpu_percent and woke.cpu_percent > 0

@@ -138,6 +138,7 @@ class Stat(NamedTuple):
     ppid: int
     threads: int
     cpu_ticks: int  # user and system time, in clock ticks (psutil's cpu_times, times CLK_TCK)
+    start_ticks: int  # clock ticks after boot (psutil's create_time, less the boot time)
 
 
 def stat_fields(pid: int, proc: Path = PROC) -> Stat:
@@ -152,7 +153,7 @@ def stat_fields(pid: int, proc: Path = PROC) -> Stat:
     fields = data[close + 2 :].split()
     name = os.fsdecode(data[data.find(b"(") + 1 : close])
     ticks = int(fields[11]) + int(fields[12])
-    return Stat(name, fields[0].decode(), int(fields[1]), int(fields[17]), ticks)
+    return Stat(name, fields[0].decode(), int(fields[1]), int(fields[17]), ticks, int(fields[19]))
 
 
 def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:
@@ -160,6 +161,16 @@ def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:
     another count, off by a few pages); raises OSError."""
     pages = read_proc(f"{proc}/{pid}/statm").split()
     return int(pages[1]) * _PAGE, int(pages[0]) * _PAGE
+
+
+def io_bytes(pid: int, proc: Path = PROC) -> tuple[int, int]:
+    """(read_bytes, write_bytes) from /proc/PID/io, as psutil's io_counters; raises OSError
+    (PermissionError without ptrace rights over the process)."""
+    found = {}
+    for line in read_proc(f"{proc}/{pid}/io").splitlines():
+        name, _, value = line.partition(b":")
+        found[name] = value
+    return int(found[b"read_bytes"]), int(found[b"write_bytes"])
 
 
 def cmdline(pid: int, proc: Path = PROC) -> list[str]:
