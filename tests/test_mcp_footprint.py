@@ -55,6 +55,7 @@ def test_an_mcp_session_never_loads_cryptography_or_rich(tmp_path: Path) -> None
     imported = _imported(server.log())
     assert {"mcp.server.mcpserver", "mcp.server.request_state"} <= imported
     assert not {name for name in imported if name.split(".")[0] in ("cryptography", "rich")}
+    assert not {name for name in imported if name.startswith("mcp.client")}
     # The SDK's INFO lines still reach the log, through the root handler Litestar set up.
     started = r"INFO\b.*mcp\.server\.streamable_http_manager\b.*session manager started"
     assert re.search(started, server.log())
@@ -107,6 +108,27 @@ else:
     raise AssertionError("a token sealed under another key was accepted")
 print("ok")
 """
+
+
+PACKAGE_CHECK = """
+import sys
+from service.routes import mcp_sdk
+mcp_sdk.import_server()
+assert not [m for m in sys.modules if m.startswith("mcp.client")], "client loaded"
+import mcp
+from mcp import ClientSession, MCPError, stdio_client
+from mcp.client.session import ClientSession as Session
+assert ClientSession is Session and mcp.Client.__module__ == "mcp.client.client"
+assert "Client" in mcp.__all__ and mcp.types.Tool.__name__ == "Tool"
+print("ok")
+"""
+
+
+def test_the_package_runs_its_init_when_a_name_is_asked_of_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PACKAGE_CHECK], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_the_deferred_seal_is_the_sdks_aes_gcm_once_loaded() -> None:

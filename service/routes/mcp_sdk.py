@@ -1,6 +1,6 @@
-"""Imports the MCP SDK's server without cryptography and rich, which ctxd's /mcp rarely needs.
+"""Imports the MCP SDK's server without cryptography, rich and the client until they are needed.
 
-Loading the SDK is a quarter of the server's peak RSS, and two of its parts do nothing on
+Loading the SDK is a quarter of the server's peak RSS, and three of its parts do nothing on
 ctxd's path:
 
 - cryptography (7 MB resident, most of it the OpenSSL it bundles) seals the `requestState`
@@ -8,6 +8,8 @@ ctxd's path:
   ever checked when a client echoes a state, to reject it. The SDK imports it at module
   level: that import meets stand-ins, and `LazySeal`, the codec given to the server, loads
   the real library (and puts it in place of the stand-ins) on the first seal or unseal.
+- the client side (1 MB), which the package's __init__ imports for `from mcp import Client`:
+  the package is put in place without running it until a name is asked of it.
 - rich (2 MB) is imported to build a root log handler that the SDK then hands to
   `logging.basicConfig`, which drops it: Litestar has configured the root logger already.
   `plain_logging` is the SDK's own branch for when rich is not installed.
@@ -15,6 +17,7 @@ ctxd's path:
 
 import contextlib
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -35,6 +38,7 @@ CRYPTO_MODULES = (
 )
 
 _load_lock = threading.Lock()
+_complete_lock = threading.Lock()
 
 
 class CryptoDeferred(ImportError):
@@ -81,9 +85,33 @@ def _crypto_stand_ins() -> Iterator[None]:
                 del sys.modules[name]
 
 
+def _package_without_client() -> None:
+    """`mcp` without running its __init__, which imports the client side (1 MB); the first
+    name asked of the package (`from mcp import Client`) runs it in place."""
+    spec = importlib.util.find_spec("mcp")
+    if spec is None or spec.loader is None:
+        return
+    loader = spec.loader
+    package = importlib.util.module_from_spec(spec)
+
+    def complete(name: str) -> Any:
+        if name.startswith("__") and name != "__all__":
+            raise AttributeError(name)
+        with _complete_lock:
+            if "__getattr__" in vars(package):
+                del package.__getattr__
+                loader.exec_module(package)
+        return getattr(package, name)
+
+    package.__getattr__ = complete  # type: ignore[method-assign]  # PEP 562
+    sys.modules["mcp"] = package
+
+
 def import_server() -> None:
     """Import the SDK's server side with cryptography deferred and rich-free logging."""
     if "mcp.server.mcpserver" not in sys.modules:
+        if "mcp" not in sys.modules:
+            _package_without_client()
         try:
             with _crypto_stand_ins():
                 importlib.import_module("mcp.server.mcpserver")
