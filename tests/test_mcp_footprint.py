@@ -55,7 +55,7 @@ def test_an_mcp_session_never_loads_cryptography_or_rich(tmp_path: Path) -> None
     imported = _imported(server.log())
     assert {"mcp.server.mcpserver", "mcp.server.request_state"} <= imported
     assert not {name for name in imported if name.split(".")[0] in ("cryptography", "rich")}
-    assert not {name for name in imported if name.startswith("mcp.client")}
+    assert not {name for name in imported if name.startswith(("mcp.client", "httpx2."))}
     # The SDK's INFO lines still reach the log, through the root handler Litestar set up.
     started = r"INFO\b.*mcp\.server\.streamable_http_manager\b.*session manager started"
     assert re.search(started, server.log())
@@ -114,7 +114,10 @@ PACKAGE_CHECK = """
 import sys
 from service.routes import mcp_sdk
 mcp_sdk.import_server()
-assert not [m for m in sys.modules if m.startswith("mcp.client")], "client loaded"
+assert not [m for m in sys.modules if m.startswith(("mcp.client", "httpx2."))], "loaded"
+import httpx2
+assert httpx2.AsyncClient.__name__ == "AsyncClient" and "httpx2._client" in sys.modules
+assert "mcp.client" not in sys.modules
 import mcp
 from mcp import ClientSession, MCPError, stdio_client
 from mcp.client.session import ClientSession as Session
@@ -124,7 +127,7 @@ print("ok")
 """
 
 
-def test_the_package_runs_its_init_when_a_name_is_asked_of_it() -> None:
+def test_the_package_and_httpx2_run_when_a_name_is_asked_of_them() -> None:
     done = subprocess.run(
         [sys.executable, "-c", PACKAGE_CHECK], capture_output=True, text=True, timeout=120
     )

@@ -1,6 +1,6 @@
-"""Imports the MCP SDK's server without cryptography, rich and the client until they are needed.
+"""Imports the MCP SDK's server without its parts ctxd's /mcp rarely needs, until they are.
 
-Loading the SDK is a quarter of the server's peak RSS, and three of its parts do nothing on
+Loading the SDK is a quarter of the server's peak RSS, and four of its parts do nothing on
 ctxd's path:
 
 - cryptography (7 MB resident, most of it the OpenSSL it bundles) seals the `requestState`
@@ -8,8 +8,9 @@ ctxd's path:
   ever checked when a client echoes a state, to reject it. The SDK imports it at module
   level: that import meets stand-ins, and `LazySeal`, the codec given to the server, loads
   the real library (and puts it in place of the stand-ins) on the first seal or unseal.
-- the client side (1 MB), which the package's __init__ imports for `from mcp import Client`:
-  the package is put in place without running it until a name is asked of it.
+- the client side (1 MB), which the package's __init__ imports for `from mcp import Client`,
+  and httpx2 (1 MB), which only fetches the URL resources ctxd never registers: both
+  modules are put in place without running their code until a name is asked of them.
 - rich (2 MB) is imported to build a root log handler that the SDK then hands to
   `logging.basicConfig`, which drops it: Litestar has configured the root logger already.
   `plain_logging` is the SDK's own branch for when rich is not installed.
@@ -36,9 +37,11 @@ CRYPTO_MODULES = (
     "cryptography.hazmat.primitives.hashes",
     "cryptography.hazmat.primitives.kdf.hkdf",
 )
+# Imported by the SDK's server, which uses none of their names on ctxd's path.
+DEFERRED_MODULES = ("mcp", "httpx2")
 
 _load_lock = threading.Lock()
-_complete_lock = threading.Lock()
+_run_lock = threading.RLock()  # a deferred module's code may ask another for a name
 
 
 class CryptoDeferred(ImportError):
@@ -85,33 +88,36 @@ def _crypto_stand_ins() -> Iterator[None]:
                 del sys.modules[name]
 
 
-def _package_without_client() -> None:
-    """`mcp` without running its __init__, which imports the client side (1 MB); the first
-    name asked of the package (`from mcp import Client`) runs it in place."""
-    spec = importlib.util.find_spec("mcp")
+def _deferred(name: str) -> None:
+    """Put module `name` in sys.modules without running its code; the first name asked of it
+    (`from mcp import Client`, `httpx2.AsyncClient`) runs the code in place, in that module.
+
+    Not importlib's LazyLoader: an `import` statement reads `__spec__` of a module already in
+    sys.modules, which makes LazyLoader run it at once; here `__spec__`, `__path__` and the
+    rest are set as usual, and only a name the module's code defines starts it."""
+    spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None:
         return
     loader = spec.loader
-    package = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(spec)
 
-    def complete(name: str) -> Any:
-        if name.startswith("__") and name != "__all__":
-            raise AttributeError(name)
-        with _complete_lock:
-            if "__getattr__" in vars(package):
-                del package.__getattr__
-                loader.exec_module(package)
-        return getattr(package, name)
+    def run(attr: str) -> Any:
+        with _run_lock:
+            if "__getattr__" in vars(module):
+                del module.__getattr__  # its code may define one; and no recursion in it
+                loader.exec_module(module)
+        return getattr(module, attr)
 
-    package.__getattr__ = complete  # type: ignore[method-assign]  # PEP 562
-    sys.modules["mcp"] = package
+    module.__getattr__ = run  # type: ignore[method-assign]  # PEP 562
+    sys.modules[name] = module
 
 
 def import_server() -> None:
     """Import the SDK's server side with cryptography deferred and rich-free logging."""
     if "mcp.server.mcpserver" not in sys.modules:
-        if "mcp" not in sys.modules:
-            _package_without_client()
+        for name in DEFERRED_MODULES:
+            if name not in sys.modules:
+                _deferred(name)
         try:
             with _crypto_stand_ins():
                 importlib.import_module("mcp.server.mcpserver")
