@@ -52,6 +52,8 @@ from service.settings import Settings
 holder = []
 step("create_app", lambda: holder.append(create_app(Settings(data_dir=Path(tempfile.mkdtemp())))))
 step("openapi schema", lambda: holder[0].openapi_schema)
+from service.routes import mcp_sdk
+step("import the MCP SDK (as /mcp does)", mcp_sdk.import_server)
 step("import service.routes.mcp", lambda: __import__("service.routes.mcp"))
 """
 

@@ -23,6 +23,7 @@ from service.models import (
     SessionIn,
     SnapshotIn,
 )
+from service.routes import mcp_sdk
 from service.routes.mcp_common import Sid, Version, _given, _run
 from service.routes.mcp_watch_tools import register_watch_tools
 from service.usecases import UseCases
@@ -44,7 +45,14 @@ class McpEndpoint:
 
     def __init__(self, max_body_bytes: int, host: str) -> None:
         self.state: State | None = None
-        self.server = _Server(self, "ctxd", instructions=INSTRUCTIONS, version=__version__)
+        mcp_sdk.import_server()  # idempotent; the mount has run it before the SDK's imports
+        self.server = _Server(
+            self,
+            "ctxd",
+            instructions=INSTRUCTIONS,
+            version=__version__,
+            request_state_security=mcp_sdk.request_state_security(),
+        )
         _register_tools(self)
         register_watch_tools(self)
         _register_resources(self)

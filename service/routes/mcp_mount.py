@@ -40,6 +40,9 @@ class LazyMcp:
         async with self._lock:
             if self._endpoint is not None:
                 return self._endpoint
+            from service.routes import mcp_sdk
+
+            mcp_sdk.import_server()  # first: without cryptography and rich
             from service.routes.mcp import McpEndpoint
 
             endpoint = McpEndpoint(*self._args)
