@@ -1,5 +1,6 @@
 """A watched process that has not run since its last row keeps what only it can change."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +32,11 @@ while True:
 """
 
 
+# the background sampler reads stat lines too: one that samples once an hour stays out of
+# the counts after its first look
+QUIET_SAMPLER = Settings(cpu_sample_s=0, sample_interval_s=3600)
+
+
 @pytest.fixture
 def mover(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     tag = f"ctxd-unmoved-{uuid.uuid4().hex[:12]}"
@@ -46,14 +53,16 @@ def mover(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 @pytest.fixture
 def counted_cmdlines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids whose command line or stat line a row read."""
     reads: list[int] = []
-    real = _procfs.cmdline
+    for name in ("cmdline", "stat_fields"):
+        real = getattr(_procfs, name)
 
-    def counted(pid: int, *args: object) -> list[str]:
-        reads.append(pid)
-        return real(pid)
+        def counted(pid: int, *args: object, real: Any = real) -> Any:
+            reads.append(pid)
+            return real(pid)
 
-    monkeypatch.setattr(_procfs, "cmdline", counted)
+        monkeypatch.setattr(_procfs, name, counted)
     return reads
 
 
@@ -67,12 +76,13 @@ def test_an_unmoved_process_is_not_read_again_and_a_moved_one_is(
     mover: tuple[subprocess.Popen[str], str], tmp_path: Path, counted_cmdlines: list[int]
 ) -> None:
     proc, tag = mover
-    ctx = CollectContext(settings=Settings(cpu_sample_s=0), memory={})
+    ctx = CollectContext(settings=QUIET_SAMPLER, memory={})
     first = collect(tag, ctx)
     assert [r.pid for r in first] == [proc.pid] and first[0].cwd != str(tmp_path)
-    assert counted_cmdlines == [proc.pid] and first[0].waiting
+    assert first[0].waiting and counted_cmdlines.count(proc.pid) >= 2
+    read_first = len(counted_cmdlines)
     kept = collect(tag, ctx)
-    assert counted_cmdlines == [proc.pid]  # asleep since: nothing it could change was read
+    assert len(counted_cmdlines) == read_first  # asleep since: nothing it could change read
     assert (kept[0].cwd, kept[0].open_files, kept[0].argv, kept[0].waiting) == (
         first[0].cwd,
         first[0].open_files,
@@ -84,7 +94,7 @@ def test_an_unmoved_process_is_not_read_again_and_a_moved_one_is(
     time.sleep(0.2)  # back asleep
     moved = collect(tag, ctx)
     assert moved[0].cwd == str(tmp_path) and moved[0].open_files == first[0].open_files + 1
-    assert counted_cmdlines == [proc.pid, proc.pid]
+    assert len(counted_cmdlines) == read_first + 2  # its stat line and command line
 
 
 def test_what_is_kept_is_read_again_after_a_while(
@@ -94,10 +104,11 @@ def test_what_is_kept_is_read_again_after_a_while(
 ) -> None:
     _, tag = mover
     monkeypatch.setattr(_proc_rows, "KEEP_UNMOVED_S", 0.0)
-    ctx = CollectContext(settings=Settings(cpu_sample_s=0), memory={})
+    ctx = CollectContext(settings=QUIET_SAMPLER, memory={})
     collect(tag, ctx)
+    read_first = len(counted_cmdlines)
     collect(tag, ctx)
-    assert len(counted_cmdlines) == 2
+    assert len(counted_cmdlines) == read_first + 2
 
 
 def test_cpu_between_two_rows_comes_from_the_stat_line_before_the_sampler_has_it() -> None:
@@ -107,7 +118,7 @@ def test_cpu_between_two_rows_comes_from_the_stat_line_before_the_sampler_has_it
     spec = ProcessWatch(pid=busy.pid)
     watch = Watch(id=1, session="t", created_at=datetime.now(UTC), spec=spec)
     # a sampler that samples once an hour has no figure for it during this test
-    ctx = CollectContext(settings=Settings(cpu_sample_s=0, sample_interval_s=3600), memory={})
+    ctx = CollectContext(settings=QUIET_SAMPLER, memory={})
     try:
         processes.collect([watch], ctx)
         deadline = time.monotonic() + 30
@@ -121,3 +132,33 @@ def test_cpu_between_two_rows_comes_from_the_stat_line_before_the_sampler_has_it
     finally:
         busy.kill()
         busy.wait(timeout=10)
+
+
+def test_an_unmoved_process_shows_its_new_parent_when_the_old_one_dies(tmp_path: Path) -> None:
+    """Re-parenting does not make a process run: its parent comes from the process table."""
+    tag = f"{60 + int(uuid.uuid4().int % 10**6) / 10**7:.7f}"  # `sleep` sums its arguments
+    pidfile = tmp_path / "child.pid"
+    code = (
+        "import subprocess, sys, time; "
+        f"c = subprocess.Popen(['sleep', {tag!r}]); "
+        f"open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    wait_until(lambda: pidfile.exists() and pidfile.read_text(), 10)
+    child = int(pidfile.read_text())
+    try:
+        time.sleep(0.5)  # asleep, and settled in the process table
+        ctx = CollectContext(settings=Settings(cpu_sample_s=0), memory={})
+        pattern = "^sleep " + tag.replace(".", r"\.")
+        assert [r.ppid for r in collect(pattern, ctx)] == [parent.pid]
+        assert [r.ppid for r in collect(pattern, ctx)] == [parent.pid]
+        assert ctx.memory[processes.NAME].unmoved  # kept: it has not run
+        parent.kill()
+        parent.wait()
+        rows = collect(pattern, ctx)
+        assert [r.pid for r in rows] == [child] and rows[0].ppid != parent.pid
+    finally:
+        parent.kill()
+        parent.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

@@ -15,17 +15,18 @@ from service.collectors import _proc_static, _procfs, _proctree
 from service.models import ProcessInfo, ProcessWatch
 
 # Read at every snapshot: /proc/PID/stat and statm (see `_procfs.stat_fields`), the command
-# line, cwd, exe, open descriptors and wait point (unless it has not run: KEEP_UNMOVED_S);
-# what follows from the command line and the environment (which a process
-# cannot change after exec) is described once per process and exec (see `_proc_static`).
+# line, cwd, exe, open descriptors and wait point, unless it has not run since its last row
+# (see KEEP_UNMOVED_S); what follows from the command line and the environment (which a
+# process cannot change after exec) is described once per process and exec (`_proc_static`).
 _STATUSES = _pslinux.PROC_STATUSES
 
 Key = tuple[int, float]
 # A single-threaded process that has not run since its last row cannot have changed what
-# only it can change: its command line, working directory, executable, open descriptors and
-# where it waits. The kernel's count of its runs (/proc/PID/schedstat) says so in one read
-# where those take eight. Kept this long at most: a file renamed under an open descriptor, or
-# a descriptor passed in by another process, changes them without it running.
+# only it can change: its state, CPU time, command line, working directory, executable, open
+# descriptors and where it waits. The kernel's count of its runs (/proc/PID/schedstat) says
+# so in one read where those take ten. Its parent comes from the process table (a parent's
+# death re-parents it without it running). Kept this long at most: what others can do to it
+# unseen (reclaim its memory, rename a file it holds open) shows within this time.
 KEEP_UNMOVED_S = 30.0
 _ASLEEP = frozenset("SDTt")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -37,6 +38,8 @@ class Unmoved:
 
     runs: bytes
     read_at: float  # time.monotonic()
+    stat: _procfs.Stat
+    memory: tuple[int, int]  # rss, vms
     info: dict[str, Any]  # cmdline, cwd, exe
     waiting: str | None
     descriptors: tuple[int, set[int]] | None  # None: not permitted
@@ -101,14 +104,10 @@ def _describe(
 ) -> ProcessInfo:
     """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
     try:
-        stat = _procfs.stat_fields(proc.pid)
-        name, letter, ppid, threads = stat.name, stat.letter, stat.ppid, stat.threads
-        rss, vms = _procfs.memory(proc.pid)
-        runs = _runs(proc.pid, letter, threads)
-        kept = _kept(key, runs, state)
-        info = dict(kept.info) if kept is not None else _changing(proc)
+        stat, (rss, vms), info, kept, runs = _facts(proc, key, state)
     except OSError as exc:
         raise psutil.NoSuchProcess(proc.pid) from exc
+    name, letter, ppid, threads = stat.name, stat.letter, stat.ppid, stat.threads
     status = _STATUSES.get(letter, "?")
     zombie = status == psutil.STATUS_ZOMBIE
     if zombie and not info["cmdline"]:
@@ -161,7 +160,8 @@ def _describe(
     except OSError:
         return row  # gone, or a zombie without descriptors: left unknown
     if runs is not None:
-        state.unmoved[key] = Unmoved(runs, time.monotonic(), info, row.waiting, descriptors)
+        now = time.monotonic()
+        state.unmoved[key] = Unmoved(runs, now, stat, (rss, vms), info, row.waiting, descriptors)
     return row
 
 
@@ -187,28 +187,38 @@ def _changing(proc: psutil.Process) -> dict[str, Any]:
     }
 
 
-def _runs(pid: int, letter: str, threads: int) -> bytes | None:
-    """The kernel's count of a sleeping single-threaded process's runs; None where it cannot
-    tell (several threads: the file counts the first only)."""
-    if threads != 1 or letter not in _ASLEEP:
-        return None
+Facts = tuple[_procfs.Stat, tuple[int, int], dict[str, Any], Unmoved | None, bytes | None]
+
+
+def _facts(proc: psutil.Process, key: Key, state: "State") -> Facts:
+    """(stat line, (rss, vms), cmdline/cwd/exe, its kept facts when it has not run since,
+    its count of runs when it is a single-threaded sleeper); raises OSError when it is gone.
+
+    The count is read before the facts it vouches for (at a first sight, right after the
+    stat line that says it sleeps: a run within those microseconds is not seen until the
+    facts are read again, KEEP_UNMOVED_S at most)."""
+    pid = proc.pid
+    kept = None if state.probe else state.unmoved.pop(key, None)
+    runs = _read_runs(pid) if kept is not None else None
+    recent = kept is not None and time.monotonic() - kept.read_at < KEEP_UNMOVED_S
+    if kept is not None and recent and runs == kept.runs:
+        state.unmoved[key] = kept
+        entry = state.table.get(pid)
+        stat = kept.stat if entry is None else kept.stat._replace(ppid=entry.ppid)
+        return stat, kept.memory, dict(kept.info), kept, runs
+    stat = _procfs.stat_fields(pid)
+    memory = _procfs.memory(pid)
+    quiet = stat.threads == 1 and stat.letter in _ASLEEP and not state.probe
+    if quiet and runs is None:
+        runs = _read_runs(pid)
+    return stat, memory, _changing(proc), None, runs if quiet else None
+
+
+def _read_runs(pid: int) -> bytes | None:
     try:
         return _procfs.read_proc(f"/proc/{pid}/schedstat")
     except OSError:
         return None
-
-
-def _kept(key: Key, runs: bytes | None, state: "State") -> Unmoved | None:
-    """Its last row's facts when it has not run since they were read (see KEEP_UNMOVED_S)."""
-    if state.probe:
-        return None
-    kept = state.unmoved.pop(key, None)
-    if kept is None or runs is None or kept.runs != runs:
-        return None
-    if time.monotonic() - kept.read_at >= KEEP_UNMOVED_S:
-        return None
-    state.unmoved[key] = kept
-    return kept
 
 
 def read_row(
