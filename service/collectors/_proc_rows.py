@@ -100,14 +100,18 @@ def _ask(read: Any) -> Any:
 
 
 def _describe(
-    proc: psutil.Process, key: Key, watch_id: int, root: bool, spec: ProcessWatch, state: "State"
+    proc: psutil.Process, key: Key, watch_id: int, tree: int, spec: ProcessWatch, state: "State"
 ) -> ProcessInfo:
-    """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess."""
+    """A row for proc; what may not be read is named in `not_permitted`. Raises NoSuchProcess.
+
+    Every field is gathered first and the row made in one call: a pydantic model checks each
+    attribute set afterwards, a dozen a row for a crowd of 256."""
+    root = proc.pid == tree
     try:
         stat, (rss, vms), info, kept, runs = _facts(proc, key, state)
     except OSError as exc:
         raise psutil.NoSuchProcess(proc.pid) from exc
-    name, letter, ppid, threads = stat.name, stat.letter, stat.ppid, stat.threads
+    name, letter = stat.name, stat.letter
     status = _STATUSES.get(letter, "?")
     zombie = status == psutil.STATUS_ZOMBIE
     if zombie and not info["cmdline"]:
@@ -119,56 +123,95 @@ def _describe(
         longer = os.path.basename(info["cmdline"][0])
         name = longer if longer.startswith(name) else name
     created = key[1]
-    denied = list(static.denied)
+    denied = [] if zombie else list(static.denied)
     if not zombie:
         denied += [what for what in ("cwd", "exe") if info[what] is None]
+    fields: dict[str, Any] = {
+        "cpu_percent": _cpu_since_last(key, stat.cpu_ticks, state),
+        "waiting": None,
+    }
+    known, descriptors = True, kept.descriptors if kept is not None else None
+    if kept is not None:
+        fields["waiting"] = kept.waiting
+    else:
+        if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
+            fields["waiting"] = _procfs.waiting_point(proc.pid)
+        known, descriptors = _read_descriptors(proc.pid, state)
+    if known and descriptors is None:
+        denied.append("open files and sockets")
+    elif descriptors is not None:
+        fields["open_files"], sockets = descriptors
+        fields["listening"] = sorted({state.listen[i] for i in sockets if i in state.listen})
+    if state.probe:
+        state.sampler.track(key)  # kept sampled while only probes ask (idle history)
+    else:
+        fields.update(_sampled(key, state))
     row = ProcessInfo(
         watch_id=watch_id,
         pid=proc.pid,
-        ppid=ppid,
+        ppid=stat.ppid,
         name=name or "?",
         user=static.user,
         state=status,
         rss_bytes=rss,
         vms_bytes=vms,
-        threads=threads,
+        threads=stat.threads,
         started_at=datetime.fromtimestamp(created, UTC),
         age_s=max(0.0, time.time() - created),
         argv=list(static.argv),
         flags=list(static.flags),  # the deep redaction copies each Flag on its way out
         env=dict(static.env),
         root=root,
+        tree=tree,
         cwd=info["cwd"],
         exe=info["exe"],
         seen_at=datetime.now(UTC),
+        packages=dict(static.packages) if static.packages is not None else {},
+        not_permitted=denied,
+        relaunch=list(static.relaunch),
+        **fields,
     )
-    if static.packages is not None:
-        row.packages = dict(static.packages)
-    row.not_permitted = [] if zombie else denied
-    row.relaunch = list(static.relaunch)
-    row.cpu_percent = _cpu_since_last(key, stat.cpu_ticks, state)
-    if kept is not None:
-        row.waiting = kept.waiting
-        _put_descriptors(row, kept.descriptors, state)
-        return row
-    if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
-        row.waiting = _procfs.waiting_point(proc.pid)
-    if state.probe:
-        return row  # a probe looks for exits only
-    try:
-        descriptors = _descriptors(row, state)
-    except OSError:
-        return row  # gone, or a zombie without descriptors: left unknown
-    if runs is not None:
+    if runs is not None and kept is None and known:
         now = time.monotonic()
-        state.unmoved[key] = Unmoved(runs, now, stat, (rss, vms), info, row.waiting, descriptors)
+        state.unmoved[key] = Unmoved(runs, now, stat, (rss, vms), info, fields["waiting"],
+                                     descriptors)  # fmt: skip
     return row
+
+
+def _read_descriptors(pid: int, state: "State") -> tuple[bool, tuple[int, set[int]] | None]:
+    """(whether known, (open descriptors, socket inodes) or None when not permitted). Not
+    known: not read for a probe, or gone meanwhile (a zombie has none)."""
+    if state.probe:
+        return False, None
+    try:
+        return True, _procfs.descriptors(pid)
+    except PermissionError:
+        return True, None
+    except OSError:
+        return False, None
+
+
+def _sampled(key: Key, state: "State") -> dict[str, Any]:
+    """What the background sampler measured of it; its CPU figure only when it has one."""
+    state.sampler.track(key)
+    reading = state.sampler.reading(key)
+    if reading is None:
+        return {}
+    fields = {
+        "idle_for_s": reading.idle_for_s,
+        "io_read_bps": reading.io_read_bps,
+        "io_write_bps": reading.io_write_bps,
+        "rss_growth_bps": reading.rss_growth_bps,
+    }
+    if reading.cpu_percent is not None:
+        fields["cpu_percent"] = reading.cpu_percent
+    return fields
 
 
 def _cpu_since_last(key: Key, ticks: int, state: "State") -> float | None:
     """Percent of one CPU it used since its last row, as psutil's cpu_percent(None) computes
     it, from the stat line already read; None at its first row. The sampler's figure, when it
-    has one, takes its place (add_reading)."""
+    has one, takes its place (_sampled)."""
     now = time.monotonic()
     before = state.cpu_ticks.get(key)
     state.cpu_ticks[key] = (ticks, now)
@@ -233,7 +276,7 @@ def read_row(
         key, row = _glimpse(pid, watch_id, pid == tree, state)
         return key, row, None, False
     key, proc, new = _handle(pid, state.handles, _table_key(pid, state.table, state.boot))
-    return key, _describe(proc, key, watch_id, pid == tree, spec, state), proc, new
+    return key, _describe(proc, key, watch_id, tree, spec, state), proc, new
 
 
 def _glimpse(pid: int, watch_id: int, root: bool, state: State) -> tuple[Key, ProcessInfo]:
@@ -250,37 +293,3 @@ def _glimpse(pid: int, watch_id: int, root: bool, state: State) -> tuple[Key, Pr
         started_at=started, age_s=max(0.0, time.time() - key[1]), root=root,
     )  # fmt: skip
     return key, row
-
-
-def _descriptors(row: ProcessInfo, state: State) -> tuple[int, set[int]] | None:
-    """Reads a row's open descriptors and listening ports into it; returns what it read (None:
-    not permitted), or raises OSError when the process went or is a zombie without them."""
-    try:
-        found = _procfs.descriptors(row.pid)
-    except PermissionError:
-        found = None
-    _put_descriptors(row, found, state)
-    return found
-
-
-def _put_descriptors(row: ProcessInfo, found: tuple[int, set[int]] | None, state: State) -> None:
-    if found is None:
-        row.not_permitted.append("open files and sockets")
-        return
-    row.open_files, sockets = found
-    row.listening = sorted({state.listen[i] for i in sockets if i in state.listen})
-
-
-def add_reading(row: ProcessInfo, key: Key, state: State) -> bool:
-    """Fill what the background sampler measured; False when it has no CPU figure yet."""
-    state.sampler.track(key)
-    reading = state.sampler.reading(key)
-    if reading is None:
-        return False
-    row.idle_for_s = reading.idle_for_s
-    row.io_read_bps, row.io_write_bps = reading.io_read_bps, reading.io_write_bps
-    row.rss_growth_bps = reading.rss_growth_bps
-    if reading.cpu_percent is None:
-        return False
-    row.cpu_percent = reading.cpu_percent
-    return True

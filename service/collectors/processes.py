@@ -10,7 +10,7 @@ import psutil
 from service import redact, sampler
 from service.collectors import CollectContext, _proc_static, _procfs, _proctree, _pystacks
 from service.collectors._argv import parse_flags
-from service.collectors._proc_rows import Key, State, Unmoved, add_reading, read_row
+from service.collectors._proc_rows import Key, State, Unmoved, read_row
 from service.collectors._proc_static import DEFAULT_ENV
 from service.collectors._proc_summary import featured, workers
 from service.models import (
@@ -71,17 +71,14 @@ def _collect_watch(
                 continue  # an earlier watch already shows it
         except psutil.NoSuchProcess:
             continue  # exited while we looked: the next snapshot reports it gone
-        row.tree = tree
         state.seen.add(key)
         found += 1
         shown += 1
         section.items.append(row)
         if state.probe or proc is None:
-            state.sampler.track(key)  # kept sampled while only probes ask (idle history)
             continue
-        sampled = add_reading(row, key, state)
-        if not sampled and new:
-            state.fresh.append((proc, row))
+        if new and row.cpu_percent is None:
+            state.fresh.append((proc, row))  # a newcomer with no CPU figure: sampled below
         for what in row.not_permitted:
             section.unavailable.append(
                 Unavailable(watch_id=watch_id, target=f"pid {pid} {what}", reason="not permitted")
