@@ -162,3 +162,26 @@ def test_an_unmoved_process_shows_its_new_parent_when_the_old_one_dies(tmp_path:
         parent.wait()
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_probe_row_names_its_tree_and_keeps_the_process_sampled(tmp_path: Path) -> None:
+    """A probe's row comes from the process table alone; it still says which tree it belongs
+    to (events compare trees) and keeps the sampler following the process (idle history)."""
+    from service import sampler
+    from service.collectors import _proctree
+
+    tag = f"ctxd-glimpse-{uuid.uuid4().hex[:12]}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    try:
+        time.sleep(0.3)
+        _proctree.shared(0.0)  # a probe may use a table read within the last second
+        settings = Settings(cpu_sample_s=0, sample_interval_s=1800)  # a sampler of its own
+        probe = CollectContext(settings=settings, probe=True, memory={})
+        rows = collect(tag, probe)
+        assert [(r.pid, r.tree, r.root) for r in rows] == [(proc.pid, proc.pid, True)]
+        assert rows[0].state == "unknown"  # glimpsed, not read
+        key = (proc.pid, rows[0].started_at.timestamp())
+        assert sampler.shared(1800).reading(key) is not None
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -273,13 +273,14 @@ def read_row(
     watch can name one newer than a shared table, which is then described in full.
     """
     if state.probe and pid in state.table:
-        key, row = _glimpse(pid, watch_id, pid == tree, state)
+        key, row = _glimpse(pid, watch_id, tree, state)
+        state.sampler.track(key)  # kept sampled while only probes ask (idle history)
         return key, row, None, False
     key, proc, new = _handle(pid, state.handles, _table_key(pid, state.table, state.boot))
     return key, _describe(proc, key, watch_id, tree, spec, state), proc, new
 
 
-def _glimpse(pid: int, watch_id: int, root: bool, state: State) -> tuple[Key, ProcessInfo]:
+def _glimpse(pid: int, watch_id: int, tree: int, state: State) -> tuple[Key, ProcessInfo]:
     """A probe's row, from the process table alone: which process it is, nothing read.
 
     Events need to know which processes live; a snapshot describes them.
@@ -290,6 +291,6 @@ def _glimpse(pid: int, watch_id: int, root: bool, state: State) -> tuple[Key, Pr
     started = datetime.fromtimestamp(key[1], UTC)
     row = ProcessInfo(
         watch_id=watch_id, pid=pid, ppid=entry.ppid, name=entry.name, state="unknown",
-        started_at=started, age_s=max(0.0, time.time() - key[1]), root=root,
+        started_at=started, age_s=max(0.0, time.time() - key[1]), root=pid == tree, tree=tree,
     )  # fmt: skip
     return key, row
