@@ -18,6 +18,7 @@ import json
 import zlib
 from typing import Any
 
+from pydantic import BaseModel, TypeAdapter
 from sqlite_utils import Database
 
 KEYFRAME_EVERY = 32
@@ -25,14 +26,33 @@ DELTA = b"\x00d"  # never the start of a zlib stream (0x78 ...)
 BASE = "@"  # in a delta list of references: the version whose whole list it changes
 
 
-def parts_of(data: dict[str, Any]) -> dict[str, bytes]:
-    """A snapshot as dumped to JSON, cut into its sections, each as canonical JSON bytes."""
-    parts = {k: v for k, v in data.items() if k != "observations"}
-    parts.update({f"observations.{k}": v for k, v in data["observations"].items()})
-    return {
-        name: json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-        for name, value in parts.items()
-    }
+def parts_of(snapshot: BaseModel) -> dict[str, bytes]:
+    """A snapshot cut into its sections, each as JSON bytes written by pydantic-core in one
+    call (a Python dump and json.dumps cost three times as much for a crowd's process table).
+    The same content gives the same bytes: fields in their declared order, dicts as built."""
+    parts = {}
+    for name, value in _fields(snapshot):
+        if name == "observations":
+            for section, part in _fields(value):
+                parts[f"observations.{section}"] = _adapter(type(value), section).dump_json(part)
+        else:
+            parts[name] = _adapter(type(snapshot), name).dump_json(value)
+    return parts
+
+
+def _fields(model: BaseModel) -> list[tuple[str, Any]]:
+    return [(name, getattr(model, name)) for name in type(model).model_fields]
+
+
+_adapters: dict[tuple[type[BaseModel], str], TypeAdapter] = {}
+
+
+def _adapter(model: type[BaseModel], name: str) -> TypeAdapter:
+    """The serializer of one field's type, made once (a TypeAdapter costs a schema build)."""
+    adapter = _adapters.get((model, name))
+    if adapter is None:
+        adapter = _adapters[model, name] = TypeAdapter(model.model_fields[name].annotation or Any)
+    return adapter
 
 
 def put(db: Database, parts: dict[str, bytes], previous: dict[str, str]) -> dict[str, str]:

@@ -52,7 +52,7 @@ class SnapshotRows(Connection):
         """Store each section once by its hash (see store_sections); returns the version's
         `sections` column."""
         previous = store_sections.references(db, sid, version - 1)
-        parts = store_sections.parts_of(snapshot.model_dump(mode="json"))
+        parts = store_sections.parts_of(snapshot)
         refs = store_sections.put(db, parts, previous)
         return store_sections.pack(db, sid, version, refs)
 

@@ -99,3 +99,26 @@ def test_a_prune_that_removes_keyframes_leaves_every_kept_version_readable(tmp_p
         assert store.get_snapshot("s", version) == built[version]
     live = store._rows("select count(*) n from blobs")[0]["n"]
     assert live < len(built)  # what no kept version needs went
+
+
+def test_sections_are_the_snapshots_json_dump_cut_at_its_sections() -> None:
+    """pydantic-core writes each section in one call: the bytes decode to exactly what the
+    snapshot's Python JSON dump holds there (times, floats, nested models)."""
+    from service.store_sections import parts_of
+
+    snapshot = Snapshot(
+        header=SnapshotHeader(session="s", version=3, taken_at=now(), trigger="manual"),
+        title="sections",
+        observations=Observations(
+            processes=ProcessesSection(items=[_process(pid, 3) for pid in (11, 12)])
+        ),
+    )
+    dumped = snapshot.model_dump(mode="json")
+    parts = parts_of(snapshot)
+    observations = dumped.pop("observations")
+    assert set(parts) == set(dumped) | {f"observations.{k}" for k in observations}
+    for name, value in dumped.items():
+        assert json.loads(parts[name]) == value
+    for name, value in observations.items():
+        assert json.loads(parts[f"observations.{name}"]) == value
+    assert parts_of(snapshot) == parts  # the same content, the same bytes (content addresses)
