@@ -6,6 +6,7 @@ observed, so already redacted), whether its expected port ever opened and how lo
 idle; the dump's Attempts merges launches with the agent's own journal attempts.
 """
 
+import weakref
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
@@ -72,7 +73,7 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
 def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[HistoryItem]:
     """Launches and journal attempts in one list, oldest first."""
     # a crowd of alike launches folds into one line: fold the newest hundreds, show the 20
-    launches = [_launch(row) for row in store.list_launches(sid, limit=LAUNCHES_FOLDED)]
+    launches = _recent(store, sid)
     now = datetime.now(UTC)
     items: list[HistoryItem] = []
     previous: Launch | None = None
@@ -81,6 +82,25 @@ def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[Histor
         items.append(first if len(run) == 1 else _folded(run, first, _item(run[-1], None, now)))
         previous = run[-1]
     return sorted([*map(_journal, attempts), *items[-LAUNCHES_SHOWN:]], key=lambda i: i.at)
+
+
+# The newest launches of each session as read last, by store, with the stamp they were read at:
+# a crowd's hundreds of launches cost a read and three JSON decodes each, every snapshot.
+_read: "weakref.WeakKeyDictionary[Store, dict[str, tuple[tuple[int, int], list[Launch]]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _recent(store: Store, sid: str) -> list[Launch]:
+    """The newest LAUNCHES_FOLDED launches, oldest first; read again only once they changed."""
+    stamp = store.launches_stamp(sid)
+    of_store = _read.setdefault(store, {})
+    kept = of_store.get(sid)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    launches = [_launch(row) for row in store.list_launches(sid, limit=LAUNCHES_FOLDED)]
+    of_store[sid] = (stamp, launches)
+    return launches
 
 
 def _runs(launches: list[Launch]) -> list[list[Launch]]:

@@ -5,6 +5,7 @@ Both are written already redacted by the use cases; the store keeps what it is g
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from service import store_search
@@ -50,6 +51,10 @@ def _launch_row(sid: str, launch: dict[str, Any]) -> dict[str, Any]:
 
 
 class AgentRows(Connection):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._launch_writes: dict[str, int] = {}  # see launches_stamp
+
     def add_action(self, sid: str, kind: str, at: datetime, body: dict[str, Any]) -> None:
         """Append an action; the oldest beyond ACTIONS_KEPT go, so the ring stays bounded."""
         with self._tx() as db:
@@ -95,6 +100,7 @@ class AgentRows(Connection):
                     changed = _changes(before, launch)
                     if not changed:
                         continue
+                    self._launch_writes[sid] = self._launch_writes.get(sid, 0) + 1
                     if not changed.keys() & _INDEXED:
                         row = _launch_row(sid, changed)
                         sets = ", ".join(f"{name} = ?" for name in changed)
@@ -103,6 +109,7 @@ class AgentRows(Connection):
                             [*(row[name] for name in changed), sid, launch["start_key"]],
                         )
                         continue
+                self._launch_writes[sid] = self._launch_writes.get(sid, 0) + 1
                 row = _launch_row(sid, launch)
                 db.table("launches").upsert(row, pk=("session", "start_key"))
                 found = db.execute(
@@ -131,6 +138,13 @@ class AgentRows(Connection):
                 row["expected_ports"] = json.loads(row["expected_ports"] or "[]")
                 found[key] = row
         return found
+
+    def launches_stamp(self, sid: str) -> tuple[int, int]:
+        """Moves whenever the session's launches may have changed: a write through this store,
+        or a commit by another connection to the database (SQLite's data_version)."""
+        with self._lock:
+            changed_elsewhere = self.db.execute("PRAGMA data_version").fetchone()[0]
+        return self._launch_writes.get(sid, 0), changed_elsewhere
 
     def running_launches(self, sid: str) -> list[dict[str, Any]]:
         """(start_key, watch_id) of every launch not seen to end yet, however many."""

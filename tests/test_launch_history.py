@@ -59,3 +59,25 @@ def test_every_running_launch_is_seen_to_end_not_only_the_newest_twenty(tmp_path
     assert store.running_launches("s") == []
     ended = store.list_launches("s", limit=100)
     assert len(ended) == 30 and all(row["ended_at"] for row in ended)
+
+
+def test_launches_read_once_are_read_again_after_any_write_here_or_elsewhere(tmp_path):
+    """The parsed launches are kept between snapshots, and dropped on a write through this
+    store or a commit by another connection (another process on the same database)."""
+    store = _store(tmp_path)
+    store.save_launches("s", [_launch(1, ["python", "a.py"], T0)])
+    first = launch_history.history(store, "s", [])
+    assert launch_history.history(store, "s", []) == first
+    assert launch_history._recent(store, "s") is launch_history._recent(store, "s")  # kept
+    store.save_launches("s", [_launch(2, ["python", "b.py"], T0 + timedelta(minutes=1))])
+    assert [i.text.split("`")[1] for i in launch_history.history(store, "s", [])] == [
+        "python a.py",
+        "python b.py",
+    ]
+    other = Store(tmp_path / "ctxd.db")
+    try:
+        ended = {"start_key": _launch(2, [], T0 + timedelta(minutes=1))["start_key"]}
+        other.save_launches("s", [{**ended, "ended_at": T0 + timedelta(minutes=2)}])
+    finally:
+        other.close()
+    assert launch_history.history(store, "s", [])[-1].status != "running"
