@@ -8,9 +8,8 @@ that vanishes mid-read, or that ctxd may not inspect, is skipped or reported as 
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import psutil
 
@@ -46,10 +45,19 @@ class Candidate:
     root: int = 0
 
 
-def _inside(path: str | None, roots: list[str]) -> bool:
-    if not path or not path.startswith("/"):
-        return False
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+class _Inside:
+    """Whether a path lies in one of the roots: one prefix test of a tuple, in C (a scan asks
+    it of every process's cwd and every argument that names a root)."""
+
+    def __init__(self, roots: list[str]) -> None:
+        self.roots = roots
+        self.exact = frozenset(roots)
+        self.prefixes = tuple(root.rstrip("/") + "/" for root in roots)
+
+    def __call__(self, path: str | None) -> bool:
+        if not path or not path.startswith("/"):
+            return False
+        return path in self.exact or path.startswith(self.prefixes)
 
 
 def is_excluded(name: str, argv: list[str]) -> bool:
@@ -87,25 +95,43 @@ def _read(pid: int, proc: str) -> tuple[str, int, float, list[str]] | None:
     return name, int(fields[1]), float(fields[19]), argv
 
 
-Read = tuple[str, int, float, Sequence[str], Callable[[], str | None]]
+Read = tuple[str, int, float, Sequence[str], str | None]
 
 
-def _table(proc: str) -> Iterator[tuple[int, Read | None]]:
-    """(pid, what `_read` gives and how to ask its cwd) for every process. /proc itself is
-    read through the process collector's table, which reads only processes it has not seen
-    before (a crowd of 5,000 costs a listing, not 10,000 reads) and keeps each one's cwd for
-    `CWD_MAX_AGE_S`; another folder (tests) is read file by file."""
+def _inside_table(
+    proc: str, inside: _Inside, own: frozenset[int], started_before: float
+) -> Iterator[tuple[int, Read]]:
+    """(pid, (name, ppid, start in ticks after boot, argv, cwd)) of each process started
+    before `started_before` (ticks after boot) whose cwd or an argument lies inside.
+
+    /proc itself is read through the process collector's table, which reads only processes
+    it has not seen before (a crowd of 5,000 costs a listing, not 10,000 reads) and keeps each
+    one's cwd for CWD_MAX_AGE_S; another folder (tests) is read file by file."""
     if proc != PROC:
         for entry in os.listdir(proc):
-            if entry.isdigit():
-                read = _read(int(entry), proc)
-                yield int(entry), (*read, partial(_cwd, int(entry), proc)) if read else None
+            read = _read(int(entry), proc) if entry.isdigit() else None
+            if read is None or int(entry) in own or read[2] > started_before:
+                continue
+            cwd = _cwd(int(entry), proc)
+            if inside(cwd) or any(inside(arg) for arg in read[3]):
+                yield int(entry), (*read, cwd)
         return
     table, _ = _proctree.shared(0.0)  # fresh: it looks for what was just launched
+    exact, prefixes, roots = inside.exact, inside.prefixes, inside.roots
+    read_before = time.monotonic() - CWD_MAX_AGE_S
+    # one loop over thousands of processes: the tests are written out, not called
     for pid, e in table.items():
         # kernel threads have no command line: never the agent's work
-        cwd = partial(e.working_dir, pid, CWD_MAX_AGE_S)
-        yield pid, (e.name, e.ppid, float(e.start_ticks), e.argv, cwd) if e.argv else None
+        if not e.argv or e.start_ticks > started_before or pid in own:
+            continue
+        cwd = e.cwd if e.cwd_read_at >= read_before else e.working_dir(pid, CWD_MAX_AGE_S)
+        if not (cwd and (cwd in exact or cwd.startswith(prefixes))):
+            text = e.text
+            if not any(root in text for root in roots):
+                continue
+            if not any(inside(arg) for arg in e.argv):
+                continue
+        yield pid, (e.name, e.ppid, float(e.start_ticks), e.argv, cwd)
 
 
 def _cwd(pid: int, proc: str) -> str | None:
@@ -126,21 +152,15 @@ def workspace_processes(
         return []
     now = time.time() if now is None else now
     boot, ticks = psutil.boot_time(), os.sysconf("SC_CLK_TCK")
-    own = _proctree.own_family()
+    started_before = (now - min_age_s - boot) * ticks
     found: dict[int, Candidate] = {}
-    for pid, read in _table(proc):
-        if pid in own or read is None:
-            continue
-        name, ppid, start, argv, ask_cwd = read
-        created = boot + start / ticks
-        if now - created < min_age_s:
-            continue
-        cwd = ask_cwd()
-        if not (_inside(cwd, roots) or any(_inside(arg, roots) for arg in argv)):
-            continue
+    inside = _Inside(roots)
+    for pid, (name, ppid, start, argv, cwd) in _inside_table(
+        proc, inside, _proctree.own_family(), started_before
+    ):
         if is_excluded(name, list(argv)):  # asked of the few inside: a crowd costs nothing
             continue
-        found[pid] = Candidate(pid, ppid, name, list(argv), cwd, created)
+        found[pid] = Candidate(pid, ppid, name, list(argv), cwd, boot + start / ticks)
     for candidate in found.values():
         top, seen = candidate.pid, {candidate.pid}
         while (parent := found[top].ppid) in found and parent not in seen:
