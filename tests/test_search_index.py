@@ -103,7 +103,8 @@ def test_an_idle_crowd_of_launches_is_not_rewritten_every_snapshot(tmp_path):
 def test_pruning_drops_blocks_of_removed_versions_and_relinks_the_rest(tmp_path: Path):
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())
-    old = now() - timedelta(days=40)
+    # early in an old day, so that its four hours never cross midnight whenever this runs
+    old = (now() - timedelta(days=40)).replace(hour=1, minute=0, second=0, microsecond=0)
     for hour in range(4):  # v1..v4 on one old day: v2 and v3 will go
         text = "## Logs\n\nalpha\n" if hour == 1 else "## Logs\n\nbeta\n"
         store.add_snapshot("s", _build("s", text, old + timedelta(hours=hour)))
