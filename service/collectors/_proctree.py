@@ -102,8 +102,8 @@ class _Scanned:
     table: dict[int, Entry] = field(default_factory=dict)
     children: dict[int, list[int]] = field(default_factory=dict)
     young: set[int] = field(default_factory=set)
-    # The table this one was made from, and the pids whose entries differ from it.
-    base: dict[int, Entry] | None = None
+    # One more than the scan this one was made from, and the pids whose entries differ.
+    generation: int = 0
     changed: frozenset[int] = frozenset()
 
 
@@ -200,7 +200,8 @@ def scan() -> dict[int, Entry]:
             if pid in table and pid not in born and not _same_command(pid, table[pid]):
                 put(pid, table[pid])
         changed = frozenset(gone | born | again | set(turned))
-        _last = _Scanned(listing, table, children_map(table), young, last.table, changed)
+        generation = last.generation + 1
+        _last = _Scanned(listing, table, children_map(table), young, generation, changed)
         return table
 
 
@@ -293,11 +294,12 @@ def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: Set[int]) ->
     return sorted(_pattern_matches(spec.match or "", table) - excluded)
 
 
-# A pattern's matching pids in the last table it was asked of. The next table is most often
-# the same one (the collectors of one run, or nothing changed), or the last one with a few
-# processes changed: then only those are matched again. 5,000 entries cost 2 ms a pattern.
-_found: dict[str, tuple[dict[int, Entry], frozenset[int]]] = {}
-_FOUND_PATTERNS = 64
+# A pattern's matching pids in the table of the scan it was last asked of, by generation (no
+# table is kept for it). The next table is most often the same one (the collectors of one
+# run, or nothing changed), or the next scan's with a few processes changed: then only those
+# are matched again. 5,000 entries cost 2 ms a pattern.
+_found: dict[str, tuple[int, frozenset[int]]] = {}
+_FOUND_PATTERNS = 256
 
 
 def _pattern_matches(source: str, table: dict[int, Entry]) -> frozenset[int]:
@@ -311,18 +313,20 @@ def _pattern_matches(source: str, table: dict[int, Entry]) -> frozenset[int]:
             known = entry.matched[pattern.pattern] = budget.search(pattern, entry.text) is not None
         return known
 
-    seen, found = _found.get(source, (None, frozenset()))
     last = _last
-    if seen is table:
+    if table is not last.table:  # not the latest scan's (a caller's own table): no memo
+        return frozenset(pid for pid, entry in table.items() if hit(entry))
+    seen, found = _found.get(source, (-1, frozenset()))
+    if seen == last.generation:
         return found
-    if seen is not None and table is last.table and seen is last.base:
+    if seen == last.generation - 1:
         kept = found - last.changed
         found = kept | {pid for pid in last.changed if pid in table and hit(table[pid])}
     else:
         found = frozenset(pid for pid, entry in table.items() if hit(entry))
     if len(_found) >= _FOUND_PATTERNS:
         _found.clear()
-    _found[source] = (table, found)
+    _found[source] = (last.generation, found)
     return found
 
 
