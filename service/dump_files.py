@@ -5,6 +5,7 @@ an older file goes when a newer version is written. Every version stays readable
 from the database (the API, the HTML pages, the CLI): the files are a convenience, not a record.
 """
 
+import contextlib
 import logging
 import os
 import threading
@@ -52,6 +53,8 @@ class DumpFiles:
         self._behind: dict[str, set[int]] = {}
         self._guard = threading.Lock()
         self._blocked: set[str] = set()  # sessions whose latest.md is a directory, reported
+        # The latest version each session's folder was trimmed for here (see `trim`).
+        self._trimmed: dict[str, int] = {}
 
     def session_dir(self, sid: str) -> Path:
         return self.settings.data_dir / sid
@@ -93,7 +96,7 @@ class DumpFiles:
         if latest:
             write_atomic(folder / version_file(version), markdown)
             self._link_latest(sid, folder / version_file(version))
-            self.trim(sid, version)
+            self._trim_after(sid, version)
         elif self.in_window(version, self.store.latest_version(sid)):
             write_atomic(folder / version_file(version), markdown)
 
@@ -118,6 +121,20 @@ class DumpFiles:
                 continue
             removed += 1
         return removed
+
+    def _trim_after(self, sid: str, latest: int) -> None:
+        """Remove the files that left the window since the last trim here: the whole folder
+        is listed once per session and process (a glob costs more than the rest of a write),
+        then only the versions that just fell out are removed."""
+        keep, before = self.settings.markdown_files, self._trimmed.get(sid)
+        if keep == 0 or before is None or not before < latest <= before + keep:
+            self.trim(sid, latest)
+        else:
+            for version in range(before - keep + 1, latest - keep + 1):
+                # absent already, or not removable now: the trim at start-up tries again
+                with contextlib.suppress(OSError):
+                    (self.session_dir(sid) / version_file(version)).unlink()
+        self._trimmed[sid] = latest
 
     def _link_latest(self, sid: str, target: Path) -> None:
         """latest.md names `target`; a directory in its place is someone's, so it is left as
