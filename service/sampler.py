@@ -3,7 +3,6 @@
 import contextlib
 import functools
 import itertools
-import os
 import threading
 import time
 from collections import deque
@@ -19,8 +18,6 @@ FORGET_AFTER_S = 600.0
 # An exited process is remembered this long, so the next snapshot can say when it was last alive.
 REMEMBER_EXITED_S = 3600.0
 RSS_HISTORY = 12
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-_ASLEEP = frozenset("SDTt")
 
 Key = tuple[int, float]
 
@@ -110,7 +107,7 @@ class Sampler:
                     start_ticks = _procfs.stat_fields(key[0]).start_ticks
                 except (OSError, ValueError, IndexError):
                     return
-                if abs(start_ticks / _CLOCK_TICKS + _boot_time() - key[1]) > 0.01:
+                if abs(start_ticks / _procfs.CLOCK_TICKS + _boot_time() - key[1]) > 0.01:
                     return  # the pid was reused: not the process we were asked about
                 track = self._tracks[key] = _Track(key[0], start_ticks, asked_at=now)
                 self._sample_one(track, now)
@@ -132,10 +129,7 @@ class Sampler:
         """Reads /proc itself: psutil took twice the reads (and a file object each) for the
         same figures, and a watched crowd of 300 is sampled every interval."""
         pid = track.pid
-        try:
-            runs = _procfs.read_proc(f"/proc/{pid}/schedstat")
-        except OSError:
-            runs = None
+        runs = _procfs.runs(pid)
         if runs is not None and runs == track.runs:
             track.last_alive = now  # asleep since: no CPU, I/O or memory of its own moved
             still = track.io[1:] if track.io is not None else None  # it read and wrote nothing
@@ -157,9 +151,8 @@ class Sampler:
         track.last_alive = now
         if stat.letter == "Z":
             track.alive = False  # dead already: its parent just has not reaped it
-        quiet = stat.threads == 1 and stat.letter in _ASLEEP
-        track.runs = runs if quiet else None
-        self._account(track, now, stat.cpu_ticks / _CLOCK_TICKS, io)
+        track.runs = runs if _procfs.sleeps_alone(stat) else None
+        self._account(track, now, stat.cpu_ticks / _procfs.CLOCK_TICKS, io)
         track.rss.append((now, rss))
 
     @staticmethod

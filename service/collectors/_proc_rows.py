@@ -28,8 +28,6 @@ Key = tuple[int, float]
 # death re-parents it without it running). Kept this long at most: what others can do to it
 # unseen (reclaim its memory, rename a file it holds open) shows within this time.
 KEEP_UNMOVED_S = 30.0
-_ASLEEP = frozenset("SDTt")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -217,7 +215,7 @@ def _cpu_since_last(key: Key, ticks: int, state: "State") -> float | None:
     state.cpu_ticks[key] = (ticks, now)
     if before is None or now <= before[1]:
         return None
-    return round((ticks - before[0]) / _CLOCK_TICKS / (now - before[1]) * 100, 1)
+    return round((ticks - before[0]) / _procfs.CLOCK_TICKS / (now - before[1]) * 100, 1)
 
 
 def _changing(proc: psutil.Process) -> dict[str, Any]:
@@ -242,7 +240,7 @@ def _facts(proc: psutil.Process, key: Key, state: "State") -> Facts:
     facts are read again, KEEP_UNMOVED_S at most)."""
     pid = proc.pid
     kept = None if state.probe else state.unmoved.pop(key, None)
-    runs = _read_runs(pid) if kept is not None else None
+    runs = _procfs.runs(pid) if kept is not None else None
     recent = kept is not None and time.monotonic() - kept.read_at < KEEP_UNMOVED_S
     if kept is not None and recent and runs == kept.runs:
         state.unmoved[key] = kept
@@ -251,17 +249,10 @@ def _facts(proc: psutil.Process, key: Key, state: "State") -> Facts:
         return stat, kept.memory, dict(kept.info), kept, runs
     stat = _procfs.stat_fields(pid)
     memory = _procfs.memory(pid)
-    quiet = stat.threads == 1 and stat.letter in _ASLEEP and not state.probe
+    quiet = _procfs.sleeps_alone(stat) and not state.probe
     if quiet and runs is None:
-        runs = _read_runs(pid)
+        runs = _procfs.runs(pid)
     return stat, memory, _changing(proc), None, runs if quiet else None
-
-
-def _read_runs(pid: int) -> bytes | None:
-    try:
-        return _procfs.read_proc(f"/proc/{pid}/schedstat")
-    except OSError:
-        return None
 
 
 def read_row(

@@ -130,6 +130,10 @@ def read_proc(path: str, limit: int = 1 << 16) -> bytes:
         os.close(fd)
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_ASLEEP = frozenset("SDTt")
+
+
 class Stat(NamedTuple):
     """What one read of /proc/PID/stat gives a watched row."""
 
@@ -154,6 +158,21 @@ def stat_fields(pid: int, proc: Path = PROC) -> Stat:
     name = os.fsdecode(data[data.find(b"(") + 1 : close])
     ticks = int(fields[11]) + int(fields[12])
     return Stat(name, fields[0].decode(), int(fields[1]), int(fields[17]), ticks, int(fields[19]))
+
+
+def sleeps_alone(stat: Stat) -> bool:
+    """Asleep with one thread: then `runs` tells whether it ran since (it counts the first
+    thread only), and a process that has not run has changed nothing only it can change."""
+    return stat.threads == 1 and stat.letter in _ASLEEP
+
+
+def runs(pid: int, proc: Path = PROC) -> bytes | None:
+    """The kernel's count of a task's runs, /proc/PID/schedstat (time run, time waited, times
+    run): the same line twice means it did not run between them. None when it is gone."""
+    try:
+        return read_proc(f"{proc}/{pid}/schedstat")
+    except OSError:
+        return None
 
 
 def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:
