@@ -15,7 +15,6 @@ from service.models import ProcessWatch
 # A probe may use a table read up to this long ago: the watcher probes every session in one
 # tick, and they share one read of /proc. A snapshot reads its own, which probes then share.
 PROBE_TABLE_AGE_S = 1.0
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # A fork calls exec within milliseconds; until then it shows its parent's command line.
 SETTLED_S = 0.25
 # A scan at most once a second also reads again the known processes whose pid %
@@ -71,7 +70,7 @@ class Entry:
 
     def started(self, boot: float) -> float | None:
         """Its start time as psutil's create_time() computes it (the same float), or None."""
-        return float(self.start_ticks) / _CLOCK_TICKS + boot if self.start_ticks else None
+        return float(self.start_ticks) / _procfs.CLOCK_TICKS + boot if self.start_ticks else None
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def shared(max_age_s: float) -> tuple[dict[int, Entry], dict[int, list[int]]]:
     started = time.monotonic()
     with _cache_lock:
         table = scan()
-        children = _last.children if _last.table is table else children_map(table)
+        children = _last.children  # the scan's own, made with the table it returned
     _latest = (started, table, children)
     return table, children
 
@@ -160,7 +159,7 @@ def scan() -> dict[int, Entry]:
     with _cache_lock:
         with os.scandir("/proc") as entries:
             listing = {int(e.name): e.inode() for e in entries if e.name.isdigit()}
-        last, now_ticks = _last, _uptime() * _CLOCK_TICKS
+        last, now_ticks = _last, _uptime() * _procfs.CLOCK_TICKS
         if listing == last.listing:
             gone: set[int] = set()
             born: set[int] = set()
@@ -212,7 +211,7 @@ def _same_command(pid: int, entry: Entry) -> bool:
         raw = _procfs.read_proc(f"/proc/{pid}/cmdline", 1 << 20)
     except OSError:
         return False
-    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a) == entry.argv
+    return _argv(raw) == entry.argv
 
 
 def _carry_over(old: Entry, new: Entry) -> None:
@@ -241,13 +240,18 @@ def _read(pid: int, now_ticks: float = float("inf")) -> Entry | None:
     fields = stat[close + 2 :].split()
     ppid = int(fields[1])
     start_ticks = int(fields[19]) if len(fields) > 19 else 0
-    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    argv = _argv(raw)
     # Zombies and kernel threads have no command line; their name is all there is to match.
     text = " ".join(argv) or name
     program = os.path.basename(argv[0]) if argv else ""
-    young = now_ticks - start_ticks < SETTLED_S * _CLOCK_TICKS
+    young = now_ticks - start_ticks < SETTLED_S * _procfs.CLOCK_TICKS
     return Entry(ppid=ppid, name=name, text=text, program=program, start_ticks=start_ticks,
-                 argv=tuple(argv), young=young)  # fmt: skip
+                 argv=argv, young=young)  # fmt: skip
+
+
+def _argv(raw: bytes) -> tuple[str, ...]:
+    """A command line as the table keeps it (and matches it): its NUL-separated words."""
+    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
 
 
 def ancestors(pid: int, table: dict[int, Entry]) -> list[int]:
