@@ -4,6 +4,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import psutil
 
@@ -38,6 +39,10 @@ class ProcessesMemory:
     cpu_ticks: dict[Key, tuple[int, float]] = field(default_factory=dict)
     # Python stacks of a stuck tree's members, per process key: taken once per stuck episode
     stacks: dict[str, _pystacks.Taken] = field(default_factory=dict)
+
+    def per_process(self) -> tuple[dict[Key, Any], ...]:
+        """What is kept per watched process (by key), dropped with the process's last row."""
+        return (self.handles, self.described, self.unmoved, self.cpu_ticks)
 
 
 def _target(spec: ProcessWatch) -> str:
@@ -152,10 +157,8 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     handles = memory.handles
     try:
         if not specs:
-            memory.handles.clear()
-            memory.described.clear()
-            memory.unmoved.clear()
-            memory.cpu_ticks.clear()
+            for kept in memory.per_process():
+                kept.clear()
             return section
         run = _proctree.of_run(ctx)
         table, children, excluded = run.table, run.children, run.excluded
@@ -194,9 +197,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
         for proc, row in state.fresh:
             with contextlib.suppress(psutil.Error):
                 row.cpu_percent = proc.cpu_percent(None)
-    for key in set(handles) - state.seen:
-        del handles[key]
-    for kept in (memory.described, memory.unmoved, memory.cpu_ticks):
+    for kept in memory.per_process():
         for key in set(kept) - state.seen:
             del kept[key]
     section.matched = len(matched)
