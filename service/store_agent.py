@@ -93,6 +93,7 @@ class AgentRows(Connection):
         one UPDATE.
         """
         with self._tx() as db:
+            writes_before = db.conn.total_changes
             stored = self._followed(db, sid, [launch["start_key"] for launch in launches])
             for launch in launches:
                 before = stored.get(launch["start_key"])
@@ -100,7 +101,6 @@ class AgentRows(Connection):
                     changed = _changes(before, launch)
                     if not changed:
                         continue
-                    self._launch_writes[sid] = self._launch_writes.get(sid, 0) + 1
                     if not changed.keys() & _INDEXED:
                         row = _launch_row(sid, changed)
                         sets = ", ".join(f"{name} = ?" for name in changed)
@@ -109,7 +109,6 @@ class AgentRows(Connection):
                             [*(row[name] for name in changed), sid, launch["start_key"]],
                         )
                         continue
-                self._launch_writes[sid] = self._launch_writes.get(sid, 0) + 1
                 row = _launch_row(sid, launch)
                 db.table("launches").upsert(row, pk=("session", "start_key"))
                 found = db.execute(
@@ -119,6 +118,8 @@ class AgentRows(Connection):
                 columns = [c[0] for c in found.description]
                 now_stored = dict(zip(columns, found.fetchone(), strict=True))
                 store_search.index_launch(db, sid, now_stored)
+            if db.conn.total_changes != writes_before:  # see launches_stamp
+                self._launch_writes[sid] = self._launch_writes.get(sid, 0) + 1
 
     @staticmethod
     def _followed(db: Any, sid: str, keys: list[str]) -> dict[str, dict[str, Any]]:
