@@ -59,6 +59,9 @@ class _Inside:
             return False
         return path in self.exact or path.startswith(self.prefixes)
 
+    def named_in(self, text: str) -> bool:
+        return any(root in text for root in self.roots)
+
 
 def is_excluded(name: str, argv: list[str]) -> bool:
     """The harness, ctxd, an editor, a shell or a one-shot tool."""
@@ -117,20 +120,14 @@ def _inside_table(
                 yield int(entry), (*read, cwd)
         return
     table, _ = _proctree.shared(0.0)  # fresh: it looks for what was just launched
-    exact, prefixes, roots = inside.exact, inside.prefixes, inside.roots
-    read_before = time.monotonic() - CWD_MAX_AGE_S
-    # one loop over thousands of processes: the tests are written out, not called
     for pid, e in table.items():
         # kernel threads have no command line: never the agent's work
         if not e.argv or e.start_ticks > started_before or pid in own:
             continue
-        cwd = e.cwd if e.cwd_read_at >= read_before else e.working_dir(pid, CWD_MAX_AGE_S)
-        if not (cwd and (cwd in exact or cwd.startswith(prefixes))):
-            text = e.text
-            if not any(root in text for root in roots):
-                continue
-            if not any(inside(arg) for arg in e.argv):
-                continue
+        cwd = e.working_dir(pid, CWD_MAX_AGE_S)
+        # an argument inside names a root: most command lines are ruled out by one search
+        if not inside(cwd) and not (inside.named_in(e.text) and any(map(inside, e.argv))):
+            continue
         yield pid, (e.name, e.ppid, float(e.start_ticks), e.argv, cwd)
 
 
