@@ -53,7 +53,7 @@ class DumpFiles:
         self._behind: dict[str, set[int]] = {}
         self._guard = threading.Lock()
         self._blocked: set[str] = set()  # sessions whose latest.md is a directory, reported
-        # The latest version each session's folder was trimmed for here (see `trim`).
+        # The latest version each session's folder was trimmed for here (see `_trim_after`).
         self._trimmed: dict[str, int] = {}
 
     def session_dir(self, sid: str) -> Path:
