@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,8 +33,8 @@ while True:
 """
 
 
-# the background sampler reads stat lines too: one that samples once an hour stays out of
-# the counts after its first look
+# A background sampler that samples once an hour, where this test starts the shared one: it
+# has no CPU figure of its own during a test.
 QUIET_SAMPLER = Settings(cpu_sample_s=0, sample_interval_s=3600)
 
 
@@ -53,13 +54,17 @@ def mover(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 @pytest.fixture
 def counted_cmdlines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The pids whose command line or stat line a row read."""
+    """The pids whose command line or stat line a row read. Rows are read on the caller's
+    thread; the shared background sampler, which an earlier test may have started with a
+    short interval, reads stat lines on its own and is not counted."""
     reads: list[int] = []
+    caller = threading.get_ident()
     for name in ("cmdline", "stat_fields"):
         real = getattr(_procfs, name)
 
         def counted(pid: int, *args: object, real: Any = real) -> Any:
-            reads.append(pid)
+            if threading.get_ident() == caller:
+                reads.append(pid)
             return real(pid)
 
         monkeypatch.setattr(_procfs, name, counted)
