@@ -177,3 +177,48 @@ def test_a_working_directory_is_read_again_once_its_reading_is_old(
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+MOVER = """
+import os, signal, time
+signal.signal(signal.SIGUSR1, lambda *_: os.chdir(os.environ["MOVE_TO"]))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_scan_tests_again_what_changed_and_in_whole_once_a_cwd_may_have_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two scans only the processes born or gone are tested against the workspace;
+    one that moved into it unseen is found once its working directory is read again."""
+    import signal
+
+    monkeypatch.setattr(procscan, "CWD_MAX_AGE_S", 1.0)
+    work = tmp_path / "work"
+    work.mkdir()
+    mover = subprocess.Popen(  # the folder is not in its arguments: it would be found by them
+        [sys.executable, "-c", MOVER],
+        env={**os.environ, "MOVE_TO": str(work)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert mover.stdout is not None and mover.stdout.readline() == "ready\n"
+    try:
+        assert procscan.workspace_processes([str(work)], min_age_s=0) == []
+        with open(work / "out.log", "w") as out:  # born inside: found by the next scan
+            born = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                    cwd=work, stdout=out)  # fmt: skip
+        wait_for(lambda: [c.pid for c in procscan.workspace_processes([str(work)], 0)])
+        os.kill(mover.pid, signal.SIGUSR1)
+        found = wait_for(lambda: {c.pid for c in procscan.workspace_processes([str(work)], 0)}
+                         - {born.pid}, timeout=10)  # fmt: skip
+        assert found == {mover.pid}
+        born.kill()
+        born.wait(timeout=10)
+        wait_for(lambda: [c.pid for c in procscan.workspace_processes([str(work)], 0)]
+                 == [mover.pid])  # fmt: skip
+    finally:
+        mover.kill()
+        mover.wait(timeout=10)
+        mover.stdout.close()  # type: ignore[union-attr]

@@ -4,7 +4,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Set
+from collections.abc import Callable, Hashable, Set
 from dataclasses import dataclass, field
 
 import psutil
@@ -87,7 +87,7 @@ def of_run(ctx: CollectContext) -> RunTable:
     """The process table of this collection run: read once, by the first collector asking."""
 
     def read() -> RunTable:
-        table, children = shared(PROBE_TABLE_AGE_S if ctx.probe else 0.0)
+        table, children = shared(max(ctx.table_age_s, PROBE_TABLE_AGE_S if ctx.probe else 0.0))
         return RunTable(table, children, own_family(), psutil.boot_time())
 
     return ctx.once("process table", read)
@@ -298,18 +298,10 @@ def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: Set[int]) ->
     return sorted(_pattern_matches(spec.match or "", table) - excluded)
 
 
-# A pattern's matching pids in the table of the scan it was last asked of, by generation (no
-# table is kept for it). The next table is most often the same one (the collectors of one
-# run, or nothing changed), or the next scan's with a few processes changed: then only those
-# are matched again. 5,000 entries cost 2 ms a pattern.
-_found: dict[str, tuple[int, frozenset[int]]] = {}
-_FOUND_PATTERNS = 256
-
-
 def _pattern_matches(source: str, table: dict[int, Entry]) -> frozenset[int]:
     pattern, budget = _patterns.compiled(source), _patterns.Budget()
 
-    def hit(entry: Entry) -> bool:
+    def hit(_: int, entry: Entry) -> bool:
         known = entry.matched.get(pattern.pattern)
         if known is None:
             if len(entry.matched) >= 64:
@@ -317,20 +309,42 @@ def _pattern_matches(source: str, table: dict[int, Entry]) -> frozenset[int]:
             known = entry.matched[pattern.pattern] = budget.search(pattern, entry.text) is not None
         return known
 
+    return kept_matches(("pattern", source), table, hit)
+
+
+# The pids for which a test holds in the table of the scan it was last asked of, by key and
+# generation (no table is kept for them). The next table is most often the same one (the
+# collectors of one run, or nothing changed), or the next scan's with a few processes
+# changed: then only those are tested again. A test over 5,000 entries costs 2-7 ms.
+_kept: dict[Hashable, tuple[int, float, frozenset[int]]] = {}
+_KEPT_MAX = 256
+
+
+def kept_matches(
+    key: Hashable,
+    table: dict[int, Entry],
+    test: Callable[[int, Entry], bool],
+    whole_after_s: float = float("inf"),
+) -> frozenset[int]:
+    """The pids of `table` for which `test(pid, entry)` holds, tested again only where the
+    latest scan changed something, and in whole once the last whole pass is `whole_after_s`
+    old (for a test that reads what changes unseen, such as a working directory)."""
     last = _last
     if table is not last.table:  # not the latest scan's (a caller's own table): no memo
-        return frozenset(pid for pid, entry in table.items() if hit(entry))
-    seen, found = _found.get(source, (-1, frozenset()))
-    if seen == last.generation:
+        return frozenset(pid for pid, entry in table.items() if test(pid, entry))
+    now = time.monotonic()
+    seen, whole_at, found = _kept.get(key, (-1, float("-inf"), frozenset()))
+    if seen == last.generation and now - whole_at <= whole_after_s:
         return found
-    if seen == last.generation - 1:
-        kept = found - last.changed
-        found = kept | {pid for pid in last.changed if pid in table and hit(table[pid])}
+    if seen == last.generation - 1 and now - whole_at <= whole_after_s:
+        changed = last.changed
+        found = (found - changed) | {p for p in changed if p in table and test(p, table[p])}
     else:
-        found = frozenset(pid for pid, entry in table.items() if hit(entry))
-    if len(_found) >= _FOUND_PATTERNS:
-        _found.clear()
-    _found[source] = (last.generation, found)
+        found = frozenset(pid for pid, entry in table.items() if test(pid, entry))
+        whole_at = now
+    if len(_kept) >= _KEPT_MAX:
+        _kept.clear()
+    _kept[key] = (last.generation, whole_at, found)
     return found
 
 

@@ -120,15 +120,24 @@ def _inside_table(
                 yield int(entry), (*read, cwd)
         return
     table, _ = _proctree.shared(0.0)  # fresh: it looks for what was just launched
-    for pid, e in table.items():
-        # kernel threads have no command line: never the agent's work
-        if not e.argv or e.start_ticks > started_before or pid in own:
-            continue
+
+    def is_inside(pid: int, e: _proctree.Entry) -> bool:
+        # kernel threads have no command line: never the agent's work; an argument inside
+        # names a root, so most command lines are ruled out by one search
+        if not e.argv:
+            return False
         cwd = e.working_dir(pid, CWD_MAX_AGE_S)
-        # an argument inside names a root: most command lines are ruled out by one search
-        if not inside(cwd) and not (inside.named_in(e.text) and any(map(inside, e.argv))):
-            continue
-        yield pid, (e.name, e.ppid, float(e.start_ticks), e.argv, cwd)
+        return inside(cwd) or (inside.named_in(e.text) and any(map(inside, e.argv)))
+
+    # tested again where the table changed, and in whole as often as a cwd is read again
+    found = _proctree.kept_matches(("inside", *inside.roots), table, is_inside, CWD_MAX_AGE_S)
+    for pid in sorted(found):
+        e = table[pid]
+        if e.start_ticks <= started_before and pid not in own:
+            yield (
+                pid,
+                (e.name, e.ppid, float(e.start_ticks), e.argv, e.working_dir(pid, CWD_MAX_AGE_S)),
+            )
 
 
 def _cwd(pid: int, proc: str) -> str | None:
