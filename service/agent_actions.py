@@ -46,6 +46,9 @@ class ActionsOut(BaseModel):
 Admit = Callable[[str, WatchSpec, str], Watch]
 
 SETTLE_S = 1.0  # a launch has forked its workers and opened its log by then
+# The settling snapshot takes the process table its workspace scan read just before, unless
+# the steps between (stdout files, a build's walk) took longer than this.
+SCAN_TABLE_AGE_S = 0.5
 BUILD_WINDOW_S = 600.0  # without a previous action, a build looked this far back
 ARTIFACT_SUFFIXES: tuple[str, ...] = (".whl", ".so", ".a", ".tar.gz", ".zip", ".egg", ".jar")
 ARTIFACT_SUFFIXES += (".deb", ".rpm", ".bin", ".exe", ".cubin", ".fatbin", ".ptx", ".dylib", ".pyd")
@@ -145,7 +148,7 @@ class ActionIntake:
                 self._from_machine(sid, session.cwd)
                 for since, tool in builds:
                     self._from_build(sid, session.cwd, since, tool)
-            self.snap.take(sid, trigger="action")
+            self.snap.take(sid, trigger="action", table_age_s=SCAN_TABLE_AGE_S)
         except Exception:  # a background step must never take the service down
             log.exception("settling snapshot of %s failed", sid)
 

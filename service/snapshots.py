@@ -78,9 +78,15 @@ class Snapshotter:
         return self.runner.observe(sid, watches, previous, purpose=purpose, only=only)
 
     def assemble(
-        self, sid: str, trigger: str, note: str | None = None, purpose: str = "snapshot"
+        self,
+        sid: str,
+        trigger: str,
+        note: str | None = None,
+        purpose: str = "snapshot",
+        table_age_s: float = 0.0,
     ) -> Snapshot:
-        """Observe and describe the session now, as the version after the latest stored one."""
+        """Observe and describe the session now, as the version after the latest stored one
+        (`table_age_s`: see `CollectorRunner.observe`)."""
         started = time.perf_counter()
         clock = _Clock(self.last_phases.setdefault(sid, {}))
         clock.into.clear()
@@ -90,7 +96,9 @@ class Snapshotter:
         before = previous.observations if previous else None
         watches = self.store.list_watches(sid)
         clock.lap("read previous")
-        observations = self.runner.observe(sid, watches, before, purpose=purpose)
+        observations = self.runner.observe(
+            sid, watches, before, purpose=purpose, table_age_s=table_age_s
+        )
         clock.lap("collect + redact")
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         launch_history.follow(self.store, sid, watches, observations)
@@ -124,7 +132,12 @@ class Snapshotter:
         return snapshot
 
     def take(
-        self, sid: str, trigger: str = "manual", note: str | None = None, force: bool = False
+        self,
+        sid: str,
+        trigger: str = "manual",
+        note: str | None = None,
+        force: bool = False,
+        table_age_s: float = 0.0,
     ) -> Snapshot:
         """Store version N+1, or, when nothing changed (and not `force`), confirm version N.
 
@@ -133,7 +146,7 @@ class Snapshotter:
         (`files_behind` lists such versions; their files are written again later).
         """
         with self._lock(sid):
-            snapshot = self.assemble(sid, trigger, note)
+            snapshot = self.assemble(sid, trigger, note, table_age_s=table_age_s)
             clock = _Clock(self.last_phases[sid])
             key = changes.content_key(snapshot)
             latest = snapshot.header.previous_version

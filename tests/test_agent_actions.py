@@ -132,3 +132,45 @@ def test_automatic_watches_whose_target_is_gone_retire_and_keep_their_history(tm
         assert "nothere.py" in client.get("/api/sessions/gone/resume").text  # in history
     finally:
         stop_server(server)
+
+
+def test_the_settling_snapshot_takes_the_process_table_its_scan_just_read(
+    tmp_path: Path, monkeypatch
+):
+    """The workspace scan and the snapshot right after it list /proc once between them, and
+    the snapshot still shows the process the scan found (watched by itself)."""
+    from service.collectors import _proctree
+    from service.models import SessionIn
+    from service.settings import Settings
+    from service.snapshots import Snapshotter
+    from service.store import Store
+    from service.triggers import Activity
+    from service.usecases import UseCases
+
+    settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
+    snap = Snapshotter(settings, Store(settings.db_path))
+    cases = UseCases(snap, Activity())
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "serve.py").write_text("import time; print('loading', flush=True); time.sleep(60)")
+    with (work / "serve.log").open("w") as out:
+        proc = subprocess.Popen([sys.executable, "serve.py"], cwd=work, stdout=out)
+    reads = []
+    real_scan = _proctree.scan
+    monkeypatch.setattr(_proctree, "scan", lambda: reads.append(1) or real_scan())
+    monkeypatch.setattr(_proctree, "_latest", (float("-inf"), {}, {}))  # none read before
+    try:
+        snap.store.put_session("settle", SessionIn(cwd=str(work)))
+        time.sleep(0.8)  # older than the scan's minimum age: a long-lived process
+        cases.intake._settle("settle")
+        assert len(reads) == 1
+        watches = snap.store.list_watches("settle")
+        assert sorted(w.spec.kind for w in watches) == ["log", "process"]
+        stored = snap.store.get_snapshot("settle", snap.store.latest_version("settle"))
+        assert stored.header.trigger == "action"
+        assert [p.pid for p in stored.observations.processes.items] == [proc.pid]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        cases.close()
+        snap.close()
