@@ -1,10 +1,11 @@
 """Pure comparison of two snapshots: what started, exited, grew, changed or was written."""
 
 import hashlib
-import json
 import math
 from functools import lru_cache
 from typing import Any
+
+import pydantic_core
 
 from service import happened
 from service.collectors._artifact_text import describe_change
@@ -166,8 +167,8 @@ def content_key(snapshot: Snapshot) -> str:
     for item in data["narrative"]["history"]:
         if item["source"] == "launch":
             item.pop("outcome", None)
-    raw = json.dumps(_stable(data), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(raw.encode()).hexdigest()
+    # _stable sorts every mapping's keys, so the JSON text is one for one content
+    return hashlib.sha256(pydantic_core.to_json(_stable(data))).hexdigest()
 
 
 _KEEP, _DROP, _PERCENT, _BYTES = range(4)
@@ -186,13 +187,13 @@ def _rule(key: str) -> int:
 def _stable(value: Any, key: str = "") -> Any:
     kind = type(value)  # exact types first: a crowd's snapshot holds tens of thousands
     if kind is dict:
-        return {k: _stable(v, k) for k, v in value.items() if _rule(k) != _DROP}
+        return {k: _stable(v, k) for k, v in sorted(value.items()) if _rule(k) != _DROP}
     if kind is list:
         return [_stable(v, key) for v in value]
     if kind is str or value is None:
         return value
     if isinstance(value, dict):
-        return {k: _stable(v, k) for k, v in value.items() if _rule(k) != _DROP}
+        return {k: _stable(v, k) for k, v in sorted(value.items()) if _rule(k) != _DROP}
     if isinstance(value, list):
         return [_stable(v, key) for v in value]
     if isinstance(value, str):

@@ -91,3 +91,10 @@ def test_where_a_sleeping_process_waits_is_shown_but_not_keyed() -> None:
 
     epoll, futex = snapshot("do_epoll_wait (epoll_wait)"), snapshot("futex_do_wait (futex)")
     assert changes.content_key(epoll) == changes.content_key(futex)
+    # the same environment read in another order is the same content; another value is not
+    env = {"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,1", "TP": "8"}
+    futex.observations.processes.items[0].env = env
+    epoll.observations.processes.items[0].env = dict(reversed(env.items()))
+    assert changes.content_key(epoll) == changes.content_key(futex)
+    epoll.observations.processes.items[0].env = {**env, "TP": "4"}
+    assert changes.content_key(epoll) != changes.content_key(futex)
