@@ -172,6 +172,7 @@ def content_key(snapshot: Snapshot) -> str:
 
 
 _KEEP, _DROP, _PERCENT, _BYTES = range(4)
+_NUMBERS = frozenset({int, float, bool})
 
 
 @lru_cache(maxsize=4096)
@@ -187,7 +188,17 @@ def _rule(key: str) -> int:
 def _stable(value: Any, key: str = "") -> Any:
     kind = type(value)  # exact types first: a crowd's snapshot holds tens of thousands
     if kind is dict:
-        return {k: _stable(v, k) for k, v in sorted(value.items()) if _rule(k) != _DROP}
+        out = {}
+        for k, v in sorted(value.items()):
+            rule = _rule(k)
+            if rule == _DROP:
+                continue
+            leaf = type(v)  # a row is mostly texts, Nones and kept numbers: no call for them
+            if leaf is str or v is None or (rule == _KEEP and leaf in _NUMBERS):
+                out[k] = v
+            else:
+                out[k] = _stable(v, k)
+        return out
     if kind is list:
         return [_stable(v, key) for v in value]
     if kind is str or value is None:
