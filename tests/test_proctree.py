@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.collectors import _proctree
+from service.collectors import _procselect, _proctree
 from tests.conftest import wait_until
 
 
@@ -91,7 +91,7 @@ def test_a_pattern_follows_the_table_as_processes_come_and_go() -> None:
 
     def matched() -> list[int]:
         table = _proctree.scan()
-        return _proctree._matches(spec, table, frozenset())
+        return _procselect._matches(spec, table, frozenset())
 
     assert matched() == []
     first = subprocess.Popen([sys.executable, "-c", code, tag])

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import psutil
 
 from service import redact
-from service.collectors import CollectContext, _procfs, _proctree
+from service.collectors import CollectContext, _procfs, _procselect, _proctree
 from service.collectors._argv import is_python
 from service.models import ArtifactInfo, LogInfo, ProcessWatch, Watch
 
@@ -71,7 +71,7 @@ def watched_pids(watches: list[Watch], run: _proctree.RunTable | None) -> list[i
     found: list[int] = []
     for watch in watches:
         if isinstance(watch.spec, ProcessWatch):
-            rows = _proctree.candidates(watch.spec, run.table, run.excluded, run.children)
+            rows = _procselect.candidates(watch.spec, run.table, run.excluded, run.children)
             found += [pid for pid, _ in rows]
     return list(dict.fromkeys(found))
 

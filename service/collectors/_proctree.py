@@ -1,16 +1,15 @@
-"""The process table read once per collect, and which pids (and trees) each watch selects."""
+"""The process table, read once per collect and shared: what each process is, and which changed."""
 
 import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Set
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import psutil
 
-from service.collectors import CollectContext, _patterns, _procfs
-from service.models import ProcessWatch
+from service.collectors import CollectContext, _procfs
 
 # A probe may use a table read up to this long ago: the watcher probes every session in one
 # tick, and they share one read of /proc. A snapshot reads its own, which probes then share.
@@ -254,62 +253,11 @@ def _argv(raw: bytes) -> tuple[str, ...]:
     return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
 
 
-def ancestors(pid: int, table: dict[int, Entry]) -> list[int]:
-    found: list[int] = []
-    entry = table.get(pid)
-    while entry is not None and entry.ppid and entry.ppid not in found and entry.ppid != pid:
-        found.append(entry.ppid)
-        entry = table.get(entry.ppid)
-    return found
-
-
 def children_map(table: dict[int, Entry]) -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid, entry in table.items():
         children.setdefault(entry.ppid, []).append(pid)
     return children
-
-
-def descendants(root: int, children: dict[int, list[int]]) -> list[int]:
-    """Every process below root, depth first in pid order (the launcher's workers in rank order)."""
-    found: list[int] = []
-    seen = {root}
-    stack = sorted(children.get(root, []), reverse=True)
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        found.append(pid)
-        stack += sorted(children.get(pid, []), reverse=True)
-    return found
-
-
-def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: Set[int]) -> list[int]:
-    if spec.pid is not None:
-        return [spec.pid] if spec.pid in table or psutil.pid_exists(spec.pid) else []
-    if spec.name is not None:
-        # psutil's name is the kernel's 15-character comm; argv[0] has the full program name.
-        return sorted(
-            pid
-            for pid, e in table.items()
-            if pid not in excluded and spec.name in (e.name, e.program)
-        )
-    return sorted(_pattern_matches(spec.match or "", table) - excluded)
-
-
-def _pattern_matches(source: str, table: dict[int, Entry]) -> frozenset[int]:
-    pattern, budget = _patterns.compiled(source), _patterns.Budget()
-
-    def hit(_: int, entry: Entry) -> bool:
-        known = entry.matched.get(pattern.pattern)
-        if known is None:
-            if len(entry.matched) >= 64:
-                entry.matched.clear()
-            known = entry.matched[pattern.pattern] = budget.search(pattern, entry.text) is not None
-        return known
-
-    return kept_matches(("pattern", source), table, hit)
 
 
 # The pids for which a test holds in the table of the scan it was last asked of, by key and
@@ -346,30 +294,3 @@ def kept_matches(
         _kept.clear()
     _kept[key] = (last.generation, whole_at, found)
     return found
-
-
-def candidates(
-    spec: ProcessWatch,
-    table: dict[int, Entry],
-    excluded: Set[int],
-    children: dict[int, list[int]],
-) -> list[tuple[int, int]]:
-    """(pid, tree root) pairs for one watch, each root followed by its tree.
-
-    A match below another match is part of that match's tree, not a root of its own.
-    """
-    matched = _matches(spec, table, excluded)
-    matched_set = set(matched)
-    roots = [p for p in matched if not matched_set.intersection(ancestors(p, table))]
-    rows: list[tuple[int, int]] = []
-    for root in roots:
-        rows.append((root, root))
-        if spec.children:
-            rows += [(pid, root) for pid in descendants(root, children)]
-    if not spec.children:
-        root_set = set(roots)
-        for pid in matched:
-            if pid not in root_set:
-                tree = next((a for a in ancestors(pid, table) if a in root_set), pid)
-                rows.append((pid, tree))
-    return rows

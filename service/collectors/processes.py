@@ -9,7 +9,14 @@ from typing import Any
 import psutil
 
 from service import redact, sampler
-from service.collectors import CollectContext, _proc_static, _procfs, _proctree, _pystacks
+from service.collectors import (
+    CollectContext,
+    _proc_static,
+    _procfs,
+    _procselect,
+    _proctree,
+    _pystacks,
+)
 from service.collectors._argv import parse_flags
 from service.collectors._proc_rows import Key, State, Unmoved, read_row
 from service.collectors._proc_static import DEFAULT_ENV
@@ -180,7 +187,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     matched: set[int] = set()
     for watch_id, spec in specs:
         try:
-            rows = _proctree.candidates(spec, table, excluded, children)
+            rows = _procselect.candidates(spec, table, excluded, children)
             rows += _orphans(watch_id, rows, ctx, table)
             matched.update(pid for pid, _ in rows)
             _collect_watch(watch_id, spec, rows, state, section)
