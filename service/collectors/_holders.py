@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import psutil
 
 from service import redact
-from service.collectors import CollectContext, _procfs, _procselect, _proctree
+from service.collectors import CollectContext, _procfs, _procpackages, _procselect, _proctree
 from service.collectors._argv import is_python
 from service.models import ArtifactInfo, LogInfo, ProcessWatch, Watch
 
@@ -280,9 +280,9 @@ def _wheel_use(name: str, version: str, roots: list[psutil.Process]) -> str | No
                 environ = proc.environ()
         except psutil.Error:
             continue
-        dirs = _procfs.site_dirs(argv[0] if argv else "", exe, environ, cwd,
-                                 root=f"/proc/{proc.pid}/root")  # fmt: skip
-        installed = _procfs.package_versions(dirs, [name])[name]
+        dirs = _procpackages.site_dirs(argv[0] if argv else "", exe, environ, cwd,
+                                       root=f"/proc/{proc.pid}/root")  # fmt: skip
+        installed = _procpackages.package_versions(dirs, [name])[name]
         if installed == "not installed":
             return f"the watched pid {proc.pid} has no {name} in its site-packages"
         verdict = "the same version" if installed == version else f"not this wheel's {version}"

@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 
 from service import redact, redact_known
-from service.collectors import _procfs
+from service.collectors import _procpackages
 from service.collectors import _relaunch as relaunch
 from service.collectors._argv import is_python, parse_flags
 from service.models import Flag, ProcessWatch
@@ -66,12 +66,12 @@ def describe(
     packages = None
     python = is_python(info["exe"])
     if root and (spec.packages or python) and not zombie:
-        dirs = _procfs.site_dirs(
+        dirs = _procpackages.site_dirs(
             (info["cmdline"] or [""])[0], info["exe"], environ or {}, info["cwd"],
             root=f"/proc/{proc.pid}/root",
         )  # fmt: skip
-        asked = _procfs.package_versions(dirs, spec.packages) if spec.packages else {}
-        packages = {**(_procfs.stack_versions(dirs) if python else {}), **asked}
+        asked = _procpackages.package_versions(dirs, spec.packages) if spec.packages else {}
+        packages = {**(_procpackages.stack_versions(dirs) if python else {}), **asked}
     # the generation is read before redacting: a secret learned meanwhile re-describes
     known = signature(info, root, spec, zombie)
     argv = redact.argv(info["cmdline"] or [])
