@@ -2,10 +2,12 @@
 
 import hashlib
 import math
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
 import pydantic_core
+from pydantic import BaseModel
 
 from service import happened
 from service.collectors._artifact_text import describe_change
@@ -154,24 +156,34 @@ def content_key(snapshot: Snapshot) -> str:
     RSS moves by a page does not make a new version, while one that wakes up or doubles its
     memory does.
     """
-    data = snapshot.model_dump(mode="json", exclude={"header": True, "changes": True})
-    data["note"] = snapshot.header.note
-    for log in data["observations"]["logs"]["items"]:
-        for name in _LOG_NEWS:
-            log.pop(name, None)
+    # _stable sorts every mapping's keys, so the JSON text is one for one content
+    return hashlib.sha256(pydantic_core.to_json(keyed(snapshot))).hexdigest()
+
+
+def keyed(snapshot: Snapshot) -> dict[str, Any]:
+    """What content_key hashes, read from the models themselves (a JSON dump first cost as
+    much as the walk)."""
+    fields = {name: getattr(snapshot, name) for name in _SNAPSHOT_FIELDS}
     # a signal's wording carries durations ("silent for 4 min"); its identity does not, nor its
     # severity, which follows from the observations already in the key or from news (a new
     # error is critical, the same error read again a warning) that is no state
-    data["signals"] = sorted(s.key for s in snapshot.signals)
+    fields["signals"] = sorted(s.key for s in snapshot.signals)
+    fields["note"] = snapshot.header.note
+    data = _stable(fields)
+    for log in data["observations"]["logs"]["items"]:
+        for name in _LOG_NEWS:
+            log.pop(name, None)
     # a running launch's outcome reads "running for 4 s": its identity and status are state
     for item in data["narrative"]["history"]:
         if item["source"] == "launch":
             item.pop("outcome", None)
-    # _stable sorts every mapping's keys, so the JSON text is one for one content
-    return hashlib.sha256(pydantic_core.to_json(_stable(data))).hexdigest()
+    return data
 
 
 _KEEP, _DROP, _PERCENT, _BYTES = range(4)
+_SNAPSHOT_FIELDS = tuple(
+    name for name in Snapshot.model_fields if name not in ("header", "changes")
+)
 _NUMBERS = frozenset({int, float, bool})
 
 
@@ -185,28 +197,49 @@ def _rule(key: str) -> int:
     return _BYTES if key.endswith("_bytes") else _KEEP
 
 
+@lru_cache(maxsize=512)
+def _fields_of(model: type[BaseModel]) -> tuple[str, ...]:
+    """A model's fields that content_key keeps, by name (a crowd's rows are one model)."""
+    return tuple(name for name in sorted(model.model_fields) if _rule(name) != _DROP)
+
+
+def _mapping(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    out = {}
+    for k, v in pairs:
+        rule = _rule(k)
+        if rule == _DROP:
+            continue
+        leaf = type(v)  # a row is mostly texts, Nones and kept numbers: no call for them
+        if leaf is str or v is None or (rule == _KEEP and leaf in _NUMBERS):
+            out[k] = v
+        else:
+            out[k] = _stable(v, k)
+    return out
+
+
 def _stable(value: Any, key: str = "") -> Any:
+    """The value as content_key compares it: mappings and models as dicts sorted by key,
+    without volatile fields, percentages and byte counts banded; other leaves as they are
+    (pydantic-core writes datetimes, enums and paths)."""
     kind = type(value)  # exact types first: a crowd's snapshot holds tens of thousands
     if kind is dict:
-        out = {}
-        for k, v in sorted(value.items()):
-            rule = _rule(k)
-            if rule == _DROP:
-                continue
-            leaf = type(v)  # a row is mostly texts, Nones and kept numbers: no call for them
-            if leaf is str or v is None or (rule == _KEEP and leaf in _NUMBERS):
-                out[k] = v
-            else:
-                out[k] = _stable(v, k)
-        return out
+        return _mapping(sorted(value.items()))
     if kind is list:
         return [_stable(v, key) for v in value]
     if kind is str or value is None:
         return value
-    if isinstance(value, dict):
-        return {k: _stable(v, k) for k, v in sorted(value.items()) if _rule(k) != _DROP}
-    if isinstance(value, list):
+    if isinstance(value, BaseModel):
+        fields = value.__dict__
+        out = _mapping((name, fields[name]) for name in _fields_of(type(value)))
+        if value.__pydantic_extra__:
+            out.update(_mapping(sorted(value.__pydantic_extra__.items())))
+        return out
+    if isinstance(value, set | frozenset):  # in no model today; unordered: sorted
+        value = sorted(value, key=repr)
+    if isinstance(value, list | tuple):
         return [_stable(v, key) for v in value]
+    if isinstance(value, dict):
+        return _mapping(sorted(value.items()))
     if isinstance(value, str):
         return value
     rule = _rule(key)

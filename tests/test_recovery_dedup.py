@@ -98,3 +98,55 @@ def test_where_a_sleeping_process_waits_is_shown_but_not_keyed() -> None:
     assert changes.content_key(epoll) == changes.content_key(futex)
     epoll.observations.processes.items[0].env = {**env, "TP": "4"}
     assert changes.content_key(epoll) != changes.content_key(futex)
+
+
+def test_the_key_walks_the_models_as_their_json_dump_reads(tmp_path: Path, spawn) -> None:
+    """content_key reads the models themselves; what it hashes is what the same walk of the
+    snapshot's JSON dump gives (no field lost, none read differently), on a real snapshot
+    with a process and its environment, a failed log, a tree, a port, a journal and a launch."""
+    import json
+    import os
+    import socket
+
+    import pydantic_core
+
+    from service.models import ArtifactWatch, JournalIn, PortWatch
+
+    log = tmp_path / "vllm.log"
+    log.write_bytes((FIXTURES / "vllm_worker_free_memory_chain_issue535_excerpt.log").read_bytes())
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "kernel-0.1.whl").write_bytes(b"x" * 4096)
+    env = {**os.environ, "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    child = spawn(sys.executable, "-c", "import time; time.sleep(60)", "serve.py", env=env)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
+    snap = Snapshotter(settings, Store(settings.db_path))
+    try:
+        snap.store.put_session("s", SessionIn(objective="find the hang"))
+        for spec in (
+            LogWatch(path=str(log)),
+            ProcessWatch(pid=child.pid),
+            ArtifactWatch(path=str(tmp_path / "dist")),
+            PortWatch(port=listener.getsockname()[1]),
+        ):
+            snap.store.add_watch("s", spec, limit=10)
+        snap.store.add_entry("s", JournalIn(kind="attempt", text="tp 8", status="failed"))
+        snapshot = snap.take("s")
+        assert snapshot.observations.processes.items[0].env  # the walk meets a mapping
+        dumped = snapshot.model_dump(mode="json", exclude={"header": True, "changes": True})
+        dumped["signals"] = sorted(s.key for s in snapshot.signals)
+        dumped["note"] = snapshot.header.note
+        reference = changes._stable(dumped)
+        for item in reference["observations"]["logs"]["items"]:
+            for name in changes._LOG_NEWS:
+                item.pop(name, None)
+        launches = [i for i in reference["narrative"]["history"] if i["source"] == "launch"]
+        assert launches  # the process, seen running: its outcome is a duration, not state
+        for item in launches:
+            item.pop("outcome")
+        assert json.loads(pydantic_core.to_json(changes.keyed(snapshot))) == reference
+    finally:
+        listener.close()
+        snap.close()
