@@ -227,9 +227,14 @@ def _scrub_dict(d: Mapping[Any, Any]) -> dict[Any, Any]:
 
 
 def _scrub_model(obj: BaseModel) -> BaseModel:
+    """The model itself when redaction changes nothing in it (most rows), else a copy with
+    what changed."""
     fields = obj.__dict__
-    # the copy keeps what holds no text as it is: a process row is mostly numbers and Nones
-    update = {name: _scrub(v) for name, v in fields.items() if type(v) not in _NO_TEXT_TYPES}
+    # what holds no text is not looked at: a process row is mostly numbers and Nones
+    update = {}
+    for field, v in fields.items():
+        if type(v) not in _NO_TEXT_TYPES and (new := _scrub(v)) is not v and new != v:
+            update[field] = new
     for name_field, value_field in _NAME_VALUE_FIELDS:
         name, value = fields.get(name_field), fields.get(value_field)
         if isinstance(name, str) and isinstance(value, str) and is_secret_name(name):
@@ -237,7 +242,7 @@ def _scrub_model(obj: BaseModel) -> BaseModel:
             update[value_field] = REDACTED
     if obj.__pydantic_extra__:
         update.update(_scrub_dict(obj.__pydantic_extra__))
-    return obj.model_copy(update=update)
+    return obj.model_copy(update=update) if update else obj
 
 
 # Leaves that hold no text, answered before the (slow) abstract Mapping check: a snapshot
@@ -252,10 +257,12 @@ def _scrub(obj: Any) -> Any:
         return text(obj)
     if kind in _NO_TEXT_TYPES:
         return obj
-    if kind is list:
-        return [_scrub(x) for x in obj]
+    if kind is list:  # the list itself when nothing in it changed (one C comparison)
+        out = [_scrub(x) for x in obj]
+        return obj if out == obj else out
     if kind is dict:
-        return _scrub_dict(obj)
+        scrubbed = _scrub_dict(obj)
+        return obj if scrubbed == obj else scrubbed
     if isinstance(obj, str):
         return text(obj)
     if isinstance(obj, _NO_TEXT):
@@ -272,7 +279,8 @@ def _scrub(obj: Any) -> Any:
 
 
 def scrub(obj: T) -> T:
-    """A copy of a model, dict, list or str with every string in it redacted."""
+    """A model, dict, list or str with every string in it redacted: a copy where redaction
+    changed something, the value itself (or its part) where it changed nothing."""
     return cast(T, _scrub(obj))
 
 

@@ -277,6 +277,22 @@ def test_scrub_process_info() -> None:
     assert out.started_at == info.started_at and out.key == info.key
 
 
+def test_scrub_copies_only_what_it_changes() -> None:
+    """A row with nothing to redact is returned itself (a crowd's rows are not copied); one
+    with a secret is a copy, and the original keeps its text."""
+    when = datetime(2025, 1, 2, tzinfo=UTC)
+    clean = Inner(note="step 3 of 8", when=when, headers={"Host": "h"})
+    dirty = Inner(note=f"token {GHP}", when=when)
+    outer = Outer(items=[clean, dirty], count=2)
+    out = redact.scrub(outer)
+    assert out is not outer and out.items[0] is clean and out.items[1] is not dirty
+    assert out.items[1].note == "token [REDACTED]" and dirty.note == f"token {GHP}"
+    assert redact.scrub(Outer(items=[clean], count=1, tags=("plain",))).items[0] is clean
+    plain = ["a", {"b": ["c"]}]
+    assert redact.scrub(plain) is plain
+    assert redact.scrub(["a", {"b": [HF]}]) == ["a", {"b": [REDACTED]}]
+
+
 def test_scrub_plain_containers() -> None:
     assert redact.scrub(GHP) == REDACTED
     assert redact.scrub({"password": "x", "n": [1, HF], "k": 2}) == {
