@@ -257,6 +257,3 @@ def socket_owner(
         except OSError:
             continue
     return None
-
-
-# --- package versions of a process's own Python ------------------------------------------------

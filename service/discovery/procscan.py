@@ -134,10 +134,8 @@ def _inside_table(
     for pid in sorted(found):
         e = table[pid]
         if e.start_ticks <= started_before and pid not in own:
-            yield (
-                pid,
-                (e.name, e.ppid, float(e.start_ticks), e.argv, e.working_dir(pid, CWD_MAX_AGE_S)),
-            )
+            cwd = e.working_dir(pid, CWD_MAX_AGE_S)
+            yield pid, (e.name, e.ppid, float(e.start_ticks), e.argv, cwd)
 
 
 def _cwd(pid: int, proc: str) -> str | None:
