@@ -142,18 +142,29 @@ def blocks(markdown: str) -> list[str]:
 
 
 def index_dump(db: Database, sid: str, version: int, at: str, markdown: str) -> None:
-    """A version's dump, only its blocks this session has not said before."""
+    """A version's dump, only its blocks this session has not said before (those it has said
+    are marked as said again): three statements a dump, whatever its number of blocks."""
+    keyed: dict[str, str] = {}
     for block in blocks(markdown):
-        key = hashlib.sha256(_DIGITS.sub("0", block).encode()).hexdigest()[:32]
-        seen = db.execute(
-            "update search_docs set last_version = max(last_version, ?)"
-            " where session = ? and source = 'dump' and ref = ?",
-            [version, sid, key],
-        ).rowcount
-        if seen:
-            continue
-        heading = block.splitlines()[0].lstrip("# ") if block.startswith("#") else "dump"
-        db.table("search_docs").insert(
+        keyed.setdefault(hashlib.sha256(_DIGITS.sub("0", block).encode()).hexdigest()[:32], block)
+    if not keyed:
+        return
+    refs = f"({', '.join('?' * len(keyed))})"
+    db.execute(
+        "update search_docs set last_version = max(last_version, ?)"
+        f" where session = ? and source = 'dump' and ref in {refs}",
+        [version, sid, *keyed],
+    )
+    said = {
+        ref
+        for (ref,) in db.execute(
+            f"select ref from search_docs where session = ? and source = 'dump' and ref in {refs}",
+            [sid, *keyed],
+        )
+    }
+    new = [(key, block) for key, block in keyed.items() if key not in said]
+    if new:
+        db.table("search_docs").insert_all(
             {
                 "session": sid,
                 "source": "dump",
@@ -161,10 +172,15 @@ def index_dump(db: Database, sid: str, version: int, at: str, markdown: str) -> 
                 "version": version,
                 "last_version": version,
                 "at": at,
-                "kind": f"dump {heading[:80]}",
+                "kind": "dump " + (_heading(block)[:80]),
                 "text": block,
             }
+            for key, block in new
         )
+
+
+def _heading(block: str) -> str:
+    return block.splitlines()[0].lstrip("# ") if block.startswith("#") else "dump"
 
 
 def after_prune(db: Database) -> None:
