@@ -55,14 +55,24 @@ class DumpFiles:
         self._blocked: set[str] = set()  # sessions whose latest.md is a directory, reported
         # The latest version each session's folder was trimmed for here (see `_trim_after`).
         self._trimmed: dict[str, int] = {}
+        # Each session folder's real path, resolved once (a resolve costs a stat per part).
+        self._real: dict[str, Path] = {}
 
     def session_dir(self, sid: str) -> Path:
         return self.settings.data_dir / sid
 
+    def _real_dir(self, sid: str) -> Path:
+        real = self._real.get(sid)
+        if real is None:
+            if len(self._real) > 4096:
+                self._real.clear()
+            real = self._real[sid] = self.session_dir(sid).resolve()
+        return real
+
     def locate(self, sid: str, version: int) -> DumpLocation:
         base = self.settings.base_url
         return DumpLocation(
-            markdown_path=str((self.session_dir(sid) / version_file(version)).resolve()),
+            markdown_path=str(self._real_dir(sid) / version_file(version)),
             json_url=f"{base}/api/sessions/{sid}/snapshots/{version}",
             resume_url=f"{base}/api/sessions/{sid}/resume",
             files_kept=self.settings.markdown_files,
