@@ -282,9 +282,11 @@ def kept_matches(
         return frozenset(pid for pid, entry in table.items() if test(pid, entry))
     now = time.monotonic()
     seen, whole_at, found = _kept.get(key, (-1, float("-inf"), frozenset()))
-    if seen == last.generation and now - whole_at <= whole_after_s:
+    if now - whole_at > whole_after_s:
+        seen = -1  # kept too long: tested in whole
+    if seen == last.generation:
         return found
-    if seen == last.generation - 1 and now - whole_at <= whole_after_s:
+    if seen == last.generation - 1:
         changed = last.changed
         found = (found - changed) | {p for p in changed if p in table and test(p, table[p])}
     else:
