@@ -85,3 +85,24 @@ def test_a_watch_with_a_huge_pattern_is_refused_with_the_reason() -> None:
         ProcessWatch(match="(?:a{1000}){1000}")
     with pytest.raises(ValidationError, match="more than 10000 nodes"):
         LogWatch(path="/tmp/x.log", errors=["a{6000}", "b{6000}"])
+
+
+def test_a_verdict_is_kept_and_a_refusal_stays_a_refusal(monkeypatch) -> None:
+    # Each snapshot reads its watches back through validation and compiles their patterns:
+    # parsing a pattern again every time cost ~0.3 ms a snapshot for one process watch.
+    parsed: list[str] = []
+    real_parse = _patterns.re._parser.parse
+
+    def counting(pattern: str, *args):  # type: ignore[no-untyped-def]
+        parsed.append(pattern)
+        return real_parse(pattern, *args)
+
+    monkeypatch.setattr(_patterns.re._parser, "parse", counting)
+    for _ in range(3):
+        _patterns.check("kept-verdict-(a|b)+")
+        with pytest.raises(ValueError, match="more than"):
+            _patterns.check("(?:kept{1000}){1000}")
+    assert parsed == ["kept-verdict-(a|b)+", "(?:kept{1000}){1000}"]
+    for i in range(3 * _patterns.CHECKED_PATTERNS):
+        _patterns.check(f"verdict-{i}")
+    assert _patterns._refusal.cache_info().currsize <= _patterns.CHECKED_PATTERNS

@@ -12,6 +12,8 @@ import regex
 MAX_PATTERN_SIZE = 10_000
 # Few patterns live at once (one per watch); a bounded cache of bounded patterns is bounded.
 CACHE_PATTERNS = 32
+# Verdicts are small (a pattern's text and None or a sentence): more are kept than patterns.
+CHECKED_PATTERNS = 1024
 
 # Python's own `re` holds the GIL while it backtracks: a pattern like `(.+)+X` would stop
 # every thread of the service. The `regex` engine takes a timeout and releases the GIL.
@@ -56,17 +58,27 @@ def _size(tree: object, depth: int = 0) -> int:
 
 def check(pattern: str) -> None:
     """Raise PatternTooLarge (a ValueError that says why) for a pattern too large to compile."""
+    refusal = _refusal(pattern)
+    if refusal is not None:
+        raise PatternTooLarge(refusal)
+
+
+# Every snapshot validates its watches again as they are read back, and every collector asks
+# for its compiled patterns: the verdict on a pattern is kept, not parsed again each time.
+@lru_cache(maxsize=CHECKED_PATTERNS)
+def _refusal(pattern: str) -> str | None:
     try:
         tree = re._parser.parse(pattern)  # type: ignore[attr-defined]
     except re.error as exc:
-        raise PatternTooLarge(f"not a valid regular expression: {exc}") from None
+        return f"not a valid regular expression: {exc}"
     except RecursionError:
-        raise PatternTooLarge("pattern is nested too deeply") from None
+        return "pattern is nested too deeply"
     if _size(tree) > MAX_PATTERN_SIZE:
-        raise PatternTooLarge(
+        return (
             f"pattern would compile to more than {MAX_PATTERN_SIZE} nodes (counted repeats "
             "multiply: (?:a{100}){100} is 10,000); use smaller counts or + and *"
         )
+    return None
 
 
 def check_all(patterns: list[str]) -> None:
