@@ -26,7 +26,8 @@ FTS_COLUMNS = ["kind", "text", "detail", "status"]
 # but bounded.
 ACTIONS_INDEXED = 5000
 _HEADING = re.compile(r"^#{1,6} ", re.M)
-_DIGITS = re.compile(r"\d+")
+# ASCII digits only: a Unicode \d made the key of a 17 KB dump cost 0.6 ms, this 0.3.
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def create(db: Database) -> None:
