@@ -81,8 +81,14 @@ class Connection:
             yield self.db
 
     def _rows(self, sql: str, params: tuple | list = ()) -> list[dict]:
+        """The rows of a select, as dicts. Run on the connection itself: sqlite-utils' query()
+        wraps each statement in a savepoint of its own, three statements for every read."""
         with self._lock:
-            return list(self.db.query(sql, params))
+            cursor = self.db.conn.execute(sql, params)
+            if cursor.description is None:
+                raise ValueError(f"not a select: {sql[:60]}")
+            keys = [column[0] for column in cursor.description]
+            return [dict(zip(keys, row, strict=True)) for row in cursor]
 
     def _require_session(self, sid: str) -> None:
         if not self._rows("select 1 from sessions where id = ?", [sid]):

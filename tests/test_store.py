@@ -87,6 +87,24 @@ def test_lookups_of_missing_things_raise_not_found(tmp_path: Path):
         store.add_entry("missing", JournalIn(kind="note", text="x"))
 
 
+def test_a_read_is_one_statement_and_leaves_no_transaction_open(tmp_path: Path):
+    # A snapshot reads the store a dozen times; wrapped in savepoints (sqlite-utils' query())
+    # each read cost three statements.
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("s", SessionIn(title="x"))
+    store.add_snapshot("s", lambda version: _snapshot("s", version))
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    assert store.get_session("s").title == "x"
+    assert store.latest_version("s") == 1
+    assert store.list_watches("s") == []
+    store.db.conn.set_trace_callback(None)
+    assert len(statements) == 4, statements  # list_watches asks for its session first
+    assert not store.db.conn.in_transaction
+    with pytest.raises(ValueError, match="not a select"):
+        store._rows("update sessions set title = title where 0")
+
+
 def test_watch_limit_is_enforced(tmp_path: Path):
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())
