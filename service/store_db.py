@@ -13,6 +13,7 @@ from sqlite_utils import Database
 
 from service.errors import NotFound
 from service.store_schema import migrations
+from service.store_sql import select_rows
 
 log = logging.getLogger("ctxd")
 WAL_CHECKPOINT_PAGES = 32
@@ -81,14 +82,8 @@ class Connection:
             yield self.db
 
     def _rows(self, sql: str, params: tuple | list = ()) -> list[dict]:
-        """The rows of a select, as dicts. Run on the connection itself: sqlite-utils' query()
-        wraps each statement in a savepoint of its own, three statements for every read."""
         with self._lock:
-            cursor = self.db.conn.execute(sql, params)
-            if cursor.description is None:
-                raise ValueError(f"not a select: {sql[:60]}")
-            keys = [column[0] for column in cursor.description]
-            return [dict(zip(keys, row, strict=True)) for row in cursor]
+            return select_rows(self.db, sql, params)
 
     def _require_session(self, sid: str) -> None:
         if not self._rows("select 1 from sessions where id = ?", [sid]):

@@ -21,6 +21,8 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from service.store_sql import insert_rows
+
 FTS_COLUMNS = ["kind", "text", "detail", "status"]
 # The most actions a session keeps in the index: more than the ring (history is the point),
 # but bounded.
@@ -165,18 +167,22 @@ def index_dump(db: Database, sid: str, version: int, at: str, markdown: str) -> 
     }
     new = [(key, block) for key, block in keyed.items() if key not in said]
     if new:
-        db.table("search_docs").insert_all(
-            {
-                "session": sid,
-                "source": "dump",
-                "ref": key,
-                "version": version,
-                "last_version": version,
-                "at": at,
-                "kind": "dump " + (_heading(block)[:80]),
-                "text": block,
-            }
-            for key, block in new
+        insert_rows(
+            db,
+            "search_docs",
+            (
+                {
+                    "session": sid,
+                    "source": "dump",
+                    "ref": key,
+                    "version": version,
+                    "last_version": version,
+                    "at": at,
+                    "kind": "dump " + (_heading(block)[:80]),
+                    "text": block,
+                }
+                for key, block in new
+            ),
         )
 
 

@@ -12,6 +12,7 @@ from service import store_search, store_sections
 from service.errors import NotFound
 from service.models import Snapshot, SnapshotSummary
 from service.store_db import Connection, iso, now
+from service.store_sql import insert_rows
 
 
 class SnapshotRows(Connection):
@@ -32,18 +33,22 @@ class SnapshotRows(Connection):
             # read and written under one lock and transaction: the number cannot race
             version = self.latest_version(sid) + 1
             snapshot, markdown = build(version)
-            db.table("snapshots").insert(
-                {
-                    "session": sid,
-                    "version": version,
-                    "taken_at": iso(snapshot.header.taken_at),
-                    "trigger": snapshot.header.trigger,
-                    "signals": len(snapshot.signals),
-                    "changes": len(snapshot.changes),
-                    "sections": self._put_sections(db, sid, version, snapshot),
-                    "markdown_z": self._encode_markdown(sid, version, markdown),
-                    "content_key": content_key,
-                }
+            insert_rows(
+                db,
+                "snapshots",
+                [
+                    {
+                        "session": sid,
+                        "version": version,
+                        "taken_at": iso(snapshot.header.taken_at),
+                        "trigger": snapshot.header.trigger,
+                        "signals": len(snapshot.signals),
+                        "changes": len(snapshot.changes),
+                        "sections": self._put_sections(db, sid, version, snapshot),
+                        "markdown_z": self._encode_markdown(sid, version, markdown),
+                        "content_key": content_key,
+                    }
+                ],
             )
             store_search.index_dump(db, sid, version, iso(snapshot.header.taken_at), markdown)
         return snapshot

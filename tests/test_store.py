@@ -103,6 +103,16 @@ def test_a_read_is_one_statement_and_leaves_no_transaction_open(tmp_path: Path):
     assert not store.db.conn.in_transaction
     with pytest.raises(ValueError, match="not a select"):
         store._rows("update sessions set title = title where 0")
+    assert not store.db.conn.in_transaction  # the mistaken write's implicit BEGIN undone
+    # a version and its search index: inserted without asking sqlite_master or a savepoint
+    statements.clear()
+    store.db.conn.set_trace_callback(statements.append)
+    store.add_snapshot("s", lambda v: (_snapshot("s", v)[0], "# s\n\nthe kernel, rebuilt\n"))
+    store.db.conn.set_trace_callback(None)
+    assert not [s for s in statements if "sqlite_master" in s or "SAVEPOINT" in s], statements
+    assert store.get_markdown("s", 2) == "# s\n\nthe kernel, rebuilt\n"
+    [hit] = store.search("s", "kernel", limit=5, offset=0, budget_s=5.0)
+    assert hit["version"] == 2
 
 
 def test_watch_limit_is_enforced(tmp_path: Path):
