@@ -69,6 +69,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
+        # templates change with ctxd, not while it runs: no stat of each one at every render
+        auto_reload=False,
     )
     env.filters.update(
         bytes=human_bytes,

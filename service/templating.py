@@ -28,6 +28,8 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        # templates change with ctxd, not while it runs: no stat of each one at every render
+        auto_reload=False,
     )
     env.filters.update(bytes=human_bytes, duration=human_duration, utc=utc, ago=ago)
     env.globals.update(ctxd_version=__version__)

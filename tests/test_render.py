@@ -120,3 +120,23 @@ def test_empty_sections_fold_into_one_closing_line():
     # a section with only an unavailable line keeps its heading, and says nothing false
     assert "## Logs" in markdown and "no such file" in markdown
     assert "no log watched" not in markdown
+
+
+def test_a_render_asks_the_filesystem_nothing(monkeypatch):
+    # Jinja's default auto_reload stat()s each template (the dump and its eight partials) at
+    # every render, to see whether it changed; ctxd's templates change only with ctxd.
+    import os
+
+    from service import render, templating
+    from service.models import Snapshot, SnapshotHeader
+    from service.store_db import now
+
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=now(), trigger="x"))
+    render.render_dump(snapshot)
+    templating.ENV.get_template("_style.html").render()
+    asked: list[object] = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda *a, **k: asked.append(a[0]) or real_stat(*a, **k))
+    assert render.render_dump(snapshot).startswith("# s")
+    templating.ENV.get_template("_style.html").render()
+    assert asked == []
