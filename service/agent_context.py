@@ -6,7 +6,7 @@ from pathlib import PurePosixPath
 from service import launch_history, redact
 from service.discovery.actions import CommandAction
 from service.discovery.recent import recent_commands
-from service.discovery.workspace import git_section
+from service.discovery.workspace import GitSection, git_section
 from service.models import Narrative, Session, Watch
 from service.store import Store
 
@@ -15,23 +15,35 @@ RECENT_EDITS = 8
 GIT_TIMEOUT_S = 1.0
 
 
-def enrich(narrative: Narrative, store: Store, session: Session, watches: list[Watch]) -> None:
+def workspace_git(session: Session) -> GitSection | None:
+    """The git state of the session's workspace: two `git` processes, which the snapshot runs
+    beside its collectors, not after them (they cost several milliseconds)."""
+    return git_section(session.cwd, timeout=GIT_TIMEOUT_S) if session.cwd else None
+
+
+def enrich(
+    narrative: Narrative,
+    store: Store,
+    session: Session,
+    watches: list[Watch],
+    git: GitSection | None,
+) -> None:
+    """Fill in what ctxd learned itself; `git` is `workspace_git(session)`."""
     sid = session.id
     if session.objective_source and narrative.objective == session.objective:
         narrative.objective_source = session.objective_source
     narrative.history = launch_history.history(store, sid, narrative.attempts)
     commands = [CommandAction.model_validate(a) for a in store.list_actions(sid, "command")]
     narrative.recent_commands = [c.line() for c in recent_commands(commands, RECENT_COMMANDS)]
-    narrative.workspace = _workspace(store, session)
+    narrative.workspace = _workspace(store, session, git)
     narrative.auto_watches = [_describe(w) for w in watches if w.auto]
 
 
-def _workspace(store: Store, session: Session) -> str | None:
+def _workspace(store: Store, session: Session, git: GitSection | None) -> str | None:
     """`main` at 1a2b3c4 (subject); 2 files changed: …; edited lately: …"""
     edits = [a["path"] for a in store.list_actions(session.id, "file_edit", RECENT_EDITS * 4)]
     recent = list(dict.fromkeys(reversed(edits)))[:RECENT_EDITS]
     parts = []
-    git = git_section(session.cwd, timeout=GIT_TIMEOUT_S) if session.cwd else None
     if git is not None:
         where = f"`{git.branch or 'detached HEAD'}`"
         if git.head:

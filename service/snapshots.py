@@ -3,6 +3,7 @@
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -58,9 +59,12 @@ class Snapshotter:
         # The newest committed snapshot of each session, as stored: the next snapshot compares
         # with it without reading and decoding it back (versions are never reassigned).
         self._committed: dict[str, Snapshot] = {}
+        # What a snapshot asks besides its collectors, while they run (a workspace's git)
+        self._beside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="beside")
 
     def close(self) -> None:
         self.runner.close()
+        self._beside.shutdown(wait=False, cancel_futures=True)
 
     def _lock(self, sid: str) -> threading.Lock:
         with self._guard:
@@ -91,6 +95,7 @@ class Snapshotter:
         clock = _Clock(self.last_phases.setdefault(sid, {}))
         clock.into.clear()
         session = self.store.get_session(sid)
+        git = self._beside.submit(agent_context.workspace_git, session)
         latest = self.store.latest_version(sid)
         previous = self._previous(sid, latest)
         before = previous.observations if previous else None
@@ -104,7 +109,7 @@ class Snapshotter:
         launch_history.follow(self.store, sid, watches, observations)
         if purpose == "snapshot":
             self.retirement.review(self.store, sid, watches, observations)
-        agent_context.enrich(narrative, self.store, session, watches)
+        agent_context.enrich(narrative, self.store, session, watches, git.result())
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
         clock.lap("narrative + launches")

@@ -108,3 +108,48 @@ def test_the_snapshot_kept_in_memory_is_the_one_stored(tmp_path: Path) -> None:
         sleeper.wait(timeout=10)
         other.close()
         snap.close()
+
+
+def test_the_workspace_git_is_asked_while_the_collectors_run(tmp_path: Path, monkeypatch) -> None:
+    # `git status` and `git log` cost several milliseconds: asked after the collectors, they
+    # added that to every snapshot of a session with a workspace.
+    import os
+    import subprocess
+    import threading
+    import types
+
+    from service import agent_context, snapshots
+    from service.models import ProcessesSection
+
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
+    for args in (["init", "-q", "-b", "trunk"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
+    asked = threading.Event()
+    real_git_section = agent_context.git_section
+
+    def git_section(top: str, timeout: float):  # type: ignore[no-untyped-def]
+        asked.set()
+        return real_git_section(top, timeout=timeout)
+
+    waited: list[bool] = []
+
+    def collect(watches, ctx):  # type: ignore[no-untyped-def]
+        waited.append(asked.wait(2))  # True only if git was asked while this collector ran
+        return ProcessesSection()
+
+    monkeypatch.setattr(agent_context, "git_section", git_section)
+    monkeypatch.setattr(
+        snapshots, "registry", lambda: (types.SimpleNamespace(NAME="processes", collect=collect),)
+    )
+    settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
+    snap = Snapshotter(settings, Store(settings.db_path))
+    try:
+        snap.store.put_session("g", SessionIn(cwd=str(repo)))
+        snapshot = snap.take("g")
+        assert waited == [True]
+        assert snapshot.narrative.workspace and "`trunk`" in snapshot.narrative.workspace
+    finally:
+        snap.close()
