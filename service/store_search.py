@@ -167,23 +167,20 @@ def index_dump(db: Database, sid: str, version: int, at: str, markdown: str) -> 
     }
     new = [(key, block) for key, block in keyed.items() if key not in said]
     if new:
-        insert_rows(
-            db,
-            "search_docs",
-            (
-                {
-                    "session": sid,
-                    "source": "dump",
-                    "ref": key,
-                    "version": version,
-                    "last_version": version,
-                    "at": at,
-                    "kind": "dump " + (_heading(block)[:80]),
-                    "text": block,
-                }
-                for key, block in new
-            ),
+        rows = (
+            {
+                "session": sid,
+                "source": "dump",
+                "ref": key,
+                "version": version,
+                "last_version": version,
+                "at": at,
+                "kind": "dump " + (_heading(block)[:80]),
+                "text": block,
+            }
+            for key, block in new
         )
+        insert_rows(db, "search_docs", rows)
 
 
 def _heading(block: str) -> str:

@@ -33,23 +33,18 @@ class SnapshotRows(Connection):
             # read and written under one lock and transaction: the number cannot race
             version = self.latest_version(sid) + 1
             snapshot, markdown = build(version)
-            insert_rows(
-                db,
-                "snapshots",
-                [
-                    {
-                        "session": sid,
-                        "version": version,
-                        "taken_at": iso(snapshot.header.taken_at),
-                        "trigger": snapshot.header.trigger,
-                        "signals": len(snapshot.signals),
-                        "changes": len(snapshot.changes),
-                        "sections": self._put_sections(db, sid, version, snapshot),
-                        "markdown_z": self._encode_markdown(sid, version, markdown),
-                        "content_key": content_key,
-                    }
-                ],
-            )
+            row = {
+                "session": sid,
+                "version": version,
+                "taken_at": iso(snapshot.header.taken_at),
+                "trigger": snapshot.header.trigger,
+                "signals": len(snapshot.signals),
+                "changes": len(snapshot.changes),
+                "sections": self._put_sections(db, sid, version, snapshot),
+                "markdown_z": self._encode_markdown(sid, version, markdown),
+                "content_key": content_key,
+            }
+            insert_rows(db, "snapshots", [row])
             store_search.index_dump(db, sid, version, iso(snapshot.header.taken_at), markdown)
         return snapshot
 
