@@ -87,7 +87,7 @@ def test_lookups_of_missing_things_raise_not_found(tmp_path: Path):
         store.add_entry("missing", JournalIn(kind="note", text="x"))
 
 
-def test_a_read_is_one_statement_and_leaves_no_transaction_open(tmp_path: Path):
+def test_reads_and_inserts_run_without_savepoints_or_schema_lookups(tmp_path: Path):
     # A snapshot reads the store a dozen times; wrapped in savepoints (sqlite-utils' query())
     # each read cost three statements.
     store = Store(tmp_path / "ctxd.db")
