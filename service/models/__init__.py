@@ -13,6 +13,7 @@ from service.models.base import (
     SessionId,
     ShortText,
     Strict,
+    Unavailable,
 )
 from service.models.journal import (
     STATUSES,
@@ -32,8 +33,6 @@ from service.models.observations import (
     CommandsSection,
     DiskInfo,
     DistInfo,
-    ExitedProcess,
-    Flag,
     GpuInfo,
     GpuProcess,
     GpusSection,
@@ -43,12 +42,15 @@ from service.models.observations import (
     Observations,
     PortInfo,
     PortsSection,
-    ProcessesSection,
-    ProcessInfo,
     SlurmJobInfo,
     SlurmSection,
+)
+from service.models.processes import (
+    ExitedProcess,
+    Flag,
+    ProcessesSection,
+    ProcessInfo,
     StuckStack,
-    Unavailable,
     WorkerGroup,
 )
 from service.models.sessions import (

@@ -1,4 +1,5 @@
-"""What every model module shares: the strict input base and bounded text types."""
+"""What every model module shares: the strict input base, bounded text types, and the
+Unavailable line every section of observations carries."""
 
 from typing import Annotated
 
@@ -15,3 +16,11 @@ class Strict(BaseModel):
     """Input models reject fields they do not know, so a typo is an error, not a no-op."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class Unavailable(BaseModel):
+    """A watch (or a whole collector) that could not be observed, and why."""
+
+    watch_id: int | None = None
+    target: str
+    reason: str
