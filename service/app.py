@@ -11,7 +11,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from service import __version__, access, gc_policy, redact, sampler, templating
+from service import __version__, access, gc_policy, redact, redact_log, sampler, templating
 from service.errors import CtxdError
 from service.routes import storage_errors
 from service.routes.api import health, hook, prune, search_all, sessions_router
@@ -61,7 +61,7 @@ def _unexpected(request: Request, exc: Exception) -> Response[dict[str, str | in
 def _filter_server_logs() -> None:
     # uvicorn configures its loggers after create_app ran: filter them once they exist.
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        redact.install_log_filter(logging.getLogger(name))
+        redact_log.install_log_filter(logging.getLogger(name))
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
@@ -99,7 +99,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     # Its lifespan comes second: the MCP tools need the snapshotter the first one sets up.
     # The access middleware in front of every route checks the bearer token for /mcp too.
     mcp = LazyMcp(settings.limits.max_body_bytes, settings.host)
-    redact.install_log_filter(log)
+    redact_log.install_log_filter(log)
     redact.load_learned(settings.data_dir)  # secrets learned before a restart, as digests
     redact.learn_own_env()
     return Litestar(

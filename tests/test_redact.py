@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from service import redact, redact_known, redact_shapes
+from service import redact, redact_known, redact_log, redact_shapes
 from service.models import Flag, ProcessInfo
 from service.redact import REDACTED, WITHHELD
 
@@ -305,7 +305,7 @@ def test_scrub_plain_containers() -> None:
 
 def test_redacting_filter_on_a_real_record(caplog: pytest.LogCaptureFixture) -> None:
     logger = logging.getLogger("ctxd.test.redact")
-    logger.addFilter(redact.RedactingFilter())
+    logger.addFilter(redact_log.RedactingFilter())
     try:
         with caplog.at_level(logging.INFO, logger="ctxd.test.redact"):
             logger.info("started %s with %s", "server", f"HF_TOKEN={HF}")
@@ -328,10 +328,10 @@ def test_install_log_filter_is_added_once() -> None:
     logger = logging.getLogger("ctxd.test.install")
     root.addHandler(handler)
     try:
-        redact.install_log_filter(logger)
-        redact.install_log_filter(logger)
-        assert sum(isinstance(f, redact.RedactingFilter) for f in handler.filters) == 1
-        assert sum(isinstance(f, redact.RedactingFilter) for f in logger.filters) == 1
+        redact_log.install_log_filter(logger)
+        redact_log.install_log_filter(logger)
+        assert sum(isinstance(f, redact_log.RedactingFilter) for f in handler.filters) == 1
+        assert sum(isinstance(f, redact_log.RedactingFilter) for f in logger.filters) == 1
     finally:
         root.removeHandler(handler)
         logger.filters.clear()

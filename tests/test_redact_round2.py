@@ -2,7 +2,7 @@
 
 import pytest
 
-from service import redact
+from service import redact, redact_log
 from service.redact import REDACTED
 
 SECRET = "abcdefABCDEF1234567890xyz"
@@ -104,14 +104,14 @@ def test_access_log_query_token() -> None:
         ("127.0.0.1:5", "GET", f"/r?to=https://h.example/v1?access_token={SECRET}", "1.1", 200),
         None,
     )  # fmt: skip
-    redact.RedactingFilter().filter(record)
+    redact_log.RedactingFilter().filter(record)
     assert SECRET not in record.getMessage()
     assert f"access_token={REDACTED}" in record.getMessage()
     own = logging.LogRecord(
         "service.x", logging.INFO, __file__, 1, "fetching %s",
         (f"https://api.example.com/v1/models?access_token={SECRET}",), None,
     )  # fmt: skip
-    redact.RedactingFilter().filter(own)
+    redact_log.RedactingFilter().filter(own)
     assert own.getMessage() == f"fetching https://api.example.com/v1/models?access_token={REDACTED}"
 
 

@@ -10,7 +10,7 @@ from litestar import Litestar, asgi
 from litestar.handlers import ASGIRouteHandler
 from litestar.types import Receive, Scope, Send
 
-from service import redact
+from service import redact_log
 
 if TYPE_CHECKING:
     from service.routes.mcp import McpEndpoint
@@ -46,7 +46,7 @@ class LazyMcp:
             from service.routes.mcp import McpEndpoint
 
             endpoint = McpEndpoint(*self._args)
-            redact.install_log_filter()  # the SDK may have added a root log handler
+            redact_log.install_log_filter()  # the SDK may have added a root log handler
             ready = asyncio.Event()
 
             async def run() -> None:
