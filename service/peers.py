@@ -8,14 +8,13 @@ to `peer_backoff_max_s`), so a dead host costs one line per snapshot, not one ti
 """
 
 import logging
-import socket
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -295,8 +294,3 @@ def _unexpected(peer: Peer, exc: Exception) -> str:
     the token or the answer."""
     log.warning("peer %s: unexpected %s", peer.name, type(exc).__name__)
     return f"failed unexpectedly ({type(exc).__name__})"
-
-
-def clock() -> dict[str, str]:
-    """What `GET /api/peer/clock` answers: this host's time and name."""
-    return {"now": datetime.now(UTC).isoformat(), "hostname": socket.gethostname()}

@@ -5,8 +5,10 @@ could: each watch passes this host's command allowlist and watch roots, and what
 is redacted here before it leaves.
 """
 
+import socket
 import threading
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -73,3 +75,8 @@ def observe(runner: CollectorRunner, ask: ObserveIn, callers: Callers) -> Observ
         line = Unavailable(watch_id=watch.id, target=describe(watch), reason=why)
         add_unavailable(observations, watch, line)
     return redact.scrub(observations)
+
+
+def clock() -> dict[str, str]:
+    """What `GET /api/peer/clock` answers: this host's time and name."""
+    return {"now": datetime.now(UTC).isoformat(), "hostname": socket.gethostname()}

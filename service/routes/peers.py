@@ -9,7 +9,7 @@ from litestar.params import JSONBody, Parameter
 
 from service import peers_serve
 from service.models import PEER_NAME_PATTERN, Observations
-from service.peers import Peers, PeerStatus, clock
+from service.peers import Peers, PeerStatus
 from service.peers_client import is_loopback
 from service.peers_serve import ObserveIn
 from service.peers_store import Peer, PeerIn
@@ -70,7 +70,7 @@ class PeerController(Controller):
     @get("/peer/clock", sync_to_thread=True)
     def peer_clock(self, state: State) -> dict[str, str]:
         _served(state)
-        return clock()
+        return peers_serve.clock()
 
 
 handlers = [PeerController]
