@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from service.store_sql import insert_rows
+from service.store_sql import insert_rows, select_rows
 
 FTS_COLUMNS = ["kind", "text", "detail", "status"]
 # The most actions a session keeps in the index: more than the ring (history is the point),
@@ -87,7 +87,7 @@ def _put(db: Database, sid: str, source: str, ref: str, doc: dict[str, Any]) -> 
     if "version" not in row:
         row["version"] = _latest_version(db, sid)
     row.setdefault("last_version", row["version"])
-    db.table("search_docs").insert({"session": sid, "source": source, "ref": ref, **row})
+    insert_rows(db, "search_docs", [{"session": sid, "source": source, "ref": ref, **row}])
 
 
 def index_entry(db: Database, sid: str, entry: dict[str, Any]) -> None:
@@ -202,17 +202,16 @@ def after_prune(db: Database) -> None:
 
 def backfill(db: Database, markdown_of: Any) -> None:
     """Index what an older database already holds (the migration's one pass)."""
-    for entry in list(db.query("select * from journal order by id")):
+    for entry in select_rows(db, "select * from journal order by id"):
         index_entry(db, entry["session"], entry)
-    for a in list(db.query("select id, session, kind, at, body from actions order by id")):
+    for a in select_rows(db, "select id, session, kind, at, body from actions order by id"):
         index_action(db, a["session"], a["id"], a["kind"], a["at"], json.loads(a["body"]))
-    for launch in list(db.query("select * from launches order by id")):
+    for launch in select_rows(db, "select * from launches order by id"):
         index_launch(db, launch["session"], launch)
-    rows = list(
-        db.query(
-            "select session, version, taken_at, markdown, markdown_z from snapshots"
-            " order by session, version"
-        )
+    rows = select_rows(
+        db,
+        "select session, version, taken_at, markdown, markdown_z from snapshots"
+        " order by session, version",
     )
     for s in rows:
         index_dump(db, s["session"], s["version"], s["taken_at"], markdown_of(s))
@@ -240,7 +239,7 @@ def query(db: Database, sid: str | None, match: str, limit: int, offset: int) ->
         f" where {where} order by round(score, 1), d.at desc, d.id desc limit ? offset ?"
     )
     params: list[Any] = [match, *([sid] if sid is not None else []), limit, offset]
-    return list(db.query(sql, params))
+    return select_rows(db, sql, params)
 
 
 def size(db: Database) -> dict[str, int]:
