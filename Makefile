@@ -23,7 +23,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check service tests bench
 	$(BIN)/ruff format --check service tests bench
-	$(BIN)/mypy service
+	$(BIN)/mypy service/ctxd
 
 $(HARNESS):
 	@command -v npm >/dev/null || { echo "npm not found: the real-harness tests will skip"; exit 0; }; \

@@ -14,10 +14,11 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ctxd.discovery import procscan, rules
+from ctxd.discovery.shellparse import parse_command
+
 from bench.scenario import free_port, start_server
 from bench.timing import median_ms, timed
-from service.discovery import procscan, rules
-from service.discovery.shellparse import parse_command
 
 # Commands of the seed story's kind, as an agent types them.
 COMMANDS = (
@@ -74,7 +75,7 @@ def bench_hook(runs: int, workspace: Path) -> None:
     }
 
     def hook(url: str) -> None:
-        argv = [sys.executable, "-m", "service", "--url", url, "hook", "claude"]
+        argv = [sys.executable, "-m", "ctxd", "--url", url, "hook", "claude"]
         env = {**os.environ, "CTXD_AUTOSTART": "0"}  # "down" stays down
         subprocess.run(
             argv, input=json.dumps(payload), capture_output=True, text=True, check=True, env=env

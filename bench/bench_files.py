@@ -15,10 +15,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ctxd.collectors import CollectContext, artifacts, logs
+from ctxd.models import ArtifactWatch, LogWatch, Watch
+from ctxd.settings import Settings
+
 from bench.timing import median_ms
-from service.collectors import CollectContext, artifacts, logs
-from service.models import ArtifactWatch, LogWatch, Watch
-from service.settings import Settings
 
 LOG_SIZES = {"1 MB": 10**6, "1 GB": 10**9, "10 GB": 10**10}
 TEXT = b"".join(

@@ -32,7 +32,7 @@ def hook_seconds(url: str, body: dict[str, object]) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, "hook", "claude"],
+        [sys.executable, "-m", "ctxd", "--url", url, "hook", "claude"],
         input=json.dumps(body), capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     elapsed = time.perf_counter() - started

@@ -27,7 +27,7 @@ def hook_seconds(url: str, timeout: str | None) -> float:
         env["CTXD_HOOK_TIMEOUT"] = timeout
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, "hook", "claude"],
+        [sys.executable, "-m", "ctxd", "--url", url, "hook", "claude"],
         input=EVENT, capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     elapsed = time.perf_counter() - started
@@ -81,7 +81,7 @@ def main() -> None:
 
 def timed_python() -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import service.hooks"], check=True)
+    subprocess.run([sys.executable, "-c", "import ctxd.harness.claude_hook"], check=True)
     return time.perf_counter() - started
 
 

@@ -12,11 +12,11 @@ import uuid
 from datetime import UTC, datetime
 
 import psutil
+from ctxd.collectors import CollectContext, processes
+from ctxd.models import ProcessWatch, Watch
+from ctxd.settings import Settings
 
 from bench.timing import median_ms
-from service.collectors import CollectContext, processes
-from service.models import ProcessWatch, Watch
-from service.settings import Settings
 
 LAUNCHER = """
 import subprocess, sys, time

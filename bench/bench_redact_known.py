@@ -7,7 +7,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from service import redact, redact_known, redact_learned
+from ctxd import redact
+from ctxd.redact import known as redact_known
+from ctxd.redact import learned as redact_learned
 
 LINE = "2025-01-01 12:00:00 INFO step=1200 loss=0.3132 lr: 1e-4 tokens/s=5321 worker=3\n"
 TEXT = LINE * (1_000_000 // len(LINE))

@@ -34,7 +34,7 @@ def rss():
             return int(line.split()[1]) / 1024
 last = rss()
 print(f"  {'interpreter':<34} {last:6.1f} MB")
-from service.footprint import lean_start  # what `ctxd serve` does first
+from ctxd.http.footprint import lean_start  # what `ctxd serve` does first
 lean_start()
 def step(name, run):
     global last
@@ -44,17 +44,18 @@ def step(name, run):
     last = now
 for module in ("pydantic", "pydantic_settings", "psutil", "sqlite_utils", "jinja2", "httpx",
                "regex", "markdown_it", "watchfiles", "msgspec", "litestar", "uvicorn",
-               "service.settings", "service.store", "service.snapshots", "service.usecases",
-               "service.app"):
+               "ctxd.settings", "ctxd.store.database", "ctxd.snapshotter.snapshotter",
+               "ctxd.usecases.operations",
+               "ctxd.http.app"):
     step("import " + module, lambda: __import__(module))
-from service.app import create_app
-from service.settings import Settings
+from ctxd.http.app import create_app
+from ctxd.settings import Settings
 holder = []
 step("create_app", lambda: holder.append(create_app(Settings(data_dir=Path(tempfile.mkdtemp())))))
 step("openapi schema", lambda: holder[0].openapi_schema)
-from service.routes import mcp_sdk
+from ctxd.http.mcp import sdk as mcp_sdk
 step("import the MCP SDK (as /mcp does)", mcp_sdk.import_server)
-step("import service.routes.mcp", lambda: __import__("service.routes.mcp"))
+step("import ctxd.http.mcp.server", lambda: __import__("ctxd.http.mcp.server"))
 """
 
 

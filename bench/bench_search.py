@@ -11,10 +11,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from ctxd.models import JournalIn, SessionIn, Snapshot, SnapshotHeader
+from ctxd.store import search_index as store_search
+from ctxd.store.database import Store, now
+from ctxd.usecases import search
+
 from bench.timing import p95, timed
-from service import search, store_search
-from service.models import JournalIn, SessionIn, Snapshot, SnapshotHeader
-from service.store import Store, now
 
 QUERIES = [
     '"no kernel image"',

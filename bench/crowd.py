@@ -78,13 +78,13 @@ def bench_discovery(
 def _settling(session: dict, action: dict, runs: int) -> list[float]:
     """The settling step of the session (`ActionIntake._settle`), `runs` times, in this
     process against its own store: the server runs it on a timer, with no request to time."""
-    from service.discovery.actions import CommandAction
-    from service.models import SessionIn
-    from service.settings import Settings
-    from service.snapshots import Snapshotter
-    from service.store import Store
-    from service.triggers import Activity
-    from service.usecases import UseCases
+    from ctxd.discovery.actions import CommandAction
+    from ctxd.models import SessionIn
+    from ctxd.settings import Settings
+    from ctxd.snapshotter.snapshotter import Snapshotter
+    from ctxd.snapshotter.triggers import Activity
+    from ctxd.store.database import Store
+    from ctxd.usecases.operations import UseCases
 
     with tempfile.TemporaryDirectory(prefix="ctxd-settle-") as folder:
         settings = Settings(data_dir=Path(folder))

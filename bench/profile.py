@@ -8,13 +8,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from ctxd.collectors import CollectContext, registry
+from ctxd.collectors.proc import sampler
+from ctxd.models import SessionIn, WatchIn
+from ctxd.settings import Settings
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
+
 from bench.scenario import Scenario
-from service import sampler
-from service.collectors import CollectContext, registry
-from service.models import SessionIn, WatchIn
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
 
 
 def _watches(scenario: Scenario) -> list[dict]:

@@ -137,7 +137,7 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None) -> Server:
     cmd = [
         sys.executable,
         "-m",
-        "service",
+        "ctxd",
         "serve",
         "--port",
         str(port),

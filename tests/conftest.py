@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 if TYPE_CHECKING:
-    from service.triggers import Watcher
+    from ctxd.snapshotter.triggers import Watcher
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -55,7 +55,7 @@ def start_server(
     cmd = [
         sys.executable,
         "-m",
-        "service",
+        "ctxd",
         "serve",
         "--port",
         str(port),
@@ -114,10 +114,9 @@ def client(server: Server) -> Iterator[httpx.Client]:
 def app_client(data_dir: Path, **settings: object) -> Iterator[httpx.Client]:
     """The app `ctxd serve` runs (create_app, its lifespan, middleware, error handlers), called
     in-process: for tests where the socket is not the point. An httpx.Client like the others."""
+    from ctxd.http.app import create_app
+    from ctxd.settings import Settings
     from litestar.testing import TestClient
-
-    from service.app import create_app
-    from service.settings import Settings
 
     app = create_app(Settings(data_dir=data_dir, **settings))  # type: ignore[arg-type]
     # 127.0.0.1: the Host check allows it; exceptions are answered, as a real server would.
@@ -219,7 +218,8 @@ def fill_disk(folder: Path) -> Path:
 @pytest.fixture
 def fresh_redaction() -> Iterator[None]:
     """Redaction caches and learned secrets emptied before and after the test."""
-    from service import redact, redact_known
+    from ctxd import redact
+    from ctxd.redact import known as redact_known
 
     redact._text_short.cache_clear()
     redact_known.forget_all()
@@ -242,7 +242,7 @@ def wait_until(check: Callable[[], T], what: str = "the condition", limit: float
 def ctxd(url: str, *args: str) -> subprocess.CompletedProcess:
     """The CLI, `ctxd --url URL ARGS…`, as a user runs it against a server."""
     return subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, *args],
+        [sys.executable, "-m", "ctxd", "--url", url, *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
@@ -252,10 +252,10 @@ def ticked_watcher(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch, probe_s: float, min_gap_s: float
 ) -> Iterator["Watcher"]:
     """The trigger loop's Watcher on a real store, ticked by the test instead of a timer."""
-    from service.settings import Settings
-    from service.snapshots import Snapshotter
-    from service.store import Store
-    from service.triggers import Activity, Watcher
+    from ctxd.settings import Settings
+    from ctxd.snapshotter.snapshotter import Snapshotter
+    from ctxd.snapshotter.triggers import Activity, Watcher
+    from ctxd.store.database import Store
 
     monkeypatch.setenv("CTXD_EVENT_PROBE_S", str(probe_s))
     monkeypatch.setenv("CTXD_EVENT_MIN_GAP_S", str(min_gap_s))

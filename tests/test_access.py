@@ -11,13 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctxd.http import access
+from ctxd.settings import Settings
 
-from service import access
-from service.settings import Settings
 from tests.conftest import Server, free_port, start_server, stop_server
 
 TOKEN = "test-token-0123456789abcdef"
-SERVE = [sys.executable, "-m", "service", "serve"]
+SERVE = [sys.executable, "-m", "ctxd", "serve"]
 JSON = {"Content-Type": "application/json"}
 
 

@@ -6,8 +6,8 @@ import sys
 
 import httpx
 import pytest
+from ctxd.http import access
 
-from service import access
 from tests.conftest import Server, free_port
 
 JSON = {"Content-Type": "application/json"}
@@ -64,7 +64,7 @@ def test_same_site_is_not_same_origin(server: Server, client: httpx.Client) -> N
 
 
 def test_token_strength_and_file_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from service.settings import Settings
+    from ctxd.settings import Settings
 
     assert access.token_problem(Settings(token=None)) is None
     assert "too weak" in (access.token_problem(Settings(token="a")) or "")
@@ -93,7 +93,7 @@ def test_serve_refuses_bad_tokens_in_one_line(tmp_path) -> None:  # type: ignore
         ({"CTXD_TOKEN_FILE": str(empty)}, "is empty"),
     )
     for env, words in cases:
-        cmd = [sys.executable, "-m", "service", "serve", "--port", str(free_port())]
+        cmd = [sys.executable, "-m", "ctxd", "serve", "--port", str(free_port())]
         cmd += ["--data-dir", str(tmp_path / "data")]
         try:
             done = subprocess.run(

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import httpx
+from ctxd.usecases.agent_actions import built_since
 
-from service.agent_actions import built_since
 from tests.conftest import Server
 from tests.test_mcp import _session_calls as mcp_session
 
@@ -87,7 +87,7 @@ def test_built_since_finds_new_artifacts_as_globs(tmp_path: Path):
 
 def test_cli_action_records_a_command_and_adds_its_watches(server: Server, tmp_path: Path):
     httpx.put(f"{server.url}/api/sessions/cli-acts", json={}).raise_for_status()
-    ctxd = [sys.executable, "-m", "service", "--url", server.url, "action", "cli-acts"]
+    ctxd = [sys.executable, "-m", "ctxd", "--url", server.url, "action", "cli-acts"]
     ran = ["--command", "make -j8 2>&1 | tee build.log", "--exit", "2", "--cwd", str(tmp_path)]
     done = subprocess.run([*ctxd, *ran], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -139,13 +139,13 @@ def test_the_settling_snapshot_takes_the_process_table_its_scan_just_read(
 ):
     """The workspace scan and the snapshot right after it list /proc once between them, and
     the snapshot still shows the process the scan found (watched by itself)."""
-    from service.collectors import _proctree
-    from service.models import SessionIn
-    from service.settings import Settings
-    from service.snapshots import Snapshotter
-    from service.store import Store
-    from service.triggers import Activity
-    from service.usecases import UseCases
+    from ctxd.collectors.proc import proctree
+    from ctxd.models import SessionIn
+    from ctxd.settings import Settings
+    from ctxd.snapshotter.snapshotter import Snapshotter
+    from ctxd.snapshotter.triggers import Activity
+    from ctxd.store.database import Store
+    from ctxd.usecases.operations import UseCases
 
     settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
     snap = Snapshotter(settings, Store(settings.db_path))
@@ -156,9 +156,9 @@ def test_the_settling_snapshot_takes_the_process_table_its_scan_just_read(
     with (work / "serve.log").open("w") as out:
         proc = subprocess.Popen([sys.executable, "serve.py"], cwd=work, stdout=out)
     reads = []
-    real_scan = _proctree.scan
-    monkeypatch.setattr(_proctree, "scan", lambda: reads.append(1) or real_scan())
-    monkeypatch.setattr(_proctree, "_latest", (float("-inf"), {}, {}))  # none read before
+    real_scan = proctree.scan
+    monkeypatch.setattr(proctree, "scan", lambda: reads.append(1) or real_scan())
+    monkeypatch.setattr(proctree, "_latest", (float("-inf"), {}, {}))  # none read before
     try:
         snap.store.put_session("settle", SessionIn(cwd=str(work)))
         time.sleep(0.8)  # older than the scan's minimum age: a long-lived process

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctxd.http.app import create_app
+from ctxd.settings import Settings
 from litestar.testing import TestClient
 
-from service.app import create_app
-from service.settings import Settings
 from tests.conftest import NOBODY, Server, app_client, as_nobody
 
 

@@ -65,5 +65,5 @@ def test_httpx_command_line_client_is_never_imported(tmp_path: Path) -> None:
     finally:
         stop_server(server)
     imported = set(re.findall(r"\|\s+([\w.]+)$", server.log(), re.MULTILINE))
-    assert "httpx" in imported and "service.app" in imported
+    assert "httpx" in imported and "ctxd.http.app" in imported
     assert not {name for name in imported if name.split(".")[0] in ("rich", "pygments")}

@@ -22,8 +22,8 @@ from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
+from ctxd.store.database import Store
 
-from service.store import Store
 from tests.conftest import start_server, stop_server
 
 # Shapes the content rules know, and values only their names reveal.

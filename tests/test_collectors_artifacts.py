@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from ctxd.collectors import CollectContext, artifacts
+from ctxd.fmt import human_bytes
+from ctxd.models import ArtifactInfo, ArtifactsSection, ArtifactWatch, Unavailable, Watch
+from ctxd.settings import Limits, Settings
 
-from service.collectors import CollectContext, artifacts
-from service.fmt import human_bytes
-from service.models import ArtifactInfo, ArtifactsSection, ArtifactWatch, Unavailable, Watch
-from service.settings import Limits, Settings
 from tests.conftest import as_nobody, wait_until
 
 

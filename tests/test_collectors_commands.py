@@ -9,11 +9,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ctxd.collectors import CollectContext, commands
+from ctxd.errors import Refused
+from ctxd.models import CommandsSection, CommandWatch, Watch
+from ctxd.settings import Limits, Settings
 
-from service.collectors import CollectContext, commands
-from service.errors import Refused
-from service.models import CommandsSection, CommandWatch, Watch
-from service.settings import Limits, Settings
 from tests.conftest import Server, start_server, stop_server
 
 SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"

@@ -2,16 +2,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
-
-from service.collectors import (
+from ctxd.collectors import (
     CollectContext,
     check_registry,
     per_watch,
     registry,
 )
-from service.collectors import logs as logs_collector
-from service.models import LogsSection, LogWatch, PortWatch, ProcessWatch, Unavailable, Watch
-from service.settings import Settings
+from ctxd.collectors import logs as logs_collector
+from ctxd.models import LogsSection, LogWatch, PortWatch, ProcessWatch, Unavailable, Watch
+from ctxd.settings import Settings
 
 
 def watch(wid: int, spec: LogWatch | PortWatch | ProcessWatch) -> Watch:
@@ -69,11 +68,11 @@ def test_one_run_reads_the_process_table_and_listening_sockets_once(
     import subprocess
     import sys
 
-    from service.collect_runner import CollectorRunner
-    from service.collectors import _procfs, _proctree
+    from ctxd.collectors.proc import procfs, proctree
+    from ctxd.snapshotter.runner import CollectorRunner
 
     reads = {"table": 0, "listening": 0}
-    real_scan, real_listening = _proctree.scan, _procfs.listening_inodes
+    real_scan, real_listening = proctree.scan, procfs.listening_inodes
 
     def counted_scan() -> dict:
         reads["table"] += 1
@@ -83,8 +82,8 @@ def test_one_run_reads_the_process_table_and_listening_sockets_once(
         reads["listening"] += 1
         return real_listening(*args)
 
-    monkeypatch.setattr(_proctree, "scan", counted_scan)
-    monkeypatch.setattr(_procfs, "listening_inodes", counted_listening)
+    monkeypatch.setattr(proctree, "scan", counted_scan)
+    monkeypatch.setattr(procfs, "listening_inodes", counted_listening)
     log = tmp_path / "run.log"
     log.write_text("step 1\n")
     tag = f"ctxd-one-run-{tmp_path.name}"

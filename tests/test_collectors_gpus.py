@@ -8,17 +8,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
-from service.collectors import CollectContext, gpus
-from service.collectors._gputext import (
+from ctxd.collectors import CollectContext, gpus
+from ctxd.collectors._gputext import (
     attach,
     parse_compute_apps,
     parse_query_gpu,
     parse_smi_header,
 )
-from service.models import Observations, Snapshot, SnapshotHeader
-from service.render import render_dump
-from service.settings import Settings
+from ctxd.models import Observations, Snapshot, SnapshotHeader
+from ctxd.render.markdown import render_dump
+from ctxd.settings import Settings
 
 from .conftest import FIXTURES
 
@@ -177,7 +176,7 @@ def test_collect_here_and_the_dump_is_complete() -> None:
 def test_without_a_driver_nvml_is_not_even_imported() -> None:
     """pynvml costs 2.4 MB of RSS to learn that no driver is there: it is not imported."""
     program = (
-        "import sys; from service.collectors import gpus\n"
+        "import sys; from ctxd.collectors import gpus\n"
         "section = gpus.observe(1, None)\n"
         "print('pynvml' in sys.modules, section.reason)\n"
     )

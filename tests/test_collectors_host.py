@@ -3,10 +3,9 @@ import socket
 from pathlib import Path
 
 import pytest
-
-from service.collectors import CollectContext, host
-from service.collectors.host import parse_os_release
-from service.settings import Settings
+from ctxd.collectors import CollectContext, host
+from ctxd.collectors.host import parse_os_release
+from ctxd.settings import Settings
 
 
 def context() -> CollectContext:
@@ -73,7 +72,7 @@ def test_parse_os_release(text: str, expected: str) -> None:
 def test_disks_for_data_dir_and_watched_paths(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from service.models import LogWatch, Watch
+    from ctxd.models import LogWatch, Watch
 
     log = Watch(id=1, session="t", created_at=datetime.now(UTC),
                 spec=LogWatch(path=str(tmp_path / "not-yet" / "*.log")))  # fmt: skip

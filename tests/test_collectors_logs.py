@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from ctxd.collectors import CollectContext, logs
+from ctxd.collectors import _logtext as logtext
+from ctxd.models import LogInfo, LogsSection, LogWatch, Observations, Unavailable, Watch
+from ctxd.settings import Limits, Settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.collectors import CollectContext, logs
-from service.collectors import _logtext as logtext
-from service.models import LogInfo, LogsSection, LogWatch, Observations, Unavailable, Watch
-from service.settings import Limits, Settings
 from tests.conftest import FIXTURES as FIXTURE_ROOT
 from tests.conftest import as_nobody
 
@@ -512,8 +512,8 @@ def test_markdown_fence_is_longer_than_any_backtick_run(tmp_path: Path) -> None:
     path = tmp_path / "ticks.log"
     path.write_text("```` four\nplain\n")
     info = only_item(collect(make_watch(path)))
-    from service.models import Observations, Snapshot, SnapshotHeader
-    from service.render import render_dump
+    from ctxd.models import Observations, Snapshot, SnapshotHeader
+    from ctxd.render.markdown import render_dump
 
     snap = Snapshot(
         header=SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t"),
@@ -529,7 +529,7 @@ def test_a_probes_first_look_starts_at_the_end_and_later_errors_are_still_news(
     """An event probe's baseline reads none of what the log already holds (a snapshot did; a
     1 GB log cost 8 MB of RSS each time); what is written after it is scanned as ever, and a
     log the probe meets later is read from its newest bytes."""
-    from service import happened
+    from ctxd.snapshotter import happened
 
     old = tmp_path / "server.log"
     old.write_text("boot\n" + "RuntimeError: an old failure\n" + "x" * 5000 + "\n")

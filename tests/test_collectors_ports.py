@@ -6,10 +6,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-
-from service.collectors import CollectContext, ports
-from service.models import PortWatch, ProcessWatch, Watch
-from service.settings import Settings
+from ctxd.collectors import CollectContext, ports
+from ctxd.models import PortWatch, ProcessWatch, Watch
+from ctxd.settings import Settings
 
 
 def watch(wid: int, spec: PortWatch | ProcessWatch) -> Watch:
@@ -205,7 +204,7 @@ def test_listening_sockets_from_netlink_match_proc_net_tcp() -> None:
     and a bound one that does not listen are in neither."""
     from pathlib import Path
 
-    from service.collectors import _procfs
+    from ctxd.collectors.proc import procfs
 
     opened = []
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
@@ -220,9 +219,9 @@ def test_listening_sockets_from_netlink_match_proc_net_tcp() -> None:
     quiet = socket.socket()
     quiet.bind(("127.0.0.1", 0))
     try:
-        fast = _procfs.listening_inodes()
+        fast = procfs.listening_inodes()
         # a path other than /proc itself takes the file reading path
-        slow = _procfs.listening_inodes(Path("/proc/self/.."))
+        slow = procfs.listening_inodes(Path("/proc/self/.."))
         for sock in opened:  # other sockets of the machine may come and go meanwhile
             inode = os.fstat(sock.fileno()).st_ino
             assert fast[inode] == slow[inode] == sock.getsockname()[1]

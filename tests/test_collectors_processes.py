@@ -12,11 +12,12 @@ from typing import Any
 
 import psutil
 import pytest
+from ctxd.collectors import CollectContext, processes
+from ctxd.collectors.proc import procrows
+from ctxd.collectors.processes import parse_flags
+from ctxd.models import Flag, PortWatch, ProcessWatch, Watch
+from ctxd.settings import Limits, Settings
 
-from service.collectors import CollectContext, _proc_rows, processes
-from service.collectors.processes import parse_flags
-from service.models import Flag, PortWatch, ProcessWatch, Watch
-from service.settings import Limits, Settings
 from tests.conftest import wait_until
 
 # The child starts a grandchild and reports its pid, so the test knows the tree is complete.
@@ -190,7 +191,7 @@ def test_process_vanishing_mid_collection(sleeper, monkeypatch) -> None:
     def vanish(proc: psutil.Process, *args: Any) -> Any:
         raise psutil.NoSuchProcess(proc.pid)
 
-    monkeypatch.setattr(_proc_rows, "_describe", vanish)
+    monkeypatch.setattr(procrows, "_describe", vanish)
     section = processes.collect([watch(pid=sleeper.pid)], context())
     assert section.items == []
     assert section.unavailable[0].reason == f"no process with pid {sleeper.pid}"
@@ -200,7 +201,7 @@ def test_unexpected_error_becomes_unavailable(sleeper, monkeypatch) -> None:
     def broken(*args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(_proc_rows, "_describe", broken)
+    monkeypatch.setattr(procrows, "_describe", broken)
     section = processes.collect([watch(pid=sleeper.pid)], context())
     assert "boom" in section.unavailable[0].reason
 
@@ -327,7 +328,7 @@ def test_hundreds_of_matches_stay_readable() -> None:
 
 
 def test_workers_fold_by_rank() -> None:
-    from service.collectors._argv import fold_workers
+    from ctxd.collectors.proc.argv import fold_workers
 
     argvs = [["python", "-m", "w", "--rank", str(r), "--port", "8000"] for r in range(8)]
     assert fold_workers([*argvs, ["python", "tokenizer.py"]]) == [
@@ -342,7 +343,7 @@ def test_workers_fold_by_rank() -> None:
 
 
 def test_orphaned_workers_of_a_killed_launcher_stay_in_view(spawn, tmp_path) -> None:
-    from service.models import Observations
+    from ctxd.models import Observations
 
     pidfile = tmp_path / "worker.pid"
     code = (
@@ -388,7 +389,7 @@ def test_a_kept_description_follows_secrets_learned_later_and_the_watch_spec() -
     """A process's command line and environment are described once and kept between
     snapshots; a value learned as a secret afterwards is redacted in the next one all the
     same, and a watch asking for other variables gets them at once."""
-    from service import redact
+    from ctxd import redact
 
     tag = f"ctxd-kept-{uuid.uuid4().hex[:12]}"
     value = f"opaque{uuid.uuid4().hex}"
@@ -447,9 +448,9 @@ def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(
     """`exec python serve.py` at the end of a launch script keeps the pid and its /proc entry:
     the table reads a young process again until it settles, and a settled one again in turn,
     so the watch matches the program it became within REFRESH_EVERY turns (here one a scan)."""
-    from service.collectors import _proctree
+    from ctxd.collectors.proc import proctree
 
-    monkeypatch.setattr(_proctree, "REFRESH_GAP_S", 0.0)
+    monkeypatch.setattr(proctree, "REFRESH_GAP_S", 0.0)
 
     tag = f"ctxd-exec-{uuid.uuid4().hex[:12]}"
     script = tmp_path / "launch.sh"
@@ -459,7 +460,7 @@ def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(
         watch_of = watch(match=tag)
         assert processes.collect([watch_of], context()).items == []  # still the script
         wait_until(lambda: tag in Path(f"/proc/{proc.pid}/cmdline").read_text(), 10)
-        for _ in range(_proctree.REFRESH_EVERY + 1):
+        for _ in range(proctree.REFRESH_EVERY + 1):
             rows = processes.collect([watch_of], context()).items
             if rows:
                 break

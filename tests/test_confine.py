@@ -5,11 +5,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from service import confine
-from service.errors import Invalid, Refused
-from service.models import ArtifactWatch, CommandWatch, LogWatch
-from service.settings import Settings
+from ctxd import confine
+from ctxd.errors import Invalid, Refused
+from ctxd.models import ArtifactWatch, CommandWatch, LogWatch
+from ctxd.settings import Settings
 
 
 @pytest.fixture

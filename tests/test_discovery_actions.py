@@ -5,12 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from ctxd.discovery import actions, payloads
+from ctxd.discovery.actions import CommandAction, FileEditAction, PromptAction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
-from service.discovery import actions, payloads
-from service.discovery.actions import CommandAction, FileEditAction, PromptAction
 
 LAUNCH = "nohup python -m sglang.launch_server --port 30000 > server.log 2>&1 &"
 
@@ -202,7 +201,7 @@ def test_malformed_dict_is_refused_by_the_model() -> None:
 
 def test_payloads_module_imports_without_pydantic() -> None:
     code = (
-        "import sys, json; import service.discovery.payloads as p; "
+        "import sys, json; import ctxd.discovery.payloads as p; "
         "print(json.dumps(['pydantic' in sys.modules, 'psutil' in sys.modules]))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -255,7 +254,7 @@ def test_arbitrary_payloads_map_to_valid_actions_or_nothing(claude_data: dict, o
 
 
 def test_commands_carrying_secrets_are_redacted_by_the_service_redactor() -> None:
-    from service import redact
+    from ctxd import redact
 
     secret_cmd = (
         "HF_TOKEN=hf_AbCdEf0123456789abcdef0123 nohup python -m sglang.launch_server "

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from service.discovery import actions, procscan, rules
-from service.discovery.actions import CommandAction
-from service.discovery.launches import flag_diff, summary_line
-from service.discovery.shellparse import parse_command
-from service.discovery.workspace import git_section, workspace_of
+from ctxd.discovery import actions, procscan, rules
+from ctxd.discovery.actions import CommandAction
+from ctxd.discovery.launches import flag_diff, summary_line
+from ctxd.discovery.shellparse import parse_command
+from ctxd.discovery.workspace import git_section, workspace_of
 
 SERVER = """
 import socket, sys, time

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from service.discovery.launches import (
+from ctxd.discovery.launches import (
     Launch,
     flag_diff,
     parse_flags,

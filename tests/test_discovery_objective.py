@@ -4,8 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from service.discovery.objective import first_prompt_in_transcript, is_substantive
+from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
 
 GOAL = "Deploy Kimi-K2.5 INT4 on SGLang with EAGLE-3 speculative decoding on the 8 GPUs"
 

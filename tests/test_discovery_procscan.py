@@ -8,8 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from service.discovery import procscan
+from ctxd.discovery import procscan
 
 SERVER = """
 import socket, subprocess, sys, time

@@ -2,8 +2,8 @@
 
 from datetime import UTC, datetime, timedelta
 
-from service.discovery.actions import CommandAction
-from service.discovery.recent import first_error_line, recent_commands
+from ctxd.discovery.actions import CommandAction
+from ctxd.discovery.recent import first_error_line, recent_commands
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TRACEBACK = """Loading weights: 100%|██████████| 64/64

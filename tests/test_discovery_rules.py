@@ -3,16 +3,15 @@
 from datetime import UTC, datetime
 
 import pytest
-
-from service.discovery.procscan import Candidate
-from service.discovery.rules import (
+from ctxd.discovery.procscan import Candidate
+from ctxd.discovery.rules import (
     AUTO_WATCH_CAP,
     program_pattern,
     propose_for_command,
     propose_from_machine,
     watch_key,
 )
-from service.discovery.shellparse import parse_command
+from ctxd.discovery.shellparse import parse_command
 
 AT = datetime(2026, 11, 30, 12, 1, tzinfo=UTC)
 LAUNCH = (
@@ -122,7 +121,7 @@ def test_machine_proposals_from_roots_and_their_stdout() -> None:
 
 
 def test_proposals_are_valid_watch_specs_once_auto_and_reason_are_taken_off() -> None:
-    from service.models import WatchIn
+    from ctxd.models import WatchIn
 
     facts = parse_command(LAUNCH + "; cd sgl-kernel && python -m build --wheel")
     proposals = propose_for_command(facts, cwd="/srv/work", at=AT)

@@ -1,10 +1,9 @@
 """parse_command on plain strings: the seed story's launches, redirects, builds, bad input."""
 
 import pytest
+from ctxd.discovery.shellparse import CommandFacts, parse_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from service.discovery.shellparse import CommandFacts, parse_command
 
 SEED_EAGLE = (
     "cd /data/sglang && HF_TOKEN=hf_secretvalue123 nohup python -m sglang.launch_server "

@@ -5,8 +5,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from service.discovery.workspace import git_section, is_secret_path, workspace_of
+from ctxd.discovery.workspace import git_section, is_secret_path, workspace_of
 
 
 def git(repo: Path, *args: str) -> None:

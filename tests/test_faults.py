@@ -12,12 +12,12 @@ from types import ModuleType
 
 import httpx
 import pytest
+from ctxd.collectors import gpus, host, processes
+from ctxd.models import SessionIn
+from ctxd.settings import Limits, Settings
+from ctxd.snapshotter import snapshotter as snapshots
+from ctxd.store.database import Store
 
-from service import snapshots
-from service.collectors import gpus, host, processes
-from service.models import SessionIn
-from service.settings import Limits, Settings
-from service.store import Store
 from tests.conftest import app_client
 
 CANARY = "ghp_" + "F4uLtC4n4ry" * 3 + "abc"
@@ -229,10 +229,9 @@ def test_hostile_ids_and_queries(client: httpx.Client) -> None:
 
 def test_exception_text_never_reaches_the_client(tmp_path: Path, caplog) -> None:
     # A handler that really raises, registered on the real app: the reply is a fixed text.
+    from ctxd.http.app import create_app
     from litestar import get
     from litestar.testing import TestClient
-
-    from service.app import create_app
 
     secret = "hf_" + "ExceptionLeak" * 3
 

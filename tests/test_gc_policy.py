@@ -7,8 +7,7 @@ import textwrap
 PROGRAM = textwrap.dedent(
     """
     import gc, sys, threading, time, weakref
-    from service import gc_policy
-
+    from ctxd.http import gc_policy
     gc_policy.install(every_s=float(sys.argv[1]))
     assert gc.get_threshold()[2] == gc_policy.NEVER
     assert any(t.name == "ctxd-gc" for t in threading.enumerate())
@@ -44,8 +43,7 @@ def test_a_cycle_in_the_oldest_generation_is_freed_by_the_timer_not_a_request() 
 IDLE = textwrap.dedent(
     """
     import gc, time
-    from service import gc_policy
-
+    from ctxd.http import gc_policy
     gc_policy.install(every_s=0.2)
     full = []
     gc.callbacks.append(lambda phase, info: phase == "start" and full.append(info["generation"]))

@@ -5,8 +5,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-
-from service.collectors import commands, host, ports
+from ctxd.collectors import commands, host, ports
 
 TOKEN = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8D9f0G1h2"  # 36 characters, a GitHub token's shape
 

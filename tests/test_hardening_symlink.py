@@ -16,12 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from ctxd.collectors import CollectContext, artifacts
+from ctxd.collectors._fs import Outside, open_confined, stat_confined
+from ctxd.models import ArtifactWatch, LogWatch, Watch
+from ctxd.settings import Settings
+from ctxd.store.database import Store
 
-from service.collectors import CollectContext, artifacts
-from service.collectors._fs import Outside, open_confined, stat_confined
-from service.models import ArtifactWatch, LogWatch, Watch
-from service.settings import Settings
-from service.store import Store
 from tests.conftest import start_server, stop_server
 
 CANARY = "CANARY-shadow-7f3a9c"

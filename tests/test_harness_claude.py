@@ -105,7 +105,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     home.mkdir()
     # installed the way a user installs it: one command, nothing registered by hand
     installed = subprocess.run(
-        [sys.executable, "-m", "service", "--url", server.url, "install", "claude"],
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "claude"],
         capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
     )  # fmt: skip
     assert "updated" in installed.stdout

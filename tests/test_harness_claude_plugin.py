@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctxd import __version__
+from ctxd.harness.claude_hook import claude_config
+from ctxd.harness.claude_install import MCP_NAME
 
-from service import __version__
-from service.hooks import claude_config
-from service.install import MCP_NAME
 from tests.conftest import Server
 from tests.scripted_model import ScriptedModel, Step
 from tests.test_harness_claude import CLAUDE
@@ -44,7 +44,7 @@ def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     # the plugin calls `ctxd` from PATH: this installation's, as a user's would be
     shim = bin_dir / "ctxd"
-    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m service "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m ctxd "$@"\n')
     shim.chmod(0o755)
     model = ScriptedModel([Step(bash="echo rows=0 > export.log"), Step(text="Empty export.")])
     env = {

@@ -129,7 +129,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     config.write_text(json.dumps(provider_config(model), indent=2))
     # installed the way a user installs it: one command, nothing registered by hand
     installed = subprocess.run(
-        [sys.executable, "-m", "service", "--url", server.url, "install", "opencode"],
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "opencode"],
         capture_output=True, text=True, check=True, env=env, cwd=workspace,
     )  # fmt: skip
     assert "updated" in installed.stdout, installed.stdout + installed.stderr

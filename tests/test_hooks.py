@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctxd.harness.claude_hook import HookError, parse_payload
+from ctxd.harness.policy import is_continue
+from ctxd.harness.resolve import slug
 
-from service.harness import is_continue
-from service.hooks import HookError, parse_payload
-from service.resolve import slug
 from tests.conftest import Server, free_port
 
 
@@ -20,7 +20,7 @@ def hook(url: str, payload: object, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
     # The timeout only keeps a hung hook from hanging the suite; speed is not asserted here.
     return subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, "hook", "claude"],
+        [sys.executable, "-m", "ctxd", "--url", url, "hook", "claude"],
         input=text, capture_output=True, text=True, timeout=60, env={**environ, **env},
     )  # fmt: skip
 
@@ -144,7 +144,7 @@ def test_service_down_or_bad_input_never_blocks_the_agent(tmp_path: Path):
 
 def test_print_config_is_the_hooks_block_for_settings_json():
     out = subprocess.run(
-        [sys.executable, "-m", "service", "hook", "claude", "--print-config"],
+        [sys.executable, "-m", "ctxd", "hook", "claude", "--print-config"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     config = json.loads(out.stdout)["hooks"]
@@ -219,7 +219,7 @@ def test_ten_hooks_at_once_start_one_service(tmp_path: Path):
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
-    argv = [sys.executable, "-m", "service", "--url", url, "hook", "claude"]
+    argv = [sys.executable, "-m", "ctxd", "--url", url, "hook", "claude"]
     event = json.dumps(payload("UserPromptSubmit", tmp_path, prompt="fix the OOM"))
     hooks = [
         subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""The hooks' one-request HTTP client (service/hook_http.py) against real sockets: a real
+"""The hooks' one-request HTTP client (ctxd.harness.hook_http) against real sockets: a real
 ctxd, a chunked answer, an answer that is not HTTP, nobody listening, a mute listener."""
 
 import socket
@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from ctxd.harness import hook_http
+from ctxd.http import access
 
-from service import access, hook_http
 from tests.conftest import Server
 
 

@@ -33,7 +33,7 @@ class ClaudeProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
         self.process = subprocess.Popen(
             [sys.executable, "-c", "import json\n" + HARNESS,
-             sys.executable, "-m", "service", "--url", url, "hook", "claude"],
+             sys.executable, "-m", "ctxd", "--url", url, "hook", "claude"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
 
@@ -156,7 +156,7 @@ def test_a_conversation_that_moves_to_another_checkout_is_placed_there(
 )
 def test_a_bad_conversation_live_s_is_the_default_not_a_crash(value: str, seconds: float):
     done = subprocess.run(
-        [sys.executable, "-c", "from service import harness_sessions as h; print(h.LIVE_S)"],
+        [sys.executable, "-c", "from ctxd.harness import conversations as h; print(h.LIVE_S)"],
         env={**os.environ, "CTXD_CONVERSATION_LIVE_S": value}, capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip

@@ -48,7 +48,7 @@ def mute_url() -> Iterator[str]:
 def run_hook(url: str, event: dict, timeout_s: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
     return subprocess.run(
-        [sys.executable, "-m", "service", "--url", url, "hook", "claude"],
+        [sys.executable, "-m", "ctxd", "--url", url, "hook", "claude"],
         input=json.dumps(event), capture_output=True, text=True, timeout=120,
         env={**environ, "CTXD_HOOK_TIMEOUT": timeout_s},
     )  # fmt: skip

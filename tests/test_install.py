@@ -21,7 +21,7 @@ THEIR_MCP = {"mcpServers": {"github": {"type": "http", "url": "https://example.c
 def ctxd(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "service", *args], cwd=cwd, env=env,
+        [sys.executable, "-m", "ctxd", *args], cwd=cwd, env=env,
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -26,7 +26,7 @@ THEIRS_V2 = {
 def ctxd(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "XDG_"))}
     return subprocess.run(
-        [sys.executable, "-m", "service", *args], cwd=cwd, env={**env, "HOME": str(home)},
+        [sys.executable, "-m", "ctxd", *args], cwd=cwd, env={**env, "HOME": str(home)},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
@@ -177,7 +177,7 @@ def test_a_0600_config_behind_a_symlink_stays_0600_and_a_link(tmp_path: Path):
 
 
 def test_the_baked_in_url_is_one_js_string_literal_whatever_it_holds():
-    from service import install_opencode
+    from ctxd.harness import opencode_install as install_opencode
 
     url = 'http://127.0.0.1:8765/a"b\\c\nd'
     line = next(x for x in install_opencode.plugin_text(url).splitlines() if "DEFAULT_URL =" in x)

@@ -9,21 +9,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from service import service_unit
+from ctxd.cli import service_unit
 
 
 def ctxd(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "XDG_"))}
     return subprocess.run(
-        [sys.executable, "-m", "service", *args], cwd=home,
+        [sys.executable, "-m", "ctxd", *args], cwd=home,
         env={**env, "HOME": str(home), **extra}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
 
 def this_ctxd() -> str:
     script = Path(sys.executable).with_name("ctxd")
-    return str(script) if script.exists() else f"{sys.executable} -m service"
+    return str(script) if script.exists() else f"{sys.executable} -m ctxd"
 
 
 def test_install_writes_the_unit_once_and_uninstall_removes_it_and_its_link(tmp_path: Path):

@@ -39,24 +39,24 @@ def test_a_wheel_installed_elsewhere_serves_pages_and_dumps(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
     ctxd = target / "bin" / "python"
     where = subprocess.run(
-        [str(ctxd), "-c", "import service.render as r; print(r.TEMPLATES)"],
+        [str(ctxd), "-c", "import ctxd.render.markdown as r; print(r.TEMPLATES)"],
         capture_output=True, text=True, check=True, cwd=tmp_path, env=env,
     ).stdout.strip()  # fmt: skip
     assert where.startswith(site), where  # not the checkout's templates
     # the opencode plugin travels too: `ctxd install opencode` copies it from the package
     (tmp_path / "home").mkdir()
     plugin = subprocess.run(
-        [str(ctxd), "-m", "service", "install", "opencode", "--dry-run"],
+        [str(ctxd), "-m", "ctxd", "install", "opencode", "--dry-run"],
         capture_output=True, text=True, cwd=tmp_path, env={**env, "HOME": str(tmp_path / "home")},
     )  # fmt: skip
     assert plugin.returncode == 0 and "CtxdPlugin" in plugin.stdout, plugin.stderr
-    source = "import service.install_opencode as o; print(o.plugin_source())"
+    source = "import ctxd.harness.opencode_install as o; print(o.plugin_source())"
     shipped = subprocess.run(
         [str(ctxd), "-c", source], capture_output=True, text=True, cwd=tmp_path, env=env
     ).stdout.strip()
     assert shipped.startswith(site), shipped
     port = free_port()
-    serve = ["-m", "service", "serve", "--port", str(port), "--data-dir", str(tmp_path / "d")]
+    serve = ["-m", "ctxd", "serve", "--port", str(port), "--data-dir", str(tmp_path / "d")]
     server = subprocess.Popen(
         [str(ctxd), *serve], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

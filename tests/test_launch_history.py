@@ -4,9 +4,9 @@ that stopped is seen to end, however many ran."""
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from service import launch_history
-from service.models import Observations, ProcessWatch, SessionIn, Watch
-from service.store import Store
+from ctxd.models import Observations, ProcessWatch, SessionIn, Watch
+from ctxd.snapshotter import launch_history
+from ctxd.store.database import Store
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

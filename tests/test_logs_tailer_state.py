@@ -6,13 +6,12 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ctxd.collectors import CollectContext, logs
+from ctxd.models import LogWatch, Watch
+from ctxd.settings import Limits, Settings
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
-
-from service.collectors import CollectContext, logs
-from service.models import LogWatch, Watch
-from service.settings import Limits, Settings
 
 
 class TailerMachine(RuleBasedStateMachine):

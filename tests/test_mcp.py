@@ -153,7 +153,7 @@ def test_the_mcp_sdk_is_loaded_only_when_mcp_is_used() -> None:
     import sys
 
     probe = (
-        "import sys; from service.app import create_app; from service.settings import Settings; "
+        "import sys; from ctxd.http.app import create_app; from ctxd.settings import Settings; "
         "create_app(Settings(data_dir='/tmp/ctxd-lazy-mcp')); "
         "print(any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules))"
     )

@@ -80,7 +80,7 @@ def test_a_forged_request_state_is_refused(tmp_path: Path) -> None:
 
 SEAL_CHECK = """
 import sys
-from service.routes import mcp_sdk
+from ctxd.http.mcp import sdk as mcp_sdk
 mcp_sdk.import_server()
 assert not [m for m in sys.modules if m.split(".")[0] == "cryptography"], "loaded at import"
 from mcp.server import request_state
@@ -107,7 +107,7 @@ print("ok")
 
 PACKAGE_CHECK = """
 import sys
-from service.routes import mcp_sdk
+from ctxd.http.mcp import sdk as mcp_sdk
 mcp_sdk.import_server()
 assert not [m for m in sys.modules if m.startswith(("mcp.client", "httpx2."))], "loaded"
 import httpx2

@@ -13,14 +13,14 @@ from pathlib import Path
 import httpx
 import jinja2
 import pytest
+from ctxd.models import JournalIn, LogWatch, ProcessWatch, SessionIn, Signal
+from ctxd.render import charts, pagedata
+from ctxd.render.html import ENV
+from ctxd.render.markdown import TEMPLATES, markdown_html
+from ctxd.settings import Settings
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
 
-from service import charts, pagedata
-from service.models import JournalIn, LogWatch, ProcessWatch, SessionIn, Signal
-from service.render import TEMPLATES, markdown_html
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
-from service.templating import ENV
 from tests.conftest import FIXTURES, app_client
 
 # Each payload would run script or fetch something if a page let it through unescaped.

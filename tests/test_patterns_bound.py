@@ -6,8 +6,7 @@ import sys
 import textwrap
 
 import pytest
-
-from service.collectors import _patterns
+from ctxd.collectors import _patterns
 
 # Run in a child so RSS is that of a real process that did nothing else, under an address-space
 # limit so a regression fails the test instead of exhausting the machine.
@@ -16,7 +15,7 @@ CHILD = textwrap.dedent(
     import json, resource, sys
     resource.setrlimit(resource.RLIMIT_AS, (3 * 1024**3, 3 * 1024**3))
     import psutil
-    from service.collectors import _patterns
+    from ctxd.collectors import _patterns
     me = psutil.Process()
     before = me.memory_info().rss
     refused = []
@@ -77,9 +76,8 @@ def test_a_log_watchs_patterns_are_bounded_together() -> None:
 
 
 def test_a_watch_with_a_huge_pattern_is_refused_with_the_reason() -> None:
+    from ctxd.models import LogWatch, ProcessWatch
     from pydantic import ValidationError
-
-    from service.models import LogWatch, ProcessWatch
 
     with pytest.raises(ValidationError, match="more than 10000 nodes"):
         ProcessWatch(match="(?:a{1000}){1000}")

@@ -14,8 +14,8 @@ import pytest
 from tests.conftest import Server, start_server, stop_server
 
 if TYPE_CHECKING:
-    from service.models import Watch
-    from service.peers import Peers
+    from ctxd.models import Watch
+    from ctxd.peers.fanout import Peers
 
 TOKEN = "peer-token-0123456789-abcdefghij"
 
@@ -316,10 +316,10 @@ def peers_of(
     tmp_path: Path, fake_peer: http.server.ThreadingHTTPServer, **settings: object
 ) -> Iterator["Peers"]:
     """This host's peer directory, in-process, with `fake_peer` as node2."""
-    from service.peers import Peers
-    from service.peers_store import PeerIn
-    from service.settings import Settings
-    from service.store_db import Connection
+    from ctxd.peers.fanout import Peers
+    from ctxd.settings import Settings
+    from ctxd.store.connection import Connection
+    from ctxd.store.peers import PeerIn
 
     configured = Settings(data_dir=tmp_path, **settings)  # type: ignore[arg-type]
     peers = Peers(configured, Connection(configured.db_path))
@@ -332,7 +332,7 @@ def peers_of(
 
 
 def log_watch(tmp_path: Path) -> "Watch":
-    from service.models import LogWatch, Watch
+    from ctxd.models import LogWatch, Watch
 
     spec = LogWatch(kind="log", path=str(tmp_path / "x.log"))
     return Watch(id=1, session="s", spec=spec, created_at="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
@@ -341,8 +341,8 @@ def log_watch(tmp_path: Path) -> "Watch":
 def test_a_request_past_the_deadline_fails_once_not_twice(
     fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
 ) -> None:
-    from service.models import Observations
-    from service.peers_client import PeerFailure
+    from ctxd.models import Observations
+    from ctxd.peers.client import PeerFailure
 
     fake_peer.mode = "drip"  # type: ignore[attr-defined]
     with peers_of(tmp_path, fake_peer) as peers:
@@ -359,7 +359,7 @@ def test_a_request_past_the_deadline_fails_once_not_twice(
 def test_a_peer_remembers_a_bounded_number_of_requests(
     fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
 ) -> None:
-    from service.peers import BUSY_MAX
+    from ctxd.peers.fanout import BUSY_MAX
 
     fake_peer.mode = "wrong-json"  # type: ignore[attr-defined]
     with peers_of(tmp_path, fake_peer, peer_backoff_min_s=0) as peers:
@@ -376,7 +376,7 @@ def test_a_failed_peers_gpus_are_named_only_when_asked_for(
     only: frozenset[str] | None,
     gpus: bool,
 ) -> None:
-    from service.models import Observations
+    from ctxd.models import Observations
 
     with peers_of(tmp_path, fake_peer) as peers:
         into = Observations()
@@ -390,10 +390,10 @@ def test_a_failed_peers_gpus_are_named_only_when_asked_for(
 
 
 def test_the_peer_side_keeps_memory_for_a_bounded_number_of_callers(tmp_path: Path) -> None:
-    from service.collect_runner import CollectorRunner
-    from service.collectors import registry
-    from service.peers_serve import CALLERS_MAX, Callers, ObserveIn, observe
-    from service.settings import Settings
+    from ctxd.collectors import registry
+    from ctxd.peers.serve import CALLERS_MAX, Callers, ObserveIn, observe
+    from ctxd.settings import Settings
+    from ctxd.snapshotter.runner import CollectorRunner
 
     runner = CollectorRunner(Settings(data_dir=tmp_path), registry, peers=None)
     callers = Callers()

@@ -3,12 +3,12 @@
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from service.models import ProcessesSection
+    from ctxd.models import ProcessesSection
 
 
 def test_a_peers_gpus_join_this_hosts_with_its_name() -> None:
-    from service.models import GpuInfo, GpusSection, Observations
-    from service.peers_merge import merge_answer
+    from ctxd.models import GpuInfo, GpusSection, Observations
+    from ctxd.peers.merge import merge_answer
 
     here = Observations()  # a host without GPUs: its section says so until a peer has some
     there = Observations(
@@ -28,7 +28,7 @@ def _tree(pid: int, idle: float | None, alike: int = 0) -> "ProcessesSection":
     """A tree rooted at `pid` with `alike` idle workers, each idle for `idle` seconds."""
     from datetime import UTC, datetime
 
-    from service.models import ProcessesSection, ProcessInfo, StuckStack, WorkerGroup
+    from ctxd.models import ProcessesSection, ProcessInfo, StuckStack, WorkerGroup
 
     def row(n: int, root: bool) -> ProcessInfo:
         return ProcessInfo(
@@ -52,10 +52,10 @@ def _tree(pid: int, idle: float | None, alike: int = 0) -> "ProcessesSection":
 def test_a_peers_trees_stacks_and_workers_stay_its_own() -> None:
     from datetime import UTC, datetime
 
-    from service import signals
-    from service.models import LogInfo, LogsSection, Observations, Snapshot, SnapshotHeader
-    from service.peers_merge import merge_answer
-    from service.render import render_dump
+    from ctxd.models import LogInfo, LogsSection, Observations, Snapshot, SnapshotHeader
+    from ctxd.peers.merge import merge_answer
+    from ctxd.render.markdown import render_dump
+    from ctxd.signals import derive as signals
 
     silent = LogInfo(
         watch_id=1, path="/x.log", size=1, modified_at=datetime(2026, 1, 1, tzinfo=UTC),
@@ -84,8 +84,8 @@ def test_a_peers_trees_stacks_and_workers_stay_its_own() -> None:
 
 
 def test_a_peers_featured_rows_hide_none_of_this_hosts() -> None:
-    from service.models import Observations
-    from service.peers_merge import merge_answer
+    from ctxd.models import Observations
+    from ctxd.peers.merge import merge_answer
 
     here = Observations(processes=_tree(100, None, alike=2))  # few rows: all shown, none featured
     there = Observations(processes=_tree(200, None, alike=2))

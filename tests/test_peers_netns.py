@@ -72,7 +72,7 @@ def node2(tmp_path: Path) -> Iterator[Node2]:
             "CTXD_TOKEN": TOKEN,
             "CTXD_COMMANDS": '{"slow": ["sleep", "30"]}',
         }
-        serve = [sys.executable, "-m", "service", "serve", "--host", there, "--port", str(port)]
+        serve = [sys.executable, "-m", "ctxd", "serve", "--host", there, "--port", str(port)]
         with open(tmp_path / "node2.log", "ab") as out:
             process = subprocess.Popen(
                 ["ip", "netns", "exec", ns, *serve, "--data-dir", str(data)],

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ctxd.collectors import CollectContext, processes
+from ctxd.collectors.proc import procfs, procrows
+from ctxd.models import ProcessWatch, Watch
+from ctxd.settings import Settings
 
-from service.collectors import CollectContext, _proc_rows, _procfs, processes
-from service.models import ProcessWatch, Watch
-from service.settings import Settings
 from tests.conftest import wait_until
 
 # One thread, asleep; on SIGUSR1 it moves to another directory and opens a file there.
@@ -60,14 +61,14 @@ def counted_cmdlines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     reads: list[int] = []
     caller = threading.get_ident()
     for name in ("cmdline", "stat_fields"):
-        real = getattr(_procfs, name)
+        real = getattr(procfs, name)
 
         def counted(pid: int, *args: object, real: Any = real) -> Any:
             if threading.get_ident() == caller:
                 reads.append(pid)
             return real(pid)
 
-        monkeypatch.setattr(_procfs, name, counted)
+        monkeypatch.setattr(procfs, name, counted)
     return reads
 
 
@@ -108,7 +109,7 @@ def test_what_is_kept_is_read_again_after_a_while(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, tag = mover
-    monkeypatch.setattr(_proc_rows, "KEEP_UNMOVED_S", 0.0)
+    monkeypatch.setattr(procrows, "KEEP_UNMOVED_S", 0.0)
     ctx = CollectContext(settings=QUIET_SAMPLER, memory={})
     collect(tag, ctx)
     read_first = len(counted_cmdlines)
@@ -172,14 +173,13 @@ def test_an_unmoved_process_shows_its_new_parent_when_the_old_one_dies(tmp_path:
 def test_a_probe_row_names_its_tree_and_keeps_the_process_sampled(tmp_path: Path) -> None:
     """A probe's row comes from the process table alone; it still says which tree it belongs
     to (events compare trees) and keeps the sampler following the process (idle history)."""
-    from service import sampler
-    from service.collectors import _proctree
+    from ctxd.collectors.proc import proctree, sampler
 
     tag = f"ctxd-glimpse-{uuid.uuid4().hex[:12]}"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
     try:
         time.sleep(0.3)
-        _proctree.shared(0.0)  # a probe may use a table read within the last second
+        proctree.shared(0.0)  # a probe may use a table read within the last second
         settings = Settings(cpu_sample_s=0, sample_interval_s=1800)  # a sampler of its own
         probe = CollectContext(settings=settings, probe=True, memory={})
         rows = collect(tag, probe)

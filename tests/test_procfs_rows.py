@@ -9,10 +9,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ctxd.collectors.proc import procfs
+from ctxd.collectors.proc.procstatic import user_name
 from psutil import _pslinux
-
-from service.collectors import _procfs
-from service.collectors._proc_static import user_name
 
 
 @pytest.fixture
@@ -35,15 +34,15 @@ def _psutil_view(pid: int) -> tuple:
 
 
 def _own_view(pid: int) -> tuple:
-    name, letter, ppid, threads, *_ = _procfs.stat_fields(pid)
-    rss, vms = _procfs.memory(pid)
+    name, letter, ppid, threads, *_ = procfs.stat_fields(pid)
+    rss, vms = procfs.memory(pid)
     status = _pslinux.PROC_STATUSES.get(letter, "?")
-    return name, status, ppid, threads, rss, vms, _procfs.cmdline(pid)
+    return name, status, ppid, threads, rss, vms, procfs.cmdline(pid)
 
 
 def test_a_sleepers_fields_match_psutils(odd_sleeper) -> None:
     assert _own_view(odd_sleeper.pid) == _psutil_view(odd_sleeper.pid)
-    assert _procfs.stat_fields(odd_sleeper.pid)[0] == "a) b (c"
+    assert procfs.stat_fields(odd_sleeper.pid)[0] == "a) b (c"
 
 
 def test_a_threaded_python_matches_psutil() -> None:
@@ -65,20 +64,20 @@ def test_a_threaded_python_matches_psutil() -> None:
 def test_a_retitled_command_line_is_split_on_spaces(tmp_path: Path) -> None:
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "cmdline").write_bytes(b"python\x00-c\x00x y\x00")
-    assert _procfs.cmdline(7, proc=tmp_path) == ["python", "-c", "x y"]
+    assert procfs.cmdline(7, proc=tmp_path) == ["python", "-c", "x y"]
     (tmp_path / "7" / "cmdline").write_bytes(b"postgres: writer process")
-    assert _procfs.cmdline(7, proc=tmp_path) == ["postgres:", "writer", "process"]
+    assert procfs.cmdline(7, proc=tmp_path) == ["postgres:", "writer", "process"]
     (tmp_path / "7" / "cmdline").write_bytes(b"nginx: master process\x00")
-    assert _procfs.cmdline(7, proc=tmp_path) == ["nginx:", "master", "process"]
+    assert procfs.cmdline(7, proc=tmp_path) == ["nginx:", "master", "process"]
     (tmp_path / "7" / "cmdline").write_bytes(b"")
-    assert _procfs.cmdline(7, proc=tmp_path) == []
+    assert procfs.cmdline(7, proc=tmp_path) == []
 
 
 def test_a_gone_process_raises() -> None:
     proc = subprocess.Popen(["true"])
     proc.wait()
     with pytest.raises(OSError):
-        _procfs.stat_fields(proc.pid)
+        procfs.stat_fields(proc.pid)
 
 
 def test_user_names_are_psutils() -> None:
@@ -100,14 +99,14 @@ def test_cpu_start_and_io_figures_match_psutils(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "done\n"
-        stat, theirs = _procfs.stat_fields(proc.pid), psutil.Process(proc.pid)
+        stat, theirs = procfs.stat_fields(proc.pid), psutil.Process(proc.pid)
         times, io = theirs.cpu_times(), theirs.io_counters()
         ticks = os.sysconf("SC_CLK_TCK")
         assert stat.cpu_ticks / ticks == pytest.approx(times.user + times.system, abs=1e-9)
         assert stat.cpu_ticks / ticks >= 0.1
         started = stat.start_ticks / ticks + psutil.boot_time()
         assert started == pytest.approx(theirs.create_time(), abs=1e-6)
-        assert _procfs.io_bytes(proc.pid) == (io.read_bytes, io.write_bytes)
+        assert procfs.io_bytes(proc.pid) == (io.read_bytes, io.write_bytes)
     finally:
         proc.kill()
         proc.wait()

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from ctxd.collectors.proc import procselect, proctree
 
-from service.collectors import _procselect, _proctree
 from tests.conftest import wait_until
 
 
@@ -18,32 +18,32 @@ from tests.conftest import wait_until
 def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The pids the table reads from /proc, in order; turns of the refresh are kept out."""
     reads: list[int] = []
-    real = _proctree._read
+    real = proctree._read
 
-    def counted(pid: int, now_ticks: float = float("inf")) -> _proctree.Entry | None:
+    def counted(pid: int, now_ticks: float = float("inf")) -> proctree.Entry | None:
         reads.append(pid)
         return real(pid, now_ticks)
 
-    monkeypatch.setattr(_proctree, "_read", counted)
-    monkeypatch.setattr(_proctree, "REFRESH_GAP_S", float("inf"))
+    monkeypatch.setattr(proctree, "_read", counted)
+    monkeypatch.setattr(proctree, "REFRESH_GAP_S", float("inf"))
     return reads
 
 
 def test_a_table_nothing_changed_in_reads_no_process(counted_reads: list[int]) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        time.sleep(_proctree.SETTLED_S + 0.1)
-        first = _proctree.scan()
+        time.sleep(proctree.SETTLED_S + 0.1)
+        first = proctree.scan()
         assert sleeper.pid in first
-        _proctree.scan()  # settles whatever was still young in the first
+        proctree.scan()  # settles whatever was still young in the first
         counted_reads.clear()
-        again = _proctree.scan()
+        again = proctree.scan()
         assert sleeper.pid not in counted_reads
         assert again[sleeper.pid].text == "sleep 60"
     finally:
         sleeper.kill()
         sleeper.wait()
-    after = _proctree.scan()
+    after = proctree.scan()
     assert sleeper.pid not in after  # gone from the listing: gone from the table
 
 
@@ -62,17 +62,17 @@ def test_a_new_process_is_read_and_a_reparented_child_read_again(
     wait_until(lambda: pidfile.exists() and pidfile.read_text(), 10)
     child = int(pidfile.read_text())
     try:
-        wait_until(lambda: _proctree.scan()[child].text == "sleep 60", 10)
-        time.sleep(_proctree.SETTLED_S + 0.1)
-        _proctree.scan()  # settled: not read again for being young
-        assert _proctree.scan()[child].ppid == parent.pid
+        wait_until(lambda: proctree.scan()[child].text == "sleep 60", 10)
+        time.sleep(proctree.SETTLED_S + 0.1)
+        proctree.scan()  # settled: not read again for being young
+        assert proctree.scan()[child].ppid == parent.pid
         parent.kill()
         parent.wait()
         counted_reads.clear()
-        table = _proctree.scan()
+        table = proctree.scan()
         assert parent.pid not in table
         assert child in counted_reads and table[child].ppid != parent.pid
-        assert child in _proctree.children_map(table)[table[child].ppid]
+        assert child in proctree.children_map(table)[table[child].ppid]
     finally:
         parent.kill()
         parent.wait()
@@ -83,21 +83,21 @@ def test_a_new_process_is_read_and_a_reparented_child_read_again(
 def test_a_pattern_follows_the_table_as_processes_come_and_go() -> None:
     """A pattern's matches are kept per table and brought up to date from what changed: a
     process started later joins them, one that ended leaves them."""
-    from service.models import ProcessWatch
+    from ctxd.models import ProcessWatch
 
     tag = f"ctxd-proctree-{os.getpid()}-{time.monotonic_ns()}"
     spec = ProcessWatch(match=tag)
     code = "import time; time.sleep(60)"
 
     def matched() -> list[int]:
-        table = _proctree.scan()
-        return _procselect._matches(spec, table, frozenset())
+        table = proctree.scan()
+        return procselect._matches(spec, table, frozenset())
 
     assert matched() == []
     first = subprocess.Popen([sys.executable, "-c", code, tag])
     try:
         wait_until(lambda: matched() == [first.pid], 10)
-        time.sleep(_proctree.SETTLED_S + 0.1)
+        time.sleep(proctree.SETTLED_S + 0.1)
         assert matched() == [first.pid] == matched()  # the same table: the same answer
         second = subprocess.Popen([sys.executable, "-c", code, tag])
         try:

@@ -4,11 +4,11 @@ import sys
 import time
 from pathlib import Path
 
-from service import changes
-from service.models import LogWatch, ProcessWatch, SessionIn
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
+from ctxd.models import LogWatch, ProcessWatch, SessionIn
+from ctxd.settings import Settings
+from ctxd.snapshotter import changes
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -53,7 +53,7 @@ def _state(pid: int) -> str:
 def test_the_news_fields_of_a_log_do_not_enter_the_key(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from service.models import LogInfo, LogsSection, Observations, Snapshot, SnapshotHeader
+    from ctxd.models import LogInfo, LogsSection, Observations, Snapshot, SnapshotHeader
 
     def snapshot(**news) -> Snapshot:
         log = LogInfo(watch_id=1, path="/x.log", size=10, silent_for_s=1,
@@ -73,7 +73,7 @@ def test_the_news_fields_of_a_log_do_not_enter_the_key(tmp_path: Path) -> None:
 def test_where_a_sleeping_process_waits_is_shown_but_not_keyed() -> None:
     from datetime import UTC, datetime
 
-    from service.models import (
+    from ctxd.models import (
         Observations,
         ProcessesSection,
         ProcessInfo,
@@ -109,8 +109,7 @@ def test_the_key_walks_the_models_as_their_json_dump_reads(tmp_path: Path, spawn
     import socket
 
     import pydantic_core
-
-    from service.models import ArtifactWatch, JournalIn, PortWatch
+    from ctxd.models import ArtifactWatch, JournalIn, PortWatch
 
     log = tmp_path / "vllm.log"
     log.write_bytes((FIXTURES / "vllm_worker_free_memory_chain_issue535_excerpt.log").read_bytes())

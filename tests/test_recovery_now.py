@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from service.models import LogWatch, PortWatch, ProcessWatch, SessionIn, Snapshot
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
+from ctxd.models import LogWatch, PortWatch, ProcessWatch, SessionIn, Snapshot
+from ctxd.settings import Settings
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

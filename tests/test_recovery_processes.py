@@ -10,8 +10,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from service.collectors import CollectContext, processes
-from service.models import (
+from ctxd.collectors import CollectContext, processes
+from ctxd.models import (
     Observations,
     ProcessesSection,
     ProcessWatch,
@@ -19,8 +19,8 @@ from service.models import (
     SnapshotHeader,
     Watch,
 )
-from service.render import render_dump
-from service.settings import Settings
+from ctxd.render.markdown import render_dump
+from ctxd.settings import Settings
 
 LAUNCHER = """
 import subprocess, sys, time

@@ -10,10 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
-from service import sampler, signals
-from service.collectors import _pystacks
-from service.models import (
+from ctxd.collectors.proc import pystacks, sampler
+from ctxd.models import (
     Observations,
     PortInfo,
     PortsSection,
@@ -23,9 +21,10 @@ from service.models import (
     SessionIn,
     StuckStack,
 )
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
+from ctxd.settings import Settings
+from ctxd.signals import derive as signals
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
 
 from .conftest import as_nobody, free_port, wait_until
 
@@ -130,14 +129,14 @@ def test_ptrace_refused_says_so(spawn, tmp_path: Path) -> None:
     time.sleep(0.3)
     if os.geteuid() != 0:
         pytest.skip("needs root to run py-spy as another user than the target's")
-    program = _pystacks.py_spy()
-    taken = as_nobody(lambda: _pystacks.take([target.pid], program=program))
+    program = pystacks.py_spy()
+    taken = as_nobody(lambda: pystacks.take([target.pid], program=program))
     assert taken[target.pid].lines == ()
     assert "not permitted: ptrace refused" in (taken[target.pid].note or "")
 
 
 def test_py_spy_missing_says_so() -> None:
-    (taken,) = _pystacks.take([os.getpid()], program="/nonexistent/py-spy").values()
+    (taken,) = pystacks.take([os.getpid()], program="/nonexistent/py-spy").values()
     assert taken.note == "no Python stack: py-spy is not installed beside ctxd nor on PATH"
 
 
@@ -151,7 +150,7 @@ def test_parse_keeps_thread_names_and_frames_without_ids() -> None:
         'Thread 0x7F3A2B (active): "pt_nccl_watchdog"\n'
         "    run (watchdog.py:9)\n"
     )
-    assert _pystacks.parse(text) == [
+    assert pystacks.parse(text) == [
         'thread "MainThread" (idle)',
         "  Condition.wait (threading.py:327)",
         "  wait_for_peers (worker.py:5)",
@@ -183,6 +182,6 @@ def test_a_py_spy_that_never_lets_go_costs_the_budget_not_forever(tmp_path: Path
     program.write_text("#!/bin/sh\nsleep 30\n")
     program.chmod(0o755)
     started = time.monotonic()
-    (taken,) = _pystacks.take([os.getpid()], budget_s=0.5, program=str(program)).values()
+    (taken,) = pystacks.take([os.getpid()], budget_s=0.5, program=str(program)).values()
     assert time.monotonic() - started < 5
     assert taken.note is not None and "took longer than" in taken.note

@@ -9,9 +9,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.collectors import CollectContext, processes
-from service.collectors import _relaunch as relaunch
-from service.models import (
+from ctxd.collectors import CollectContext, processes
+from ctxd.collectors.proc import relaunch
+from ctxd.models import (
     Observations,
     ProcessesSection,
     ProcessWatch,
@@ -19,8 +19,8 @@ from service.models import (
     SnapshotHeader,
     Watch,
 )
-from service.render import render_dump
-from service.settings import Settings
+from ctxd.render.markdown import render_dump
+from ctxd.settings import Settings
 
 # Writes what it was started with (argv, directory, the variables that matter), then waits.
 PROGRAM = """

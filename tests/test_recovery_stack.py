@@ -4,9 +4,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.collectors import CollectContext, processes
-from service.models import ProcessWatch, Watch
-from service.settings import Settings
+from ctxd.collectors import CollectContext, processes
+from ctxd.models import ProcessWatch, Watch
+from ctxd.settings import Settings
 
 
 def make_env(tmp_path: Path, dists: list[str], torch_cuda: str | None) -> Path:
@@ -62,9 +62,9 @@ def test_a_local_torch_build_keeps_its_tag_and_a_cpu_build_says_so(tmp_path: Pat
 
 
 def test_the_gpu_section_names_the_driver_and_its_cuda_version() -> None:
-    from service.collectors._gputext import parse_smi_header
-    from service.models import GpuInfo, GpusSection, Observations, Snapshot, SnapshotHeader
-    from service.render import render_dump
+    from ctxd.collectors._gputext import parse_smi_header
+    from ctxd.models import GpuInfo, GpusSection, Observations, Snapshot, SnapshotHeader
+    from ctxd.render.markdown import render_dump
 
     # the banner of a real 8x H100 capture (thamada/nvidia-smi, gls/H100SXMx8_smi.py)
     header = (

@@ -8,10 +8,10 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.collectors import CollectContext, logs
-from service.collectors._progress import FOLDED
-from service.models import LogInfo, LogWatch, Watch
-from service.settings import Settings
+from ctxd.collectors import CollectContext, logs
+from ctxd.collectors._progress import FOLDED
+from ctxd.models import LogInfo, LogWatch, Watch
+from ctxd.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -129,7 +129,7 @@ def test_a_hole_read_from_its_middle_says_more_than(tmp_path: Path) -> None:
 def test_folding_stays_linear_on_long_lines_that_look_like_frames() -> None:
     import time
 
-    from service.collectors._progress import fold_progress
+    from ctxd.collectors._progress import fold_progress
 
     lines = [" " * 1990 + "% 1/2", "a" * 390 + " " * 1600 + "%|x| 1/2 [", "5% " * 600 + "1/2"]
     started = time.process_time()

@@ -10,9 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pydantic
-
-from service.collectors import CollectContext, artifacts, logs
-from service.models import (
+from ctxd.collectors import CollectContext, artifacts, logs
+from ctxd.models import (
     ArtifactWatch,
     LogsSection,
     LogWatch,
@@ -22,8 +21,8 @@ from service.models import (
     SnapshotHeader,
     Watch,
 )
-from service.render import render_dump
-from service.settings import Settings
+from ctxd.render.markdown import render_dump
+from ctxd.settings import Settings
 
 # Prints a line, waits for a file to appear, prints another, then sleeps.
 CHATTY = """

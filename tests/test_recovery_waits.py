@@ -9,9 +9,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from service import signals
-from service.collectors import CollectContext, processes
-from service.models import (
+from ctxd.collectors import CollectContext, processes
+from ctxd.models import (
     LogInfo,
     LogsSection,
     Observations,
@@ -22,7 +21,8 @@ from service.models import (
     ProcessWatch,
     Watch,
 )
-from service.settings import Settings
+from ctxd.settings import Settings
+from ctxd.signals import derive as signals
 
 BLOCKED = """
 import subprocess, sys, time

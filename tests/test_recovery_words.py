@@ -3,9 +3,7 @@ durations read against the life of what they measure (the real renderer and sign
 
 from datetime import UTC, datetime, timedelta
 
-from service import signals
-from service.dump_files import DumpLocation
-from service.models import (
+from ctxd.models import (
     LogInfo,
     LogsSection,
     Observations,
@@ -16,7 +14,9 @@ from service.models import (
     Snapshot,
     SnapshotHeader,
 )
-from service.render import render_dump
+from ctxd.render.dump_files import DumpLocation
+from ctxd.render.markdown import render_dump
+from ctxd.signals import derive as signals
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -5,13 +5,15 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
+from ctxd import redact
+from ctxd.models import Flag, ProcessInfo
+from ctxd.redact import REDACTED, WITHHELD
+from ctxd.redact import known as redact_known
+from ctxd.redact import log_filter as redact_log
+from ctxd.redact import shapes as redact_shapes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
-
-from service import redact, redact_known, redact_log, redact_shapes
-from service.models import Flag, ProcessInfo
-from service.redact import REDACTED, WITHHELD
 
 GHP = "ghp_" + "A1b2C3d4" * 4 + "zzzz"
 HF = "hf_" + "abcdefghij" * 3 + "ABCD"

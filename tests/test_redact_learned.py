@@ -9,9 +9,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-
-from service import redact, redact_known, redact_learned
-from service.redact import REDACTED
+from ctxd import redact
+from ctxd.redact import REDACTED
+from ctxd.redact import known as redact_known
+from ctxd.redact import learned as redact_learned
 
 VALUE = "pw/Secret+99&zz"
 
@@ -68,7 +69,7 @@ def test_restart_in_a_real_process(tmp_path: Path) -> None:
     redact.load_learned(tmp_path)
     redact.argv(["mysql", "-p", "Hunter2Secret"])
     code = (
-        "import sys; from pathlib import Path; from service import redact; "
+        "import sys; from pathlib import Path; from ctxd import redact; "
         "redact.load_learned(Path(sys.argv[1])); print(redact.text('log: Hunter2Secret ok'))"
     )
     out = subprocess.run(

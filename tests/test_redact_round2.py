@@ -1,9 +1,9 @@
 """Redaction, round two: the forms a red-team pass got through, each pinned by a case."""
 
 import pytest
-
-from service import redact, redact_log
-from service.redact import REDACTED
+from ctxd import redact
+from ctxd.redact import REDACTED
+from ctxd.redact import log_filter as redact_log
 
 SECRET = "abcdefABCDEF1234567890xyz"
 
@@ -108,7 +108,7 @@ def test_access_log_query_token() -> None:
     assert SECRET not in record.getMessage()
     assert f"access_token={REDACTED}" in record.getMessage()
     own = logging.LogRecord(
-        "service.x", logging.INFO, __file__, 1, "fetching %s",
+        "ctxd.x", logging.INFO, __file__, 1, "fetching %s",
         (f"https://api.example.com/v1/models?access_token={SECRET}",), None,
     )  # fmt: skip
     redact_log.RedactingFilter().filter(own)

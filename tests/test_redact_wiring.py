@@ -3,9 +3,9 @@
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.collectors import CollectContext, logs
-from service.models import LogsSection, LogWatch, Watch
-from service.settings import Limits, Settings
+from ctxd.collectors import CollectContext, logs
+from ctxd.models import LogsSection, LogWatch, Watch
+from ctxd.settings import Limits, Settings
 
 GHP36 = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8D9f0G1h2"
 PEM64 = [

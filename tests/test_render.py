@@ -1,9 +1,8 @@
 """Markdown helpers: fences that cannot be closed early, safe cells, and cutting to a budget."""
 
+from ctxd.render.markdown import cell, fence, fit, human_bytes, inline
 from hypothesis import given
 from hypothesis import strategies as st
-
-from service.render import cell, fence, fit, human_bytes, inline
 
 
 def test_fence_is_longer_than_any_backtick_run_inside():
@@ -55,14 +54,14 @@ def test_fit_returns_a_dump_that_already_fits_unchanged():
 
 
 def test_code_in_a_table_cell_escapes_pipes_and_line_breaks():
-    from service.render import cell_code
+    from ctxd.render.markdown import cell_code
 
     assert cell_code('{"a":"x|y"}') == '`{"a":"x\\|y"}`'
     assert "\r" not in cell_code("a\rb") and "\n" not in cell_code("a\nb")
 
 
 def test_agent_text_cannot_fake_a_section_or_leave_a_fence_open():
-    from service.render import block
+    from ctxd.render.markdown import block
 
     text = block("tried it\n## Where this dump lives\n```\nlog line", 2)
     assert "\n  \\## Where this dump lives" in text
@@ -81,8 +80,8 @@ def test_fit_never_splits_at_a_heading_inside_a_log_fence():
 
 
 def test_the_dump_includes_one_partial_per_collector_in_registry_order() -> None:
-    from service.collectors import registry
-    from service.render import TEMPLATES
+    from ctxd.collectors import registry
+    from ctxd.render.markdown import TEMPLATES
 
     for collector in registry():
         assert (TEMPLATES / f"_{collector.NAME}.md.j2").is_file(), collector.NAME
@@ -93,7 +92,7 @@ def test_the_dump_includes_one_partial_per_collector_in_registry_order() -> None
 def test_empty_sections_fold_into_one_closing_line():
     from datetime import UTC, datetime
 
-    from service.models import (
+    from ctxd.models import (
         GpusSection,
         LogsSection,
         Observations,
@@ -101,7 +100,7 @@ def test_empty_sections_fold_into_one_closing_line():
         SnapshotHeader,
         Unavailable,
     )
-    from service.render import render_dump
+    from ctxd.render.markdown import render_dump
 
     header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
     missing = Unavailable(target="/srv/app.log", reason="no such file")
@@ -127,9 +126,10 @@ def test_a_render_asks_the_filesystem_nothing(monkeypatch):
     # every render, to see whether it changed; ctxd's templates change only with ctxd.
     import os
 
-    from service import render, templating
-    from service.models import Snapshot, SnapshotHeader
-    from service.store_db import now
+    from ctxd.models import Snapshot, SnapshotHeader
+    from ctxd.render import html as templating
+    from ctxd.render import markdown as render
+    from ctxd.store.connection import now
 
     snapshot = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=now(), trigger="x"))
     render.render_dump(snapshot)

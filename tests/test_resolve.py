@@ -1,8 +1,8 @@
 """Which session a hook's agent is in, decided by the server; prompts; the CLI's new options."""
 
 import httpx
+from ctxd.harness.policy import HOOK_MAX_CHARS
 
-from service.harness import HOOK_MAX_CHARS
 from tests.conftest import Server
 from tests.test_cli_scripting import as_json, ctxd
 

@@ -4,8 +4,8 @@ while the dump stands, the new dump as soon as one is stored, each session its o
 from pathlib import Path
 
 import httpx
+from ctxd.http.encoded import EncodedAnswers
 
-from service.routes.encoded import EncodedAnswers
 from tests.conftest import app_client
 
 LATEST = "/api/sessions/{}/resume?fresh=false"

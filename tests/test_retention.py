@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from ctxd.http.app import create_app
+from ctxd.models import SessionIn, Snapshot, SnapshotHeader
+from ctxd.settings import Settings
+from ctxd.store.database import Store, now
 from litestar.testing import TestClient
 
-from service.app import create_app
-from service.models import SessionIn, Snapshot, SnapshotHeader
-from service.settings import Settings
-from service.store import Store, now
 from tests.conftest import start_server, stop_server
 
 # Four versions a day on three days `AGE_DAYS` ago, then two recent ones: thinning keeps the
@@ -105,7 +105,7 @@ def test_the_api_route_and_ctxd_prune_thin_out_and_remove_files(tmp_path: Path) 
 
         seed(data, "three")  # written beside the running server, as another writer could
         done = subprocess.run(
-            [sys.executable, "-m", "service", "--url", srv.url, "prune", "--keep-days", "10"],
+            [sys.executable, "-m", "ctxd", "--url", srv.url, "prune", "--keep-days", "10"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-
-from service.sampler import Sampler, steady_growth
-from service.thresholds import IDLE_CPU_PERCENT
+from ctxd.collectors.proc.sampler import Sampler, steady_growth
+from ctxd.thresholds import IDLE_CPU_PERCENT
 
 
 @pytest.fixture
@@ -110,7 +109,7 @@ def test_a_sleeper_that_has_not_run_is_not_read_again(
 ) -> None:
     """One thread asleep: while the kernel's count of its runs stays the same, a sample reads
     that count alone; once it runs, the next sample reads it whole and sees the CPU it used."""
-    from service.collectors import _procfs
+    from ctxd.collectors.proc import procfs
 
     wake = tmp_path / "wake"
     code = (
@@ -125,8 +124,8 @@ def test_a_sleeper_that_has_not_run_is_not_read_again(
     child = spawn(sys.executable, "-c", code)
     time.sleep(0.5)  # past its start-up: asleep
     reads: list[int] = []
-    real = _procfs.stat_fields
-    monkeypatch.setattr(_procfs, "stat_fields", lambda pid, *a: reads.append(pid) or real(pid))
+    real = procfs.stat_fields
+    monkeypatch.setattr(procfs, "stat_fields", lambda pid, *a: reads.append(pid) or real(pid))
     k = key(child)
     sampler.track(k)
     sampler.sample()

@@ -5,12 +5,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from ctxd.errors import Invalid
+from ctxd.models import JournalIn, SessionIn, Snapshot, SnapshotHeader
+from ctxd.store import agent as store_agent
+from ctxd.store import search_index as store_search
+from ctxd.store.database import Store, migrations, now
+from ctxd.usecases import search
 from sqlite_utils import Database
-
-from service import search, store_agent, store_search
-from service.errors import Invalid
-from service.models import JournalIn, SessionIn, Snapshot, SnapshotHeader
-from service.store import Store, migrations, now
 
 
 def _build(sid: str, markdown: str, moment=None):

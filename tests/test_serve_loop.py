@@ -39,7 +39,7 @@ def test_a_port_already_taken_is_a_start_up_failure(tmp_path: Path) -> None:
         taken.listen()
         port = str(taken.getsockname()[1])
         done = subprocess.run(
-            [sys.executable, "-m", "service", "serve", "--port", port,
+            [sys.executable, "-m", "ctxd", "serve", "--port", port,
              "--data-dir", str(tmp_path / "data")],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip

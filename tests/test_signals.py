@@ -2,8 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from service import changes, signals
-from service.models import (
+from ctxd.models import (
     LogInfo,
     LogsSection,
     Observations,
@@ -15,6 +14,8 @@ from service.models import (
     SnapshotHeader,
     Unavailable,
 )
+from ctxd.signals import derive as signals
+from ctxd.snapshotter import changes
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -97,7 +98,7 @@ def test_signal_changes_follow_the_condition_not_its_wording():
 
 
 def test_all_idle_turning_stuck_is_news_of_stuck_not_an_end_of_idle():
-    from service.models import Signal
+    from ctxd.models import Signal
 
     idle = Signal(severity="warning", code="all_idle", subject="processes", text="all idle")
     stuck = Signal(severity="critical", code="stuck", subject="10", text="stuck: tree 10")
@@ -137,7 +138,7 @@ def test_idle_but_serving_is_not_stuck() -> None:
 
 
 def test_exit_names_last_seen_and_last_error_line() -> None:
-    from service.models import ExitedProcess
+    from ctxd.models import ExitedProcess
 
     before = obs(proc(10, root=True))
     key = before.processes.items[0].key
@@ -165,7 +166,7 @@ def test_port_now_listening_and_health_failing() -> None:
 
 
 def test_gpu_zombie_memory_and_disk_signals() -> None:
-    from service.models import DiskInfo, GpuInfo, GpuProcess, GpusSection, HostInfo
+    from ctxd.models import DiskInfo, GpuInfo, GpuProcess, GpusSection, HostInfo
 
     gib = 1024**3
     gpu = GpuInfo(index=0, utilization_percent=0, memory_used_bytes=70 * gib,
@@ -197,8 +198,8 @@ def test_a_setting_named_error_is_no_error_line_for_signals_either():
 
 
 def test_events_signals_and_changes_name_one_exit_and_one_opening_alike():
-    from service import happened
-    from service.triggers import detect_events
+    from ctxd.snapshotter import happened
+    from ctxd.snapshotter.triggers import detect_events
 
     closed = PortInfo(host="127.0.0.1", port=8000, listening=False)
     before = obs(proc(7, root=True), ports=[closed])
@@ -222,7 +223,7 @@ def test_events_signals_and_changes_name_one_exit_and_one_opening_alike():
 
 
 def test_a_port_change_is_named_like_its_signal():
-    from service import happened
+    from ctxd.snapshotter import happened
 
     closed = PortInfo(host="127.0.0.1", port=8000, listening=False)
     listening = closed.model_copy(update={"listening": True})

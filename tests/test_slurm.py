@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctxd.collectors import slurm
+from ctxd.models import SlurmWatch
 
-from service.collectors import slurm
-from service.models import SlurmWatch
 from tests.conftest import free_port, start_server, stop_server
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")

@@ -6,7 +6,7 @@ import time
 from datetime import UTC
 from pathlib import Path
 
-from service.collectors._slurm_parse import (
+from ctxd.collectors._slurm_parse import (
     Job,
     duration,
     exit_status,
@@ -16,7 +16,7 @@ from service.collectors._slurm_parse import (
     from_scontrol,
     timestamp,
 )
-from service.collectors.slurm import output_files, output_paths
+from ctxd.collectors.slurm import output_files, output_paths
 
 CAPTURED = Path(__file__).parent / "slurm_outputs" / "scontrol-show-job-o-22.05.txt"
 
@@ -85,8 +85,8 @@ def test_numbers_and_patterns() -> None:
 
 
 def test_a_job_that_ends_is_an_event() -> None:
-    from service import happened
-    from service.models import Observations, SlurmJobInfo, SlurmSection
+    from ctxd.models import Observations, SlurmJobInfo, SlurmSection
+    from ctxd.snapshotter import happened
 
     def seen(*states: tuple[str, str]) -> Observations:
         jobs = [SlurmJobInfo(watch_id=1, job_id=i, label=f"job {i}", state=s) for i, s in states]
@@ -137,8 +137,9 @@ def test_output_paths_as_files() -> None:
 
 
 def test_a_requeued_job_has_not_ended_and_has_not_failed() -> None:
-    from service import happened, signals_slurm
-    from service.models import Observations, SlurmJobInfo, SlurmSection
+    from ctxd.models import Observations, SlurmJobInfo, SlurmSection
+    from ctxd.signals import slurm as signals_slurm
+    from ctxd.snapshotter import happened
 
     def seen(state: str) -> Observations:
         job = SlurmJobInfo(watch_id=1, job_id="1", label="job 1", state=state)

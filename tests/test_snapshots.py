@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from service.models import LogWatch, SessionIn
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
+from ctxd.models import LogWatch, SessionIn
+from ctxd.settings import Settings
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
 
 TRACEBACK = (
     "Traceback (most recent call last):\n"
@@ -39,9 +39,9 @@ def test_a_hung_collector_is_not_started_again_while_it_runs(tmp_path: Path, mon
     import threading
     import types
 
-    from service import snapshots
-    from service.models import ProcessesSection
-    from service.settings import Limits
+    from ctxd.models import ProcessesSection
+    from ctxd.settings import Limits
+    from ctxd.snapshotter import snapshotter as snapshots
 
     release = threading.Event()
     calls = []
@@ -74,7 +74,7 @@ def test_the_snapshot_kept_in_memory_is_the_one_stored(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from service.models import ProcessWatch
+    from ctxd.models import ProcessWatch
 
     log = tmp_path / "server.log"
     log.write_text("starting\n" + TRACEBACK)
@@ -118,8 +118,9 @@ def test_the_workspace_git_is_asked_while_the_collectors_run(tmp_path: Path, mon
     import threading
     import types
 
-    from service import agent_context, snapshots
-    from service.models import ProcessesSection
+    from ctxd.models import ProcessesSection
+    from ctxd.snapshotter import agent_context
+    from ctxd.snapshotter import snapshotter as snapshots
 
     repo = tmp_path / "checkout"
     repo.mkdir()

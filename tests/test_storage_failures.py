@@ -4,10 +4,10 @@ or missing at start-up is rebuilt from the database, with the database's content
 import os
 from pathlib import Path
 
+from ctxd.http.app import create_app
+from ctxd.settings import Settings
 from litestar.testing import TestClient
 
-from service.app import create_app
-from service.settings import Settings
 from tests.conftest import fill_disk
 
 LOCAL = "http://127.0.0.1"

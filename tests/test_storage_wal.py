@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from service.models import SessionIn, Snapshot, SnapshotHeader
-from service.store import Store, now
-from service.store_db import WAL_CHECKPOINT_PAGES
+from ctxd.models import SessionIn, Snapshot, SnapshotHeader
+from ctxd.store.connection import WAL_CHECKPOINT_PAGES
+from ctxd.store.database import Store, now
 
 
 def test_the_wal_file_stays_bounded_over_many_snapshots(tmp_path: Path) -> None:

@@ -6,11 +6,10 @@ import zlib
 from pathlib import Path
 
 import pytest
+from ctxd.errors import LimitReached, NotFound
+from ctxd.models import JournalIn, LogWatch, SessionIn, Snapshot, SnapshotHeader
+from ctxd.store.database import Store, migrations, now
 from sqlite_utils import Database
-
-from service.errors import LimitReached, NotFound
-from service.models import JournalIn, LogWatch, SessionIn, Snapshot, SnapshotHeader
-from service.store import Store, migrations, now
 
 
 def _snapshot(sid: str, version: int) -> tuple[Snapshot, str]:
@@ -161,7 +160,7 @@ def test_prune_keeps_one_a_day_plus_first_and_last(tmp_path: Path):
 
 
 def test_a_version_can_be_read_in_parts(tmp_path: Path):
-    from service.models import LogInfo, LogsSection, Observations, Signal
+    from ctxd.models import LogInfo, LogsSection, Observations, Signal
 
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())
@@ -189,7 +188,7 @@ def test_dumps_stored_as_deltas_read_back_whole_before_and_after_a_prune(tmp_pat
     versions that leaned on it readable."""
     from datetime import timedelta
 
-    from service.store_snapshots import KEYFRAME_EVERY
+    from ctxd.store.versions import KEYFRAME_EVERY
 
     store = Store(tmp_path / "ctxd.db")
     store.put_session("d", SessionIn())

@@ -4,9 +4,9 @@ only moves its `last_version`."""
 import hashlib
 from pathlib import Path
 
-from service import search
-from service.models import SessionIn, Snapshot, SnapshotHeader
-from service.store import Store, now
+from ctxd.models import SessionIn, Snapshot, SnapshotHeader
+from ctxd.store.database import Store, now
+from ctxd.usecases import search
 
 DUMP = "# s · v{v}\n\n## Logs\n\nepoch 3 loss 0.{v}\n\n## Processes\n\n- python train.py\n"
 

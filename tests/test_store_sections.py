@@ -6,7 +6,7 @@ import zlib
 from datetime import timedelta
 from pathlib import Path
 
-from service.models import (
+from ctxd.models import (
     Observations,
     ProcessesSection,
     ProcessInfo,
@@ -14,8 +14,8 @@ from service.models import (
     Snapshot,
     SnapshotHeader,
 )
-from service.store import Store, now
-from service.store_sections import BASE, DELTA, KEYFRAME_EVERY, references
+from ctxd.store.database import Store, now
+from ctxd.store.sections import BASE, DELTA, KEYFRAME_EVERY, references
 
 
 def _process(pid: int, version: int) -> ProcessInfo:
@@ -104,7 +104,7 @@ def test_a_prune_that_removes_keyframes_leaves_every_kept_version_readable(tmp_p
 def test_sections_are_the_snapshots_json_dump_cut_at_its_sections() -> None:
     """pydantic-core writes each section in one call: the bytes decode to exactly what the
     snapshot's Python JSON dump holds there (times, floats, nested models)."""
-    from service.store_sections import parts_of
+    from ctxd.store.sections import parts_of
 
     snapshot = Snapshot(
         header=SnapshotHeader(session="s", version=3, taken_at=now(), trigger="manual"),

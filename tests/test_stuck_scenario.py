@@ -12,12 +12,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from service import sampler
-from service.models import LogWatch, ProcessWatch, SessionIn
-from service.settings import Settings
-from service.snapshots import Snapshotter
-from service.store import Store
+from ctxd.collectors.proc import sampler
+from ctxd.models import LogWatch, ProcessWatch, SessionIn
+from ctxd.settings import Settings
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
 
 from .conftest import free_port, wait_until
 

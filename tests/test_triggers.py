@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctxd.models import LogWatch, ProcessWatch, SessionIn
+from ctxd.snapshotter.triggers import Watcher
 
-from service.models import LogWatch, ProcessWatch, SessionIn
-from service.triggers import Watcher
 from tests.conftest import Server, app_client, start_server, stop_server, ticked_watcher, wait_until
 
 MIN_GAP_S = 4.0
@@ -254,7 +254,7 @@ def test_schedule_takes_snapshots_while_the_session_is_active(
 def test_detect_events_is_pure_and_names_what_happened():
     from datetime import UTC, datetime
 
-    from service.models import (
+    from ctxd.models import (
         ArtifactInfo,
         ArtifactsSection,
         Observations,
@@ -263,7 +263,7 @@ def test_detect_events_is_pure_and_names_what_happened():
         ProcessesSection,
         ProcessInfo,
     )
-    from service.triggers import detect_events
+    from ctxd.snapshotter.triggers import detect_events
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     worker = ProcessInfo(

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ctxd.models import LogWatch, PortWatch, ProcessWatch, SessionIn
+from ctxd.snapshotter.triggers import Watcher
 
-from service.models import LogWatch, PortWatch, ProcessWatch, SessionIn
-from service.triggers import Watcher
 from tests.conftest import free_port, ticked_watcher, wait_until
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]

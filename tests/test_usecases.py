@@ -115,14 +115,13 @@ def test_every_use_case_about_a_session_marks_its_activity(tmp_path):
     from datetime import timedelta
 
     import pytest
-
-    from service.errors import Invalid, NotFound
-    from service.models import JournalIn, JournalUpdate, PortWatch, SessionIn
-    from service.settings import Settings
-    from service.snapshots import Snapshotter
-    from service.store import Store
-    from service.triggers import Activity
-    from service.usecases import UseCases
+    from ctxd.errors import Invalid, NotFound
+    from ctxd.models import JournalIn, JournalUpdate, PortWatch, SessionIn
+    from ctxd.settings import Settings
+    from ctxd.snapshotter.snapshotter import Snapshotter
+    from ctxd.snapshotter.triggers import Activity
+    from ctxd.store.database import Store
+    from ctxd.usecases.operations import UseCases
 
     settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
     snap = Snapshotter(settings, Store(settings.db_path))

@@ -32,7 +32,7 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
   }
 
   // ctxd records each opencode session (sessionID) in a session of its own within this
-  // checkout, by the same rule as `ctxd hook claude` (service/harness_sessions.py); a
+  // checkout, by the same rule as `ctxd hook claude` (service/ctxd/harness/conversations.py); a
   // sub-agent's child session counts as its parent's. CTXD_SESSION overrides it all.
   const sessions = new Map() // opencode sessionID -> Promise<{ id, maxChars }>
   const parents = new Map() // child sessionID -> parent sessionID, from session.created

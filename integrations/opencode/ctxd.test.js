@@ -87,7 +87,7 @@ before(async () => {
   work = mkdtempSync(path.join(tmpdir(), "ctxd-opencode-"))
   const port = await freePort()
   url = `http://127.0.0.1:${port}`
-  server = spawn(PYTHON, ["-m", "service", "serve", "--port", String(port), "--data-dir", path.join(work, "data")], {
+  server = spawn(PYTHON, ["-m", "ctxd", "serve", "--port", String(port), "--data-dir", path.join(work, "data")], {
     cwd: REPO,
     stdio: ["ignore", "ignore", "inherit"],
   })

@@ -1,5 +1,0 @@
-"""`python -m service` runs the ctxd command line."""
-
-from service.cli import main
-
-raise SystemExit(main())

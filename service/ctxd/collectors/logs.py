@@ -1,0 +1,197 @@
+"""Log watches: tails read backwards, and new bytes since the last snapshot scanned for errors."""
+
+# follow_path, Cursor: used by tests and kept importable from here
+__all__ = ["NAME", "SECTION", "Cursor", "LogsMemory", "collect", "follow_path", "redact_lines"]
+
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ctxd import confine, redact
+from ctxd.collectors import CollectContext, per_watch
+from ctxd.collectors._follow import Cursor, Follow, follow_fd, follow_path, read_tail
+from ctxd.collectors._fs import (
+    OUTSIDE,
+    NotRegular,
+    ShrankError,
+    explain_error,
+    is_glob,
+    match_glob,
+    open_confined,
+)
+from ctxd.collectors._holders import WriterMemory, attach_writers
+from ctxd.collectors._logtext import find_error_block, repeats, tail_text
+from ctxd.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
+from ctxd.settings import Limits
+
+NAME = "logs"
+SECTION = LogsSection
+TAIL_READ_FACTOR = 4
+
+
+def redact_lines(lines: list[str]) -> list[str]:
+    """Redact a window of lines, so a secret spread over lines (a PEM block) is seen whole,
+    even when the window starts inside it."""
+    return redact.lines(lines)
+
+
+def observe_log(
+    watch_id: int,
+    path: str,
+    spec: LogWatch,
+    limits: Limits,
+    cursors: dict,
+    now: float,
+    roots: tuple[Path, ...] = (),
+    from_end: bool = False,
+) -> tuple[LogInfo | Unavailable, Cursor | None]:
+    """Tail one file and scan what is new since its cursor; a failure becomes an Unavailable."""
+    real = os.path.realpath(path)
+    cursor: Cursor | None = cursors.get((watch_id, real))
+    lines = min(spec.lines, limits.log_lines_max)
+    try:
+        fd, st = open_confined(path, roots)
+    except NotRegular as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=str(exc)), cursor
+    except FileNotFoundError:
+        return Unavailable(watch_id=watch_id, target=path, reason="no such file"), cursor
+    except OSError as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc)), cursor
+    if roots and not confine.allowed(path, roots):
+        # checked again before every read: a glob match or a symlink can point outside later
+        os.close(fd)
+        return Unavailable(watch_id=watch_id, target=path, reason=OUTSIDE), cursor
+    try:
+        unchanged = (
+            cursor is not None
+            and cursor.tail is not None
+            and cursor.tail_lines == lines
+            and (cursor.dev, cursor.ino, cursor.size, cursor.mtime_ns)
+            == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        )
+        if unchanged and cursor is not None:  # nothing was written: reuse, read nothing
+            new = Follow(lines=[], cursor=cursor)
+            tail, binary = cursor.tail or [], cursor.binary
+        else:
+            new = follow_fd(fd, st, real, cursor, limits, from_end)
+            # more lines than shown: progress frames fold away (the byte budget still bounds it)
+            want = lines * TAIL_READ_FACTOR
+            raw, partial = read_tail(fd, st.st_size, want, limits.log_tail_bytes_max)
+            tail, binary = tail_text(raw, lines, limits.log_line_chars_max, partial=partial)
+            tail = redact_lines(tail)
+    except (ShrankError, FileNotFoundError):
+        reason = "shrank or vanished while reading (truncated or rotated)"
+        return Unavailable(watch_id=watch_id, target=path, reason=reason), cursor
+    except OSError as exc:
+        return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc)), cursor
+    finally:
+        os.close(fd)
+    extra = [re.compile(p) for p in spec.errors]
+    found = None if binary else find_error_block(new.lines, extra)
+    summary: str | None
+    if found:
+        errors, summary, count = redact_lines(found[0]), redact.text(found[1]), found[2]
+        same = repeats(new.lines, found[1], extra)
+    elif cursor is not None and new.event is None:  # carried over, marked as not new
+        errors, summary, count = cursor.errors, cursor.error_summary, 0
+        same = cursor.error_repeats
+    else:
+        errors, summary, count, same = [], None, 0, 0
+    nxt = new.cursor
+    nxt.tail, nxt.tail_lines, nxt.binary = tail, lines, binary
+    nxt.errors, nxt.error_summary, nxt.error_repeats = errors, summary, same
+    grew = st.st_size - cursor.size if cursor is not None and new.event is None else None
+    info = LogInfo(
+        watch_id=watch_id,
+        path=real,
+        size=st.st_size,
+        modified_at=datetime.fromtimestamp(st.st_mtime, UTC),
+        silent_for_s=max(0.0, now - st.st_mtime),
+        inode=st.st_ino,
+        binary=binary,
+        lines=tail,
+        growth_bytes=grew,
+        rotated=new.event == "rotated",
+        truncated=new.event == "truncated",
+        rotated_from=new.rotated_from,
+        scanned_bytes=new.scanned,
+        skipped_bytes=new.skipped,
+        errors=errors,
+        error_summary=summary,
+        error_new=bool(found),
+        error_lines=count,
+        error_repeats=same,
+    )
+    return info, nxt
+
+
+def collect_watch(
+    watch_id: int,
+    spec: LogWatch,
+    limits: Limits,
+    cursors: dict,
+    seen: dict,
+    roots: tuple[Path, ...] = (),
+    from_end: bool = False,
+) -> list[LogInfo | Unavailable]:
+    """Observations for one log watch: its file, or the newest files matching its glob."""
+    target = os.path.expanduser(spec.path)
+    now = time.time()
+    if is_glob(target):
+        paths = [path for path, st in match_glob(target) if stat.S_ISREG(st.st_mode)]
+        if not paths:
+            return [
+                Unavailable(watch_id=watch_id, target=target, reason="no file matches the glob")
+            ]
+        paths = paths[: spec.files]
+    else:
+        paths = [target]
+    results = []
+    for path in paths:
+        result, cursor = observe_log(watch_id, path, spec, limits, cursors, now, roots, from_end)
+        if cursor is not None:
+            seen[(watch_id, os.path.realpath(path))] = cursor
+        results.append(result)
+    return results
+
+
+@dataclass
+class LogsMemory:
+    """Per (watch, real path): where the previous snapshot stopped reading, what it showed."""
+
+    cursors: dict[tuple[int, str], Cursor] = field(default_factory=dict)
+    writers: WriterMemory = field(default_factory=WriterMemory)
+
+
+def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
+    """Tail every log watch of the session; failures are listed, never raised."""
+    memory = ctx.memory_of(NAME, LogsMemory)
+    seen: dict[tuple[int, str], Cursor] = {}
+    roots = confine.roots_of_run(ctx)
+
+    # A probe's very first look is its baseline: what the logs already hold is no news to it
+    # (a snapshot read it), so it starts at their ends; a log it meets later is read as ever.
+    baseline = ctx.probe and not memory.cursors
+
+    def observe(watch: Watch) -> list[LogInfo | Unavailable]:
+        assert isinstance(watch.spec, LogWatch)
+        limits = ctx.settings.limits
+        return collect_watch(watch.id, watch.spec, limits, memory.cursors, seen, roots, baseline)
+
+    items, unavailable = per_watch(watches, LogWatch, observe, _target)
+    memory.cursors = seen  # only files still watched: memory stays bounded
+    if not ctx.probe:  # a probe looks for events; who writes a log is for the dump
+        try:
+            logs = [i for i in items if isinstance(i, LogInfo)]
+            attach_writers(logs, watches, memory.writers, ctx)
+        except OSError as exc:  # /proc unreadable: the logs themselves still count
+            unavailable.append(Unavailable(target="log writers", reason=explain_error(exc)))
+    return LogsSection(items=items, unavailable=unavailable)
+
+
+def _target(watch: Watch) -> str:
+    return watch.spec.path if isinstance(watch.spec, LogWatch) else NAME

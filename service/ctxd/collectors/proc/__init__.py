@@ -1,0 +1,1 @@
+"""Process helpers of the collectors: the process table, rows, trees, stacks, relaunch."""

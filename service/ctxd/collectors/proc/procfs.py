@@ -1,0 +1,259 @@
+"""Reads /proc for what psutil does cheaply not: stat lines, descriptors, sockets, wait points."""
+
+import itertools
+import os
+import platform
+import re
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from ctxd.collectors import CollectContext
+
+PROC = Path("/proc")
+_LISTEN = "0A"
+_SOCKET = re.compile(r"^socket:\[(\d+)\]$")
+
+
+def parse_net_tcp(text: str) -> dict[int, int]:
+    """{socket inode: port} for the LISTEN rows of a /proc/net/tcp or tcp6 table."""
+    found: dict[int, int] = {}
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10 or fields[3] != _LISTEN:
+            continue
+        try:
+            port = int(fields[1].rpartition(":")[2], 16)
+            found[int(fields[9])] = port
+        except ValueError:
+            continue
+    return found
+
+
+def listening_of_run(ctx: CollectContext) -> dict[int, int]:
+    """`listening_inodes()` of this collection run: asked once, shared by its collectors."""
+    return ctx.once("listening sockets", listening_inodes)
+
+
+def listening_inodes(proc: Path = PROC) -> dict[int, int]:
+    """Every listening TCP socket in ctxd's network namespace, by inode.
+
+    Asked of the kernel over netlink (sock_diag, what `ss` uses) for LISTEN sockets only:
+    reading /proc/net/tcp walks every bucket of the connection hash, ~5 ms a table even
+    when it lists a few sockets. /proc/net is the fallback where netlink is refused.
+    """
+    if proc == PROC:
+        try:
+            return {**_diag_listening(socket.AF_INET), **_diag_listening(socket.AF_INET6)}
+        except OSError:
+            pass
+    found: dict[int, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            found.update(parse_net_tcp((proc / "net" / table).read_text()))
+        except OSError:
+            continue
+    return found
+
+
+_SOCK_DIAG, _BY_FAMILY, _DUMP_REQUEST, _DONE, _ERROR = 4, 20, 0x301, 3, 2
+_TCP_LISTEN = 10
+_NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
+# inet_diag_msg: family, state, timer, retrans, then the socket id (source port first,
+# network order, at offset 4) ... and the inode at offset 68
+_DIAG_PORT, _DIAG_INODE = struct.Struct(">H"), struct.Struct("=I")
+
+
+def _diag_listening(family: int) -> dict[int, int]:
+    """{inode: port} of the LISTEN TCP sockets of one address family, from sock_diag."""
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << _TCP_LISTEN)
+    request += bytes(48)  # inet_diag_sockid: any address, any port
+    message = _NLMSG.pack(_NLMSG.size + len(request), _BY_FAMILY, _DUMP_REQUEST, 1, 0) + request
+    found: dict[int, int] = {}
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _SOCK_DIAG) as sock:
+        sock.settimeout(1.0)
+        sock.sendto(message, (0, 0))
+        while True:
+            data = sock.recv(1 << 16)
+            offset = 0
+            while offset + _NLMSG.size <= len(data):
+                length, kind = _NLMSG.unpack_from(data, offset)[:2]
+                if kind == _DONE:
+                    return found
+                if kind == _ERROR or length < _NLMSG.size:
+                    raise OSError("sock_diag refused the request")
+                body = offset + _NLMSG.size
+                if length >= _NLMSG.size + 72 and data[body + 1] == _TCP_LISTEN:
+                    port = _DIAG_PORT.unpack_from(data, body + 4)[0]
+                    found[_DIAG_INODE.unpack_from(data, body + 68)[0]] = port
+                offset += (length + 3) & ~3
+            if not data:
+                raise OSError("sock_diag closed before the end of the dump")
+
+
+def descriptors(pid: int, proc: Path = PROC) -> tuple[int, set[int]]:
+    """(number of open descriptors, inodes of its sockets); raises PermissionError, OSError."""
+    folder = f"{proc}/{pid}/fd"  # strings, not Paths: this runs for every watched process
+    names = os.listdir(folder)
+    sockets: set[int] = set()
+    for name in names:
+        try:
+            match = _SOCKET.match(os.readlink(f"{folder}/{name}"))
+        except OSError:
+            continue  # closed between listdir and readlink
+        if match:
+            sockets.add(int(match.group(1)))
+    return len(names), sockets
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def read_proc(path: str, limit: int = 1 << 16) -> bytes:
+    """A /proc file's bytes (up to `limit`) without a file object: open() builds three Python
+    objects a call, and a watched crowd of 300 processes reads five files each. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, limit)
+        # less than a page is all of it; a long command line may come a page at a time
+        while len(data) >= 4096 and len(data) < limit:
+            more = os.read(fd, limit - len(data))
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_ASLEEP = frozenset("SDTt")
+
+
+class Stat(NamedTuple):
+    """What one read of /proc/PID/stat gives a watched row."""
+
+    name: str  # as the kernel keeps it: cut at 15 characters
+    letter: str  # its state: R, S, D, Z, ...
+    ppid: int
+    threads: int
+    cpu_ticks: int  # user and system time, in clock ticks (psutil's cpu_times, times CLK_TCK)
+    start_ticks: int  # clock ticks after boot (psutil's create_time, less the boot time)
+
+
+def stat_fields(pid: int, proc: Path = PROC) -> Stat:
+    """One read of /proc/PID/stat.
+
+    psutil's name, status, ppid, num_threads and cpu_times take four reads and a second handle
+    (ppid checks the pid was not reused); a watched row asks for them at every snapshot.
+    Raises OSError.
+    """
+    data = read_proc(f"{proc}/{pid}/stat")
+    close = data.rfind(b")")  # the name may hold spaces and parentheses
+    fields = data[close + 2 :].split()
+    name = os.fsdecode(data[data.find(b"(") + 1 : close])
+    ticks = int(fields[11]) + int(fields[12])
+    return Stat(name, fields[0].decode(), int(fields[1]), int(fields[17]), ticks, int(fields[19]))
+
+
+def sleeps_alone(stat: Stat) -> bool:
+    """Asleep with one thread: then `runs` tells whether it ran since (it counts the first
+    thread only), and a process that has not run has changed nothing only it can change."""
+    return stat.threads == 1 and stat.letter in _ASLEEP
+
+
+def runs(pid: int, proc: Path = PROC) -> bytes | None:
+    """The kernel's count of a task's runs, /proc/PID/schedstat (time run, time waited, times
+    run): the same line twice means it did not run between them. None when it is gone."""
+    try:
+        return read_proc(f"{proc}/{pid}/schedstat")
+    except OSError:
+        return None
+
+
+def memory(pid: int, proc: Path = PROC) -> tuple[int, int]:
+    """(rss, vms) in bytes from /proc/PID/statm, as psutil's memory_info (stat's rss field is
+    another count, off by a few pages); raises OSError."""
+    pages = read_proc(f"{proc}/{pid}/statm").split()
+    return int(pages[1]) * _PAGE, int(pages[0]) * _PAGE
+
+
+def io_bytes(pid: int, proc: Path = PROC) -> tuple[int, int]:
+    """(read_bytes, write_bytes) from /proc/PID/io, as psutil's io_counters; raises OSError
+    (PermissionError without ptrace rights over the process)."""
+    found = {}
+    for line in read_proc(f"{proc}/{pid}/io").splitlines():
+        name, _, value = line.partition(b":")
+        found[name] = value
+    return int(found[b"read_bytes"]), int(found[b"write_bytes"])
+
+
+def cmdline(pid: int, proc: Path = PROC) -> list[str]:
+    """The command line as psutil parses it (a retitled process may use spaces); raises OSError."""
+    data = os.fsdecode(read_proc(f"{proc}/{pid}/cmdline", 1 << 20))
+    if not data:
+        return []
+    sep = "\x00" if data.endswith("\x00") else " "
+    data = data.removesuffix(sep)
+    argv = data.split(sep)
+    return data.split(" ") if sep == "\x00" and len(argv) == 1 and " " in data else argv
+
+
+# The calls a blocked server or worker waits in, by their x86_64 numbers (/proc/PID/syscall).
+_SYSCALLS_X86_64 = {
+    0: "read", 7: "poll", 23: "select", 35: "nanosleep", 43: "accept", 45: "recvfrom",
+    47: "recvmsg", 61: "wait4", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
+    270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 288: "accept4", 441: "epoll_pwait2",
+}  # fmt: skip
+_X86_64 = platform.machine() == "x86_64"  # asked once: platform.machine() costs ~20 us a call
+
+
+def waiting_point(pid: int, proc: Path = PROC) -> str | None:
+    """Where a sleeping process waits, the kernel's view: "futex_do_wait (futex)".
+
+    /proc/PID/wchan names the kernel function; /proc/PID/syscall (readable with ptrace
+    rights) the call it sits in. None when it runs or nothing can be read.
+    """
+    try:
+        wchan = read_proc(f"{proc}/{pid}/wchan").decode(errors="replace").strip()
+    except OSError:
+        wchan = ""
+    call = ""
+    try:
+        first = read_proc(f"{proc}/{pid}/syscall").decode(errors="replace").split(maxsplit=1)[0]
+        if first.isdigit():
+            number = int(first)
+            known = _SYSCALLS_X86_64.get(number) if _X86_64 else None
+            call = known or f"syscall {number}"
+    except (OSError, IndexError):
+        pass
+    if wchan in ("", "0"):
+        return call or None
+    return f"{wchan} ({call})" if call else wchan
+
+
+def socket_owner(
+    inodes: set[int], likely: list[int], budget_s: float = 0.5, proc: Path = PROC, walk: bool = True
+) -> int | None:
+    """The pid holding one of these socket inodes: the likely pids first, then (when `walk`)
+    every process.
+
+    The full walk is what `ss -p` does; it stops at the first hit or when the budget is spent.
+    """
+    deadline = time.monotonic() + budget_s
+    others = (int(name) for name in os.listdir(proc) if name.isdigit()) if walk else iter(())
+    seen: set[int] = set()
+    for pid in itertools.chain(likely, others):
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if time.monotonic() > deadline:
+            return None
+        try:
+            if descriptors(pid, proc)[1] & inodes:
+                return pid
+        except OSError:
+            continue
+    return None

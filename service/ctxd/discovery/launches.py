@@ -1,0 +1,179 @@
+"""Launches as attempts: one root process run, how it ended, and what changed from the last one.
+
+Pure: the process facts come from the caller (procscan, the process collector); this module
+only reads them. argv and env values are as observed; the caller redacts before storing.
+"""
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ctxd.collectors.proc.argv import is_python
+from ctxd.fmt import human_duration
+
+# Environment worth keeping with a launch: what changes how GPU / ML servers behave.
+ENV_PATTERNS = (
+    "CUDA_*", "NCCL_*", "HF_*", "TORCH*", "SGLANG_*", "VLLM_*", "PYTORCH_*", "OMP_NUM_THREADS",
+    "TRITON_*", "NVIDIA_*", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "TOKENIZERS_*",
+)  # fmt: skip
+_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+@dataclass
+class Launch:
+    """One new root process of a process watch."""
+
+    pid: int
+    argv: tuple[str, ...]
+    started_at: datetime
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    expected_ports: tuple[int, ...] = ()
+    ended_at: datetime | None = None  # when it was first seen gone
+    exit_status: int | None = None  # only where the kernel or the parent told
+    port_opened: bool | None = None  # None: no expected port
+    idle_s: float | None = None  # time since its CPU time last grew
+
+    def outcome(self, now: datetime) -> str:
+        """How it ended or how long it runs: "running for 3 min", "gone after 2 min"."""
+        if self.ended_at is None:
+            return f"running for {human_duration((now - self.started_at).total_seconds())}"
+        lasted = human_duration((self.ended_at - self.started_at).total_seconds())
+        if self.exit_status is None:
+            return f"gone after {lasted} (exit status unknown)"
+        if self.exit_status < 0:
+            return f"killed by signal {-self.exit_status} after {lasted}"
+        return f"exited with status {self.exit_status} after {lasted}"
+
+
+def select_env(environ: dict[str, str], patterns: tuple[str, ...] = ENV_PATTERNS) -> dict[str, str]:
+    """The variables of a launch worth comparing across launches, sorted by name."""
+    return {
+        name: environ[name]
+        for name in sorted(environ)
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    }
+
+
+def _is_flag(arg: str) -> bool:
+    return arg.startswith("-") and arg not in ("-", "--") and not _NUMBER.match(arg)
+
+
+def _program(argv: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """(what is run: `python -m pkg` or `./serve`, the arguments it gets)."""
+    if not argv:
+        return (), []
+    if is_python(argv[0]):
+        i = 1
+        while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-c"):
+            i += 1
+        if i < len(argv) and argv[i] in ("-m", "-c") and i + 1 < len(argv):
+            return ("python", argv[i], argv[i + 1]), argv[i + 2 :]
+        if i < len(argv):
+            return ("python", argv[i]), argv[i + 1 :]
+    return (argv[0].rsplit("/", 1)[-1],), argv[1:]
+
+
+def parse_flags(args: list[str]) -> tuple[dict[str, str | None], list[str]]:
+    """({flag: value or None for a bare flag}, positional args); a repeated flag's values are
+    joined with a space, so `--a 1 --a 2` differs from `--a 1`."""
+    flags: dict[str, str | None] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            positional.extend(args[i + 1 :])
+            break
+        if not _is_flag(arg):
+            positional.append(arg)
+            i += 1
+            continue
+        name, eq, glued = arg.partition("=")
+        value: str | None = glued if eq else None
+        if not eq and i + 1 < len(args) and not _is_flag(args[i + 1]) and args[i + 1] != "--":
+            value, i = args[i + 1], i + 1
+        if name in flags:
+            value = " ".join(v for v in (flags[name], value) if v is not None)
+        flags[name] = value
+        i += 1
+    return flags, positional
+
+
+def _flag_text(name: str, value: str | None) -> str:
+    return name if value is None else f"{name} {value}"
+
+
+@dataclass
+class FlagDiff:
+    program_changed: bool = False
+    added: list[str] = field(default_factory=list)  # "--log-level debug"
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # "--port 8000 → 30000"
+    positional: list[str] = field(default_factory=list)  # "model.bin → model2.bin"
+    env: list[str] = field(default_factory=list)  # "NCCL_P2P_DISABLE=1 added"
+
+    def empty(self) -> bool:
+        return not any(
+            (
+                self.program_changed,
+                self.added,
+                self.removed,
+                self.changed,
+                self.positional,
+                self.env,
+            )
+        )
+
+
+def flag_diff(
+    previous_argv: list[str] | tuple[str, ...],
+    argv: list[str] | tuple[str, ...],
+    previous_env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> FlagDiff:
+    """What changed from the previous launch's command line and environment to this one's."""
+    old_program, old_args = _program(list(previous_argv))
+    new_program, new_args = _program(list(argv))
+    old_flags, old_pos = parse_flags(old_args)
+    new_flags, new_pos = parse_flags(new_args)
+    diff = FlagDiff(program_changed=old_program != new_program)
+    for name, value in new_flags.items():
+        if name not in old_flags:
+            diff.added.append(_flag_text(name, value))
+        elif old_flags[name] != value:
+            diff.changed.append(f"{name} {old_flags[name] or '(bare)'} → {value or '(bare)'}")
+    diff.removed = [_flag_text(n, v) for n, v in old_flags.items() if n not in new_flags]
+    if old_pos != new_pos:
+        diff.positional.append(f"{' '.join(old_pos) or '(none)'} → {' '.join(new_pos) or '(none)'}")
+    old_env, new_env = previous_env or {}, env or {}
+    for name in sorted(set(old_env) | set(new_env)):
+        if name not in old_env:
+            diff.env.append(f"{name}={new_env[name]} added")
+        elif name not in new_env:
+            diff.env.append(f"{name} removed")
+        elif old_env[name] != new_env[name]:
+            diff.env.append(f"{name} {old_env[name]} → {new_env[name]}")
+    return diff
+
+
+def summary_line(diff: FlagDiff, program: str = "") -> str:
+    """One line, renderer-independent: "relaunched with --disable-cuda-graph, --log-level
+    debug added; --speculative-algorithm EAGLE3 removed"."""
+    if diff.program_changed:
+        return f"a different program{': ' + program if program else ''}"
+    if diff.empty():
+        return "relaunched unchanged"
+    parts = []
+    if diff.added:
+        parts.append(f"{', '.join(diff.added)} added")
+    if diff.removed:
+        parts.append(f"{', '.join(diff.removed)} removed")
+    if diff.changed:
+        parts.append(", ".join(diff.changed))
+    if diff.positional:
+        parts.append("arguments " + ", ".join(diff.positional))
+    if diff.env:
+        parts.append("env " + ", ".join(diff.env))
+    return "relaunched with " + "; ".join(parts)

@@ -1,0 +1,190 @@
+"""Which automatic watches an agent action, or the machine, calls for: proposals, not writes.
+
+Each proposal is a plain dict shaped like a watch spec (`kind` plus the spec's fields) with
+`auto: True` and a `reason`; the caller validates it into a watch, stores it and redacts it.
+Proposals are deduplicated against the session's existing watches, capped per session, and
+never name a secrets file.
+"""
+
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from ctxd.collectors.proc.argv import is_python
+from ctxd.discovery.procscan import Candidate, is_excluded
+from ctxd.discovery.shellparse import CommandFacts, SimpleCommand
+from ctxd.discovery.workspace import is_secret_path
+
+AUTO_WATCH_CAP = 16
+REPEATED_READS = 2  # a file read by this many commands is followed as a log
+ENV_NAMES_MAX = 32
+# Where a build's output lands when the command does not say.
+_DEFAULT_OUTPUTS = {"python -m build": "dist", "uv build": "dist", "setup.py": "dist"}
+_DEFAULT_OUTPUTS |= {"cargo": "target"}
+_BUILTINS = {
+    "cd", "pushd", "popd", "export", "source", ".", "set", "unset", "echo", "printf",
+    "true", "false", "wait", "trap", "ulimit", "umask", "alias", "read", "test", "[",
+}  # fmt: skip
+
+
+def watch_key(watch: Mapping[str, Any]) -> tuple[str, str]:
+    """What makes two watches the same: the kind and its target."""
+    kind = str(watch.get("kind", ""))
+    if kind == "port":
+        return kind, f"{watch.get('host', '127.0.0.1')}:{watch.get('port')}"
+    if kind == "process":
+        return kind, str(watch.get("match") or watch.get("name") or watch.get("pid"))
+    return kind, str(watch.get("path", ""))
+
+
+def program_pattern(argv: Iterable[str]) -> str | None:
+    """A regex that finds this program again whatever its flags: `sglang\\.launch_server` for
+    `python -m sglang.launch_server …`, `serve\\.py` for `python serve.py`, else the program."""
+    args = list(argv)
+    if not args:
+        return None
+    name = os.path.basename(args[0])
+    if is_python(name):
+        rest = args[1:]
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+            rest = rest[1:]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return re.escape(rest[1])
+        if rest and rest[0] != "-c":
+            return re.escape(os.path.basename(rest[0]))
+        return None  # `python -c …` has nothing stable to find it by
+    return re.escape(name) if name else None
+
+
+def _resolve(path: str, cwd: str | None, command: SimpleCommand | None = None) -> str | None:
+    path = os.path.expanduser(path)
+    base = cwd or ""
+    if command is not None and command.cwd:
+        base = os.path.join(base, os.path.expanduser(command.cwd))
+    full = os.path.normpath(os.path.join(base, path))
+    return full if full.startswith("/") else None
+
+
+def _at(at: datetime) -> str:
+    return at.strftime("%H:%M")
+
+
+class _Proposals:
+    """Collects proposals, skipping duplicates, secrets, disallowed paths and the cap."""
+
+    def __init__(
+        self, existing: Iterable[Mapping[str, Any]], cap: int, allowed: Callable[[str], bool]
+    ):
+        existing = list(existing)
+        self.keys = {watch_key(w) for w in existing}
+        self.left = cap - sum(1 for w in existing if w.get("auto"))
+        self.allowed = allowed
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, spec: dict[str, Any], reason: str) -> None:
+        path = spec.get("path")
+        if path is not None and (is_secret_path(path) or not self.allowed(path)):
+            return
+        key = watch_key(spec)
+        if key in self.keys or self.left <= 0:
+            return
+        self.keys.add(key)
+        self.left -= 1
+        self.items.append({**spec, "auto": True, "reason": reason})
+
+
+def propose_for_command(
+    facts: CommandFacts,
+    *,
+    cwd: str | None,
+    at: datetime,
+    background: bool = False,
+    existing: Iterable[Mapping[str, Any]] = (),
+    read_counts: Mapping[str, int] | None = None,
+    cap: int = AUTO_WATCH_CAP,
+    allowed: Callable[[str], bool] = lambda path: True,
+) -> list[dict[str, Any]]:
+    """The watches one shell command calls for: processes it launched (with their expected
+    ports and logs), builds' outputs, and files it reads that earlier commands read too.
+
+    `background` is the harness's own flag (Claude Code's run_in_background): the whole
+    command is then a launch even without `&`. `read_counts` holds how many earlier
+    commands read each absolute path; the caller keeps it.
+    """
+    out = _Proposals(existing, cap, allowed)
+    when = _at(at)
+    launches = list(facts.launches)
+    if background and not launches:
+        # The harness sent the whole line off: its last real program is the long-running one
+        # (`cd x && source .venv/bin/activate && python serve.py`).
+        launches = [c for c in facts.commands if c.argv and _is_work(c)][-1:]
+    launches = [c for c in launches if _is_work(c)]
+    for launch in launches:
+        pattern = program_pattern(launch.argv)
+        if pattern:
+            ports = sorted(set(facts.ports))[:32]
+            spec: dict[str, Any] = {"kind": "process", "match": pattern, "expect_ports": ports}
+            if launch.env:
+                spec["env"] = sorted(launch.env)[:ENV_NAMES_MAX]
+            out.add(spec, f"launched by the command at {when}")
+    for command in launches:
+        for target in command.redirects:
+            if path := _resolve(target, cwd, command):
+                out.add({"kind": "log", "path": path}, f"output of the command at {when}")
+    for log in facts.logs:
+        if path := _resolve(log, cwd, _owner(facts, log)):
+            out.add({"kind": "log", "path": path}, f"log named by the command at {when}")
+    if launches:
+        for port in facts.ports:
+            out.add({"kind": "port", "port": port}, f"expected port of the command at {when}")
+    for build in facts.builds:
+        outputs = build.outputs or (
+            (_DEFAULT_OUTPUTS[build.tool],) if build.tool in _DEFAULT_OUTPUTS else ()
+        )
+        owner = next((c for c in facts.commands if c.argv == build.argv), None)
+        for target in outputs:
+            if path := _resolve(target, cwd, owner):
+                out.add({"kind": "artifact", "path": path}, f"built by `{build.tool}` at {when}")
+    counts = read_counts or {}
+    for read in facts.reads:
+        path = _resolve(read, cwd, _owner(facts, read))
+        if path and counts.get(path, 0) + 1 >= REPEATED_READS:
+            out.add({"kind": "log", "path": path}, f"read again by the command at {when}")
+    return out.items
+
+
+def _is_work(command: SimpleCommand) -> bool:
+    """Not a builtin, and not `sleep 60 &` or a backgrounded `tail -f`: something to watch."""
+    if not command.argv or command.argv[0] in _BUILTINS:
+        return False
+    return not is_excluded(os.path.basename(command.argv[0]), list(command.argv))
+
+
+def _owner(facts: CommandFacts, target: str) -> SimpleCommand | None:
+    """The simple command a target came from, for its `cd` directory."""
+    for command in facts.commands:
+        if target in command.redirects or target in command.argv:
+            return command
+    return None
+
+
+def propose_from_machine(
+    found: Iterable[tuple[Candidate, list[str]]],
+    *,
+    existing: Iterable[Mapping[str, Any]] = (),
+    cap: int = AUTO_WATCH_CAP,
+    allowed: Callable[[str], bool] = lambda path: True,
+) -> list[dict[str, Any]]:
+    """Watches for workspace processes found running (tree roots, with the files open on
+    their stdout/stderr from `procscan.stdio_files`), whatever command started them."""
+    out = _Proposals(existing, cap, allowed)
+    for candidate, stdio in found:
+        pattern = program_pattern(candidate.argv)
+        if pattern and candidate.root == candidate.pid:
+            spec = {"kind": "process", "match": pattern}
+            out.add(spec, f"running in the workspace (pid {candidate.pid})")
+        for path in stdio:
+            out.add({"kind": "log", "path": path}, f"stdout of pid {candidate.pid}")
+    return out.items

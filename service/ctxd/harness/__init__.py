@@ -1,0 +1,1 @@
+"""Agent harnesses (Claude Code, opencode): their hook events, installs and session binding."""

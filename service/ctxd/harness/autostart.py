@@ -1,0 +1,66 @@
+"""When a hook finds no ctxd on this machine, it starts one in the background, once: a lock
+keeps ten hooks fired together from starting ten. Standard library only (hooks import it).
+
+Switched off with CTXD_AUTOSTART=0; only for a loopback URL; the data directory is the
+per-user one (`$XDG_DATA_HOME/ctxd`, else `~/.local/share/ctxd`) unless CTXD_DATA_DIR says.
+"""
+
+import fcntl
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ctxd.harness import hook_http
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+WAIT_S = 8.0  # a person waits on a prompt this long at most for a first start
+
+
+def data_dir() -> Path:
+    if given := os.environ.get("CTXD_DATA_DIR"):
+        return Path(given)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "ctxd"
+
+
+def ensure(url: str, wait: bool) -> str | None:
+    """Start ctxd for `url` unless another hook is doing it; returns what to tell the person,
+    or None when it may not start one here (switched off, not a loopback address)."""
+    parts = urlsplit(url)
+    if os.environ.get("CTXD_AUTOSTART", "1") == "0" or parts.hostname not in LOOPBACK:
+        return None
+    port = parts.port or 80
+    folder = data_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f".autostart-{port}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another hook is starting it: wait for that one
+            return _waited(url, wait, f"ctxd is starting at {url}")
+        if _healthy(url):
+            return "ctxd was started by another hook"
+        import subprocess  # only here: a hook that finds ctxd up does not pay for it
+
+        log = open(folder / "ctxd.log", "ab")  # noqa: SIM115 (the child keeps it)
+        subprocess.Popen(
+            [sys.executable, "-m", "ctxd", "serve", "--host", parts.hostname or "127.0.0.1",
+             "--port", str(port), "--data-dir", str(folder)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )  # fmt: skip
+        return _waited(url, True, f"ctxd was not running: started it at {url} (data in {folder})")
+
+
+def _waited(url: str, wait: bool, said: str) -> str:
+    deadline = time.monotonic() + (WAIT_S if wait else 0)
+    while not _healthy(url) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return said
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return hook_http.request(url, "GET", "/health", b"", {}, timeout=1)[0] == 200
+    except OSError:
+        return False

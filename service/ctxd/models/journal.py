@@ -1,0 +1,99 @@
+"""The journal: entries the agent writes, and the narrative a dump shows of them."""
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from ctxd.errors import Invalid
+from ctxd.models.base import LongText, ShortText, Strict
+
+JournalKind = Literal[
+    "objective", "attempt", "finding", "hypothesis", "decision", "next", "note", "fact", "question"
+]
+
+
+STATUSES: dict[str, tuple[str, ...]] = {
+    "attempt": ("running", "failed", "succeeded", "abandoned"),
+    "hypothesis": ("open", "confirmed", "refuted"),
+    "next": ("open", "done"),
+    "question": ("open", "answered"),
+}
+
+
+def check_status(kind: str | None, status: str | None) -> None:
+    allowed = STATUSES.get(kind or "")
+    if status is not None and allowed and status not in allowed:
+        raise Invalid(f"status of a '{kind}' is one of {', '.join(allowed)}; got '{status}'")
+    if status is not None and not allowed and kind is not None:
+        raise Invalid(f"a '{kind}' entry has no status")
+
+
+class JournalIn(Strict):
+    kind: JournalKind
+    text: Annotated[str, Field(min_length=1, max_length=20_000)]
+    outcome: LongText | None = None
+    status: ShortText | None = None
+    key: ShortText | None = None
+    concerns: list[Annotated[int, Field(ge=1)]] = Field(default=[], max_length=50)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "JournalIn":
+        if self.kind == "fact" and not self.key:
+            raise ValueError("a 'fact' entry needs a 'key' (its value goes in 'text')")
+        check_status(self.kind, self.status)
+        return self
+
+
+class JournalUpdate(Strict):
+    """Fields of an entry that can change as work goes on; omitted fields stay as they are."""
+
+    text: Annotated[str, Field(min_length=1, max_length=20_000)] | None = None
+    outcome: LongText | None = None
+    status: ShortText | None = None
+    concerns: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, max_length=50)
+
+
+class JournalEntry(BaseModel):
+    id: int
+    session: str
+    kind: JournalKind
+    text: str
+    outcome: str | None = None
+    status: str | None = None
+    key: str | None = None
+    concerns: list[int] = []
+    created_at: datetime
+    updated_at: datetime | None = None
+
+
+class HistoryItem(BaseModel):
+    """One line of the dump's Attempts: a launch ctxd saw, or an attempt the agent wrote."""
+
+    at: datetime
+    source: Literal["launch", "journal"]
+    text: str
+    status: str | None = None
+    outcome: str | None = None
+    command: str | None = None  # a launch's command line (redacted)
+
+
+class Narrative(BaseModel):
+    """The journal as a dump shows it: current state, grouped by kind."""
+
+    objective: str = ""
+    latest_message: str | None = None
+    facts: dict[str, str] = {}
+    attempts: list[JournalEntry] = []
+    findings: list[JournalEntry] = []
+    decisions: list[JournalEntry] = []
+    next_steps: list[JournalEntry] = []
+    questions: list[JournalEntry] = []
+    notes: list[JournalEntry] = []
+    last_entry_id: int = 0
+    # What ctxd learned from the agent's own actions (issue: zero configuration)
+    objective_source: str | None = None  # "the user's first prompt" when not set by hand
+    history: list[HistoryItem] = []  # launches and journal attempts, oldest first
+    recent_commands: list[str] = []
+    workspace: str | None = None  # git branch, HEAD, dirty and recently edited files
+    auto_watches: list[str] = []

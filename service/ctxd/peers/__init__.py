@@ -1,0 +1,1 @@
+"""Peers: other hosts' ctxd asked for their watches, and this host answering them."""

@@ -1,0 +1,238 @@
+"""Jinja2 rendering: a Snapshot to its Markdown dump, that dump cut to a budget or made HTML."""
+
+import re
+from dataclasses import dataclass
+
+import jinja2
+from markdown_it import MarkdownIt
+
+# human_bytes and utc are imported from here by the pages too
+from ctxd import shipped
+from ctxd.collectors import registry
+from ctxd.fmt import human_bytes, human_duration, utc
+from ctxd.models import Flag, ProcessInfo, Snapshot
+from ctxd.render import processes as render_processes
+from ctxd.render.dump_files import DumpLocation
+
+TEMPLATES = shipped("templates")
+
+
+def fence(lines: list[str], info: str = "text") -> str:
+    """A code fence longer than any backtick run inside, so log text cannot close it early."""
+    body = "\n".join(lines)
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{info}\n{body}\n{ticks}"
+
+
+def cell(value: object) -> str:
+    """Text safe inside one Markdown table cell."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def inline(value: object) -> str:
+    """Text safe inside an inline code span."""
+    text = "" if value is None else str(value).replace("\r", " ").replace("\n", " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def cell_code(value: object) -> str:
+    """An inline code span inside a table cell: GFM splits cells at a pipe even in code."""
+    return inline(value).replace("|", "\\|")
+
+
+def flag_text(flag: Flag) -> str:
+    if flag.name is None:
+        return flag.value or ""
+    return flag.name if flag.value is None else f"{flag.name} {flag.value}"
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=False,  # Markdown, not HTML: unsafe text is fenced or cell-escaped instead
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        # templates change with ctxd, not while it runs: no stat of each one at every render
+        auto_reload=False,
+    )
+    env.filters.update(
+        bytes=human_bytes,
+        duration=human_duration,
+        fence=fence,
+        cell=cell,
+        inline=inline,
+        cell_code=cell_code,
+        block=block,
+        utc=utc,
+        flag=flag_text,
+    )
+    env.globals["process_view"] = render_processes.view
+    return env
+
+
+def roots_first(processes: list[ProcessInfo]) -> list[ProcessInfo]:
+    return [p for p in processes if p.root]
+
+
+def render_dump(snapshot: Snapshot, where: DumpLocation | None = None) -> str:
+    """The dump's Markdown; `where` fills its footer (none: a dump not stored anywhere)."""
+    template = _ENV.get_template("dump.md.j2")
+    return template.render(
+        s=snapshot,
+        h=snapshot.header,
+        n=snapshot.narrative,
+        o=snapshot.observations,
+        roots=roots_first(snapshot.observations.processes.items),
+        where=where,
+        partials=[f"_{collector.NAME}.md.j2" for collector in registry()],
+    )
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def _fence_states(lines: list[str]) -> list[str | None]:
+    """For each line, the fence open before it (None outside code): `## ` in a log is no
+    section, and a cut inside a fence must close it."""
+    states: list[str | None] = []
+    fence: str | None = None
+    for line in lines:
+        states.append(fence)
+        m = _FENCE.match(line)
+        if m and fence is None:
+            fence = m.group(1)
+        elif m and fence and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+            fence = None
+    return states
+
+
+def sections(markdown: str) -> list[str]:
+    """The dump split before each `## ` heading that is not inside a code fence."""
+    lines = markdown.splitlines(keepends=True)
+    parts: list[str] = []
+    current: list[str] = []
+    for line, fence in zip(lines, _fence_states(lines), strict=True):
+        if line.startswith("## ") and fence is None and current:
+            parts.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+def cut(text: str, max_chars: int) -> str:
+    """`text` cut at a line boundary to `max_chars`, an open code fence closed within it."""
+    if len(text) <= max_chars:
+        return text
+    lines = text[:max_chars].splitlines(keepends=True)
+    while lines:
+        lines.pop()  # the last line may be partial; then drop lines until the closing fits
+        fence = _fence_states([*lines, ""])[-1]
+        closing = f"\n{fence}\n" if fence else ""
+        if sum(map(len, lines)) + len(closing) <= max_chars:
+            return "".join(lines) + closing
+    return ""
+
+
+def fit(markdown: str, max_chars: int | None) -> str:
+    """Cut a dump to `max_chars`, dropping the last (biggest) sections first.
+
+    The title line and the objective come first in the dump, so they survive any cut; the
+    final "Where this dump lives" section is kept so the reader can fetch the rest.
+    """
+    if max_chars is None or len(markdown) <= max_chars:
+        return markdown
+    parts = sections(markdown)
+    footer = parts.pop() if parts and parts[-1].startswith("## Where") else ""
+    kept: list[str] = []
+    dropped: list[str] = []
+    budget = max_chars - len(footer) - 200
+    for part in parts:
+        if not dropped and len(part) <= budget:
+            kept.append(part)
+            budget -= len(part)
+        else:
+            dropped.append(part.splitlines()[0].lstrip("# ").strip())
+    if dropped:
+        note = f"> Cut to fit {max_chars} characters; left out: {', '.join(dropped)}.\n\n"
+        kept.append(note)
+    return cut("".join(kept) + footer, max_chars)
+
+
+def block(value: object, indent: int = 0) -> str:
+    """Agent-written text inside the dump: it may be Markdown, but it cannot open a heading
+    (a fake section), leave a code fence open, or break out of its list item."""
+    lines = str(value).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    states = _fence_states(lines)
+    out = [
+        line if fence is not None or _FENCE.match(line) else _HEADING.sub(r"\1\\\2", line)
+        for line, fence in zip(lines, states, strict=True)
+    ]
+    if (tail := _fence_states([*lines, ""])[-1]) is not None:
+        out.append(tail)
+    return ("\n" + " " * indent).join(out)
+
+
+_HEADING = re.compile(r"^(\s*)(#{1,6}(?:\s|$))")
+_ENV = environment()
+
+
+# --- Markdown -> HTML (the version pages) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+    anchor: str
+
+
+@dataclass(frozen=True)
+class HtmlDump:
+    html: str
+    toc: list[Heading]
+
+
+def _markdown_parser() -> MarkdownIt:
+    # Raw HTML off: every observed string renders as text. Images off: a journal or log line
+    # must not make the reader's browser fetch anything.
+    return MarkdownIt("commonmark", {"html": False}).enable("table").disable("image")
+
+
+_MD = _markdown_parser()
+
+
+def slug(text: str) -> str:
+    words = re.sub(r"[^\w\s-]", "", text.lower()).split()
+    return "-".join(words)[:60].strip("-") or "section"
+
+
+def markdown_html(markdown: str) -> HtmlDump:
+    """A dump as HTML: an id on every heading and a table of contents of levels 2 and 3."""
+    tokens = _MD.parse(markdown)
+    toc: list[Heading] = []
+    seen: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        if token.type in ("th_open", "td_open") and token.attrs.get("style"):
+            # The pages' CSP allows no inline style; a class carries the column alignment.
+            align = str(token.attrs.pop("style")).removeprefix("text-align:")
+            token.attrSet("class", f"align-{align}")
+        if token.type != "heading_open":
+            continue
+        text = tokens[i + 1].content if i + 1 < len(tokens) else ""
+        base = slug(text)
+        seen[base] = seen.get(base, 0) + 1
+        anchor = base if seen[base] == 1 else f"{base}-{seen[base]}"
+        token.attrSet("id", anchor)
+        level = int(token.tag[1])
+        if level in (2, 3):
+            toc.append(Heading(level, text, anchor))
+    return HtmlDump(_MD.renderer.render(tokens, _MD.options, {}), toc)

@@ -1,0 +1,1 @@
+"""Signals: pure rules from observations to what needs attention, worst first."""

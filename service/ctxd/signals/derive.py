@@ -1,0 +1,287 @@
+"""Pure functions from observations (and the previous ones) to signals, worst first."""
+
+from collections import Counter
+
+from ctxd.fmt import human_duration
+from ctxd.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
+from ctxd.signals.logs import last_error_line, log_errors, root_cause, silent_logs
+from ctxd.signals.slurm import slurm_jobs
+from ctxd.snapshotter import happened
+from ctxd.thresholds import (
+    DISK_CRITICAL_RATIO,
+    DISK_FREE_BYTES,
+    DISK_FREE_RATIO,
+    GPU_HELD_BYTES,
+    IDLE_CPU_PERCENT,
+    LOG_SILENT_AFTER_S,
+    MEMORY_GROWTH_BPS,
+    STUCK_AFTER_S,
+)
+
+# re-exported: the thresholds live in one module, named as signals always named them
+__all__ = [
+    "DISK_FREE_BYTES",
+    "DISK_FREE_RATIO",
+    "GPU_HELD_BYTES",
+    "IDLE_CPU_PERCENT",
+    "LOG_SILENT_AFTER_S",
+    "MEMORY_GROWTH_BPS",
+    "STUCK_AFTER_S",
+    "derive",
+    "human_duration",
+    "last_error_line",
+    "root_cause",
+    "silent_logs",
+]
+
+
+def derive(current: Observations, previous: Observations | None) -> list[Signal]:
+    signals = [
+        *stuck_trees(current),
+        *log_errors(current, previous),
+        *exited_processes(current, previous),
+        *idle_processes(current),
+        *expected_ports(current),
+        *ports_opened(current, previous),
+        *silent_logs(current),
+        *zombies(current),
+        *gpu_held_idle(current),
+        *memory_growing(current),
+        *disks_nearly_full(current),
+        *unavailable_watches(current),
+        *slurm_jobs(current),
+    ]
+    return sorted(signals, key=lambda s: SEVERITY_ORDER[s.severity])
+
+
+def _trees(current: Observations) -> dict[str, list[ProcessInfo]]:
+    trees: dict[str, list[ProcessInfo]] = {}
+    for p in current.processes.items:
+        trees.setdefault(p.tree_ref, []).append(p)  # "node2:10" is not this host's tree 10
+    return trees
+
+
+def _idle_for(members: list[ProcessInfo]) -> float | None:
+    """How long every member has stayed under 1 % CPU; None when unknown or one is busy."""
+    spans = [p.idle_for_s for p in members if p.state != "zombie"]
+    if not spans or any(s is None for s in spans):
+        return None
+    shortest = min(s for s in spans if s is not None)
+    return shortest if shortest > 0 else None
+
+
+def _of_age(span: float, age: float | None) -> str:
+    """ "7 s of its 11 s": a span next to the age it is part of (too early to call a hang?)."""
+    if age is None or age < span:
+        return human_duration(span)
+    return f"{human_duration(span)} of its {human_duration(age)}"
+
+
+def stuck_trees(current: Observations) -> list[Signal]:
+    """A tree alive with every member idle past the threshold, and evidence it should not be."""
+    threshold = current.processes.stuck_after_s or STUCK_AFTER_S
+    signals = []
+    for tree, members in _trees(current).items():
+        idle = _idle_for(members)
+        if idle is None or idle < threshold:
+            continue
+        watch_ids = {p.watch_id for p in members}
+        evidence = []
+        for port in current.ports.items:
+            if port.expected_by in watch_ids and not port.listening:
+                evidence.append(f"port {port.port} expected, not listening")
+        for log in current.logs.items:
+            if log.silent_for_s >= threshold:
+                last = log.lines[-1].strip()[:120] if log.lines else ""
+                tail = f", last line: {last}" if last else ""
+                evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
+        if not evidence:
+            continue  # idle and serving (or nothing expected of it): waiting, not stuck
+        waits = Counter(p.waiting for p in members if p.waiting)
+        if waits:  # where they wait, one entry per distinct point: eight in one call is one
+            points = (
+                f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
+            )
+            evidence.append("waiting in " + ", ".join(points))
+        evidence += _python_waits(current, tree)
+        age = max((p.age_s for p in members), default=None)
+        text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
+        signals.append(
+            Signal(severity="critical", code="stuck", subject=str(tree),
+                   text="; ".join([text, *evidence]))
+        )  # fmt: skip
+    return signals
+
+
+def _python_waits(current: Observations, tree: str) -> list[str]:
+    """The stuck tree's Python stacks in a line: innermost frames of each distinct one."""
+    stacks = [s for s in current.processes.stuck_stacks if s.tree_ref == tree]
+    shown = []
+    for st in stacks[:3]:
+        frames = [line.strip() for line in st.lines if line.startswith("  ")][:3]
+        if not frames:
+            continue
+        names = [f.split(" (")[0] for f in frames[:-1]] + [frames[-1]]
+        count = f" \N{MULTIPLICATION SIGN}{len(st.pids)}" if len(st.pids) > 1 else ""
+        shown.append(" \N{LEFTWARDS ARROW} ".join(names) + count)
+    if shown:
+        return ["Python stack " + "; ".join(shown)]
+    notes = {st.note for st in stacks if st.note}
+    return sorted(notes)[:1]
+
+
+def exited_processes(current: Observations, previous: Observations | None) -> list[Signal]:
+    if previous is None:
+        return []
+    last_seen = {e.key: e.last_seen_at for e in current.processes.exited}
+    error = root_cause(current)
+    signals = []
+    for p in happened.exited(previous, current):
+        seen = last_seen.get(p.key) or p.seen_at
+        when = f", last seen alive {seen:%H:%M:%S} UTC" if seen else ""
+        # the evidence leads: what a reader acts on is the cause, not the exit
+        crashed = f": {error[1]} (in {error[0]});" if error and p.root else ""
+        verb = "crashed" if crashed else "exited"
+        signals.append(
+            Signal(severity="critical" if p.root else "warning", code=happened.PROCESS_EXITED,
+                   subject=p.key,
+                   text=f"process {p.pid} ({p.name}) {verb}{crashed} "
+                   f"{'exited ' if crashed else ''}since the previous snapshot{when}")
+        )  # fmt: skip
+    return signals
+
+
+def idle_processes(current: Observations) -> list[Signal]:
+    """Many idle workers say "stuck" louder than one row each: group them."""
+    procs = [p for p in current.processes.items if p.cpu_percent is not None]
+    idle = [p for p in procs if p.cpu_percent is not None and p.cpu_percent < IDLE_CPU_PERCENT]
+    if not procs or not idle or len(idle) != len(procs):
+        return []
+    if stuck_trees(current):
+        return []  # the stuck signal already says it, with its evidence
+    spans = [p.idle_for_s for p in procs]
+    known = [s for s in spans if s is not None]
+    age = max((p.age_s for p in procs), default=None)
+    since = f" for {_of_age(min(known), age)}" if known and len(known) == len(spans) else ""
+    threshold = current.processes.stuck_after_s or STUCK_AFTER_S
+    if since and min(known) < threshold:
+        since += f": too early to call a hang (stuck takes {human_duration(threshold)} idle)"
+    who = "the watched process is" if len(procs) == 1 else f"all {len(procs)} watched processes"
+    text = f"{who} alive at <{IDLE_CPU_PERCENT:g}% CPU{since}"
+    return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
+
+
+def _expecting(current: Observations, watch_id: int | None) -> str:
+    """Who expects a port, in words: its watched process, or that none is running."""
+    if watch_id is None:
+        return ""
+    members = [p for p in current.processes.items if p.watch_id == watch_id]
+    if not members:
+        return "; the process watch that expects it matches no running process"
+    lead = next((p for p in members if p.root), members[0])
+    return f"; expected by the watched process {lead.name} (pid {lead.pid})"
+
+
+def expected_ports(current: Observations) -> list[Signal]:
+    signals = []
+    cause = root_cause(current)
+    for port in current.ports.items:
+        where = f"{port.host}:{port.port}"
+        if not port.listening:
+            why = f": {cause[1]} (in {cause[0]})" if cause else ""
+            who = _expecting(current, port.expected_by)
+            signals.append(
+                Signal(severity="critical", code=happened.PORT_CLOSED, subject=where,
+                       text=f"{where} not listening{why}{who}")
+            )  # fmt: skip
+        elif port.health_error or (port.health_status is not None and port.health_status >= 400):
+            why = port.health_error or f"HTTP {port.health_status}"
+            signals.append(
+                Signal(severity="warning", code="health_failed", subject=where,
+                       text=f"health {port.url} failing: {why}")
+            )  # fmt: skip
+    return signals
+
+
+def ports_opened(current: Observations, previous: Observations | None) -> list[Signal]:
+    """The thing started: a port closed in the previous snapshot listens now."""
+    if previous is None:
+        return []
+    signals = []
+    for port in happened.opened(previous, current):
+        owner = f" (pid {port.owner_pid})" if port.owner_pid else ""
+        where = f"{port.host}:{port.port}"
+        signals.append(
+            Signal(severity="info", code=happened.PORT_OPENED, subject=where,
+                   text=f"{where} now listening{owner}")
+        )  # fmt: skip
+    return signals
+
+
+def zombies(current: Observations) -> list[Signal]:
+    return [
+        Signal(severity="warning", code="zombie", subject=p.key,
+               text=f"process {p.pid} ({p.name}) is a zombie: parent {p.ppid} has not reaped it")
+        for p in current.processes.items
+        if p.state == "zombie"
+    ]  # fmt: skip
+
+
+def gpu_held_idle(current: Observations) -> list[Signal]:
+    """Memory held at 0 % utilisation: loaded weights waiting on something that never comes."""
+    signals = []
+    for gpu in current.gpus.items:
+        used = gpu.memory_used_bytes or 0
+        if gpu.utilization_percent != 0 or used < GPU_HELD_BYTES or not gpu.processes:
+            continue
+        watched = {p.pid for p in current.processes.items}
+        owners = ", ".join(
+            f"{p.pid}{' (watched)' if p.watched or p.pid in watched else ''}"
+            for p in gpu.processes[:8]
+        )
+        signals.append(
+            Signal(severity="warning", code="gpu_held_idle", subject=f"gpu{gpu.index}",
+                   text=f"GPU {gpu.index}: {used / 1024**3:.1f} GB held at 0% utilisation "
+                   f"by pid {owners}")
+        )  # fmt: skip
+    return signals
+
+
+def memory_growing(current: Observations) -> list[Signal]:
+    return [
+        Signal(severity="warning", code="memory_growing", subject=p.key,
+               text=f"process {p.pid} ({p.name}) memory growing steadily: "
+               f"+{(p.rss_growth_bps or 0) * 60 / 1024**2:.0f} MB/min")
+        for p in current.processes.items
+        if (p.rss_growth_bps or 0) >= MEMORY_GROWTH_BPS
+    ]  # fmt: skip
+
+
+def disks_nearly_full(current: Observations) -> list[Signal]:
+    signals = []
+    for disk in current.host.disks:
+        if disk.total_bytes <= 0:
+            continue
+        ratio = disk.free_bytes / disk.total_bytes
+        if ratio < DISK_FREE_RATIO or disk.free_bytes < DISK_FREE_BYTES:
+            signals.append(
+                Signal(severity="critical" if ratio < DISK_CRITICAL_RATIO else "warning",
+                       code="disk_full", subject=disk.path,
+                       text=f"disk holding {disk.path} nearly full: "
+                       f"{disk.free_bytes / 1024**3:.1f} GB free ({ratio:.0%})")
+            )  # fmt: skip
+    return signals
+
+
+def unavailable_watches(current: Observations) -> list[Signal]:
+    sections = (current.processes, current.logs, current.artifacts, current.ports)
+    return [
+        Signal(
+            severity="warning",
+            code="unavailable",
+            subject=u.target,
+            text=f"{u.target}: {u.reason}",
+        )
+        for section in sections
+        for u in section.unavailable
+    ]

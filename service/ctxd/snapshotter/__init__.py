@@ -1,0 +1,1 @@
+"""Builds snapshots: collectors run, signals and changes derived, attempts followed, commit."""

@@ -1,0 +1,76 @@
+"""What a dump says about the agent's own work, learned without asking: launches merged with
+the journal's attempts, its recent commands, its workspace (git), the watches ctxd added."""
+
+from pathlib import PurePosixPath
+
+from ctxd import redact
+from ctxd.discovery.actions import CommandAction
+from ctxd.discovery.recent import recent_commands
+from ctxd.discovery.workspace import GitSection, git_section
+from ctxd.models import Narrative, Session, Watch
+from ctxd.snapshotter import launch_history
+from ctxd.store.database import Store
+
+RECENT_COMMANDS = 8
+RECENT_EDITS = 8
+GIT_TIMEOUT_S = 1.0
+
+
+def workspace_git(session: Session) -> GitSection | None:
+    """The git state of the session's workspace: two `git` processes, which the snapshot runs
+    beside its collectors, not after them (they cost several milliseconds)."""
+    return git_section(session.cwd, timeout=GIT_TIMEOUT_S) if session.cwd else None
+
+
+def enrich(
+    narrative: Narrative,
+    store: Store,
+    session: Session,
+    watches: list[Watch],
+    git: GitSection | None,
+) -> None:
+    """Fill in what ctxd learned itself; `git` is `workspace_git(session)`."""
+    sid = session.id
+    if session.objective_source and narrative.objective == session.objective:
+        narrative.objective_source = session.objective_source
+    narrative.history = launch_history.history(store, sid, narrative.attempts)
+    commands = [CommandAction.model_validate(a) for a in store.list_actions(sid, "command")]
+    narrative.recent_commands = [c.line() for c in recent_commands(commands, RECENT_COMMANDS)]
+    narrative.workspace = _workspace(store, session, git)
+    narrative.auto_watches = [_describe(w) for w in watches if w.auto]
+
+
+def _workspace(store: Store, session: Session, git: GitSection | None) -> str | None:
+    """`main` at 1a2b3c4 (subject); 2 files changed: …; edited lately: …"""
+    edits = [a["path"] for a in store.list_actions(session.id, "file_edit", RECENT_EDITS * 4)]
+    recent = list(dict.fromkeys(reversed(edits)))[:RECENT_EDITS]
+    parts = []
+    if git is not None:
+        where = f"`{git.branch or 'detached HEAD'}`"
+        if git.head:
+            where += f" at {git.head} ({git.subject})" if git.subject else f" at {git.head}"
+        parts.append(where)
+        if git.dirty_count:
+            shown = ", ".join(git.dirty)
+            hidden = git.dirty_count - len(git.dirty)
+            more = f" and {hidden} more" if hidden > 0 else ""
+            parts.append(f"{git.dirty_count} changed: {shown}{more}")
+    if recent:
+        top = session.cwd or ""
+        parts.append("edited lately: " + ", ".join(_short(p, top) for p in recent))
+    return redact.text("; ".join(parts)) if parts else None
+
+
+def _short(path: str, top: str) -> str:
+    try:
+        return str(PurePosixPath(path).relative_to(top)) if top else path
+    except ValueError:
+        return path
+
+
+def _describe(watch: Watch) -> str:
+    spec = watch.spec
+    target = getattr(spec, "match", None) or getattr(spec, "path", None)
+    if target is None:
+        target = getattr(spec, "port", None) or getattr(spec, "name", None) or spec.kind
+    return f"{spec.kind} `{target}` (watch {watch.id}): {watch.reason}"

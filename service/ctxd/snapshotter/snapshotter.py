@@ -1,0 +1,275 @@
+"""Builds a Snapshot: observe, derive signals and changes, dedup, commit, then write its files."""
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+from ctxd import redact
+from ctxd.collectors import check_registry, registry
+from ctxd.models import (
+    JournalEntry,
+    Narrative,
+    Observations,
+    Snapshot,
+    SnapshotHeader,
+)
+from ctxd.peers.fanout import Peers
+from ctxd.render import markdown as render
+from ctxd.render.dump_files import DumpFiles, link_atomic, version_file, write_atomic
+from ctxd.settings import Settings
+from ctxd.signals import derive as signals
+from ctxd.snapshotter import agent_context, changes, launch_history
+from ctxd.snapshotter.retirement import Retirement
+from ctxd.snapshotter.runner import CollectorRunner
+from ctxd.store.database import Store, now
+
+_NARRATIVE_LISTS = {
+    "attempt": "attempts",
+    "finding": "findings",
+    "hypothesis": "findings",
+    "decision": "decisions",
+    "next": "next_steps",
+    "question": "questions",
+    "note": "notes",
+}
+
+# a collector and its Observations field must agree: fail at start-up, not in a snapshot
+check_registry(registry())
+
+
+class Snapshotter:
+    """Assembles, dedups and commits snapshots; one lock per session keeps versions in order.
+
+    The collectors run in a `CollectorRunner`, the Markdown files live in `DumpFiles`.
+    """
+
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        # looked up at each run, so a test can swap the registry of this module
+        self.runner = CollectorRunner(settings, lambda: registry(), peers=Peers(settings, store))
+        self.files = DumpFiles(settings, store)
+        self.retirement = Retirement(settings.auto_retire_s)
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._size_cache: tuple[float, int] = (0.0, 0)
+        # Milliseconds of each phase of the latest snapshot of a session (`make bench
+        # --profile`); the collectors' own share is in `runner.last_timings`.
+        self.last_phases: dict[str, dict[str, float]] = {}
+        # The newest committed snapshot of each session, as stored: the next snapshot compares
+        # with it without reading and decoding it back (versions are never reassigned).
+        self._committed: dict[str, Snapshot] = {}
+        # What a snapshot asks besides its collectors, while they run (a workspace's git)
+        self._beside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="beside")
+
+    def close(self) -> None:
+        self.runner.close()
+        self._beside.shutdown(wait=False, cancel_futures=True)
+
+    def _lock(self, sid: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(sid, threading.Lock())
+
+    def observe(
+        self,
+        sid: str,
+        previous: Observations | None = None,
+        purpose: str = "snapshot",
+        only: frozenset[str] | None = None,
+    ) -> Observations:
+        """The session's watches observed now (see `CollectorRunner.observe`)."""
+        watches = self.store.list_watches(sid)
+        return self.runner.observe(sid, watches, previous, purpose=purpose, only=only)
+
+    def assemble(
+        self,
+        sid: str,
+        trigger: str,
+        note: str | None = None,
+        purpose: str = "snapshot",
+        table_age_s: float = 0.0,
+    ) -> Snapshot:
+        """Observe and describe the session now, as the version after the latest stored one
+        (`table_age_s`: see `CollectorRunner.observe`)."""
+        started = time.perf_counter()
+        clock = _Clock(self.last_phases.setdefault(sid, {}))
+        clock.into.clear()
+        session = self.store.get_session(sid)
+        git = self._beside.submit(agent_context.workspace_git, session)
+        latest = self.store.latest_version(sid)
+        previous = self._previous(sid, latest)
+        before = previous.observations if previous else None
+        watches = self.store.list_watches(sid)
+        clock.lap("read previous")
+        observations = self.runner.observe(
+            sid, watches, before, purpose=purpose, table_age_s=table_age_s
+        )
+        clock.lap("collect + redact")
+        narrative = build_narrative(session.objective, self.store.list_entries(sid))
+        launch_history.follow(self.store, sid, watches, observations)
+        if purpose == "snapshot":
+            self.retirement.review(self.store, sid, watches, observations)
+        agent_context.enrich(narrative, self.store, session, watches, git.result())
+        message, _ = self.store.last_message(sid)
+        narrative.latest_message = redact.text(message) if message else None
+        clock.lap("narrative + launches")
+        snapshot = Snapshot(
+            header=SnapshotHeader(
+                session=sid,
+                version=latest + 1,
+                taken_at=now(),
+                trigger=trigger,
+                previous_version=previous.header.version if previous else None,
+                previous_taken_at=previous.header.taken_at if previous else None,
+                host=observations.host.hostname or socket.gethostname(),
+                note=redact.text(note) if note else None,
+                data_dir_bytes=self.data_dir_bytes(),
+            ),
+            title=session.title,
+            narrative=narrative,
+            signals=signals.derive(observations, before),
+            observations=observations,
+        )
+        clock.lap("signals")
+        snapshot.changes = changes.compare(previous, snapshot)
+        clock.lap("changes")
+        snapshot.header.duration_ms = (time.perf_counter() - started) * 1000
+        return snapshot
+
+    def take(
+        self,
+        sid: str,
+        trigger: str = "manual",
+        note: str | None = None,
+        force: bool = False,
+        table_age_s: float = 0.0,
+    ) -> Snapshot:
+        """Store version N+1, or, when nothing changed (and not `force`), confirm version N.
+
+        Returns after the commit, which is the truth: the latest dump in memory follows it
+        at once, and a failure to write the Markdown files afterwards is logged, not raised
+        (`files_behind` lists such versions; their files are written again later).
+        """
+        with self._lock(sid):
+            snapshot = self.assemble(sid, trigger, note, table_age_s=table_age_s)
+            clock = _Clock(self.last_phases[sid])
+            key = changes.content_key(snapshot)
+            latest = snapshot.header.previous_version
+            if latest and not force and key == self.store.content_key(sid, latest):
+                return self._confirm(sid, latest, snapshot.header.taken_at)
+            clock.lap("content key")
+
+            rendered: list[str] = []
+
+            def build(version: int) -> tuple[Snapshot, str]:
+                snapshot.header.version = version
+                rendered.append(self.render(snapshot))
+                clock.lap("render")
+                return snapshot, rendered[-1]
+
+            self.store.add_snapshot(sid, build, key)
+            self._committed[sid] = snapshot
+            clock.lap("store + commit")
+            # the committed text, as rendered: no need to read it back and decompress it
+            self.write_files(sid, snapshot.header.version, rendered[-1], latest=True)
+            clock.lap("Markdown files")
+            return snapshot
+
+    def _confirm(self, sid: str, version: int, at: datetime) -> Snapshot:
+        self.store.confirm_snapshot(sid, version, at)
+        stored = self._committed[sid] = self.store.get_snapshot(sid, version)
+        markdown = self.render(stored)
+        self.store.set_markdown(sid, version, markdown)
+        self.write_files(sid, version, markdown, latest=True)
+        return stored
+
+    def _previous(self, sid: str, latest: int) -> Snapshot | None:
+        """Version `latest` of the session: the one committed here, or read from the store
+        (after a restart, or when another process wrote it)."""
+        if not latest:
+            return None
+        kept = self._committed.get(sid)
+        if kept is not None and kept.header.version == latest:
+            return kept
+        return self.store.get_snapshot(sid, latest)
+
+    def preview(self, sid: str) -> tuple[Snapshot, str]:
+        """A fresh dump that is not stored: what a snapshot would say now."""
+        # its own collector memory: a look at the live state must not consume the news
+        # (new log errors, growth) that the next stored snapshot has to report
+        snapshot = self.assemble(sid, trigger="preview", purpose="preview")
+        return snapshot, self.render(snapshot)
+
+    def render(self, snapshot: Snapshot) -> str:
+        header = snapshot.header
+        return render.render_dump(snapshot, self.files.locate(header.session, header.version))
+
+    def data_dir_bytes(self) -> int:
+        """Database plus Markdown files; cached for a minute, as walking the folder costs."""
+        stamp, size = self._size_cache
+        if time.monotonic() - stamp > 60:
+            size = self.store.size_bytes() + self.files.markdown_bytes()
+            self._size_cache = (time.monotonic(), size)
+        return size
+
+    def prune(self, keep_days: int) -> int:
+        """Thin out old versions in the database, then remove their Markdown files."""
+        removed = self.store.prune(keep_days)
+        for sid, version in removed:
+            self.files.remove(sid, version)
+        self._size_cache = (0.0, 0)
+        return len(removed)
+
+    def session_dir(self, sid: str) -> Path:
+        return self.files.session_dir(sid)
+
+    def write_files(self, sid: str, version: int, markdown: str, *, latest: bool) -> bool:
+        """False when the files could not be written (logged; see DumpFiles.write)."""
+        return self.files.write(sid, version, markdown, latest=latest)
+
+    def files_behind(self, sid: str) -> list[int]:
+        """Committed versions whose Markdown files are not on disk yet."""
+        return self.files.files_behind(sid)
+
+    def latest_in_memory(self, sid: str) -> str | None:
+        """The newest stored dump of a session, if written or checked since start-up."""
+        return self.files.latest_in_memory(sid)
+
+    def rebuild_files(self) -> int:
+        """Rewrite any Markdown file missing on disk from the database (the truth)."""
+        return self.files.rebuild()
+
+
+class _Clock:
+    """Laps of one snapshot's phases into `into`, in milliseconds (cheap: one perf_counter)."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+        self.started = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        moment = time.perf_counter()
+        self.into[phase] = (moment - self.started) * 1000
+        self.started = moment
+
+
+def build_narrative(objective: str, entries: list[JournalEntry]) -> Narrative:
+    """The journal as current state: the latest objective and fact values win."""
+    narrative = Narrative(objective=objective)
+    for entry in entries:
+        entry = redact.scrub(entry)
+        narrative.last_entry_id = max(narrative.last_entry_id, entry.id)
+        if entry.kind == "objective":
+            narrative.objective = entry.text
+        elif entry.kind == "fact" and entry.key:
+            narrative.facts[entry.key] = entry.text
+        else:
+            getattr(narrative, _NARRATIVE_LISTS[entry.kind]).append(entry)
+    narrative.objective = redact.text(narrative.objective)
+    return narrative
+
+
+__all__ = ["Snapshotter", "build_narrative", "link_atomic", "version_file", "write_atomic"]

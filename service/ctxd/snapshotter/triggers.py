@@ -1,0 +1,206 @@
+"""Background triggers: quiet sessions, events in what is watched, schedules and retention."""
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ctxd.errors import NotFound
+from ctxd.models import Observations, Session, Watch
+from ctxd.snapshotter import happened
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import now
+
+log = logging.getLogger(__name__)
+
+# The collectors whose news is an event; host, GPU and command probes are too costly to poll.
+EVENT_SOURCES = frozenset({"processes", "ports", "logs", "artifacts", "slurm"})
+PRUNE_EVERY = timedelta(hours=6)
+
+
+class Activity:
+    """Last activity per session, in memory, so that every request counts without a write."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, sid: str) -> None:
+        with self._lock:
+            self._seen[sid] = now()
+
+    def last(self, session: Session) -> datetime:
+        with self._lock:
+            seen = self._seen.get(session.id)
+        return max(seen, session.last_activity_at) if seen else session.last_activity_at
+
+
+@dataclass
+class SharedProbe:
+    """The latest probe of one set of watches, and when that set is due to be probed again."""
+
+    probe: Observations
+    next_at: float  # time.monotonic()
+
+
+def watch_set(watches: list[Watch]) -> str:
+    """What a probe of `watches` depends on: their specs, in any order. Two sessions with the
+    same watch set (several agents on one checkout) see the same things, so one probe serves
+    both; ids differ, but events compare by process key, port and path, never by watch id."""
+    return "\n".join(sorted(w.spec.model_dump_json() for w in watches))
+
+
+def detect_events(before: Observations | None, after: Observations) -> list[tuple[str, str]]:
+    """Pure: what in `after` is news worth a snapshot at once, as (trigger word, text)."""
+    return happened.events(before, after)
+
+
+class Watcher:
+    """Looks at every session each `trigger_interval_s` and takes the snapshots it owes."""
+
+    def __init__(self, snapshotter: Snapshotter, activity: Activity) -> None:
+        self.snap = snapshotter
+        self.activity = activity
+        self.settings = snapshotter.settings
+        self._probes: dict[str, Observations] = {}
+        self._last_event: dict[str, float] = {}
+        self._next_probe: dict[str, float] = {}
+        self._next_slurm_probe: dict[str, float] = {}
+        self._shared: dict[str, SharedProbe] = {}
+        self._pending: dict[str, list[tuple[str, str]]] = {}
+        self._last_schedule: dict[str, datetime] = {}
+        self._last_prune = datetime.min.replace(tzinfo=UTC)
+        self._busy = threading.Lock()
+        self._stopped = False
+
+    async def run(self) -> None:
+        while not self._stopped:
+            try:
+                await asyncio.to_thread(self.tick)
+            except Exception:  # the loop must outlive any one bad tick
+                log.exception("trigger tick failed")
+            await asyncio.sleep(self.settings.trigger_interval_s)
+
+    def stop(self) -> None:
+        """No tick starts after this returns, and none is still running."""
+        self._stopped = True
+        with self._busy:
+            pass
+
+    def tick(self) -> None:
+        with self._busy:
+            if not self._stopped:
+                self._tick()
+
+    def _tick(self) -> None:
+        # in a steady order: the first session of a watch set probes it for all (see `probe`)
+        for session in sorted(self.snap.store.list_sessions(), key=lambda s: s.id):
+            try:
+                self.flush_activity(session)
+                self.check_events(session)
+                self.check_quiet(session)
+                self.check_schedule(session)
+            except NotFound:
+                continue  # deleted while we looked
+        self._forget_unused_probes()
+        if now() - self._last_prune > PRUNE_EVERY:
+            self._last_prune = now()
+            removed = self.snap.prune(self.settings.keep_days)
+            if removed:
+                log.info("retention: thinned out %d old versions", removed)
+
+    def flush_activity(self, session: Session) -> None:
+        last = self.activity.last(session)
+        if last - session.last_activity_at > timedelta(seconds=1):
+            self.snap.store.touch(session.id, at=last)
+
+    def check_quiet(self, session: Session) -> None:
+        """One snapshot after `quiet_after_s` of silence; none again until activity resumes."""
+        last = self.activity.last(session)
+        if now() - last < timedelta(seconds=session.quiet_after_s):
+            return
+        if self.snap.store.last_snapshot_at(session.id) >= last:
+            return
+        self.snap.take(session.id, trigger="quiet")
+
+    def check_schedule(self, session: Session) -> None:
+        every = session.schedule_every_s
+        if not every:
+            return
+        previous = self._last_schedule.get(session.id)
+        if previous is not None and now() - previous < timedelta(seconds=every):
+            return
+        active = self.activity.last(session) > (previous or session.created_at)
+        if active:
+            self._last_schedule[session.id] = now()
+            if previous is not None:
+                self.snap.take(session.id, trigger="schedule")
+        elif previous is None:
+            self._last_schedule[session.id] = now()
+
+    def _event_sources(self, key: str) -> frozenset[str]:
+        """EVENT_SOURCES, with Slurm only every `slurm_probe_s`: each look at it asks the
+        controller, a shared service, and a job's end may be noticed a minute late."""
+        if time.monotonic() < self._next_slurm_probe.get(key, 0.0):
+            return EVENT_SOURCES - {"slurm"}
+        self._next_slurm_probe[key] = time.monotonic() + self.settings.slurm_probe_s
+        return EVENT_SOURCES
+
+    def probe(self, sid: str, watches: list[Watch]) -> Observations:
+        """The probe of the session's watch set: the one another session with the same set
+        took this period, or a new one (taken with this session's collector memory).
+
+        A session that uses another's probe is due again when that set is, so the sessions
+        of one set fall into step and one probe per period serves them all.
+        """
+        key = watch_set(watches)
+        shared = self._shared.get(key)
+        if shared is not None and time.monotonic() < shared.next_at:
+            self._next_probe[sid] = shared.next_at
+            return shared.probe
+        next_at = self._next_probe[sid] = time.monotonic() + self.settings.event_probe_s
+        previous = self._probes.get(sid)
+        sources = self._event_sources(key)
+        probe = self.snap.runner.observe(
+            sid, watches, previous=previous, purpose="probe", only=sources
+        )
+        if "slurm" not in sources and previous is not None:
+            # not asked this time: the last answer stands, so a job's end is still
+            # seen against the state it had when the controller was last asked
+            probe = probe.model_copy(update={"slurm": previous.slurm})
+        self._shared[key] = SharedProbe(probe, next_at)
+        return probe
+
+    def _forget_unused_probes(self) -> None:
+        """Drop the probes of watch sets no session has asked for over a whole period."""
+        stale = time.monotonic() - self.settings.event_probe_s
+        for key in [k for k, shared in self._shared.items() if shared.next_at < stale]:
+            del self._shared[key]
+            self._next_slurm_probe.pop(key, None)
+
+    def check_events(self, session: Session) -> None:
+        """Probe what is watched; news (an exit, an error, a port, a rebuild) is kept at once."""
+        pending = self._pending.setdefault(session.id, [])
+        if time.monotonic() >= self._next_probe.get(session.id, 0.0):
+            watches = self.snap.store.list_watches(session.id)
+            if not watches:
+                self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
+            else:
+                previous = self._probes.get(session.id)
+                probe = self.probe(session.id, watches)
+                if probe is not previous:  # a probe already compared brings no news
+                    news = detect_events(previous, probe)
+                    self._probes[session.id] = probe
+                    pending += [e for e in news if e not in pending]
+        if not pending:
+            return
+        since = time.monotonic() - self._last_event.get(session.id, float("-inf"))
+        if since < self.settings.event_min_gap_s:
+            return  # debounced: the pending events go into the next allowed snapshot
+        codes = list(dict.fromkeys(code for code, _ in pending))
+        note = "; ".join(text for _, text in pending[:20])
+        self._pending[session.id] = []
+        self._last_event[session.id] = time.monotonic()
+        self.snap.take(session.id, trigger="event:" + ",".join(codes), note=note)

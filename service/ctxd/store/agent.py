@@ -1,0 +1,170 @@
+"""The store's rows of what the agent did: its actions (a ring per session) and its launches.
+
+Both are written already redacted by the use cases; the store keeps what it is given.
+"""
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ctxd.store import search_index as store_search
+from ctxd.store.connection import Connection, iso
+
+# The newest actions kept per session: recent commands and repeated reads come from these.
+ACTIONS_KEPT = 200
+# What `store_search.index_launch` reads of a launch: a change to these re-indexes it.
+_INDEXED = frozenset({"argv", "started_at", "ended_at", "port_opened", "cwd"})
+# What a later snapshot may change of a launch; the rest (argv, cwd, env, its start) is
+# what the process was when it started, fixed for its life.
+_FOLLOWED = ("watch_id", "expected_ports", "port_opened", "idle_s", "ended_at")
+IDLE_STEP_S = 5.0
+
+
+def _changes(before: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
+    """The followed fields of `launch` that differ from what is stored (`before`)."""
+    changed = {}
+    for name in _FOLLOWED:
+        if name not in launch:
+            continue
+        new, old = launch[name], before[name]
+        if name == "ended_at" and isinstance(new, datetime):
+            new = iso(new)
+        idle = name == "idle_s" and new is not None and old is not None
+        if idle and abs(new - old) < max(IDLE_STEP_S, 0.1 * old):
+            continue
+        if new != old:
+            changed[name] = launch[name]
+    return changed
+
+
+def _launch_row(sid: str, launch: dict[str, Any]) -> dict[str, Any]:
+    """A launch as its row is stored: lists and dicts as JSON, times as ISO text."""
+    row = {**launch, "session": sid}
+    for name in ("argv", "env", "expected_ports"):
+        if name in row:
+            row[name] = json.dumps(row[name])
+    for name in ("started_at", "ended_at"):
+        if isinstance(row.get(name), datetime):
+            row[name] = iso(row[name])
+    return row
+
+
+class AgentRows(Connection):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._launch_writes: dict[str, int] = {}  # see launches_stamp
+
+    def add_action(self, sid: str, kind: str, at: datetime, body: dict[str, Any]) -> None:
+        """Append an action; the oldest beyond ACTIONS_KEPT go, so the ring stays bounded."""
+        with self._tx() as db:
+            row = {"session": sid, "at": iso(at), "kind": kind, "body": json.dumps(body)}
+            actions = db.table("actions").insert(row)
+            body_id = actions.last_rowid or 0
+            store_search.index_action(db, sid, body_id, kind, row["at"], body)
+            db.execute(
+                "delete from actions where session = ? and id <= (select id from actions"
+                " where session = ? order by id desc limit 1 offset ?)",
+                [sid, sid, ACTIONS_KEPT],
+            )
+
+    def list_actions(self, sid: str, kind: str | None = None, limit: int = 50) -> list[dict]:
+        """The newest actions (of `kind`), oldest first, each its body plus `at`."""
+        sql = "select at, body from actions where session = ?"
+        params: list[Any] = [sid]
+        if kind is not None:
+            sql += " and kind = ?"
+            params.append(kind)
+        rows = self._rows(sql + " order by id desc limit ?", [*params, limit])
+        return [{**json.loads(r["body"]), "at": r["at"]} for r in reversed(rows)]
+
+    def save_launch(self, sid: str, launch: dict[str, Any]) -> None:
+        """Insert or update one launch, keyed by its process (pid and start time)."""
+        self.save_launches(sid, [launch])
+
+    def save_launches(self, sid: str, launches: list[dict[str, Any]]) -> None:
+        """Insert or update launches in one transaction (one commit per snapshot, not per
+        process); an update may give only some fields.
+
+        A running launch is seen again at every snapshot: only what a later snapshot may
+        change (`_FOLLOWED`) is compared, what did not change is not written, an idle time
+        is written once it moved by `IDLE_STEP_S` or a tenth (else an idle crowd of 300
+        rewrites 300 rows every snapshot), and a change the search index does not hold is
+        one UPDATE.
+        """
+        with self._tx() as db:
+            writes_before = db.conn.total_changes
+            stored = self._followed(db, sid, [launch["start_key"] for launch in launches])
+            for launch in launches:
+                before = stored.get(launch["start_key"])
+                if before is not None:
+                    changed = _changes(before, launch)
+                    if not changed:
+                        continue
+                    if not changed.keys() & _INDEXED:
+                        row = _launch_row(sid, changed)
+                        sets = ", ".join(f"{name} = ?" for name in changed)
+                        db.execute(
+                            f"update launches set {sets} where session = ? and start_key = ?",
+                            [*(row[name] for name in changed), sid, launch["start_key"]],
+                        )
+                        continue
+                row = _launch_row(sid, launch)
+                db.table("launches").upsert(row, pk=("session", "start_key"))
+                found = db.execute(
+                    "select * from launches where session = ? and start_key = ?",
+                    [sid, row["start_key"]],
+                )
+                columns = [c[0] for c in found.description]
+                now_stored = dict(zip(columns, found.fetchone(), strict=True))
+                store_search.index_launch(db, sid, now_stored)
+            if db.conn.total_changes != writes_before:  # see launches_stamp
+                self._launch_writes[sid] = self._launch_writes.get(sid, 0) + 1
+
+    @staticmethod
+    def _followed(db: Any, sid: str, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """{start_key: its stored `_FOLLOWED` fields, decoded} of these launches."""
+        found: dict[str, dict[str, Any]] = {}
+        columns = ", ".join(_FOLLOWED)
+        for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+            chunk = keys[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            cursor = db.execute(
+                f"select start_key, {columns} from launches"
+                f" where session = ? and start_key in ({marks})",
+                [sid, *chunk],
+            )
+            for key, *values in cursor.fetchall():
+                row = dict(zip(_FOLLOWED, values, strict=True))
+                row["expected_ports"] = json.loads(row["expected_ports"] or "[]")
+                found[key] = row
+        return found
+
+    def launches_stamp(self, sid: str) -> tuple[int, int]:
+        """Moves whenever the session's launches may have changed: a write through this store,
+        or a commit by another connection to the database (SQLite's data_version)."""
+        with self._lock:
+            changed_elsewhere = self.db.execute("PRAGMA data_version").fetchone()[0]
+        return self._launch_writes.get(sid, 0), changed_elsewhere
+
+    def running_launches(self, sid: str) -> list[dict[str, Any]]:
+        """(start_key, watch_id) of every launch not seen to end yet, however many."""
+        return self._rows(
+            "select start_key, watch_id from launches where session = ? and ended_at is null",
+            [sid],
+        )
+
+    def list_launches(self, sid: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest launches, oldest first."""
+        rows = self._rows(
+            "select * from launches where session = ? order by started_at desc, id desc limit ?",
+            [sid, limit],
+        )
+        out = []
+        for r in reversed(rows):
+            r = dict(r)
+            r["argv"] = json.loads(r["argv"] or "[]")
+            r["env"] = json.loads(r["env"] or "{}")
+            r["expected_ports"] = json.loads(r["expected_ports"] or "[]")
+            out.append(r)
+        return out

@@ -1,0 +1,168 @@
+"""The store's schema: its migrations, applied in order when a Store opens the database."""
+
+import zlib
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+from ctxd.store import search_index as store_search
+
+migrations = Migrations("ctxd")
+
+
+@migrations()
+def m001_initial(db: Database) -> None:
+    db.table("sessions").create(
+        {
+            "id": str,
+            "title": str,
+            "objective": str,
+            "quiet_after_s": int,
+            "created_at": str,
+            "last_activity_at": str,
+        },
+        pk="id",
+    )
+    db.table("watches").create(
+        {"id": int, "session": str, "spec": str, "created_at": str},
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("watches").create_index(["session"])
+    db.table("journal").create(
+        {
+            "id": int,
+            "session": str,
+            "kind": str,
+            "text": str,
+            "outcome": str,
+            "status": str,
+            "key": str,
+            "created_at": str,
+        },
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("journal").create_index(["session"])
+    db.table("snapshots").create(
+        {
+            "id": int,
+            "session": str,
+            "version": int,
+            "taken_at": str,
+            "trigger": str,
+            "signals": int,
+            "changes": int,
+            "body": str,
+            "markdown": str,
+        },
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("snapshots").create_index(["session", "version"], unique=True)
+
+
+@migrations()
+def m002_last_message(db: Database) -> None:
+    db.table("sessions").add_column("last_message", str)
+    db.table("sessions").add_column("last_message_at", str)
+
+
+@migrations()
+def m003_sections_and_journal_updates(db: Database) -> None:
+    """Snapshots keep content-addressed, compressed sections: storage grows with change."""
+    db.table("blobs").create({"hash": str, "data": bytes}, pk="hash")
+    snapshots = db.table("snapshots")
+    snapshots.add_column("sections", str)
+    snapshots.add_column("markdown_z", bytes)
+    snapshots.add_column("content_key", str)
+    snapshots.add_column("confirmed_at", str)
+    snapshots.add_column("confirmations", int, not_null_default=0)
+    db.table("journal").add_column("concerns", str)
+    db.table("journal").add_column("updated_at", str)
+    db.table("sessions").add_column("cwd", str)
+    db.table("sessions").add_column("schedule_every_s", int)
+
+
+@migrations()
+def m004_agent_actions_and_launches(db: Database) -> None:
+    """What ctxd learns by itself: the agent's actions, automatic watches, launches."""
+    db.table("watches").add_column("auto", int, not_null_default=0)
+    db.table("watches").add_column("reason", str)
+    db.table("sessions").add_column("objective_source", str)
+    db.table("sessions").add_column("discovery", int, not_null_default=1)
+    db.table("actions").create(
+        {"id": int, "session": str, "at": str, "kind": str, "body": str},
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("actions").create_index(["session", "id"])
+    db.table("launches").create(
+        {
+            "id": int,
+            "session": str,
+            "watch_id": int,
+            "start_key": str,
+            "pid": int,
+            "started_at": str,
+            "argv": str,
+            "cwd": str,
+            "env": str,
+            "expected_ports": str,
+            "ended_at": str,
+            "port_opened": int,
+            "idle_s": float,
+        },
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("launches").create_index(["session", "start_key"], unique=True)
+
+
+@migrations()
+def m005_search(db: Database) -> None:
+    """Full-text search over what a session keeps: sqlite-utils' FTS5 over `search_docs`."""
+    store_search.create(db)
+    store_search.backfill(db, _markdown)
+
+
+@migrations()
+def m006_peers(db: Database) -> None:
+    """Other hosts' ctxd: a watch with `host` set to a peer's name is collected there."""
+    db.table("peers").create(
+        {"name": str, "url": str, "token_file": str, "created_at": str}, pk="name"
+    )
+
+
+def _markdown(row: dict) -> str:
+    if row["markdown_z"] is not None:
+        return zlib.decompress(row["markdown_z"]).decode()
+    return str(row["markdown"] or "")
+
+
+@migrations()
+def m008_conversations(db: Database) -> None:
+    """Which ctxd session each agent-harness conversation (Claude Code `session_id`, opencode
+    `sessionID`) is recorded in, when it was last seen or ended, and the harness process
+    (pid and start time) it was last seen from."""
+    db.table("conversations").create(
+        {
+            "harness": str,
+            "conversation": str,
+            "session": str,
+            "seen_at": str,
+            "ended_at": str,
+            "pid": int,
+            "pid_started": float,
+        },
+        pk=("harness", "conversation"),
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("conversations").create_index(["session", "seen_at"])
+
+
+@migrations()
+def m009_search_reindexes_changed_text_only(db: Database) -> None:
+    """A dump block seen again moves its `last_version` without leaving and re-entering the
+    full-text index (see store_search.reindex_on_text_change_only)."""
+    store_search.reindex_on_text_change_only(db)

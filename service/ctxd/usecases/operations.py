@@ -1,0 +1,264 @@
+"""The use cases: every operation a transport (HTTP, MCP, CLI via HTTP) performs, in one place.
+
+A transport only translates its input into these calls and their results or `CtxdError`s
+into its answers. The rules that apply to what an agent writes live here: redaction before
+anything is stored, watch admission, journal status rules, and activity marking (any call
+about a session counts as its activity; the quiet trigger waits for silence).
+"""
+
+import os
+
+from ctxd import __version__, confine, redact
+from ctxd.collectors import commands
+from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
+from ctxd.errors import Invalid, NotFound
+from ctxd.harness import resolve
+from ctxd.harness.events import Harness, HarnessEvents, HookIn, HookOut
+from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
+from ctxd.harness.resolve import Resolved, ResolveIn
+from ctxd.models import (
+    Diff,
+    JournalEntry,
+    JournalIn,
+    JournalUpdate,
+    Session,
+    SessionIn,
+    Snapshot,
+    SnapshotSummary,
+    Watch,
+    WatchSpec,
+    check_status,
+)
+from ctxd.redact.names import is_secret_name
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.snapshotter.triggers import Activity
+from ctxd.usecases import recovery
+from ctxd.usecases.agent_actions import Action, ActionIntake
+from ctxd.usecases.search import SearchResult, find
+
+OBJECTIVE_CHARS = 2000
+
+
+class UseCases:
+    """ctxd's operations over one snapshotter (and its store) and the in-memory activity."""
+
+    def __init__(self, snap: Snapshotter, activity: Activity) -> None:
+        self.snap = snap
+        self.store = snap.store
+        self.settings = snap.settings
+        self.activity = activity
+        self.intake = ActionIntake(snap, self.add_watch)
+        self._transcripts_read: set[str] = set()
+        self.events = HarnessEvents(self)
+
+    def close(self) -> None:
+        self.intake.close()
+
+    def _active(self, sid: str) -> str:
+        """One rule for every transport: a call about a session is activity of that session."""
+        self.activity.mark(sid)
+        return sid
+
+    # --- service ----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, str | int]:
+        size = self.snap.data_dir_bytes()
+        storage = "read-only" if self.store.read_only else "writable"
+        return {"status": "ok", "version": __version__, "data_dir_bytes": size, "storage": storage}
+
+    def prune(self, keep_days: int | None = None) -> int:
+        return self.snap.prune(keep_days or self.settings.keep_days)
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    def put_session(self, sid: str, data: SessionIn) -> tuple[Session, bool]:
+        """Create or update a session; returns it and whether it was created."""
+        return self.store.put_session(self._active(sid), redact.scrub(data))
+
+    def list_sessions(self, cwd: str | None = None) -> list[Session]:
+        return self.store.list_sessions(cwd=cwd)
+
+    def get_session(self, sid: str) -> Session:
+        return self.store.get_session(self._active(sid))
+
+    def resolve_session(self, ask: ResolveIn) -> Resolved:
+        """The session of the agent that asks, made if need be (see `harness/resolve.py`)."""
+        return Resolved.model_validate(self._resolve(ask).model_dump())
+
+    def _resolve(self, ask: ResolveIn) -> Session:
+        if ask.session:
+            return self.put_session(ask.session, SessionIn())[0]
+        if not ask.cwd.startswith("/"):
+            return self.put_session(*resolve.harness_session(ask))[0]
+        if scoped := self.store.list_sessions(cwd=ask.cwd):
+            return self.get_session(scoped[0].id)
+        root = ask.root if ask.root.startswith("/") else ask.cwd
+        base, _ = resolve.checkout_session(root, None, exists=False)
+        try:
+            taken_by, exists = self.store.get_session(base).cwd, True
+        except NotFound:
+            taken_by, exists = None, False
+        return self.put_session(*resolve.checkout_session(root, taken_by, exists))[0]
+
+    def heartbeat(self, sid: str) -> None:
+        self.store.get_session(self._active(sid))
+
+    # --- watches ----------------------------------------------------------------------------
+
+    def add_watch(self, sid: str, spec: WatchSpec, reason: str | None = None) -> Watch:
+        """Admit a watch: the command allowlist (403), the watch roots (403), the limit (409).
+        A `reason` marks one ctxd added by itself (automatic)."""
+        self._active(sid)
+        if getattr(spec, "host", None) is None:  # a peer's watch is admitted by that peer
+            spec = commands.check_watch(spec, self.settings)
+            confine.check_watch(spec, self.settings)
+        # a health URL or path may carry a token: what is kept is what may be shown
+        limit = self.settings.limits.max_watches_per_session
+        return self.store.add_watch(sid, redact.scrub(spec), limit, reason)
+
+    def list_watches(self, sid: str) -> list[Watch]:
+        return self.store.list_watches(self._active(sid))
+
+    def get_watch(self, sid: str, wid: int) -> Watch:
+        return self.store.get_watch(self._active(sid), wid)
+
+    def remove_watch(self, sid: str, wid: int) -> None:
+        self.store.delete_watch(self._active(sid), wid)
+
+    # --- journal ----------------------------------------------------------------------------
+
+    def add_entry(self, sid: str, entry: JournalIn) -> JournalEntry:
+        # scrub the model, not its dump: a fact is redacted by its key (api_key = ...)
+        return self.store.add_entry(self._active(sid), redact.scrub(entry))
+
+    def update_entry(self, sid: str, eid: int, update: JournalUpdate) -> JournalEntry:
+        fields = update.model_dump(exclude_unset=True)
+        if "text" in fields and fields["text"] is None:  # an entry's text is never NULL
+            raise Invalid("text: cannot be null; omit it to keep the current text")
+        entry = self.store.get_entry(self._active(sid), eid)
+        if "status" in fields:
+            check_status(entry.kind, fields["status"])
+        fields = redact.scrub(fields)
+        if fields.get("text") and entry.key and is_secret_name(entry.key):
+            redact.learn(update.text or "")
+            fields["text"] = redact.REDACTED  # a fact named like a secret keeps no value
+        if "concerns" in fields:
+            fields["concerns"] = fields["concerns"] or []
+        return self.store.update_entry(sid, eid, fields)
+
+    def list_entries(self, sid: str) -> list[JournalEntry]:
+        return self.store.list_entries(self._active(sid))
+
+    # --- snapshots and recovery -------------------------------------------------------------
+
+    def take(self, sid: str, note: str | None = None, force: bool = False) -> Snapshot:
+        return self.snap.take(self._active(sid), trigger="manual", note=note, force=force)
+
+    def list_snapshots(self, sid: str) -> list[SnapshotSummary]:
+        return self.store.list_snapshots(self._active(sid))
+
+    def get_snapshot(self, sid: str, version: int) -> Snapshot:
+        return self.store.get_snapshot(self._active(sid), version)
+
+    def get_markdown(self, sid: str, version: int) -> str:
+        return self.store.get_markdown(self._active(sid), version)
+
+    def search(self, sid: str | None, q: str, limit: int = 20, offset: int = 0) -> SearchResult:
+        """Ranked hits of `q` in one session's history, or in every session's (sid None)."""
+        return find(self.store, None if sid is None else self._active(sid), q, limit, offset)
+
+    def latest_dump(self, sid: str) -> str:
+        """The latest stored dump as Markdown (what the MCP resource serves)."""
+        self.store.get_session(sid)
+        version = self.store.latest_version(sid)
+        if not version:
+            raise NotFound(f"session '{sid}' has no snapshot yet; call take_snapshot")
+        return self.snap.latest_in_memory(sid) or self.store.get_markdown(sid, version)
+
+    def resume_from_memory(
+        self,
+        sid: str,
+        *,
+        fresh: bool = True,
+        max_chars: int | None = None,
+        since: int | None = None,
+    ) -> str | None:
+        """The latest dump from memory when nothing needs computing (no I/O, so it may run on
+        the event loop); None means "call `resume`"."""
+        return recovery.resume_from_memory(
+            self.snap, self._active(sid), fresh=fresh, max_chars=max_chars, since=since
+        )
+
+    def resume(
+        self,
+        sid: str,
+        *,
+        fresh: bool = True,
+        max_chars: int | None = None,
+        since: int | None = None,
+    ) -> str:
+        cached = self.resume_from_memory(sid, fresh=fresh, max_chars=max_chars, since=since)
+        if cached is not None:
+            return cached
+        return recovery.resume(self.snap, sid, fresh=fresh, max_chars=max_chars, since=since)
+
+    def prompt(self, sid: str, text: str, max_chars: int = HOOK_MAX_CHARS) -> str | None:
+        """A prompt a hook saw: recorded as the latest message; a bare "continue" instead takes
+        a fresh snapshot and returns it cut to `max_chars`, for the hook to inject."""
+        if not is_continue(text):
+            self.note_prompt(sid, text)
+            return None
+        self.message(sid, "")
+        return self.resume(sid, fresh=False, max_chars=max_chars)
+
+    def note_prompt(self, sid: str, text: str) -> None:
+        """A user's prompt, kept as the latest message; the first substantive one stands as
+        the objective while none was set."""
+        if is_continue(text):
+            self.store.touch(self._active(sid))
+            return
+        self.message(sid, text)
+        session = self.store.get_session(sid)
+        if not session.objective and is_substantive(text):
+            self._user_objective(sid, text)
+
+    def objective_from_transcript(self, sid: str, path: str) -> None:
+        """While a session has no objective, the first substantive prompt of the harness's
+        transcript stands for it (the user's words from before ctxd was installed). Only a
+        `.jsonl` under a `.claude/projects` folder inside the watch roots is read."""
+        session = self.store.get_session(sid)
+        if session.objective or path in self._transcripts_read:
+            return
+        if len(self._transcripts_read) > 10_000:  # one per conversation: bounded anyway
+            self._transcripts_read.clear()
+        self._transcripts_read.add(path)
+        real = os.path.realpath(path)
+        if not real.endswith(".jsonl") or "/.claude/projects/" not in real:
+            return
+        if not confine.allowed(real, confine.roots(self.settings)):
+            return
+        if text := first_prompt_in_transcript(real):
+            self._user_objective(sid, text)
+
+    def _user_objective(self, sid: str, text: str) -> None:
+        """The user's own words stand as the objective, marked as such."""
+        objective = redact.text(text.strip())[:OBJECTIVE_CHARS]
+        self.store.set_objective(sid, objective, "the user's first prompt")
+
+    # --- what the agent did ------------------------------------------------------------------
+
+    def record_actions(self, sid: str, actions: list[Action]) -> list[Watch]:
+        """The agent's actions, kept redacted; returns the watches they added by themselves."""
+        self.store.get_session(self._active(sid))  # an unknown session is a 404
+        return self.intake.record(sid, actions)
+
+    def hook(self, harness: Harness, given: HookIn) -> HookOut:
+        """A harness's hook event: its session, what to record, what to hand the model."""
+        return self.events.handle(harness, given)
+
+    def diff(self, sid: str, from_version: int, to_version: int) -> Diff:
+        return recovery.diff(self.snap, self._active(sid), from_version, to_version)
+
+    def message(self, sid: str, text: str) -> str | None:
+        """A user message; a blank one means "continue" and returns a fresh dump."""
+        return recovery.message(self.snap, self._active(sid), text)

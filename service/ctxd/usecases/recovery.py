@@ -1,0 +1,165 @@
+"""What an agent calls after losing context: resume dumps within a budget, diffs, continue."""
+
+import difflib
+from collections.abc import Callable
+
+from ctxd import redact
+from ctxd.errors import Invalid
+from ctxd.models import Diff, Snapshot
+from ctxd.render import markdown as render
+from ctxd.snapshotter import changes
+from ctxd.snapshotter.snapshotter import Snapshotter, version_file
+
+
+def _logs_to(lines: int) -> Callable[[Snapshot], str]:
+    def cut(s: Snapshot) -> str:
+        for log in s.observations.logs.items:
+            log.lines = log.lines[-lines:] if lines else []
+        return f"log tails to {lines} lines" if lines else "log tails"
+
+    return cut
+
+
+def _changes(s: Snapshot) -> str:
+    s.changes = s.changes[:15]
+    return "changes beyond the first 15"
+
+
+def _tables(s: Snapshot) -> str:
+    procs = s.observations.processes.items
+    roots = [p for p in procs if p.root]
+    rest = sorted((p for p in procs if not p.root), key=lambda p: -(p.cpu_percent or 0))
+    s.observations.processes.items = roots + rest[: max(0, 8 - len(roots))]
+    s.observations.artifacts.items = s.observations.artifacts.items[:10]
+    return "process and artifact rows beyond the most relevant"
+
+
+def _older_narrative(s: Snapshot) -> str:
+    n = s.narrative
+    n.findings, n.decisions, n.notes = n.findings[-5:], n.decisions[-5:], n.notes[-3:]
+    return "older findings, decisions and notes"
+
+
+def _environments(s: Snapshot) -> str:
+    for p in s.observations.processes.items:
+        p.env = {}
+    return "process environments"
+
+
+# In reverse order of importance: what goes first is what a reader misses least. The
+# objective, signals, attempts and next steps are never cut.
+SHRINK_STEPS = (
+    _logs_to(10),
+    _changes,
+    _logs_to(3),
+    _tables,
+    _older_narrative,
+    _environments,
+    _logs_to(0),
+)
+
+
+def fit_to_budget(
+    snap: Snapshotter, snapshot: Snapshot, markdown: str, max_chars: int | None
+) -> str:
+    """The dump cut to `max_chars`, step by step, ending with where the full one lives."""
+    if max_chars is None or len(markdown) <= max_chars:
+        return markdown
+    copy = snapshot.model_copy(deep=True)
+    cuts: list[str] = []
+    full = snap.session_dir(copy.header.session) / version_file(copy.header.version)
+    for step in SHRINK_STEPS:
+        cuts.append(step(copy))
+        note = (
+            f"> Cut to fit {max_chars} characters (left out: {', '.join(cuts)}). "
+            f"Full dump: `{full.resolve()}`; earlier history: "
+            f"`ctxd search {copy.header.session} WORDS`\n\n"
+        )
+        shorter = _with_note(snap.render(copy), note)
+        if len(shorter) <= max_chars:
+            return shorter
+    return render.fit(shorter, max_chars)
+
+
+def _with_note(markdown: str, note: str) -> str:
+    title, _, rest = markdown.partition("\n")
+    return f"{title}\n\n{note}{rest.lstrip()}"
+
+
+def resume_from_memory(
+    snap: Snapshotter, sid: str, *, fresh: bool, max_chars: int | None, since: int | None
+) -> str | None:
+    """The latest stored dump when it is in memory and nothing needs computing: no I/O, so
+    it can answer on the event loop; None means "ask `resume`"."""
+    if fresh or since is not None:
+        return None
+    markdown = snap.latest_in_memory(sid)
+    if markdown is None or (max_chars is not None and len(markdown) > max_chars):
+        return None
+    return markdown
+
+
+def resume(
+    snap: Snapshotter,
+    sid: str,
+    *,
+    fresh: bool = True,
+    max_chars: int | None = None,
+    since: int | None = None,
+) -> str:
+    """The dump an agent reads to pick up where it was: fresh (stored as a new version unless
+    nothing changed) or the latest stored one, leading with changes since `since`, cut to fit."""
+    if fresh or snap.store.latest_version(sid) == 0:
+        version = snap.take(sid, trigger="resume").header.version
+    else:
+        version = snap.store.latest_version(sid)
+    markdown = snap.store.get_markdown(sid, version)
+    if since is None and max_chars is None:
+        return markdown
+    snapshot = snap.store.get_snapshot(sid, version)
+    lead = _changes_since(snap, sid, since, snapshot) if since and since != version else ""
+    budget = max(200, max_chars - len(lead)) if max_chars else None
+    markdown = fit_to_budget(snap, snapshot, markdown, budget)
+    if lead:
+        title, _, rest = markdown.partition("\n\n")
+        markdown = f"{title}\n\n{lead}{rest}"
+    return render.fit(markdown, max_chars)
+
+
+def _changes_since(snap: Snapshotter, sid: str, since: int, snapshot: Snapshot) -> str:
+    items = changes.compare(snap.store.get_snapshot(sid, since), snapshot)
+    lines = [f"## Changes since v{since}", ""]
+    lines += [f"- {render.cell(c.text)}" for c in items] or ["- nothing changed"]
+    return "\n".join(lines) + "\n\n"
+
+
+def message(snap: Snapshotter, sid: str, text: str) -> str | None:
+    """Any message is activity; an empty or blank one means "continue": returns a fresh dump."""
+    if text.strip():
+        snap.store.touch(sid, message=redact.text(text))  # a pasted token never reaches the db
+        return None
+    snap.store.touch(sid)
+    version = snap.take(sid, trigger="continue").header.version
+    return snap.store.get_markdown(sid, version)
+
+
+def diff(snap: Snapshotter, sid: str, from_version: int, to_version: int) -> Diff:
+    """What changed from one version to a later one (or the same one: nothing)."""
+    if from_version > to_version:  # a reversed diff reads as undoing: refuse, say the fix
+        raise Invalid(f"from must be older than to: ask for from={to_version}&to={from_version}")
+    before = snap.store.get_snapshot(sid, from_version)
+    after = snap.store.get_snapshot(sid, to_version)
+    lines = difflib.unified_diff(
+        snap.store.get_markdown(sid, from_version).splitlines(),
+        snap.store.get_markdown(sid, to_version).splitlines(),
+        fromfile=f"v{from_version}",
+        tofile=f"v{to_version}",
+        lineterm="",
+    )
+    return Diff(
+        session=sid,
+        from_version=from_version,
+        to_version=to_version,
+        changes=changes.compare(before, after),
+        markdown_diff="\n".join(lines),
+    )
