@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ctxd.models import JournalIn, SessionIn, Snapshot, SnapshotHeader
 from ctxd.store import search_index as store_search
-from ctxd.store.database import Store, now
+from ctxd.store.connection import now
+from ctxd.store.database import Store
 from ctxd.usecases import search
 
 from bench.timing import p95, timed

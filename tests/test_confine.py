@@ -84,16 +84,16 @@ def test_default_roots_are_home_tmp_and_cwd() -> None:
         assert Path(os.path.realpath(expected)) in roots
 
 
-def test_check_watch_covers_log_artifact_and_command_cwd(root: Path) -> None:
+def test_within_roots_covers_log_artifact_and_command_cwd(root: Path) -> None:
     settings = Settings(watch_roots=[root])
-    confine.check_watch(LogWatch(path=str(root / "logs" / "a.log")), settings)
+    confine.within_roots(LogWatch(path=str(root / "logs" / "a.log")), settings)
     for spec in (
         LogWatch(path="/etc/hosts"),
         ArtifactWatch(path="/etc/*.conf"),
         CommandWatch(name="git-status", cwd="/etc"),
     ):
         with pytest.raises(Refused):
-            confine.check_watch(spec, settings)
+            confine.within_roots(spec, settings)
 
 
 # --- through the API --------------------------------------------------------------------------

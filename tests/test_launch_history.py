@@ -55,7 +55,8 @@ def test_every_running_launch_is_seen_to_end_not_only_the_newest_twenty(tmp_path
     crowd = [_launch(1000 + i, ["sleep", "3599"], T0 + timedelta(seconds=i)) for i in range(30)]
     store.save_launches("s", crowd)
     watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="sleep 3599"))
-    launch_history.follow(store, "s", [watch], Observations())  # none of them runs any more
+    ended = launch_history.observed(store, "s", [watch], Observations())  # none runs any more
+    launch_history.save(store, "s", ended)
     assert store.running_launches("s") == []
     ended = store.list_launches("s", limit=100)
     assert len(ended) == 30 and all(row["ended_at"] for row in ended)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxd.collectors import CollectContext, logs
+from ctxd.collectors._follow import Cursor, follow_path
 from ctxd.models import LogWatch, Watch
 from ctxd.settings import Limits, Settings
 from hypothesis import settings
@@ -27,7 +28,7 @@ class TailerMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="ctxd-tailer-"))
         self.path = self.dir / "app.log"
         self.limits = Limits()
-        self.cursor: logs.Cursor | None = None
+        self.cursor: Cursor | None = None
         self.next = 0
         self.current: list[int] | None = []  # None: no file at the path
         self.rotated: list[int] = []
@@ -75,7 +76,7 @@ class TailerMachine(RuleBasedStateMachine):
 
     @rule()
     def read(self) -> None:
-        result = logs.follow_path(str(self.path), self.cursor, self.limits)
+        result = follow_path(str(self.path), self.cursor, self.limits)
         if isinstance(result, str):
             assert self.current is None and result == "no such file"
             return

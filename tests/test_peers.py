@@ -399,7 +399,8 @@ def test_the_peer_side_keeps_memory_for_a_bounded_number_of_callers(tmp_path: Pa
     callers = Callers()
     try:
         for n in range(CALLERS_MAX + 10):
-            observe(runner, ObserveIn(session=f"caller{n}", only=["processes"]), callers)
+            ask = ObserveIn(session=f"caller{n}", only=["processes"])
+            observe(runner, ask, callers, lambda spec: spec)
         kept = {key.split(":", 1)[1] for key in runner._memory}
         assert len(kept) == CALLERS_MAX
         assert "peer/caller0" not in kept and f"peer/caller{CALLERS_MAX + 9}" in kept

@@ -17,6 +17,7 @@ from ctxd.models import (
 from ctxd.render.dump_files import DumpLocation
 from ctxd.render.markdown import render_dump
 from ctxd.signals import derive as signals
+from ctxd.signals import logs as signal_logs
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -76,11 +77,11 @@ def test_a_silent_log_is_read_against_the_life_of_its_writer() -> None:
                        modified_at=T0 + timedelta(seconds=modified_after_start_s),
                        writer_pid=77, writer_started_at=T0)  # fmt: skip
 
-    (wrote,) = signals.silent_logs(Observations(logs=LogsSection(items=[log(120)])))
+    (wrote,) = signal_logs.silent_logs(Observations(logs=LogsSection(items=[log(120)])))
     assert wrote.text == (
         "log /srv/run/server.log silent for 5 min of the 7 min its writer (pid 77) has run"
     )
-    (never,) = signals.silent_logs(Observations(logs=LogsSection(items=[log(-30)])))
+    (never,) = signal_logs.silent_logs(Observations(logs=LogsSection(items=[log(-30)])))
     assert never.text == (
         "log /srv/run/server.log silent for 5 min, nothing since its writer (pid 77) "
         "started 4 min ago"

@@ -12,7 +12,8 @@ import pytest
 from ctxd.http.app import create_app
 from ctxd.models import SessionIn, Snapshot, SnapshotHeader
 from ctxd.settings import Settings
-from ctxd.store.database import Store, now
+from ctxd.store.connection import now
+from ctxd.store.database import Store
 from litestar.testing import TestClient
 
 from tests.conftest import start_server, stop_server

@@ -9,7 +9,9 @@ from ctxd.errors import Invalid
 from ctxd.models import JournalIn, SessionIn, Snapshot, SnapshotHeader
 from ctxd.store import agent as store_agent
 from ctxd.store import search_index as store_search
-from ctxd.store.database import Store, migrations, now
+from ctxd.store.connection import now
+from ctxd.store.database import Store
+from ctxd.store.schema import migrations
 from ctxd.usecases import search
 from sqlite_utils import Database
 

@@ -15,6 +15,7 @@ from ctxd.models import (
     Unavailable,
 )
 from ctxd.signals import derive as signals
+from ctxd.signals import logs as signal_logs
 from ctxd.snapshotter import changes
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -71,7 +72,7 @@ def test_silent_log_names_its_last_line():
         watch_id=2, path="/tmp/s.log", size=10, modified_at=T0, silent_for_s=240,
         lines=["Loading safetensors checkpoint shards: 100% Completed"],
     )  # fmt: skip
-    (found,) = signals.silent_logs(obs(logs=[log]))
+    (found,) = signal_logs.silent_logs(obs(logs=[log]))
     assert "silent for 4 min" in found.text and "100% Completed" in found.text
 
 
@@ -189,9 +190,9 @@ def _log(path: str, lines: list[str]) -> LogInfo:
 def test_a_setting_named_error_is_no_error_line_for_signals_either():
     """One matcher: log_level='ERROR' in a server-args dump is not "the last error"."""
     args = _log("/srv.log", ["server_args=ServerArgs(log_level='ERROR', port=30000)"])
-    assert signals.last_error_line(obs(logs=[args])) is None
+    assert signal_logs.last_error_line(obs(logs=[args])) is None
     real = _log("/srv.log", ["starting", "RuntimeError: CUDA error: out of memory", "exiting"])
-    assert signals.last_error_line(obs(logs=[real])) == (
+    assert signal_logs.last_error_line(obs(logs=[real])) == (
         "/srv.log",
         "RuntimeError: CUDA error: out of memory",
     )

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from ctxd.models import SessionIn, Snapshot, SnapshotHeader
-from ctxd.store.connection import WAL_CHECKPOINT_PAGES
-from ctxd.store.database import Store, now
+from ctxd.store.connection import WAL_CHECKPOINT_PAGES, now
+from ctxd.store.database import Store
 
 
 def test_the_wal_file_stays_bounded_over_many_snapshots(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from ctxd.errors import LimitReached, NotFound
 from ctxd.models import JournalIn, LogWatch, SessionIn, Snapshot, SnapshotHeader
-from ctxd.store.database import Store, migrations, now
+from ctxd.store.connection import now
+from ctxd.store.database import Store
+from ctxd.store.schema import migrations
 from sqlite_utils import Database
 
 

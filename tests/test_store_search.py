@@ -5,7 +5,8 @@ import hashlib
 from pathlib import Path
 
 from ctxd.models import SessionIn, Snapshot, SnapshotHeader
-from ctxd.store.database import Store, now
+from ctxd.store.connection import now
+from ctxd.store.database import Store
 from ctxd.usecases import search
 
 DUMP = "# s · v{v}\n\n## Logs\n\nepoch 3 loss 0.{v}\n\n## Processes\n\n- python train.py\n"

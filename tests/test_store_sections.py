@@ -14,7 +14,8 @@ from ctxd.models import (
     Snapshot,
     SnapshotHeader,
 )
-from ctxd.store.database import Store, now
+from ctxd.store.connection import now
+from ctxd.store.database import Store
 from ctxd.store.sections import BASE, DELTA, KEYFRAME_EVERY, references
 
 

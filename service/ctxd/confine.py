@@ -77,7 +77,7 @@ def check_path(raw: str, allowed: Sequence[Path], what: str = "path") -> None:
         )
 
 
-def check_watch(spec: object, settings: Settings) -> None:
+def within_roots(spec: object, settings: Settings) -> None:
     """Refuse a log, artifact or command watch whose path or cwd is outside the roots."""
     allowed = roots(settings)
     if isinstance(spec, LogWatch | ArtifactWatch):

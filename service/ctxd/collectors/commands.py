@@ -43,7 +43,7 @@ def resolve(spec: CommandWatch, settings: Settings) -> tuple[str, list[str]]:
     )
 
 
-def check_watch(spec: T, settings: Settings) -> T:
+def allowlisted(spec: T, settings: Settings) -> T:
     """Refuse (Refused) a command watch the server's configuration does not allow.
 
     One given by its argv is kept by its allowlist name: the stored watch then never holds

@@ -1,8 +1,5 @@
 """Log watches: tails read backwards, and new bytes since the last snapshot scanned for errors."""
 
-# follow_path, Cursor: used by tests and kept importable from here
-__all__ = ["NAME", "SECTION", "Cursor", "LogsMemory", "collect", "follow_path", "redact_lines"]
-
 import os
 import re
 import stat
@@ -13,7 +10,7 @@ from pathlib import Path
 
 from ctxd import confine, redact
 from ctxd.collectors import CollectContext, per_watch
-from ctxd.collectors._follow import Cursor, Follow, follow_fd, follow_path, read_tail
+from ctxd.collectors._follow import Cursor, Follow, follow_fd, read_tail
 from ctxd.collectors._fs import (
     OUTSIDE,
     NotRegular,

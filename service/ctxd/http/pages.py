@@ -10,7 +10,7 @@ from litestar.response import Redirect, Template
 
 from ctxd import redact
 from ctxd.errors import Invalid, NotFound
-from ctxd.http.api import Sid, Version
+from ctxd.http.api import Sid, Version, use
 from ctxd.models import SESSION_ID_PATTERN
 from ctxd.render import pagedata
 from ctxd.render.html import HEADERS
@@ -123,5 +123,5 @@ class PageController(Controller):
     @post("/s/{sid:str}/now", sync_to_thread=True)
     def take(self, state: State, request: Request[Any, Any, Any], sid: Sid) -> Redirect:
         _same_origin(request)
-        snapshot = snapshotter(state).take(sid, trigger="manual", note="taken from the now page")
+        snapshot = use(state).take(sid, note="taken from the now page")
         return Redirect(f"/s/{sid}/v/{snapshot.header.version}", status_code=303)

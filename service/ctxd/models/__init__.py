@@ -68,6 +68,7 @@ from ctxd.models.snapshot import (
     SnapshotHeader,
     SnapshotIn,
     SnapshotSummary,
+    Trigger,
 )
 from ctxd.models.watches import (
     PEER_NAME_PATTERN,
@@ -139,6 +140,7 @@ __all__ = [
     "SnapshotSummary",
     "Strict",
     "StuckStack",
+    "Trigger",
     "Unavailable",
     "Watch",
     "WatchIn",

@@ -1,13 +1,49 @@
 """A snapshot: header, signals, changes and observations, and what the API returns of it."""
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
 from ctxd.models.base import LongText, Strict
 from ctxd.models.journal import Narrative
 from ctxd.models.observations import Observations
+
+Cause = Literal["manual", "quiet", "schedule", "action", "resume", "continue", "preview", "event"]
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Why a snapshot is taken: its cause, and for an event the words of what happened
+    (`snapshotter.happened.TRIGGER_WORDS`); stored in the header as `str(trigger)`."""
+
+    cause: Cause
+    events: tuple[str, ...] = ()
+
+    MANUAL: ClassVar["Trigger"]
+    QUIET: ClassVar["Trigger"]
+    SCHEDULE: ClassVar["Trigger"]
+    ACTION: ClassVar["Trigger"]
+    RESUME: ClassVar["Trigger"]
+    CONTINUE: ClassVar["Trigger"]
+    PREVIEW: ClassVar["Trigger"]
+
+    @classmethod
+    def event(cls, words: Iterable[str]) -> "Trigger":
+        return cls("event", tuple(words))
+
+    def __str__(self) -> str:
+        return f"event:{','.join(self.events)}" if self.cause == "event" else self.cause
+
+
+Trigger.MANUAL, Trigger.QUIET, Trigger.SCHEDULE, Trigger.ACTION = (
+    Trigger("manual"), Trigger("quiet"), Trigger("schedule"), Trigger("action"),
+)  # fmt: skip
+Trigger.RESUME, Trigger.CONTINUE, Trigger.PREVIEW = (
+    Trigger("resume"), Trigger("continue"), Trigger("preview"),
+)  # fmt: skip
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}

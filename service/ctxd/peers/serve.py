@@ -8,18 +8,20 @@ is redacted here before it leaves.
 import socket
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ctxd import confine, redact
-from ctxd.collectors import commands
+from ctxd import redact
 from ctxd.errors import CtxdError
-from ctxd.models import SESSION_ID_PATTERN, Observations, Strict, Unavailable, Watch
+from ctxd.models import SESSION_ID_PATTERN, Observations, Strict, Unavailable, Watch, WatchSpec
 from ctxd.peers.merge import add_unavailable, describe, for_peer
 from ctxd.snapshotter.runner import CollectorRunner
 
+# This host's watch admission (`usecases.admission.admit` with this host's settings).
+Admit = Callable[[WatchSpec], WatchSpec]
 # Caller sessions whose collector memory is kept; the least recently asked beyond go.
 CALLERS_MAX = 64
 
@@ -51,16 +53,17 @@ class ObserveIn(Strict):
     only: list[Annotated[str, Field(max_length=64)]] | None = Field(None, max_length=32)
 
 
-def observe(runner: CollectorRunner, ask: ObserveIn, callers: Callers) -> Observations:
-    """The watches observed on this host, for a peer; refused ones as unavailable lines."""
-    settings = runner.settings
+def observe(
+    runner: CollectorRunner, ask: ObserveIn, callers: Callers, admit: Admit
+) -> Observations:
+    """The watches observed on this host, for a peer, each passed through `admit` (this
+    host's own admission); refused ones as unavailable lines."""
     admitted: list[Watch] = []
     refused: list[tuple[Watch, str]] = []
     for watch in ask.watches:
         watch = for_peer(watch)  # this host's view: never forwarded on to a third host
         try:
-            spec = commands.check_watch(watch.spec, settings)
-            confine.check_watch(spec, settings)
+            spec = admit(watch.spec)
         except CtxdError as exc:
             refused.append((watch, f"refused by that host: {exc}"))
             continue

@@ -9,8 +9,8 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 
 from ctxd import __version__
+from ctxd.fmt import human_duration
 from ctxd.render.markdown import TEMPLATES, human_bytes, utc
-from ctxd.signals.derive import human_duration
 
 
 def ago(moment: datetime | None) -> str:

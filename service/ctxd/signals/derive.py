@@ -4,7 +4,7 @@ from collections import Counter
 
 from ctxd.fmt import human_duration
 from ctxd.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
-from ctxd.signals.logs import last_error_line, log_errors, root_cause, silent_logs
+from ctxd.signals.logs import log_errors, root_cause, silent_logs
 from ctxd.signals.slurm import slurm_jobs
 from ctxd.snapshotter import happened
 from ctxd.thresholds import (
@@ -13,26 +13,9 @@ from ctxd.thresholds import (
     DISK_FREE_RATIO,
     GPU_HELD_BYTES,
     IDLE_CPU_PERCENT,
-    LOG_SILENT_AFTER_S,
     MEMORY_GROWTH_BPS,
     STUCK_AFTER_S,
 )
-
-# re-exported: the thresholds live in one module, named as signals always named them
-__all__ = [
-    "DISK_FREE_BYTES",
-    "DISK_FREE_RATIO",
-    "GPU_HELD_BYTES",
-    "IDLE_CPU_PERCENT",
-    "LOG_SILENT_AFTER_S",
-    "MEMORY_GROWTH_BPS",
-    "STUCK_AFTER_S",
-    "derive",
-    "human_duration",
-    "last_error_line",
-    "root_cause",
-    "silent_logs",
-]
 
 
 def derive(current: Observations, previous: Observations | None) -> list[Signal]:

@@ -28,12 +28,14 @@ def enrich(
     session: Session,
     watches: list[Watch],
     git: GitSection | None,
+    launches: list[dict],
 ) -> None:
-    """Fill in what ctxd learned itself; `git` is `workspace_git(session)`."""
+    """Fill in what ctxd learned itself; `git` is `workspace_git(session)`, `launches` the
+    rows `launch_history.observed` found and the snapshot has not saved yet."""
     sid = session.id
     if session.objective_source and narrative.objective == session.objective:
         narrative.objective_source = session.objective_source
-    narrative.history = launch_history.history(store, sid, narrative.attempts)
+    narrative.history = launch_history.history(store, sid, narrative.attempts, launches)
     commands = [CommandAction.model_validate(a) for a in store.list_actions(sid, "command")]
     narrative.recent_commands = [c.line() for c in recent_commands(commands, RECENT_COMMANDS)]
     narrative.workspace = _workspace(store, session, git)

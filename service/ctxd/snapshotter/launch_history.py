@@ -7,6 +7,8 @@ idle; the dump's Attempts merges launches with the agent's own journal attempts.
 """
 
 import weakref
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
@@ -21,12 +23,13 @@ LAUNCHES_SHOWN = 20
 LAUNCHES_FOLDED = 500
 
 
-def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> None:
-    """Record the launches this observation shows: new roots start one, vanished roots end
-    theirs, and running ones get their port state and idle time."""
+def observed(store: Store, sid: str, watches: list[Watch], seen: Observations) -> list[dict]:
+    """The launch rows this observation calls for (read, not written): new roots start one,
+    vanished roots end theirs, running ones get their port state and idle time. The snapshot
+    saves them once it is stored (`save`); a preview shows them without saving."""
     process_watches = {w.id: w for w in watches if isinstance(w.spec, ProcessWatch)}
     if not process_watches:
-        return
+        return []
     items = seen.processes.items
     listening = {p.tree: set(p.listening) for p in items if p.listening}
     for p in items:
@@ -66,14 +69,22 @@ def follow(store: Store, sid: str, watches: list[Watch], seen: Observations) -> 
             continue  # its watch was removed: it is no longer followed, not "gone"
         ended = gone.get(launch["start_key"]) or now
         saves.append({"start_key": launch["start_key"], "ended_at": ended})
+    return saves
+
+
+def save(store: Store, sid: str, saves: list[dict]) -> None:
+    """Write what `observed` found (after the snapshot that found it was stored)."""
     if saves:
         store.save_launches(sid, saves)
 
 
-def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[HistoryItem]:
-    """Launches and journal attempts in one list, oldest first."""
+def history(
+    store: Store, sid: str, attempts: list[JournalEntry], pending: Sequence[dict] = ()
+) -> list[HistoryItem]:
+    """Launches and journal attempts in one list, oldest first; `pending`: rows from
+    `observed` not saved yet, shown as if they were."""
     # a crowd of alike launches folds into one line: fold the newest hundreds, show the 20
-    launches = _recent(store, sid)
+    launches = _with_pending(_recent(store, sid), pending)
     now = datetime.now(UTC)
     items: list[HistoryItem] = []
     previous: Launch | None = None
@@ -86,21 +97,44 @@ def history(store: Store, sid: str, attempts: list[JournalEntry]) -> list[Histor
 
 # The newest launches of each session as read last, by store, with the stamp they were read at:
 # a crowd's hundreds of launches cost a read and three JSON decodes each, every snapshot.
-_read: "weakref.WeakKeyDictionary[Store, dict[str, tuple[tuple[int, int], list[Launch]]]]" = (
-    weakref.WeakKeyDictionary()
-)
+_Stamped = tuple[tuple[int, int], list[tuple[str, Launch]]]
+_read: "weakref.WeakKeyDictionary[Store, dict[str, _Stamped]]" = weakref.WeakKeyDictionary()
 
 
-def _recent(store: Store, sid: str) -> list[Launch]:
-    """The newest LAUNCHES_FOLDED launches, oldest first; read again only once they changed."""
+def _recent(store: Store, sid: str) -> list[tuple[str, Launch]]:
+    """The newest LAUNCHES_FOLDED launches by start key, oldest first; read again only once
+    they changed."""
     stamp = store.launches_stamp(sid)
     of_store = _read.setdefault(store, {})
     kept = of_store.get(sid)
     if kept is not None and kept[0] == stamp:
         return kept[1]
-    launches = [_launch(row) for row in store.list_launches(sid, limit=LAUNCHES_FOLDED)]
+    rows = store.list_launches(sid, limit=LAUNCHES_FOLDED)
+    launches = [(row["start_key"], _launch(row)) for row in rows]
     of_store[sid] = (stamp, launches)
     return launches
+
+
+def _with_pending(stored: list[tuple[str, Launch]], pending: Sequence[dict]) -> list[Launch]:
+    """The stored launches with the unsaved rows of `observed` applied: new ones added, the
+    others updated (ended, port opened, idle)."""
+    if not pending:
+        return [launch for _, launch in stored]
+    by_key = dict(stored)
+    for row in pending:
+        key = row["start_key"]
+        if key in by_key:
+            current = by_key[key]
+            opened = row.get("port_opened", current.port_opened)
+            by_key[key] = replace(
+                current,
+                ended_at=row.get("ended_at", current.ended_at),
+                port_opened=None if opened is None else bool(opened),
+                idle_s=row.get("idle_s", current.idle_s),
+            )
+        elif "pid" in row:
+            by_key[key] = _launch({**row, "started_at": str(row["started_at"])})
+    return sorted(by_key.values(), key=lambda launch: launch.started_at)
 
 
 def _runs(launches: list[Launch]) -> list[list[Launch]]:

@@ -18,12 +18,14 @@ class Retirement:
         self._gone_since: dict[int, float] = {}
         self._lock = threading.Lock()
 
-    def review(self, store: Store, sid: str, watches: list[Watch], seen: Observations) -> None:
-        """Note which automatic watches found their target; retire those gone too long."""
+    def review(self, watches: list[Watch], seen: Observations) -> list[int]:
+        """Note which automatic watches found their target; the ids of those gone too long
+        (retired by `retire` once the snapshot that saw it is stored)."""
         present = {p.watch_id for p in seen.processes.items}
         present |= {entry.watch_id for entry in seen.logs.items}
         present |= {a.watch_id for a in seen.artifacts.items}
         now = time.monotonic()
+        due = []
         for watch in watches:
             if not watch.auto or watch.spec.kind not in RETIRING_KINDS:
                 continue
@@ -33,7 +35,12 @@ class Retirement:
                     continue
                 since = self._gone_since.setdefault(watch.id, now)
             if now - since >= self.after_s:
-                store.delete_watch(sid, watch.id)
-                with self._lock:
-                    self._gone_since.pop(watch.id, None)
-                log.info("retired automatic watch %d of %s: its target is gone", watch.id, sid)
+                due.append(watch.id)
+        return due
+
+    def retire(self, store: Store, sid: str, watch_ids: list[int]) -> None:
+        for watch_id in watch_ids:
+            store.delete_watch(sid, watch_id)
+            with self._lock:
+                self._gone_since.pop(watch_id, None)
+            log.info("retired automatic watch %d of %s: its target is gone", watch_id, sid)

@@ -4,6 +4,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -12,19 +13,20 @@ from ctxd.collectors import check_registry, registry
 from ctxd.models import (
     JournalEntry,
     Narrative,
-    Observations,
     Snapshot,
     SnapshotHeader,
+    Trigger,
 )
 from ctxd.peers.fanout import Peers
 from ctxd.render import markdown as render
-from ctxd.render.dump_files import DumpFiles, link_atomic, version_file, write_atomic
+from ctxd.render.dump_files import DumpFiles
 from ctxd.settings import Settings
 from ctxd.signals import derive as signals
 from ctxd.snapshotter import agent_context, changes, launch_history
 from ctxd.snapshotter.retirement import Retirement
 from ctxd.snapshotter.runner import CollectorRunner
-from ctxd.store.database import Store, now
+from ctxd.store.connection import now
+from ctxd.store.database import Store
 
 _NARRATIVE_LISTS = {
     "attempt": "attempts",
@@ -73,27 +75,17 @@ class Snapshotter:
         with self._guard:
             return self._locks.setdefault(sid, threading.Lock())
 
-    def observe(
-        self,
-        sid: str,
-        previous: Observations | None = None,
-        purpose: str = "snapshot",
-        only: frozenset[str] | None = None,
-    ) -> Observations:
-        """The session's watches observed now (see `CollectorRunner.observe`)."""
-        watches = self.store.list_watches(sid)
-        return self.runner.observe(sid, watches, previous, purpose=purpose, only=only)
-
     def assemble(
         self,
         sid: str,
-        trigger: str,
+        trigger: Trigger,
         note: str | None = None,
         purpose: str = "snapshot",
         table_age_s: float = 0.0,
-    ) -> Snapshot:
+    ) -> "Assembled":
         """Observe and describe the session now, as the version after the latest stored one
-        (`table_age_s`: see `CollectorRunner.observe`)."""
+        (`table_age_s`: see `CollectorRunner.observe`). Reads only: what storing it must
+        write besides is in the answer, for `take` to apply after its commit."""
         started = time.perf_counter()
         clock = _Clock(self.last_phases.setdefault(sid, {}))
         clock.into.clear()
@@ -109,10 +101,9 @@ class Snapshotter:
         )
         clock.lap("collect + redact")
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
-        launch_history.follow(self.store, sid, watches, observations)
-        if purpose == "snapshot":
-            self.retirement.review(self.store, sid, watches, observations)
-        agent_context.enrich(narrative, self.store, session, watches, git.result())
+        launches = launch_history.observed(self.store, sid, watches, observations)
+        retiring = self.retirement.review(watches, observations) if purpose == "snapshot" else []
+        agent_context.enrich(narrative, self.store, session, watches, git.result(), launches)
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
         clock.lap("narrative + launches")
@@ -121,7 +112,7 @@ class Snapshotter:
                 session=sid,
                 version=latest + 1,
                 taken_at=now(),
-                trigger=trigger,
+                trigger=str(trigger),
                 previous_version=previous.header.version if previous else None,
                 previous_taken_at=previous.header.taken_at if previous else None,
                 host=observations.host.hostname or socket.gethostname(),
@@ -137,12 +128,12 @@ class Snapshotter:
         snapshot.changes = changes.compare(previous, snapshot)
         clock.lap("changes")
         snapshot.header.duration_ms = (time.perf_counter() - started) * 1000
-        return snapshot
+        return Assembled(snapshot, launches, retiring)
 
     def take(
         self,
         sid: str,
-        trigger: str = "manual",
+        trigger: Trigger = Trigger.MANUAL,
         note: str | None = None,
         force: bool = False,
         table_age_s: float = 0.0,
@@ -154,12 +145,15 @@ class Snapshotter:
         (`files_behind` lists such versions; their files are written again later).
         """
         with self._lock(sid):
-            snapshot = self.assemble(sid, trigger, note, table_age_s=table_age_s)
+            assembled = self.assemble(sid, trigger, note, table_age_s=table_age_s)
+            snapshot = assembled.snapshot
             clock = _Clock(self.last_phases[sid])
             key = changes.content_key(snapshot)
             latest = snapshot.header.previous_version
             if latest and not force and key == self.store.content_key(sid, latest):
-                return self._confirm(sid, latest, snapshot.header.taken_at)
+                confirmed = self._confirm(sid, latest, snapshot.header.taken_at)
+                self._after_commit(sid, assembled)
+                return confirmed
             clock.lap("content key")
 
             rendered: list[str] = []
@@ -172,11 +166,18 @@ class Snapshotter:
 
             self.store.add_snapshot(sid, build, key)
             self._committed[sid] = snapshot
+            self._after_commit(sid, assembled)
             clock.lap("store + commit")
             # the committed text, as rendered: no need to read it back and decompress it
             self.write_files(sid, snapshot.header.version, rendered[-1], latest=True)
             clock.lap("Markdown files")
             return snapshot
+
+    def _after_commit(self, sid: str, assembled: "Assembled") -> None:
+        """What a stored (or confirmed) snapshot writes besides itself: the launches it saw,
+        the automatic watches it found gone too long."""
+        launch_history.save(self.store, sid, assembled.launches)
+        self.retirement.retire(self.store, sid, assembled.retiring)
 
     def _confirm(self, sid: str, version: int, at: datetime) -> Snapshot:
         self.store.confirm_snapshot(sid, version, at)
@@ -200,7 +201,7 @@ class Snapshotter:
         """A fresh dump that is not stored: what a snapshot would say now."""
         # its own collector memory: a look at the live state must not consume the news
         # (new log errors, growth) that the next stored snapshot has to report
-        snapshot = self.assemble(sid, trigger="preview", purpose="preview")
+        snapshot = self.assemble(sid, Trigger.PREVIEW, purpose="preview").snapshot
         return snapshot, self.render(snapshot)
 
     def render(self, snapshot: Snapshot) -> str:
@@ -243,6 +244,15 @@ class Snapshotter:
         return self.files.rebuild()
 
 
+@dataclass
+class Assembled:
+    """A snapshot assembled, and what storing it writes besides (nothing, for a preview)."""
+
+    snapshot: Snapshot
+    launches: list[dict]  # launch rows to save (`launch_history.observed`)
+    retiring: list[int]  # automatic watches to retire
+
+
 class _Clock:
     """Laps of one snapshot's phases into `into`, in milliseconds (cheap: one perf_counter)."""
 
@@ -270,6 +280,3 @@ def build_narrative(objective: str, entries: list[JournalEntry]) -> Narrative:
             getattr(narrative, _NARRATIVE_LISTS[entry.kind]).append(entry)
     narrative.objective = redact.text(narrative.objective)
     return narrative
-
-
-__all__ = ["Snapshotter", "build_narrative", "link_atomic", "version_file", "write_atomic"]

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ctxd.errors import NotFound
-from ctxd.models import Observations, Session, Watch
+from ctxd.models import Observations, Session, Trigger, Watch
 from ctxd.snapshotter import happened
 from ctxd.snapshotter.snapshotter import Snapshotter
-from ctxd.store.database import now
+from ctxd.store.connection import now
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class Watcher:
             return
         if self.snap.store.last_snapshot_at(session.id) >= last:
             return
-        self.snap.take(session.id, trigger="quiet")
+        self.snap.take(session.id, Trigger.QUIET)
 
     def check_schedule(self, session: Session) -> None:
         every = session.schedule_every_s
@@ -136,7 +136,7 @@ class Watcher:
         if active:
             self._last_schedule[session.id] = now()
             if previous is not None:
-                self.snap.take(session.id, trigger="schedule")
+                self.snap.take(session.id, Trigger.SCHEDULE)
         elif previous is None:
             self._last_schedule[session.id] = now()
 
@@ -203,4 +203,4 @@ class Watcher:
         note = "; ".join(text for _, text in pending[:20])
         self._pending[session.id] = []
         self._last_event[session.id] = time.monotonic()
-        self.snap.take(session.id, trigger="event:" + ",".join(codes), note=note)
+        self.snap.take(session.id, Trigger.event(codes), note=note)

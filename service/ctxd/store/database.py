@@ -27,11 +27,7 @@ from ctxd.store import search_index as store_search
 from ctxd.store.agent import AgentRows
 from ctxd.store.connection import iso, now
 from ctxd.store.conversations import ConversationRows
-from ctxd.store.schema import migrations
 from ctxd.store.versions import SnapshotRows
-
-# `now` and `migrations` are part of the store's interface (the watcher and tests use them).
-__all__ = ["DEFAULT_QUIET_AFTER_S", "Store", "migrations", "now"]
 
 DEFAULT_QUIET_AFTER_S = 300
 

@@ -23,7 +23,7 @@ from ctxd.discovery.actions import Action as AnyAction
 from ctxd.discovery.actions import CommandAction, FileEditAction, PromptAction
 from ctxd.discovery.shellparse import parse_command
 from ctxd.errors import CtxdError
-from ctxd.models import Strict, Watch, WatchIn, WatchSpec
+from ctxd.models import Strict, Trigger, Watch, WatchIn, WatchSpec
 from ctxd.snapshotter.snapshotter import Snapshotter
 
 log = logging.getLogger("ctxd")
@@ -148,7 +148,7 @@ class ActionIntake:
                 self._from_machine(sid, session.cwd)
                 for since, tool in builds:
                     self._from_build(sid, session.cwd, since, tool)
-            self.snap.take(sid, trigger="action", table_age_s=SCAN_TABLE_AGE_S)
+            self.snap.take(sid, Trigger.ACTION, table_age_s=SCAN_TABLE_AGE_S)
         except Exception:  # a background step must never take the service down
             log.exception("settling snapshot of %s failed", sid)
 

@@ -9,7 +9,6 @@ about a session counts as its activity; the quiet trigger waits for silence).
 import os
 
 from ctxd import __version__, confine, redact
-from ctxd.collectors import commands
 from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
 from ctxd.errors import Invalid, NotFound
 from ctxd.harness import resolve
@@ -21,18 +20,25 @@ from ctxd.models import (
     JournalEntry,
     JournalIn,
     JournalUpdate,
+    Observations,
     Session,
     SessionIn,
     Snapshot,
     SnapshotSummary,
+    Trigger,
     Watch,
     WatchSpec,
     check_status,
 )
+from ctxd.peers import serve as peers_serve
+from ctxd.peers.fanout import Peers, PeerStatus
+from ctxd.peers.serve import ObserveIn
 from ctxd.redact.names import is_secret_name
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.snapshotter.triggers import Activity
+from ctxd.store.peers import Peer, PeerIn
 from ctxd.usecases import recovery
+from ctxd.usecases.admission import admit
 from ctxd.usecases.agent_actions import Action, ActionIntake
 from ctxd.usecases.search import SearchResult, find
 
@@ -103,6 +109,31 @@ class UseCases:
     def heartbeat(self, sid: str) -> None:
         self.store.get_session(self._active(sid))
 
+    # --- peers ------------------------------------------------------------------------------
+
+    @property
+    def _peers(self) -> Peers:
+        peers = self.snap.runner.peers
+        assert peers is not None  # the Snapshotter always gives its runner the directory
+        return peers
+
+    def put_peer(self, name: str, data: PeerIn) -> tuple[Peer, bool]:
+        return self._peers.put(name, data)
+
+    def list_peers(self) -> list[PeerStatus]:
+        """Each peer with its reachability, round trip and clock offset, asked now."""
+        return self._peers.status()
+
+    def delete_peer(self, name: str) -> None:
+        self._peers.delete(name)
+
+    def peer_observe(self, ask: ObserveIn) -> Observations:
+        """Another host's watches observed here, each admitted as a local one would be."""
+        runner = self.snap.runner
+        return peers_serve.observe(
+            runner, ask, self._peers.callers, lambda spec: admit(spec, self.settings)
+        )
+
     # --- watches ----------------------------------------------------------------------------
 
     def add_watch(self, sid: str, spec: WatchSpec, reason: str | None = None) -> Watch:
@@ -110,8 +141,7 @@ class UseCases:
         A `reason` marks one ctxd added by itself (automatic)."""
         self._active(sid)
         if getattr(spec, "host", None) is None:  # a peer's watch is admitted by that peer
-            spec = commands.check_watch(spec, self.settings)
-            confine.check_watch(spec, self.settings)
+            spec = admit(spec, self.settings)
         # a health URL or path may carry a token: what is kept is what may be shown
         limit = self.settings.limits.max_watches_per_session
         return self.store.add_watch(sid, redact.scrub(spec), limit, reason)
@@ -152,7 +182,7 @@ class UseCases:
     # --- snapshots and recovery -------------------------------------------------------------
 
     def take(self, sid: str, note: str | None = None, force: bool = False) -> Snapshot:
-        return self.snap.take(self._active(sid), trigger="manual", note=note, force=force)
+        return self.snap.take(self._active(sid), Trigger.MANUAL, note=note, force=force)
 
     def list_snapshots(self, sid: str) -> list[SnapshotSummary]:
         return self.store.list_snapshots(self._active(sid))

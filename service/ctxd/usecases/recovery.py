@@ -5,10 +5,11 @@ from collections.abc import Callable
 
 from ctxd import redact
 from ctxd.errors import Invalid
-from ctxd.models import Diff, Snapshot
+from ctxd.models import Diff, Snapshot, Trigger
 from ctxd.render import markdown as render
+from ctxd.render.dump_files import version_file
 from ctxd.snapshotter import changes
-from ctxd.snapshotter.snapshotter import Snapshotter, version_file
+from ctxd.snapshotter.snapshotter import Snapshotter
 
 
 def _logs_to(lines: int) -> Callable[[Snapshot], str]:
@@ -110,7 +111,7 @@ def resume(
     """The dump an agent reads to pick up where it was: fresh (stored as a new version unless
     nothing changed) or the latest stored one, leading with changes since `since`, cut to fit."""
     if fresh or snap.store.latest_version(sid) == 0:
-        version = snap.take(sid, trigger="resume").header.version
+        version = snap.take(sid, Trigger.RESUME).header.version
     else:
         version = snap.store.latest_version(sid)
     markdown = snap.store.get_markdown(sid, version)
@@ -139,7 +140,7 @@ def message(snap: Snapshotter, sid: str, text: str) -> str | None:
         snap.store.touch(sid, message=redact.text(text))  # a pasted token never reaches the db
         return None
     snap.store.touch(sid)
-    version = snap.take(sid, trigger="continue").header.version
+    version = snap.take(sid, Trigger.CONTINUE).header.version
     return snap.store.get_markdown(sid, version)
 
 
