@@ -14,6 +14,15 @@ from pydantic import ValidationError
 LAUNCH = "nohup python -m sglang.launch_server --port 30000 > server.log 2>&1 &"
 
 
+def from_claude(payload: object) -> list:
+    """A Claude Code payload's actions, as the service validates them."""
+    return [actions.parse_action(a) for a in payloads.from_claude(payload)]
+
+
+def from_opencode(payload: object) -> list:
+    return [actions.parse_action(a) for a in payloads.from_opencode(payload)]
+
+
 def claude(event: str, **fields: object) -> dict:
     base = {
         "session_id": "abc",
@@ -32,7 +41,7 @@ def test_claude_bash_success_is_exit_zero_with_output_tail() -> None:
         tool_input={"command": "ls -la", "description": "list"},
         tool_response={"stdout": "a\nb", "stderr": "warn", "interrupted": False, "isImage": False},
     )
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, CommandAction)
     assert (action.command, action.cwd, action.exit_status) == ("ls -la", "/srv/work", 0)
     assert action.output_tail == "a\nb\nwarn"
@@ -46,7 +55,7 @@ def test_duration_when_the_payload_has_one(given: float, seconds: float | None) 
         "PostToolUse", tool_name="Bash", tool_input={"command": "x"}, tool_response={},
         duration_ms=given,
     )  # fmt: skip
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, CommandAction) and action.duration_s == seconds
 
 
@@ -57,7 +66,7 @@ def test_claude_background_bash_has_no_exit_status() -> None:
         tool_input={"command": "python serve.py", "run_in_background": True},
         tool_response={"stdout": "", "stderr": "", "interrupted": False, "backgroundTaskId": "b1"},
     )
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, CommandAction)
     assert action.background is True and action.exit_status is None
 
@@ -73,7 +82,7 @@ def test_claude_commands_moved_to_the_background_later(response: dict) -> None:
         tool_input={"command": "python train.py"},
         tool_response={"stdout": "", "stderr": "", "interrupted": False, **response},
     )
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, CommandAction)
     assert action.background is True and action.exit_status is None
 
@@ -85,7 +94,7 @@ def test_claude_interpreted_return_code_is_unknown_exit() -> None:
         tool_input={"command": "grep x f"},
         tool_response={"stdout": "", "returnCodeInterpretation": "No matches found"},
     )
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, CommandAction) and action.exit_status is None
 
 
@@ -96,7 +105,7 @@ def test_claude_failure_reads_exit_code_from_error() -> None:
         tool_input={"command": "make"},
         error="Exit code 2\nmake: *** No targets specified",
     )
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, CommandAction)
     assert action.exit_status == 2 and "No targets" in action.output_tail
 
@@ -120,22 +129,22 @@ def test_claude_failure_reads_exit_code_from_error() -> None:
 )
 def test_claude_file_edits(tool: str, tool_input: dict, path: str) -> None:
     payload = claude("PostToolUse", tool_name=tool, tool_input=tool_input, tool_response={})
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, FileEditAction)
     assert (action.path, action.tool) == (path, tool)
 
 
 def test_claude_prompt_and_ignored_events() -> None:
-    (action,) = actions.from_claude(claude("UserPromptSubmit", prompt="Deploy Kimi on SGLang"))
+    (action,) = from_claude(claude("UserPromptSubmit", prompt="Deploy Kimi on SGLang"))
     assert isinstance(action, PromptAction) and action.text == "Deploy Kimi on SGLang"
-    assert actions.from_claude(claude("UserPromptSubmit", prompt="  ")) == []
-    assert actions.from_claude(claude("PostToolUse", tool_name="Read", tool_input={})) == []
-    assert actions.from_claude(claude("Stop")) == []
-    assert actions.from_claude(claude("PostToolUseFailure", tool_name="Edit", tool_input={})) == []
+    assert from_claude(claude("UserPromptSubmit", prompt="  ")) == []
+    assert from_claude(claude("PostToolUse", tool_name="Read", tool_input={})) == []
+    assert from_claude(claude("Stop")) == []
+    assert from_claude(claude("PostToolUseFailure", tool_name="Edit", tool_input={})) == []
     for junk in (None, [], "text", 3, {"hook_event_name": 5}):
-        assert actions.from_claude(junk) == []
+        assert from_claude(junk) == []
     bad_input = claude("PostToolUse", tool_name="Bash", tool_input="rm", tool_response=None)
-    assert actions.from_claude(bad_input) == []
+    assert from_claude(bad_input) == []
 
 
 def test_opencode_bash_with_args_and_metadata_exit() -> None:
@@ -145,7 +154,7 @@ def test_opencode_bash_with_args_and_metadata_exit() -> None:
         "args": {"command": LAUNCH, "description": "start server"},
         "cwd": "/srv/work",
     }
-    (action,) = actions.from_opencode(forwarded)
+    (action,) = from_opencode(forwarded)
     assert isinstance(action, CommandAction)
     assert (action.command, action.exit_status, action.cwd) == (LAUNCH, 0, "/srv/work")
     assert action.tool_id == "call_9" and action.harness == "opencode"
@@ -153,15 +162,15 @@ def test_opencode_bash_with_args_and_metadata_exit() -> None:
 
 def test_opencode_without_args_uses_title_and_newer_input_args() -> None:
     older = {"input": {"tool": "bash"}, "output": {"title": "make", "metadata": {"exit": 2}}}
-    (action,) = actions.from_opencode(older)
+    (action,) = from_opencode(older)
     assert isinstance(action, CommandAction)
     assert (action.command, action.exit_status) == ("make", 2)
     newer = {"input": {"tool": "edit", "args": {"filePath": "/srv/work/x.py"}}, "output": {}}
-    (edit,) = actions.from_opencode(newer)
+    (edit,) = from_opencode(newer)
     assert isinstance(edit, FileEditAction) and edit.path == "/srv/work/x.py"
-    assert actions.from_opencode({"input": {"tool": "read"}, "output": {}}) == []
-    assert actions.from_opencode({"input": {"tool": "bash"}, "output": {"metadata": {}}}) == []
-    assert actions.from_opencode("junk") == []
+    assert from_opencode({"input": {"tool": "read"}, "output": {}}) == []
+    assert from_opencode({"input": {"tool": "bash"}, "output": {"metadata": {}}}) == []
+    assert from_opencode("junk") == []
 
 
 def test_caps_cut_command_start_kept_output_end_kept() -> None:
@@ -172,7 +181,7 @@ def test_caps_cut_command_start_kept_output_end_kept() -> None:
         tool_input={"command": "echo " + big},
         tool_response={"stdout": "start" + big},
     )
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     assert isinstance(action, CommandAction)
     assert len(action.command) == payloads.COMMAND_MAX_CHARS and action.command.startswith("echo x")
     assert len(action.output_tail) == payloads.OUTPUT_TAIL_MAX_CHARS
@@ -266,7 +275,7 @@ def test_commands_carrying_secrets_are_redacted_by_the_service_redactor() -> Non
         tool_input={"command": secret_cmd},
         tool_response={"stdout": "using api key sk-live-0123456789abcdefghijkl"},
     )
-    (action,) = actions.from_claude(payload)
+    (action,) = from_claude(payload)
     clean = redact.scrub(action)
     dumped = clean.model_dump_json()
     assert "hf_AbCdEf0123456789abcdef0123" not in dumped

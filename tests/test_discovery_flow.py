@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ctxd.discovery import actions, procscan, rules
+from ctxd.discovery import actions, payloads, procscan, rules
 from ctxd.discovery.actions import CommandAction
 from ctxd.discovery.launches import flag_diff, summary_line
 from ctxd.discovery.shellparse import parse_command
@@ -79,7 +79,10 @@ def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -
     first, command = launch(work, f"--port {port} --tp 2")
     second = None
     try:
-        (action,) = actions.from_claude(bash_payload(command, work / "sub" / ".."))
+        (action,) = [
+            actions.parse_action(a)
+            for a in payloads.from_claude(bash_payload(command, work / "sub" / ".."))
+        ]
         assert isinstance(action, CommandAction) and action.exit_status == 0
         workspace = workspace_of(str(work))
         facts = parse_command(action.command)

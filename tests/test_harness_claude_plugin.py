@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 from ctxd import __version__
-from ctxd.harness.claude_hook import claude_config
-from ctxd.harness.claude_install import MCP_NAME
+from ctxd.harness import claude
+from ctxd.harness.files import MCP_NAME
 
 from tests.conftest import Server
 from tests.scripted_model import ScriptedModel, Step
@@ -27,7 +27,7 @@ def test_the_plugin_registers_what_install_registers():
     assert manifest["name"] == "ctxd" and manifest["version"] == __version__
     hooks = json.loads((PLUGIN / "hooks" / "hooks.json").read_text())
     # one source of truth: the block `ctxd install claude` merges, with `ctxd` from PATH
-    assert hooks["hooks"] == claude_config("ctxd hook claude")["hooks"]
+    assert hooks["hooks"] == claude.config("ctxd hook claude")["hooks"]
     servers = json.loads((PLUGIN / ".mcp.json").read_text())["mcpServers"]
     assert servers == {MCP_NAME: {"type": "http", "url": "http://127.0.0.1:8765/mcp"}}
 

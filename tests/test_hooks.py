@@ -8,7 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ctxd.harness.claude_hook import HookError, parse_payload
+from ctxd.harness.claude import ADAPTER as CLAUDE
+from ctxd.harness.hook import HookError, parse_payload
 from ctxd.harness.policy import is_continue
 from ctxd.harness.resolve import slug
 
@@ -161,10 +162,10 @@ def test_print_config_is_the_hooks_block_for_settings_json():
 
 
 def test_parse_payload_and_continue_words():
-    parsed = parse_payload(json.dumps(payload("PreCompact", "/w", trigger="manual")))
+    parsed = parse_payload(CLAUDE, json.dumps(payload("PreCompact", "/w", trigger="manual")))
     assert (parsed["hook_event_name"], parsed["cwd"]) == ("PreCompact", "/w")
     with pytest.raises(HookError, match="not JSON"):
-        parse_payload("{")
+        parse_payload(CLAUDE, "{")
     assert all(is_continue(p) for p in ("", "   ", "continue", "Continue!", "CONTINUE."))
     assert not any(is_continue(p) for p in ("continue with the tests", "go", "no"))
     assert slug("Train Loop") == "train-loop" and slug("...") == "" and slug("Ünï") == "n"

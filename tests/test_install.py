@@ -102,3 +102,23 @@ def test_doctor_says_what_to_fix_then_that_all_is_well(server, tmp_path: Path):
     after = ctxd(home, work, "--url", server.url, "doctor")
     assert after.returncode == 0, after.stdout
     assert "ok   Claude Code hook (user)" in after.stdout and "MCP server 'ctxd'" in after.stdout
+
+
+def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_service(tmp_path):
+    """Before the package was called `ctxd`, install wrote `python -m service … hook claude`;
+    that module is gone, so a new install must replace those entries, not add beside them."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".claude").mkdir(parents=True)
+    work.mkdir()
+    old = f"{sys.executable} -m service --url http://127.0.0.1:8765 hook claude"
+    entry = {"hooks": [{"type": "command", "command": old, "timeout": 60}]}
+    settings = home / ".claude" / "settings.json"
+    settings.write_text(json.dumps({"hooks": {"UserPromptSubmit": [entry], "Stop": [entry]}}))
+
+    done = ctxd(home, work, "install", "claude")
+    assert done.returncode == 0, done.stderr
+    commands = [h["command"] for entries in json.loads(settings.read_text())["hooks"].values()
+                for e in entries for h in e["hooks"]]  # fmt: skip
+    assert commands and not any("-m service" in c for c in commands)
+    assert all(c.endswith("hook claude") for c in commands)
+    assert sum(1 for c in commands if c.endswith("hook claude")) == 7  # one per event, once

@@ -177,8 +177,8 @@ def test_a_0600_config_behind_a_symlink_stays_0600_and_a_link(tmp_path: Path):
 
 
 def test_the_baked_in_url_is_one_js_string_literal_whatever_it_holds():
-    from ctxd.harness import opencode_install as install_opencode
+    from ctxd.harness import opencode
 
     url = 'http://127.0.0.1:8765/a"b\\c\nd'
-    line = next(x for x in install_opencode.plugin_text(url).splitlines() if "DEFAULT_URL =" in x)
+    line = next(x for x in opencode.plugin_text(url).splitlines() if "DEFAULT_URL =" in x)
     assert json.loads(line.split(" = ", 1)[1]) == url

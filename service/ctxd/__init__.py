@@ -3,6 +3,8 @@
 from pathlib import Path
 
 __version__ = "0.1.0"
+# Where the CLI and the hooks find the service unless CTXD_URL or --url says otherwise.
+DEFAULT_URL = "http://127.0.0.1:8765"
 
 
 def shipped(folder: str) -> Path:

@@ -6,9 +6,10 @@ import os
 import sys
 from typing import Any
 
+from ctxd import DEFAULT_URL
 from ctxd.cli.client import Client, Unreachable, body, detail
 
-DEFAULT_URL = os.environ.get("CTXD_URL", "http://127.0.0.1:8765")
+URL = os.environ.get("CTXD_URL", DEFAULT_URL)  # the service, unless --url says otherwise
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -221,12 +222,13 @@ def search(args: argparse.Namespace) -> int:
 
 
 def hook(args: argparse.Namespace) -> int:
-    from ctxd.harness import claude_hook as hooks
+    from ctxd.harness import claude, hook
+    from ctxd.harness.adapter import hook_command
 
     if args.print_config:
-        _print_json(hooks.claude_config(hooks.hook_command(args.url, DEFAULT_URL)))
+        _print_json(claude.config(hook_command(claude.ADAPTER.name, args.url)))
         return 0
-    return hooks.run_claude(args.url, sys.stdin, sys.stdout, sys.stderr)
+    return hook.run(claude.ADAPTER, args.url, sys.stdin, sys.stdout, sys.stderr)
 
 
 def sessions(args: argparse.Namespace) -> int:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxd.cli.client import Client, Unreachable
-from ctxd.harness import opencode_install as install_opencode
-from ctxd.harness.claude_install import MCP_NAME, targets
+from ctxd.harness import opencode
+from ctxd.harness.claude import targets
+from ctxd.harness.files import MCP_NAME
 
 
 @dataclass
@@ -83,12 +84,12 @@ def _opencode(url: str, home: Path, project: Path) -> Iterator[Finding]:
     """Only what is installed is checked: opencode is optional."""
     found = False
     for scope in ("user", "project"):
-        plugin, ours, mcp_url = install_opencode.installed(scope, project, home)
+        plugin, ours, mcp_url = opencode.installed(scope, project, home)
         if not ours and mcp_url is None:
             continue
         found = True
         fix = f"`ctxd install opencode --scope {scope}` from this installation"
-        current = ours and plugin.read_text(encoding="utf-8") == install_opencode.plugin_text(url)
+        current = ours and plugin.read_text(encoding="utf-8") == opencode.plugin_text(url)
         said = "" if current or not ours else " (not this installation's version or URL)"
         yield Finding(current, f"opencode plugin ({scope}): {plugin}{said}", fix)
         want = url.rstrip("/") + "/mcp"

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ctxd import __version__
-from ctxd.harness.claude_hook import hook_main
+from ctxd.harness.hook import hook_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,13 +37,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from ctxd.cli import commands, setup
-    from ctxd.cli.commands import DEFAULT_URL
+    from ctxd.cli.commands import URL
+    from ctxd.harness.registry import ADAPTERS
 
     parser = argparse.ArgumentParser(prog="ctxd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
-    parser.add_argument(
-        "--url", default=DEFAULT_URL, help="the running service (default %(default)s)"
-    )
+    parser.add_argument("--url", default=URL, help="the running service (default %(default)s)")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the service")
@@ -117,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         verb = "remove ctxd's hooks or plugin and its MCP server from" if remove else "add them to"
         said = f"{verb} Claude Code's or opencode's settings".replace("them", "ctxd")
         p = sub.add_parser(name, help=said)
-        p.add_argument("harness", choices=["claude", "opencode"])
+        p.add_argument("harness", choices=list(ADAPTERS))
         p.add_argument(
             "--scope",
             choices=["user", "project"],

@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ctxd.harness.autostart import LOOPBACK, data_dir
-from ctxd.harness.claude_install import Change, InstallError, read_text
+from ctxd.harness.files import Change, InstallError, read_text
 
 UNIT_NAME = "ctxd.service"
 UNIT_MARK = "# ctxd: written by `ctxd service install`"

@@ -8,16 +8,16 @@ import sys
 from pathlib import Path
 
 from ctxd.cli import service_unit
-from ctxd.cli.commands import DEFAULT_URL, EXIT_SERVICE, EXIT_USAGE, CliError
-from ctxd.harness import claude_hook as hooks
-from ctxd.harness import claude_install as setup
-from ctxd.harness import opencode_install as install_opencode
+from ctxd.cli.commands import EXIT_SERVICE, EXIT_USAGE, CliError
+from ctxd.harness.files import InstallError, apply
+from ctxd.harness.hook import git_root
+from ctxd.harness.registry import ADAPTERS
 
 
 def doctor(args: argparse.Namespace) -> int:
     from ctxd.cli import doctor as checks
 
-    project = Path(hooks.git_root(os.getcwd()) or os.getcwd())
+    project = Path(git_root(os.getcwd()) or os.getcwd())
     findings = list(checks.examine(args.url, Path.home(), project))
     for finding in findings:
         print(finding.line())
@@ -25,15 +25,11 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def install(args: argparse.Namespace) -> int:
-    project = Path(hooks.git_root(os.getcwd()) or os.getcwd())
+    project = Path(git_root(os.getcwd()) or os.getcwd())
     try:
-        if args.harness == "opencode":
-            where = (args.url, args.scope, project, Path.home(), args.remove)
-            changes = install_opencode.plan(*where)
-        else:
-            command = hooks.hook_command(args.url, DEFAULT_URL)
-            changes = setup.plan(command, args.url, args.scope, project, Path.home(), args.remove)
-    except setup.InstallError as exc:
+        harness = ADAPTERS[args.harness]
+        changes = harness.plan(args.url, args.scope, project, Path.home(), args.remove)
+    except InstallError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     changed = [c for c in changes if c.changed]
     if not changed:
@@ -41,7 +37,7 @@ def install(args: argparse.Namespace) -> int:
     elif args.dry_run:
         print("\n".join(c.diff() for c in changed))
     else:
-        for path in setup.apply(changed):
+        for path in apply(changed):
             done = "removed" if not path.exists() else "cleaned" if args.remove else "updated"
             print(f"{done} {path}")
     return 0
@@ -60,14 +56,14 @@ def always_on(args: argparse.Namespace) -> int:
         return 0
     try:
         changes = [c for c in service_unit.plan(args.url, Path.home(), remove) if c.changed]
-    except setup.InstallError as exc:
+    except InstallError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     if not changes:
         print("nothing to remove" if remove else "already installed: nothing to change")
     elif args.dry_run:
         print("\n".join(c.diff() for c in changes))
     else:
-        for path in setup.apply(changes):
+        for path in apply(changes):
             print(f"{'removed' if remove else 'wrote'} {path}")
         print(service_unit.next_steps(remove))
     return 0

@@ -17,13 +17,15 @@ from ctxd.discovery.payloads import (
     PATH_MAX_CHARS,
     PROMPT_MAX_CHARS,
 )
+from ctxd.harness.adapter import HarnessName
 
-Harness = Literal["claude", "opencode", "mcp", "cli"]
+# Who reported an action: a harness, or the agent itself through MCP or the CLI.
+Source = Literal[HarnessName, "mcp", "cli"]
 
 
 class _Action(BaseModel):
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    harness: Harness | None = None
+    harness: Source | None = None
 
 
 class CommandAction(_Action):
@@ -82,13 +84,3 @@ def parse_action(data: Any) -> CommandAction | FileEditAction | PromptAction:
     """One action from a dict (raises pydantic.ValidationError on a malformed one)."""
     result: CommandAction | FileEditAction | PromptAction = _ADAPTER.validate_python(data)
     return result
-
-
-def from_claude(payload: Any) -> list[CommandAction | FileEditAction | PromptAction]:
-    """The actions of a Claude Code hook payload, as models."""
-    return [parse_action(item) for item in payloads.from_claude(payload)]
-
-
-def from_opencode(payload: Any) -> list[CommandAction | FileEditAction | PromptAction]:
-    """The actions of a forwarded opencode `tool.execute.after`, as models."""
-    return [parse_action(item) for item in payloads.from_opencode(payload)]

@@ -23,14 +23,16 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
 from ctxd.fmt import human_duration
+from ctxd.harness.adapter import RESUME_SOURCES
 from ctxd.harness.resolve import ResolveIn
-from ctxd.models import SessionIn
+from ctxd.models import Session, SessionIn
 from ctxd.store.connection import now
+from ctxd.store.database import Store
 
 LIVE_S_DEFAULT = 600.0
 
@@ -47,8 +49,18 @@ def _live_s(value: str | None) -> float:
 
 # A conversation seen within this long, and not ended, is taken to be running now.
 LIVE_S = _live_s(os.environ.get("CTXD_CONVERSATION_LIVE_S"))
-CONTINUE_SOURCES = ("clear", "compact", "resume", "fork")
-END_EVENTS = ("SessionEnd",)
+
+
+class Sessions(Protocol):
+    """What placing a conversation needs of the use cases (`UseCases` is one)."""
+
+    store: Store
+
+    def resolve_session(self, ask: ResolveIn) -> Session: ...
+
+    def get_session(self, sid: str) -> Session: ...
+
+    def put_session(self, sid: str, data: SessionIn) -> tuple[Session, bool]: ...
 
 
 @dataclass
@@ -57,28 +69,30 @@ class Placed:
     pointer: str | None = None  # one line for the person
 
 
-def place(use: Any, ask: ResolveIn, event: str, source: str, pid: int | None) -> Placed:
-    """The session of this event's conversation, bound on first sight (`use`: UseCases;
-    `pid`: the harness process the hook ran under, when the hook could tell)."""
+def place(use: Sessions, ask: ResolveIn, ended: bool, source: str, pid: int | None) -> Placed:
+    """The session of this event's conversation, bound on first sight (`use`: the use cases;
+    `ended`: the event ends the conversation; `source`: how a conversation starts; `pid`: the
+    harness process the hook ran under, when the hook could tell)."""
     store, conversation = use.store, ask.harness_session
     if ask.session or not conversation or not ask.cwd.startswith("/"):
         return Placed(use.resolve_session(ask).id)
     at, process = now(), _process(pid)
-    seen = {"process": process, "ended": event in END_EVENTS}
     bound = store.conversation(ask.harness, conversation)
     if bound is not None and _within(ask.cwd, use.get_session(bound["session"]).cwd):
-        store.see_conversation(ask.harness, conversation, at, **seen)
+        store.see_conversation(ask.harness, conversation, at, process=process, ended=ended)
         return Placed(bound["session"])
     before = store.conversation_of_process(ask.harness, *process) if process else None
     if before is not None and _within(ask.cwd, use.get_session(before["session"]).cwd):
         # the same harness process moved on to a new conversation (/clear, opencode's /new)
-        store.see_conversation(ask.harness, conversation, at, sid=before["session"], **seen)
+        store.see_conversation(
+            ask.harness, conversation, at, sid=before["session"], process=process, ended=ended
+        )
         return Placed(before["session"])
     latest = use.resolve_session(ask.model_copy(update={"harness_session": ""}))
     others = [c for c in store.conversations_of(latest.id) if c["conversation"] != conversation]
     live = [c for c in others if _live(c, at)]
     placed = Placed(latest.id)
-    if live and source not in CONTINUE_SOURCES:
+    if live and source not in RESUME_SOURCES:
         placed = _own_session(use, latest, conversation)
     elif others and source == "startup":
         ago = human_duration(_age_s(latest.last_activity_at.isoformat(), at))
@@ -86,11 +100,13 @@ def place(use: Any, ask: ResolveIn, event: str, source: str, pid: int | None) ->
             f"recording in `{latest.id}`, this checkout's latest session (last active {ago} "
             f'ago); say "continue" to get its saved state back'
         )
-    store.see_conversation(ask.harness, conversation, at, sid=placed.sid, **seen)
+    store.see_conversation(
+        ask.harness, conversation, at, sid=placed.sid, process=process, ended=ended
+    )
     return placed
 
 
-def _own_session(use: Any, latest: Any, conversation: str) -> Placed:
+def _own_session(use: Sessions, latest: Session, conversation: str) -> Placed:
     """A session for a second agent working in the same checkout at the same time."""
     sid = f"{latest.id[:56]}-{hashlib.sha1(conversation.encode()).hexdigest()[:6]}"
     title = f"{latest.title or latest.id} (another agent)"

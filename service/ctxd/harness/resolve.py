@@ -9,23 +9,23 @@ session id.
 import hashlib
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field
 
 from ctxd.errors import Invalid
+from ctxd.harness.adapter import HarnessName
 from ctxd.harness.policy import HOOK_MAX_CHARS
+from ctxd.harness.registry import ADAPTERS
 from ctxd.models import SESSION_ID_PATTERN, Session, SessionIn, Strict
 
-# What a session made from a harness's own id is called, by harness.
-HARNESS_TITLES = {"claude": "Claude Code session", "opencode": "opencode session"}
 Text = Annotated[str, Field(max_length=4096)]
 
 
 class ResolveIn(Strict):
     """What a hook knows about where it runs; every field may be empty."""
 
-    harness: Literal["claude", "opencode"] = "claude"
+    harness: HarnessName = "claude"
     session: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=64)] | None = None
     cwd: Text = ""
     root: Text = ""
@@ -56,7 +56,7 @@ def harness_session(ask: ResolveIn) -> tuple[str, SessionIn]:
     if not ask.harness_session:
         raise Invalid("give an absolute 'cwd' or the harness's 'harness_session' id")
     sid = f"{ask.harness}-" + (slug(ask.harness_session)[:40] or "session")
-    return sid, SessionIn(title=HARNESS_TITLES[ask.harness])
+    return sid, SessionIn(title=f"{ADAPTERS[ask.harness].label} session")
 
 
 def checkout_session(root: str, taken_by: str | None, exists: bool) -> tuple[str, SessionIn]:

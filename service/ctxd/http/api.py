@@ -2,12 +2,13 @@
 
 from asyncio import to_thread
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from litestar import Controller, Response, Router, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter, QueryParameter
 
+from ctxd.harness.adapter import HarnessName
 from ctxd.harness.events import HookIn, HookOut
 from ctxd.harness.resolve import PromptIn, Resolved, ResolveIn
 from ctxd.http.encoded import EncodedAnswers, encoded_json
@@ -68,9 +69,7 @@ def search_all(state: State, q: Query, limit: Limit = 20, offset: Offset = 0) ->
 
 
 @post("/api/hooks/{harness:str}", sync_to_thread=True, status_code=200)
-def hook(
-    state: State, harness: FromPath[Literal["claude", "opencode"]], data: JSONBody[HookIn]
-) -> HookOut:
+def hook(state: State, harness: FromPath[HarnessName], data: JSONBody[HookIn]) -> HookOut:
     """A harness hook event as the harness gave it; the answer says what to inject."""
     return use(state).hook(harness, data)
 

@@ -9,11 +9,14 @@ about a session counts as its activity; the quiet trigger waits for silence).
 import os
 
 from ctxd import __version__, confine, redact
+from ctxd.discovery.actions import parse_action
 from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
 from ctxd.errors import Invalid, NotFound
-from ctxd.harness import resolve
-from ctxd.harness.events import Harness, HarnessEvents, HookIn, HookOut
+from ctxd.harness import conversations, resolve
+from ctxd.harness.adapter import RESUME_SOURCES, HarnessName
+from ctxd.harness.events import INJECT_MAX_CHARS, HookIn, HookOut, TurnMarks
 from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
+from ctxd.harness.registry import ADAPTERS
 from ctxd.harness.resolve import Resolved, ResolveIn
 from ctxd.models import (
     Diff,
@@ -55,7 +58,7 @@ class UseCases:
         self.activity = activity
         self.intake = ActionIntake(snap, self.add_watch)
         self._transcripts_read: set[str] = set()
-        self.events = HarnessEvents(self)
+        self.turns = TurnMarks()
 
     def close(self) -> None:
         self.intake.close()
@@ -282,9 +285,43 @@ class UseCases:
         self.store.get_session(self._active(sid))  # an unknown session is a 404
         return self.intake.record(sid, actions)
 
-    def hook(self, harness: Harness, given: HookIn) -> HookOut:
-        """A harness's hook event: its session, what to record, what to hand the model."""
-        return self.events.handle(harness, given)
+    def hook(self, harness: HarnessName, given: HookIn) -> HookOut:
+        """A harness's hook event: its conversation's session, what to record, what to hand
+        the model (at most one dump per turn)."""
+        adapter = ADAPTERS[harness]
+        event = adapter.event(given.payload)
+        ask = ResolveIn(
+            harness=harness,
+            session=given.session,
+            cwd=event.cwd[:4096],
+            root=given.root,
+            harness_session=event.conversation[:4096],
+        )
+        placed = conversations.place(
+            self, ask, event.kind == "end", event.source, given.harness_pid
+        )
+        sid = placed.sid
+        budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
+        out = HookOut(session=sid, message=placed.pointer)
+        if event.kind in ("start", "prompt") and event.transcript_path:
+            self.objective_from_transcript(sid, event.transcript_path)
+        if event.kind == "tool":
+            self.record_actions(sid, [parse_action(a) for a in event.actions])
+        elif event.kind == "start" and event.source in RESUME_SOURCES:
+            out.context = self.resume(sid, max_chars=budget)
+            self.turns.mark(sid, event.conversation)
+        elif event.kind == "prompt":
+            if self.turns.fresh(sid, event.conversation):
+                # the turn began with a dump (resume, compaction): the prompt is still recorded
+                self.note_prompt(sid, event.prompt)
+            else:
+                out.context = self.prompt(sid, event.prompt, max_chars=budget)
+        elif event.kind == "compact":
+            note = f"{adapter.label}: compaction ({event.compaction or 'unknown'} trigger)"
+            self.take(sid, note=note)
+        elif event.kind in ("idle", "end"):
+            self.heartbeat(sid)
+        return out
 
     def diff(self, sid: str, from_version: int, to_version: int) -> Diff:
         return recovery.diff(self.snap, self._active(sid), from_version, to_version)

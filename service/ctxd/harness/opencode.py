@@ -1,6 +1,11 @@
-"""`ctxd install|uninstall opencode`: ctxd's plugin file put in opencode's plugin folder and
-its MCP server merged into `opencode.json`, idempotently, keeping everything else, with a
-backup and a dry run (the file plumbing is `install.py`'s).
+"""opencode as ctxd speaks to it: the events its plugin forwards read, and `ctxd
+install|uninstall opencode` (ctxd's plugin file put in opencode's plugin folder and its MCP
+server merged into `opencode.json`, idempotently, keeping everything else, with a backup and a
+dry run; the file plumbing is `files.py`'s).
+
+The plugin (`integrations/opencode/ctxd.js`) forwards `tool.execute.after` and the session
+lookup as `{"event", "sessionID", "cwd", ...}` to `POST /api/hooks/opencode`; it injects the
+dump itself (a bare "continue" through `/prompts`, compaction through opencode's own hook).
 
 opencode loads every `{plugin,plugins}/*.{ts,js}` of its config folders (`.opencode/` in a
 project, `~/.config/opencode/` for the user). Its config names MCP servers either in the 1.x
@@ -16,18 +21,49 @@ from pathlib import Path
 from typing import Any
 
 from ctxd import shipped
-from ctxd.harness.claude_install import (
-    MCP_NAME,
-    Change,
-    InstallError,
-    json_text,
-    read_json,
-    read_text,
-)
+from ctxd.discovery import payloads
+from ctxd.harness.adapter import EventKind, HarnessName, HookEvent
+from ctxd.harness.files import MCP_NAME, Change, InstallError, json_text, read_json, read_text
 
 PLUGIN_NAME = "ctxd.js"
 PLUGIN_MARK = "// ctxd for opencode"
 DEFAULT_URL_LINE = re.compile(r'^const DEFAULT_URL = "[^"\n]*"$', re.MULTILINE)
+
+
+KINDS: dict[str, EventKind] = {
+    "tool.execute.after": "tool",
+    "chat.message": "prompt",
+    "session.idle": "idle",
+    "session.compacted": "compact",
+}
+
+
+class Opencode:
+    name: HarnessName = "opencode"
+    label = "opencode"
+
+    def event(self, payload: dict[str, Any]) -> HookEvent:
+        name = _text(payload, "event")
+        kind = KINDS.get(name, "other")
+        return HookEvent(
+            kind=kind,
+            name=name,
+            conversation=_text(payload, "sessionID"),
+            cwd=_text(payload, "cwd"),
+            prompt=_text(payload, "prompt"),
+            actions=tuple(payloads.from_opencode(payload)) if kind == "tool" else (),
+        )
+
+    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+        return plan(url, scope, project, home, remove)
+
+
+ADAPTER = Opencode()
+
+
+def _text(payload: dict[str, Any], name: str) -> str:
+    value = payload.get(name)
+    return value if isinstance(value, str) else ""
 
 
 def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:

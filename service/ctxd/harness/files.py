@@ -1,12 +1,6 @@
-"""`ctxd install|uninstall claude`: ctxd's hooks and MCP server merged into Claude Code's own
-settings files, idempotently, keeping everything else, with a backup and a dry run. The file
-plumbing here (a planned `Change`, `apply`, reading JSON) serves `install_opencode.py` too.
+"""The files a harness install writes: a planned `Change` per file, shown as a diff or applied
+with a backup, atomically and keeping the file's mode; harness settings read as JSON."""
 
-Ours are recognised by their command (`… hook claude`) and by the MCP server's name `ctxd`,
-so uninstall removes exactly what install added and a second install changes nothing.
-"""
-
-import difflib
 import json
 import os
 import shutil
@@ -15,9 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxd.harness.claude_hook import claude_config
-
-MCP_NAME = "ctxd"
+MCP_NAME = "ctxd"  # ctxd's MCP server, by this name in every harness's settings
 BACKUP_SUFFIX = ".ctxd-backup"
 
 
@@ -37,39 +29,13 @@ class Change:
         return self.before != self.after
 
     def diff(self) -> str:
+        import difflib  # only for a dry run
+
         lines = difflib.unified_diff(
             self.before.splitlines(), self.after.splitlines(),
             fromfile=str(self.path), tofile=str(self.path), lineterm="",
         )  # fmt: skip
         return "\n".join(lines)
-
-
-def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
-    """(settings.json holding the hooks, the file holding the MCP servers) for a scope."""
-    if scope == "project":
-        return project / ".claude" / "settings.json", project / ".mcp.json"
-    return home / ".claude" / "settings.json", home / ".claude.json"
-
-
-def plan(
-    command: str, url: str, scope: str, project: Path, home: Path, remove: bool
-) -> list[Change]:
-    """What install (or uninstall, with `remove`) would write, file by file."""
-    settings_path, mcp_path = targets(scope, project, home)
-    settings, mcp = read_json(settings_path), read_json(mcp_path)
-    hooks = _without_ours(settings.get("hooks", {}))
-    if not remove:
-        for event, entries in claude_config(command)["hooks"].items():
-            hooks.setdefault(event, []).extend(entries)
-    new_settings = {**settings, "hooks": hooks} if hooks else _drop(settings, "hooks")
-    servers = {k: v for k, v in mcp.get("mcpServers", {}).items() if k != MCP_NAME}
-    if not remove:
-        servers[MCP_NAME] = {"type": "http", "url": url.rstrip("/") + "/mcp"}
-    new_mcp = {**mcp, "mcpServers": servers} if servers else _drop(mcp, "mcpServers")
-    return [
-        Change(settings_path, read_text(settings_path), json_text(new_settings, settings_path)),
-        Change(mcp_path, read_text(mcp_path), json_text(new_mcp, mcp_path)),
-    ]
 
 
 def apply(changes: list[Change]) -> list[Path]:
@@ -109,29 +75,6 @@ def _write_in_place(path: Path, text: str) -> None:
     os.replace(tmp, real)
 
 
-def _is_ours(hook: Any) -> bool:
-    command = hook.get("command", "") if isinstance(hook, dict) else ""
-    return isinstance(command, str) and command.rstrip().endswith("hook claude")
-
-
-def _without_ours(hooks: Any) -> dict[str, list[Any]]:
-    if not isinstance(hooks, dict):
-        raise InstallError("its 'hooks' is not an object; fix the file by hand first")
-    kept: dict[str, list[Any]] = {}
-    for event, entries in hooks.items():
-        left = []
-        for entry in entries if isinstance(entries, list) else [entries]:
-            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
-                others = [h for h in entry["hooks"] if not _is_ours(h)]
-                if others:
-                    left.append({**entry, "hooks": others})
-            else:
-                left.append(entry)
-        if left:
-            kept[event] = left
-    return kept
-
-
 def read_json(path: Path) -> dict[str, Any]:
     """A settings file's object ({} when absent or empty); InstallError when it is not one."""
     text = read_text(path)
@@ -160,5 +103,5 @@ def json_text(data: dict[str, Any], path: Path) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _drop(data: dict[str, Any], key: str) -> dict[str, Any]:
+def drop(data: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != key}

@@ -1,33 +1,27 @@
-"""Claude Code hook commands: forward the hook's JSON to ctxd, print what comes back as the
-harness's JSON hook output, and never get in the agent's way: exit 0 whatever happens.
+"""`ctxd hook <harness>`: a harness's hook command. It forwards the hook's JSON to ctxd,
+prints what comes back in the harness's own output format (its `CommandHook` adapter), and
+never gets in the agent's way: exit 0 whatever happens.
 
-Standard library only, and nothing of ctxd imported on the hook path: it runs on every prompt
-and every tool call. The policy (which session, what to record, what to inject, one dump per
-turn) is the server's (`service/ctxd/harness/events.py`), so this file only carries messages.
+Standard library only, and nothing of ctxd's server imported on the hook path: it runs on
+every prompt and every tool call. The policy (which session, what to record, what to inject,
+one dump per turn) is the server's (`UseCases.hook`), so this file only carries messages.
 """
 
 import json
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from ctxd import DEFAULT_URL
 from ctxd.harness import autostart, hook_http
+from ctxd.harness.adapter import CommandHook
+from ctxd.harness.registry import COMMAND_HOOKS
 
 MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
-# Events a person waits on get the time a fresh snapshot may take; the others are quick.
-SLOW_EVENTS = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
 QUICK_TIMEOUT_S = 5.0
-# Events whose trouble the person should see (a note per tool call would be noise).
-TELL_EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact")
-INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
-# `startup` too: a fresh start is where a conversation is bound to its session (and told of
-# the checkout's latest); the server hands a dump only to the other sources.
-SESSION_SOURCES = "startup|compact|resume|clear|fork"
-TOOLS = "Bash|Edit|Write|MultiEdit|NotebookEdit"
 SHELLS = {"sh", "bash", "dash", "zsh", "fish", "ksh", "busybox"}
 
 
@@ -40,41 +34,46 @@ class Down(HookError):
 
 
 def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int | None:
-    """`ctxd [--url U] hook claude`: handled here without argparse (a usage error would exit
+    """`ctxd [--url U] hook HARNESS`: handled here without argparse (a usage error would exit
     2, which Claude Code reads as "block"); None when argv is some other command."""
     args = list(argv)
-    url = os.environ.get("CTXD_URL", "http://127.0.0.1:8765")
+    url = os.environ.get("CTXD_URL", DEFAULT_URL)
     if args[:1] == ["--url"] and len(args) > 1:
         url, args = args[1], args[2:]
     elif args[:1] and args[0].startswith("--url="):
         url, args = args[0].split("=", 1)[1], args[1:]
     if args[:1] != ["hook"] or "--print-config" in args or "-h" in args or "--help" in args:
         return None
-    if args[1:2] != ["claude"] or len(args) > 2:
-        print(f"ctxd hook: ignored arguments {shlex.join(args[1:])!r}", file=stderr)
-    return run_claude(url, stdin, stdout, stderr)
+    harness = COMMAND_HOOKS.get(args[1] if len(args) > 1 else "claude")
+    if harness is None:
+        known = ", ".join(COMMAND_HOOKS)
+        print(f"ctxd hook: no harness {args[1]!r} runs hook commands (known: {known})", file=stderr)
+        return 0
+    if len(args) > 2:
+        print(f"ctxd hook: ignored arguments {shlex.join(args[2:])!r}", file=stderr)
+    return run(harness, url, stdin, stdout, stderr)
 
 
-def run_claude(url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+def run(harness: CommandHook, url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     event = ""
     try:
-        payload = parse_payload(stdin.read(MAX_PAYLOAD_CHARS))
-        event = str(payload["hook_event_name"])
-        timeout = SLOW_EVENTS.get(event, QUICK_TIMEOUT_S)
+        payload = parse_payload(harness, stdin.read(MAX_PAYLOAD_CHARS))
+        event = harness.event_name(payload) or ""
+        timeout = harness.slow_events.get(event, QUICK_TIMEOUT_S)
         if (given := os.environ.get("CTXD_HOOK_TIMEOUT", "")).replace(".", "", 1).isdigit():
             timeout = min(timeout, max(0.1, float(given)))  # the user's ceiling
         try:
-            answer = forward(url, payload, timeout)
+            answer = forward(url, harness.name, payload, timeout)
         except Down:
-            started = autostart.ensure(url, wait=event in TELL_EVENTS)
+            started = autostart.ensure(url, wait=event in harness.tell_events)
             if started is None:
                 raise
-            answer = forward(url, payload, timeout)
+            answer = forward(url, harness.name, payload, timeout)
             answer["message"] = answer.get("message") or started
-        output = hook_output(event, answer)
+        output = harness.output(event, answer)
     except HookError as exc:
         print(f"ctxd hook: {exc}", file=stderr)
-        output = {"systemMessage": f"ctxd: {exc}"} if event in TELL_EVENTS else None
+        output = harness.trouble(event, str(exc))
     except Exception as exc:  # never a traceback, never a non-zero exit
         print(f"ctxd hook: {type(exc).__name__}: {exc}"[:500], file=stderr)
         output = None
@@ -83,17 +82,17 @@ def run_claude(url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     return 0
 
 
-def parse_payload(text: str) -> dict[str, Any]:
+def parse_payload(harness: CommandHook, text: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HookError(f"hook input is not JSON ({exc.msg} at char {exc.pos})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("hook_event_name"), str):
-        raise HookError("hook input has no 'hook_event_name'; is this a Claude Code hook?")
+    if not isinstance(data, dict) or harness.event_name(data) is None:
+        raise HookError(f"hook input names no hook event; is this a {harness.label} hook?")
     return data
 
 
-def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+def forward(url: str, harness: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
     """POST the event to ctxd; its answer: {"session", "context", "message"}."""
     cwd = payload.get("cwd")
     body: dict[str, Any] = {
@@ -107,7 +106,7 @@ def forward(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]
         body["max_chars"] = max(200, int(given))
     if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
         body["harness_pid"] = pid  # only a service on this machine can look it up
-    status, said = post(url, "/api/hooks/claude", json.dumps(body).encode(), timeout)
+    status, said = post(url, f"/api/hooks/{harness}", json.dumps(body).encode(), timeout)
     if status != 200:
         raise HookError(f"ctxd answered HTTP {status}: {_detail(said.decode(errors='replace'))}")
     answer = json.loads(said or b"{}")
@@ -124,22 +123,6 @@ def post(url: str, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
             f"ctxd is not reachable at {url} ({exc or type(exc).__name__}); start it with "
             "`ctxd serve`; the agent goes on without it"
         ) from None
-
-
-def hook_output(event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
-    """Claude Code's JSON hook output: context for the model, a message for the person."""
-    output: dict[str, Any] = {}
-    context, message = answer.get("context"), answer.get("message")
-    if context and event in INJECT_EVENTS:
-        sid = answer.get("session", "")
-        lead = (
-            f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
-            f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
-        )
-        output["hookSpecificOutput"] = {"hookEventName": event, "additionalContext": lead + context}
-    if message:
-        output["systemMessage"] = f"ctxd: {message}"
-    return output or None
 
 
 def git_root(cwd: str) -> str:
@@ -190,33 +173,3 @@ def _detail(said: str) -> str:
         return str(json.loads(said).get("detail", said))[:300]
     except (ValueError, AttributeError):
         return said[:300]
-
-
-def hook_command(url: str, default_url: str) -> str:
-    """The command line to paste: this installation's ctxd, so the harness needs no PATH."""
-    script = Path(sys.executable).with_name("ctxd")
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "ctxd"]
-    if url != default_url:
-        argv += ["--url", url]
-    return shlex.join([*argv, "hook", "claude"])
-
-
-def claude_config(command: str) -> dict[str, Any]:
-    """The `hooks` block for Claude Code's settings.json. Tool calls are reported
-    asynchronously: no tool call ever waits on ctxd."""
-
-    def entry(timeout: int, matcher: str | None = None, **extra: Any) -> list[dict[str, Any]]:
-        hook = {"type": "command", "command": command, "timeout": timeout, **extra}
-        return [{**({"matcher": matcher} if matcher else {}), "hooks": [hook]}]
-
-    return {
-        "hooks": {
-            "PreCompact": entry(60),
-            "SessionStart": entry(60, SESSION_SOURCES),
-            "UserPromptSubmit": entry(60),
-            "PostToolUse": entry(30, TOOLS, **{"async": True}),
-            "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
-            "Stop": entry(10),
-            "SessionEnd": entry(10),
-        }
-    }

@@ -1,0 +1,96 @@
+"""The harness adapter contract: what one agent harness's hooks say, in ctxd's own words.
+
+Each harness (Claude Code, opencode, …) is one module of this package with one `ADAPTER`
+object: it turns the harness's hook payload into a harness-neutral `HookEvent`, plans what
+`ctxd install|uninstall <harness>` writes, and, for a harness that runs a command per hook
+event, reads the event's name from the payload and writes ctxd's answer in the harness's own
+output format. `registry.py` lists them; the hook entry point, the HTTP route, the use cases
+and the installer dispatch through it. Standard library only: the hook path imports it.
+"""
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from ctxd import DEFAULT_URL
+from ctxd.harness.files import Change
+
+# The harnesses ctxd speaks to: the one type of their names (the route, the CLI, sessions).
+HarnessName = Literal["claude", "opencode"]
+
+# What a hook event means to ctxd, whatever the harness called it.
+EventKind = Literal[
+    "start",  # a conversation starts or comes back (`source` says how)
+    "prompt",  # the user sent a prompt
+    "tool",  # a tool call ended: its actions are recorded
+    "compact",  # the harness is about to compact its context
+    "idle",  # the turn ended; the agent waits
+    "end",  # the conversation ended
+    "other",  # nothing ctxd acts on (still binds the conversation)
+]
+# A start from one of these sources comes after the context was lost: it gets a dump.
+RESUME_SOURCES = ("compact", "resume", "clear", "fork")
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """One hook event, harness-neutral."""
+
+    kind: EventKind
+    name: str  # the harness's own name for it (for notes and logs)
+    conversation: str = ""  # the harness's id of the conversation
+    cwd: str = ""
+    source: str = ""  # of a start: startup, resume, compact, clear, fork
+    prompt: str = ""
+    transcript_path: str = ""
+    compaction: str = ""  # of a compact: manual or auto
+    actions: tuple[dict[str, Any], ...] = ()  # of a tool call (`discovery/payloads.py` shapes)
+
+
+class Adapter(Protocol):
+    """One agent harness, as ctxd speaks to it."""
+
+    name: HarnessName
+    label: str  # its name for people: "Claude Code"
+
+    def event(self, payload: dict[str, Any]) -> HookEvent:
+        """The harness's hook payload (as its hook forwarded it) in ctxd's words."""
+        ...
+
+    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+        """What `ctxd install` (or, with `remove`, uninstall) writes, file by file."""
+        ...
+
+
+class CommandHook(Protocol):
+    """A harness that runs a command for each hook event (`ctxd hook <name>`), JSON on stdin
+    and out. The runner (`hook.py`) forwards the payload; this says how to read and answer."""
+
+    name: HarnessName
+    label: str
+    slow_events: dict[str, float]  # events a person waits on, with their time budget (s)
+    tell_events: tuple[str, ...]  # events whose trouble the person should see
+
+    def event_name(self, payload: dict[str, Any]) -> str | None:
+        """The payload's event name; None when the payload is not this harness's."""
+        ...
+
+    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
+        """ctxd's answer ({"session", "context", "message"}) as the harness's hook output."""
+        ...
+
+    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
+        """A one-line problem shown to the person, as the harness's hook output."""
+        ...
+
+
+def hook_command(harness: str, url: str) -> str:
+    """The hook command a harness's settings hold: this installation's ctxd (so the harness
+    needs no PATH), with `--url` unless it is the default."""
+    script = Path(sys.executable).with_name("ctxd")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "ctxd"]
+    if url != DEFAULT_URL:
+        argv += ["--url", url]
+    return shlex.join([*argv, "hook", harness])

@@ -1,0 +1,156 @@
+"""Claude Code as ctxd speaks to it: its hook events read, its hook output written, and
+`ctxd install|uninstall claude` (ctxd's hooks and MCP server merged into its settings).
+
+Ours are recognised by their command (`… hook claude`) and by the MCP server's name `ctxd`,
+so uninstall removes exactly what install added and a second install changes nothing. Hook
+commands written by earlier versions (`python -m service … hook claude`) end the same way,
+so `ctxd install claude` replaces them. Standard library only: the hook path imports it.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from ctxd.discovery import payloads
+from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, hook_command
+from ctxd.harness.files import MCP_NAME, Change, InstallError, drop, json_text, read_json, read_text
+
+# `startup` too: a fresh start is where a conversation is bound to its session (and told of
+# the checkout's latest); the server hands a dump only to the other sources.
+SESSION_SOURCES = "startup|compact|resume|clear|fork"
+TOOLS = "Bash|Edit|Write|MultiEdit|NotebookEdit"
+INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
+KINDS: dict[str, EventKind] = {
+    "SessionStart": "start",
+    "UserPromptSubmit": "prompt",
+    "PostToolUse": "tool",
+    "PostToolUseFailure": "tool",
+    "PreCompact": "compact",
+    "Stop": "idle",
+    "SessionEnd": "end",
+}
+
+
+class ClaudeCode:
+    name: HarnessName = "claude"
+    label = "Claude Code"
+    # Events a person waits on get the time a fresh snapshot may take; the others are quick.
+    slow_events = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
+    # Events whose trouble the person should see (a note per tool call would be noise).
+    tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
+
+    def event_name(self, payload: dict[str, Any]) -> str | None:
+        name = payload.get("hook_event_name")
+        return name if isinstance(name, str) else None
+
+    def event(self, payload: dict[str, Any]) -> HookEvent:
+        name = _text(payload, "hook_event_name")
+        kind = KINDS.get(name, "other")
+        return HookEvent(
+            kind=kind,
+            name=name,
+            conversation=_text(payload, "session_id"),
+            cwd=_text(payload, "cwd"),
+            source=_text(payload, "source"),
+            prompt=_text(payload, "prompt"),
+            transcript_path=_text(payload, "transcript_path"),
+            compaction=_text(payload, "trigger"),
+            actions=tuple(payloads.from_claude(payload)) if kind == "tool" else (),
+        )
+
+    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
+        """Claude Code's JSON hook output: context for the model (stated as facts, as its
+        docs ask of injected context), a message for the person."""
+        output: dict[str, Any] = {}
+        context, message = answer.get("context"), answer.get("message")
+        if context and event in INJECT_EVENTS:
+            sid = answer.get("session", "")
+            lead = (
+                f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
+                f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
+            )
+            output["hookSpecificOutput"] = {
+                "hookEventName": event,
+                "additionalContext": lead + context,
+            }
+        if message:
+            output["systemMessage"] = f"ctxd: {message}"
+        return output or None
+
+    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
+        return {"systemMessage": f"ctxd: {message}"} if event in self.tell_events else None
+
+    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+        settings_path, mcp_path = targets(scope, project, home)
+        settings, mcp = read_json(settings_path), read_json(mcp_path)
+        hooks = _without_ours(settings.get("hooks", {}))
+        if not remove:
+            for event, entries in config(hook_command(self.name, url))["hooks"].items():
+                hooks.setdefault(event, []).extend(entries)
+        new_settings = {**settings, "hooks": hooks} if hooks else drop(settings, "hooks")
+        servers = {k: v for k, v in mcp.get("mcpServers", {}).items() if k != MCP_NAME}
+        if not remove:
+            servers[MCP_NAME] = {"type": "http", "url": url.rstrip("/") + "/mcp"}
+        new_mcp = {**mcp, "mcpServers": servers} if servers else drop(mcp, "mcpServers")
+        return [
+            Change(settings_path, read_text(settings_path), json_text(new_settings, settings_path)),
+            Change(mcp_path, read_text(mcp_path), json_text(new_mcp, mcp_path)),
+        ]
+
+
+ADAPTER = ClaudeCode()
+
+
+def config(command: str) -> dict[str, Any]:
+    """The `hooks` block for Claude Code's settings.json. Tool calls are reported
+    asynchronously: no tool call ever waits on ctxd."""
+
+    def entry(timeout: int, matcher: str | None = None, **extra: Any) -> list[dict[str, Any]]:
+        hook = {"type": "command", "command": command, "timeout": timeout, **extra}
+        return [{**({"matcher": matcher} if matcher else {}), "hooks": [hook]}]
+
+    return {
+        "hooks": {
+            "PreCompact": entry(60),
+            "SessionStart": entry(60, SESSION_SOURCES),
+            "UserPromptSubmit": entry(60),
+            "PostToolUse": entry(30, TOOLS, **{"async": True}),
+            "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
+            "Stop": entry(10),
+            "SessionEnd": entry(10),
+        }
+    }
+
+
+def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
+    """(settings.json holding the hooks, the file holding the MCP servers) for a scope."""
+    if scope == "project":
+        return project / ".claude" / "settings.json", project / ".mcp.json"
+    return home / ".claude" / "settings.json", home / ".claude.json"
+
+
+def _is_ours(hook: Any) -> bool:
+    command = hook.get("command", "") if isinstance(hook, dict) else ""
+    return isinstance(command, str) and command.rstrip().endswith("hook claude")
+
+
+def _without_ours(hooks: Any) -> dict[str, list[Any]]:
+    if not isinstance(hooks, dict):
+        raise InstallError("its 'hooks' is not an object; fix the file by hand first")
+    kept: dict[str, list[Any]] = {}
+    for event, entries in hooks.items():
+        left = []
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                others = [h for h in entry["hooks"] if not _is_ours(h)]
+                if others:
+                    left.append({**entry, "hooks": others})
+            else:
+                left.append(entry)
+        if left:
+            kept[event] = left
+    return kept
+
+
+def _text(payload: dict[str, Any], name: str) -> str:
+    value = payload.get(name)
+    return value if isinstance(value, str) else ""
