@@ -1,5 +1,7 @@
-"""How numbers read in a dump: sizes (1024-based, KB/MB/GB), durations and UTC times."""
+"""How numbers and text read in a dump: sizes (1024-based, KB/MB/GB), durations, UTC times,
+and the characters a terminal or a bidi-aware viewer would act on, shown escaped."""
 
+import re
 from datetime import datetime
 
 
@@ -28,3 +30,39 @@ def human_duration(seconds: float) -> str:
 
 def utc(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
+
+
+# What a terminal or a viewer acts on instead of showing: C0 controls (tab and newline are
+# text), DEL, C1 (0x9b is a CSI), the bidi marks, embeddings, overrides and isolates (they
+# reorder what a line reads), the line and paragraph separators, and the tag characters
+# (invisible text that a model still reads).
+_UNSEEN = (
+    r"\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+    r"\U000e0000-\U000e007f"
+)
+_UNSEEN_IN_TEXT = re.compile(rf"\r\n|[{_UNSEEN}]")  # a CRLF line end reads as a newline
+_UNSEEN_IN_LINE = re.compile(rf"[\t\n{_UNSEEN}]")
+_SHORT = {"\t": r"\t", "\n": r"\n", "\r": r"\r", "\r\n": "\n"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    found = match.group()
+    if found in _SHORT:
+        return _SHORT[found]
+    point = ord(found)
+    if point < 0x100:
+        return f"\\x{point:02x}"
+    return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
+
+
+def printable(text: str, lines: bool = True) -> str:
+    """`text` with what a terminal would act on shown escaped (`\\x1b`, `\\u202e`) and a CRLF
+    line end as a newline; `lines=False`: one line, so newline and tab are escaped too.
+    Idempotent: what it writes holds none of what it escapes. A backslash stays as it is."""
+    pattern = _UNSEEN_IN_TEXT if lines else _UNSEEN_IN_LINE
+    return pattern.sub(_escape, text) if pattern.search(text) else text
+
+
+def has_unseen(text: str) -> bool:
+    """Whether `printable(text)` differs from `text`."""
+    return _UNSEEN_IN_TEXT.search(text) is not None

@@ -6,6 +6,8 @@ passwords, auth headers, `name=value` in free text, URL query parameters, `-p` a
 known values (a value once seen under a secret name or in a URL's password, see redact_known;
 kept across restarts as keyed digests, see redact_learned). `cut` redacts before it cuts and
 `lines` withholds PEM body lines of a window that shows neither BEGIN nor END.
+What it returns is printable (fmt.printable): control and bidi characters read escaped
+(`\\x1b`, `\\u202e`) in every dump, page, answer and log line, and a variable name is one line.
 Everything fails closed: if a rule raises or the time budget runs out, the value is withheld.
 Every regex is linear: starts are pinned by a lookbehind to the start of a run, and runs that
 must be followed by something are bounded, so 1 MB of log costs ~1 MB.
@@ -23,6 +25,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
+from ctxd.fmt import printable
 from ctxd.redact import known as redact_known
 from ctxd.redact import learned as redact_learned
 from ctxd.redact import shapes as redact_shapes
@@ -47,7 +50,8 @@ log = logging.getLogger(__name__)
 
 
 def text(value: str) -> str:
-    """Redact secrets found by content or known value in free text (logs, paths, output)."""
+    """Redact secrets found by content or known value in free text (logs, paths, output);
+    control and bidi characters come back escaped, newlines and tabs as they are."""
     try:
         if len(value) <= 512:
             return _text_short(value, redact_known.generation)
@@ -64,7 +68,9 @@ def _text(value: str, _generation: int = 0) -> str:
     for _ in range(4):
         for hit in redact_learned.found(value):  # learned before a restart: known again now
             redact_known.learn(hit)
-        out = redact_known.replace(value, REDACTED)
+        # Known values are matched as they were seen; the rules then see the text as it is
+        # shown, so a control character cannot split a secret in two for them.
+        out = printable(redact_known.replace(value, REDACTED))
         if _TRIGGER.search(out):
             for rule in _RULES:
                 out = rule(out)
@@ -113,8 +119,9 @@ def _by_name(name: str, value: str) -> str:
 
 
 def env(variables: Mapping[str, str]) -> dict[str, str]:
-    """Redact environment variables: by name, then by content."""
-    return {text(k): _by_name(k, v) for k, v in variables.items()}
+    """Redact environment variables: by name, then by content. A name is one line: its
+    newlines and tabs are escaped too, so it cannot show as lines of a shell block."""
+    return {printable(text(k), lines=False): _by_name(k, v) for k, v in variables.items()}
 
 
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}=")
@@ -151,7 +158,7 @@ def argv(args: Sequence[str]) -> list[str]:
     password_program = bool(_PASSWORD_PROGRAMS.fullmatch(program))
     for arg in args:
         try:
-            out.append(_arg(arg, flag, password_program))
+            out.append(printable(_arg(arg, flag, password_program)))  # a flag's name too
         except Exception:
             out.append(WITHHELD)
         flag = arg if arg.startswith("-") and "=" not in arg else None

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 import jinja2
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
+from markupsafe import Markup
 
 from ctxd import __version__
-from ctxd.fmt import human_duration
+from ctxd.fmt import human_duration, printable
 from ctxd.render.markdown import TEMPLATES, human_bytes, utc
 
 
@@ -19,12 +20,22 @@ def ago(moment: datetime | None) -> str:
     return human_duration(max(0.0, (datetime.now(UTC) - moment).total_seconds())) + " ago"
 
 
+def shown(value: object) -> object:
+    """What every `{{ }}` of a page prints, before HTML escaping: text with control and bidi
+    characters escaped (a stored dump older than that rule, text ctxd wrote itself). Markup
+    stays Markup: the escapes hold no character HTML gives a meaning."""
+    if isinstance(value, Markup):
+        return Markup(printable(str(value)))
+    return printable(value) if isinstance(value, str) else value
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         # Everything observed (log lines, command lines, journal text) reaches these pages:
         # escape by default, and fail on a missing field instead of printing nothing.
         autoescape=jinja2.select_autoescape(["html"], default_for_string=True),
+        finalize=shown,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -9,7 +9,7 @@ from markdown_it import MarkdownIt
 # human_bytes and utc are imported from here by the pages too
 from ctxd import shipped
 from ctxd.collectors import registry
-from ctxd.fmt import human_bytes, human_duration, utc
+from ctxd.fmt import human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import processes as render_processes
 from ctxd.render.dump_files import DumpLocation
@@ -51,10 +51,17 @@ def flag_text(flag: Flag) -> str:
     return flag.name if flag.value is None else f"{flag.name} {flag.value}"
 
 
+def shown(value: object) -> object:
+    """What every `{{ }}` of a dump prints: text with control and bidi characters escaped.
+    Observed text arrives so from the redactor; this covers what never passed it."""
+    return printable(value) if isinstance(value, str) else value
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=False,  # Markdown, not HTML: unsafe text is fenced or cell-escaped instead
+        finalize=shown,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,

@@ -78,7 +78,9 @@ def describe(
     patterns = tuple(spec.env) or DEFAULT_ENV
     again = []
     if root and not zombie:
-        again = relaunch.block(argv, info["cwd"], environ, patterns, proc.pid, relaunch.login_env())
+        again = relaunch.block(
+            info["cmdline"] or [], info["cwd"], environ, patterns, proc.pid, relaunch.login_env()
+        )  # as read: the block redacts each word itself, and says which it had to escape
     try:
         user: str | None = user_name(proc.uids().real)
     except (psutil.AccessDenied, psutil.ZombieProcess):
