@@ -43,7 +43,8 @@ def run(runs: int) -> None:
         with open(folder / "train.log", "w") as log:
             for i in range(80_000):
                 log.write(f"step {i} loss {1 / (i + 1):.6f} lr 0.0003 tokens/s 12345.6\n")
-        token_file = folder / "token"
+        token_file = folder / "main" / ".peers" / "token"  # where ctxd takes token files
+        token_file.parent.mkdir(parents=True)
         token_file.write_text(TOKEN + "\n")
         token_file.chmod(0o600)
         sleeper = subprocess.Popen(["sleep", "7777.25"])

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from ctxd.peers.client import REFUSED, token_folders, token_rule
 
 from tests.conftest import Server, start_server, stop_server
 
@@ -23,8 +24,11 @@ TOKEN = "peer-token-0123456789-abcdefghij"
 HANG_S = 2 + 6
 
 
-def token_file(folder: Path, token: str = TOKEN) -> Path:
-    path = folder / "peer.token"
+def token_file(data_dir: Path, token: str = TOKEN, name: str = "peer.token") -> Path:
+    """A token file where ctxd accepts one: in its data directory's `.peers` folder."""
+    folder = data_dir / ".peers"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / name
     path.write_text(token + "\n")
     path.chmod(0o600)
     return path
@@ -64,7 +68,7 @@ def session_with_logs(client: httpx.Client, tmp_path: Path, peer: str) -> None:
 def test_a_peer_watch_is_collected_there_and_named_by_host(
     client: httpx.Client, node2: Server, tmp_path: Path
 ) -> None:
-    peer = {"url": node2.url, "token_file": str(token_file(tmp_path))}
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path / "data"))}
     assert client.put("/api/peers/node2", json=peer).status_code == 201
     session_with_logs(client, tmp_path, "node2")
     (tmp_path / "there.log").write_text("remote line one\nAKIAIOSFODNN7EXAMPLE key\n")
@@ -92,7 +96,10 @@ def test_remote_processes_and_jobs_are_named_by_host(
     client: httpx.Client, node2: Server, tmp_path: Path, spawn
 ) -> None:
     spawn("sleep", "4321.5")
-    client.put("/api/peers/node2", json={"url": node2.url, "token_file": str(token_file(tmp_path))})
+    client.put(
+        "/api/peers/node2",
+        json={"url": node2.url, "token_file": str(token_file(tmp_path / "data"))},
+    )
     client.put("/api/sessions/s", json={})
     watch = {"kind": "process", "match": "^sleep 4321[.]5$", "host": "node2"}
     assert client.post("/api/sessions/s/watches", json=watch).status_code == 201
@@ -109,7 +116,7 @@ def test_remote_processes_and_jobs_are_named_by_host(
 def test_a_remote_port_is_probed_on_the_peers_loopback(
     client: httpx.Client, node2: Server, tmp_path: Path
 ) -> None:
-    peer = {"url": node2.url, "token_file": str(token_file(tmp_path))}
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path / "data"))}
     client.put("/api/peers/node2", json=peer)
     client.put("/api/sessions/s", json={})
     node2_port = int(node2.url.rsplit(":", 1)[1])
@@ -130,7 +137,7 @@ def test_a_remote_port_is_probed_on_the_peers_loopback(
 def test_a_wrong_token_is_one_clear_line(
     client: httpx.Client, node2: Server, tmp_path: Path, token: str, expected: str
 ) -> None:
-    peer = {"url": node2.url, "token_file": str(token_file(tmp_path, token))}
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path / "data", token))}
     client.put("/api/peers/node2", json=peer)
     session_with_logs(client, tmp_path, "node2")
 
@@ -233,7 +240,9 @@ def test_a_misbehaving_peer_is_one_line_within_the_deadline(
 ) -> None:
     fake_peer.mode = mode  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
-    client.put("/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path))})
+    client.put(
+        "/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path / "data"))}
+    )
     session_with_logs(client, tmp_path, "node2")
 
     _, markdown, took = take(client, "s")
@@ -256,7 +265,8 @@ def test_a_failed_peer_rests_instead_of_being_asked_each_time(
     try:
         with httpx.Client(base_url=here.url, timeout=30) as client:
             client.put(
-                "/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path))}
+                "/api/peers/node2",
+                json={"url": url, "token_file": str(token_file(tmp_path / "here"))},
             )
             session_with_logs(client, tmp_path, "node2")
             started = time.monotonic()
@@ -276,7 +286,7 @@ def test_an_unreadable_token_is_a_line_and_a_rest_not_a_failed_snapshot(
     client: httpx.Client, fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
 ) -> None:
     url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
-    path = token_file(tmp_path)
+    path = token_file(tmp_path / "data")
     assert client.put("/api/peers/node2", json={"url": url, "token_file": str(path)}).is_success
     session_with_logs(client, tmp_path, "node2")
     # an editor saved it again with a byte-order mark: no HTTP header can carry that
@@ -284,7 +294,7 @@ def test_an_unreadable_token_is_a_line_and_a_rest_not_a_failed_snapshot(
 
     first, second = take(client, "s")[1], take(client, "s")[1]
 
-    why = "its token file holds characters that are not printable ASCII"
+    why = "its token file is " + REFUSED + ": " + token_rule(token_folders(tmp_path / "data"))
     assert f"`host node2`: log {tmp_path / 'there.log'}: {why}" in first
     assert "local line one" in first
     assert f"{why} (resting before the next try)" in second
@@ -292,14 +302,14 @@ def test_an_unreadable_token_is_a_line_and_a_rest_not_a_failed_snapshot(
     status = client.get("/api/peers").json()
     assert status[0]["reachable"] is False and status[0]["error"] == why
     refused = client.put("/api/peers/node3", json={"url": url, "token_file": str(path)})
-    assert refused.status_code == 400 and why in refused.text and TOKEN not in refused.text
+    assert refused.status_code == 400 and REFUSED in refused.text and TOKEN not in refused.text
 
 
 def test_an_unforeseen_failure_is_one_line_naming_its_kind(
     client: httpx.Client, tmp_path: Path
 ) -> None:
     # "a:b" passes the URL check, and httpx refuses it with an error that is no HTTPError
-    peer = {"url": "http://a:b", "token_file": str(token_file(tmp_path))}
+    peer = {"url": "http://a:b", "token_file": str(token_file(tmp_path / "data"))}
     assert client.put("/api/peers/node2", json=peer).status_code == 201
     session_with_logs(client, tmp_path, "node2")
 
@@ -412,7 +422,9 @@ def test_a_dead_peer_is_unreachable_at_once(client: httpx.Client, tmp_path: Path
     from tests.conftest import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
-    client.put("/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path))})
+    client.put(
+        "/api/peers/node2", json={"url": url, "token_file": str(token_file(tmp_path / "data"))}
+    )
     session_with_logs(client, tmp_path, "node2")
 
     _, markdown, took = take(client, "s")
@@ -455,18 +467,18 @@ def test_the_peer_side_keeps_its_own_rules(tmp_path: Path) -> None:
 
 
 def test_the_directory(client: httpx.Client, tmp_path: Path) -> None:
-    good = {"url": "http://10.0.0.2:8765", "token_file": str(token_file(tmp_path))}
+    good = {"url": "http://10.0.0.2:8765", "token_file": str(token_file(tmp_path / "data"))}
     assert client.put("/api/peers/node2", json=good).status_code == 201
     assert client.put("/api/peers/node2", json=good).status_code == 200
     missing = good | {"token_file": str(tmp_path / "nope")}
     answer = client.put("/api/peers/node3", json=missing)
-    assert answer.status_code == 400 and "cannot read its token file" in answer.text
+    assert answer.status_code == 400 and REFUSED in answer.text
     assert client.put("/api/peers/node3", json=good | {"url": "ftp://x"}).status_code == 400
     relative = client.put("/api/peers/node3", json=good | {"token_file": "peer.token"})
-    assert relative.status_code == 400 and "absolute" in relative.text
+    assert relative.status_code == 400 and REFUSED in relative.text
     Path(good["token_file"]).chmod(0o644)
     loose = client.put("/api/peers/node3", json=good)
-    assert loose.status_code == 400 and "chmod 600" in loose.text
+    assert loose.status_code == 400 and "mode 0600 or stricter" in loose.text
     assert client.put("/api/peers/bad name", json=good).status_code in (400, 404)
     assert client.delete("/api/peers/node2").status_code == 204
     assert client.delete("/api/peers/node2").status_code == 404
@@ -480,11 +492,11 @@ def test_only_a_token_is_ever_sent_from_a_token_file(
     client: httpx.Client, fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
 ) -> None:
     url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
-    path = token_file(tmp_path)
+    path = token_file(tmp_path / "data")
     for content in (PRIVATE_KEY, TOKEN + "\nsecond line\n", "short\n", f" {TOKEN}\n"):
         path.write_text(content)
         refused = client.put("/api/peers/node2", json={"url": url, "token_file": str(path)})
-        assert refused.status_code == 400 and "does not hold a token alone" in refused.text
+        assert refused.status_code == 400 and "holding one token alone" in refused.text
         assert "b3BlbnNzaC1rZXkt" not in refused.text and "second line" not in refused.text
     # put while it held a token, changed since: refused at use, never sent
     path.write_text(TOKEN + "\n")
@@ -494,17 +506,17 @@ def test_only_a_token_is_ever_sent_from_a_token_file(
 
     _, markdown, _ = take(client, "s")
 
-    assert "`host node2`: log" in markdown and "does not hold a token alone" in markdown
+    assert "`host node2`: log" in markdown and "holding one token alone" in markdown
     assert "b3BlbnNzaC1rZXkt" not in markdown
     status = client.get("/api/peers").json()
-    assert "does not hold a token alone" in status[0]["error"]
+    assert "holding one token alone" in status[0]["error"]
     assert fake_peer.requests == 0  # type: ignore[attr-defined]
 
 
 def test_a_token_sent_in_clear_to_another_host_is_warned_of(
     client: httpx.Client, tmp_path: Path
 ) -> None:
-    peer = {"url": "http://node2.invalid:8765", "token_file": str(token_file(tmp_path))}
+    peer = {"url": "http://node2.invalid:8765", "token_file": str(token_file(tmp_path / "data"))}
     assert client.put("/api/peers/node2", json=peer).status_code == 201
     assert client.put("/api/peers/node3", json=peer | {"url": "https://node3.invalid"}).is_success
 
@@ -520,7 +532,7 @@ def test_without_a_token_only_this_machine_names_peers(tmp_path: Path) -> None:
     from tests.conftest import app_client
 
     # the in-process client's address is "testclient": not this machine's loopback
-    peer = {"url": "http://127.0.0.1:1", "token_file": str(token_file(tmp_path))}
+    peer = {"url": "http://127.0.0.1:1", "token_file": str(token_file(tmp_path / "locked"))}
     with app_client(tmp_path / "open") as open_node:
         refused = open_node.put("/api/peers/node2", json=peer)
         assert refused.status_code == 403 and "from this machine only" in refused.text

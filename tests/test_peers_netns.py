@@ -107,7 +107,7 @@ def _wait_for(url: str, process: subprocess.Popen) -> None:
 def two_hosts(client: httpx.Client, node2: Node2, tmp_path: Path, slow: bool = False) -> None:
     (tmp_path / "here.log").write_text("local line one\n")
     (tmp_path / "there.log").write_text("remote line one\n")
-    peer = {"url": node2.url, "token_file": str(token_file(tmp_path))}
+    peer = {"url": node2.url, "token_file": str(token_file(tmp_path / "data"))}
     assert client.put("/api/peers/node2", json=peer).status_code == 201
     client.put("/api/sessions/s", json={})
     watches = [
@@ -184,9 +184,7 @@ def test_a_wrong_token_across_the_link(
     client: httpx.Client, node2: Node2, tmp_path: Path, server: Server
 ) -> None:
     two_hosts(client, node2, tmp_path)
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    path = token_file(wrong, "wrong-token-0123456789-abcdefghij")
+    path = token_file(tmp_path / "data", "wrong-token-0123456789-abcdefghij", "wrong.token")
     client.put("/api/peers/node2", json={"url": node2.url, "token_file": str(path)})
 
     _, markdown, _ = take(client, "s")

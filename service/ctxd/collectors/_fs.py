@@ -10,10 +10,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ctxd import confine
+from ctxd.named_files import NotRegular as NotRegular
+from ctxd.named_files import changed, open_named, opened_name
+from ctxd.named_files import explain_mode as explain_mode
 
 GLOB_EXAMINED_MAX = 10_000
 ROTATED_SEARCH_MAX = 1000
-OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 
 _ERRNO_REASONS = {
     errno.ENOENT: "no such file",
@@ -26,10 +28,6 @@ _ERRNO_REASONS = {
 }
 
 OUTSIDE = "outside the watch roots (see CTXD_WATCH_ROOTS)"
-
-
-class NotRegular(Exception):
-    """The path is not a regular file; the message says what it is instead."""
 
 
 class Outside(NotRegular):
@@ -49,21 +47,6 @@ def explain_error(exc: OSError) -> str:
     if exc.errno in _ERRNO_REASONS:
         return _ERRNO_REASONS[exc.errno]
     return f"cannot read: {exc.strerror or exc}"
-
-
-def explain_mode(mode: int) -> str | None:
-    """Why a file of this mode is not read as a regular file, or None when it is one."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "is a directory"
-    if stat.S_ISFIFO(mode):
-        return "not a regular file (fifo)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "not a regular file (device)"
-    if stat.S_ISSOCK(mode):
-        return "not a regular file (socket)"
-    return "not a regular file"
 
 
 def open_regular(path: str) -> tuple[int, os.stat_result]:
@@ -86,18 +69,12 @@ def _verify(fd: int, st: os.stat_result, roots: Iterable[Path]) -> None:
     if st.st_dev in _pseudo_devices():
         raise Outside("a pseudo filesystem (/proc, /sys, /dev) is never watched")
     try:
-        opened = os.readlink(f"/proc/self/fd/{fd}")
+        opened = opened_name(fd)
     except OSError as exc:
         raise Outside("cannot verify what was opened (/proc is not mounted)") from exc
-    reason = confine.refusal(opened, roots)
+    reason = confine.refusal(opened, roots) or changed(opened, st)
     if reason:
         raise Outside(reason)
-    try:
-        named = os.stat(opened, follow_symlinks=False)
-    except OSError as exc:
-        raise Outside("changed while opening (renamed or removed)") from exc
-    if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
-        raise Outside("changed while opening (renamed or replaced)")
 
 
 def _no_link(st: os.stat_result) -> None:
@@ -126,31 +103,18 @@ def stat_confined(path: str, roots: Iterable[Path] = ()) -> tuple[os.stat_result
 def open_confined(path: str, roots: Iterable[Path] = ()) -> tuple[int, os.stat_result]:
     """An fd and fstat for a regular file under `roots`; raises OSError or NotRegular/Outside.
 
-    The name is resolved once and opened without following its final component (a link
-    swapped in meanwhile fails as a loop); the descriptor is then verified (see _verify)
-    before a byte is read, so checking one file and reading another cannot happen. The mode
-    is checked on an lstat before opening (opening a fifo or device could block or act) and
-    again on the fd. O_NOATIME where allowed: ctxd looking does not change `ls -lu`.
-    openat2(RESOLVE_NO_SYMLINKS) would also stop a swap of a parent directory before the
-    open, but Python does not expose it (only through ctypes and syscall numbers, and kernels
-    before 5.6 lack it); verifying the descriptor gives the same guarantee for what is read.
+    The name is resolved once and opened by `named_files.open_named`: without blocking (a
+    fifo swapped in opens at once and is refused), without following its final component (a
+    link swapped in meanwhile fails as a loop), a regular file by lstat before and by fstat
+    after. The descriptor is then verified (see _verify) before a byte is read, so checking
+    one file and reading another cannot happen. openat2(RESOLVE_NO_SYMLINKS) would also stop
+    a swap of a parent directory before the open, but Python does not expose it (only
+    through ctypes and syscall numbers, and kernels before 5.6 lack it); verifying the
+    descriptor gives the same guarantee for what is read. Time is bounded by the collector
+    runner's deadline, which every caller runs under.
     """
-    real = os.path.realpath(path)
-    pre = os.stat(real, follow_symlinks=False)
-    _no_link(pre)
-    reason = explain_mode(pre.st_mode)
-    if reason:
-        raise NotRegular(reason)
-    flags = OPEN_FLAGS | os.O_NOFOLLOW
+    fd, st = open_named(os.path.realpath(path))
     try:
-        fd = os.open(real, flags)
-    except PermissionError:
-        fd = os.open(real, flags & ~getattr(os, "O_NOATIME", 0))  # not the owner
-    try:
-        st = os.fstat(fd)
-        reason = explain_mode(st.st_mode)
-        if reason:
-            raise NotRegular(reason)
         _verify(fd, st, roots)
     except BaseException:
         os.close(fd)
@@ -159,8 +123,9 @@ def open_confined(path: str, roots: Iterable[Path] = ()) -> tuple[int, os.stat_r
 
 
 def open_dir_confined(path: str, roots: Iterable[Path] = ()) -> int:
-    """A directory fd for listing (os.scandir(fd)), verified like open_confined."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    """A directory fd for listing (os.scandir(fd)), verified like open_confined (O_DIRECTORY
+    refuses anything else before it is opened, O_NONBLOCK all the same)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     fd = os.open(os.path.realpath(path), flags)
     try:
         _verify(fd, os.fstat(fd), roots)

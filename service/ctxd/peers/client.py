@@ -6,8 +6,11 @@ gets either the parsed JSON or a `PeerFailure` whose text is one short line for 
 
 import ipaddress
 import json
+import os
+import pwd
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +19,15 @@ import httpx
 
 from ctxd import redact
 from ctxd.fmt import human_bytes
+from ctxd.named_files import (
+    NotRegular,
+    TimedReads,
+    TooSlow,
+    changed,
+    open_named,
+    opened_name,
+    read_at_most,
+)
 
 
 class PeerFailure(Exception):
@@ -26,24 +38,89 @@ class PeerFailure(Exception):
 # key, a config file) is never sent, whatever its mode: a token file names what is sent out.
 TOKEN_SHAPE = re.compile(rb"[A-Za-z0-9._~+/=-]{16,512}\n?")
 TOKEN_RULE = "one line of 16 to 512 characters from A-Z a-z 0-9 . _ ~ + / = -"
+TOKEN_FILE_MAX = 1024
+TOKEN_READ_S = 2.0
+# The folder of ctxd's data directory that holds peer token files (hidden: no session id
+# starts with a dot, so no session's Markdown folder can be it).
+PEER_TOKEN_DIR = ".peers"
+REFUSED = "not accepted as a token file"
+_READS = TimedReads("token file", slots=4)
 
 
-def read_token(token_file: str) -> str:
-    """The token in `token_file`; its content is never part of a reason (it may be a secret)."""
+class _Refused(Exception):
+    """A token file broke the rule; which part is never said (it would describe the file)."""
+
+
+def token_folders(data_dir: Path) -> list[Path]:
+    """Where a peer's token file may lie: ctxd's own configuration, chosen by whoever started
+    ctxd, never by a request: `<data dir>/.peers/` and `$XDG_CONFIG_HOME/ctxd/` (by default
+    `~/.config/ctxd/`) of the user ctxd runs as."""
+    folders = [Path(os.path.abspath(data_dir)) / PEER_TOKEN_DIR]
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(config):  # unset, or relative (which the XDG spec says to ignore)
+        config = os.path.join(os.path.expanduser("~"), ".config")
+    if os.path.isabs(config):  # "~" stays "~" when there is no home to expand it to
+        folders.append(Path(config) / "ctxd")
+    return folders
+
+
+def _user() -> str:
     try:
-        raw = Path(token_file).read_bytes()
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-        raise PeerFailure(f"cannot read its token file: {why}") from None
-    token = raw.strip()
-    if not token:
-        raise PeerFailure("its token file is empty")
-    if not all(0x20 <= byte < 0x7F or byte in b"\t\r\n" for byte in token):
-        # a byte-order mark or a non-ASCII letter cannot go in an HTTP header
-        raise PeerFailure("its token file holds characters that are not printable ASCII")
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def token_rule(folders: Sequence[Path]) -> str:
+    """The whole rule for a token file, the same words whichever part of it a file breaks."""
+    where = " or ".join(f"{folder}/" for folder in folders)
+    return (
+        f"it must be a regular file directly in {where}, owned by {_user()} (the user ctxd "
+        "runs as), mode 0600 or stricter, not a link and with no other hard link, holding "
+        f"one token alone ({TOKEN_RULE})"
+    )
+
+
+def read_token(token_file: str, folders: Sequence[Path]) -> str:
+    """The token in `token_file`, if it keeps the rule (see token_rule); else PeerFailure.
+
+    The reason is the rule alone, the same for a file that is missing, empty, binary, a link,
+    a fifo or someone else's: nothing is said about whether a path exists or what it holds.
+    Everything is checked on the descriptor that is read, never blocks (named_files), and
+    the read is bounded by TOKEN_FILE_MAX bytes and TOKEN_READ_S seconds.
+    """
+    try:
+        return _READS.run(lambda: _read_token(token_file, folders), TOKEN_READ_S)
+    except (OSError, ValueError, NotRegular, TooSlow, _Refused):  # ValueError: a NUL
+        raise PeerFailure(f"its token file is {REFUSED}: {token_rule(folders)}") from None
+
+
+def _read_token(token_file: str, folders: Sequence[Path]) -> str:
+    if not os.path.isabs(token_file) or os.path.normpath(token_file) != token_file:
+        raise _Refused
+    homes = {os.path.realpath(folder) for folder in folders}
+    parent, name = os.path.split(token_file)
+    real_parent = os.path.realpath(parent)  # the folder may be named through a link
+    if real_parent not in homes:
+        raise _Refused
+    fd, st = open_named(os.path.join(real_parent, name))  # the file itself is no link
+    try:
+        opened = opened_name(fd)
+        if (
+            os.path.dirname(opened) not in homes  # a folder swapped since it was resolved
+            or changed(opened, st)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & 0o077
+            or st.st_nlink != 1  # a hard link made to someone's private file
+            or st.st_size > TOKEN_FILE_MAX
+        ):
+            raise _Refused
+        raw = read_at_most(fd, TOKEN_FILE_MAX + 1)
+    finally:
+        os.close(fd)
     if not TOKEN_SHAPE.fullmatch(raw):
-        raise PeerFailure(f"its token file does not hold a token alone ({TOKEN_RULE})")
-    return token.decode("ascii")
+        raise _Refused
+    return raw.strip().decode("ascii")
 
 
 def is_loopback(host: str) -> bool:

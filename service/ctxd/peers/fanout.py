@@ -7,6 +7,7 @@ peer that failed is not asked again before it has rested (`peer_backoff_min_s`, 
 to `peer_backoff_max_s`), so a dead host costs one line per snapshot, not one timeout each.
 """
 
+import contextlib
 import logging
 import threading
 import time
@@ -15,13 +16,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from ctxd.errors import Invalid
 from ctxd.models import Observations, Watch
-from ctxd.peers.client import PeerFailure, exchange, read_token, url_warning
+from ctxd.peers.client import (
+    REFUSED,
+    PeerFailure,
+    exchange,
+    read_token,
+    token_folders,
+    token_rule,
+    url_warning,
+)
 from ctxd.peers.merge import merge_answer, merge_failure, split
 from ctxd.peers.serve import Callers
 from ctxd.settings import Settings
@@ -95,6 +103,12 @@ class Peers:
         self._guard = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="peer")
         self.callers = Callers()  # the peer side's memory of the sessions that ask this host
+        # where token files may lie: ctxd's own configuration (see client.token_folders)
+        self.token_folders = token_folders(settings.data_dir)
+        # made private from the start, for the token files the refusal points to; with no
+        # data directory yet, or a read-only one, the refusal still says where
+        with contextlib.suppress(OSError):
+            self.token_folders[0].mkdir(mode=0o700, exist_ok=True)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -102,16 +116,15 @@ class Peers:
     # --- the directory ----------------------------------------------------------------------
 
     def put(self, name: str, data: PeerIn) -> tuple[Peer, bool]:
-        path = Path(data.token_file)
-        if not path.is_absolute():
-            raise Invalid("token_file must be an absolute path")
+        """Add or change a peer. Its token file is sent to its URL, so it must be one of ctxd's
+        own (client.read_token): a request can never name another private file (a 0600
+        `hf_…` token, a key) to have it sent out. The refusal states the rule only, the same
+        for every file, so it cannot be used to learn whether a path exists or what it holds.
+        """
         try:
-            read_token(data.token_file)
-        except PeerFailure as exc:
-            raise Invalid(f"token_file {data.token_file} refused: {exc}") from None
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:  # the same rule as ctxd's own token file
-            raise Invalid(f"token_file {path} is mode {mode:04o}, readable by others: chmod 600")
+            read_token(data.token_file, self.token_folders)
+        except PeerFailure:
+            raise Invalid(f"token_file {REFUSED}: {token_rule(self.token_folders)}") from None
         with self._guard:
             self._health.pop(name, None)  # a new address or token deserves a try at once
         return self.rows.put(name, data)
@@ -143,7 +156,7 @@ class Peers:
     def _clock(self, peer: Peer, deadline: float) -> PeerStatus:
         started, wall = time.monotonic(), time.time()
         try:
-            token = read_token(peer.token_file)
+            token = read_token(peer.token_file, self.token_folders)
             answer = exchange(peer.url, token, CLOCK_PATH, None, deadline, 65536)
             theirs = datetime.fromisoformat(answer["now"]).timestamp()
             hostname = str(answer.get("hostname", ""))[:255]
@@ -245,7 +258,7 @@ class Peers:
         self, peer: Peer, payload: dict, deadline: float, attempt: _Attempt
     ) -> Observations:
         try:
-            token = read_token(peer.token_file)
+            token = read_token(peer.token_file, self.token_folders)
             limit = self.settings.peer_answer_bytes_max
             data = exchange(peer.url, token, OBSERVE_PATH, payload, deadline, limit)
             answer = Observations.model_validate(data)

@@ -11,7 +11,12 @@ from ctxd.store.connection import Connection, iso, now
 
 
 class PeerIn(Strict):
-    """A peer as put: its base URL and the file holding the token the peer was started with."""
+    """A peer as put: its base URL and the file holding the token the peer was started with.
+
+    Only a file name, never the token: the token stays in a file of ctxd's own configuration
+    (peers.client.read_token says which), so it is in no request body, no row of this table
+    and no answer; the row keeps the name, which is read afresh before each request.
+    """
 
     url: Annotated[str, Field(max_length=2048, pattern=r"^https?://[^/?#\s@]+/?$")]
     token_file: PathText
