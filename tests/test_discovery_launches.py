@@ -50,7 +50,10 @@ def test_unchanged_and_different_program() -> None:
     assert summary_line(flag_diff(PLAIN, list(PLAIN))) == "relaunched unchanged"
     other = flag_diff(PLAIN, ["python", "-m", "vllm.entrypoints.api_server", "--port", "8000"])
     assert other.program_changed
-    assert summary_line(other, "vllm") == "a different program: vllm"
+    assert summary_line(other, "vllm") == "a different program: `vllm`"
+    assert summary_line(other, "vllm", "python serve.py") == (
+        "a different program: `vllm` (the one before ran `python serve.py`)"
+    )
 
 
 def test_parse_flags_handles_repeats_negative_numbers_and_bare_flags() -> None:

@@ -1,8 +1,9 @@
 """The real Claude Code CLI, offline against a scripted model, with ctxd's hooks as installed.
 
 Nothing is registered with ctxd by hand: the scripted agent launches an SGLang-like server
-with `nohup`, kills it, relaunches it with debug flags and rebuilds a wheel; then the user
-sends a bare "continue". What the model receives for that turn is what this test reads.
+with `nohup` that dies at once with CUDA out of memory, relaunches it with other flags (it
+then waits forever for its ranks) and rebuilds a wheel; then the user sends a bare
+"continue". What the model receives for that turn is what this test reads.
 """
 
 import os
@@ -23,7 +24,7 @@ SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
 
 LAUNCHER = '''\
 """An SGLang-like launcher: 8 workers load the weights, then wait forever; the port never opens."""
-import argparse, multiprocessing, time
+import argparse, multiprocessing, sys, time
 
 def worker(rank):
     time.sleep(10**6)
@@ -33,7 +34,14 @@ if __name__ == "__main__":
     parser.add_argument("--model-path"); parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--port", type=int); parser.add_argument("--log-level", default="info")
     parser.add_argument("--disable-cuda-graph", action="store_true")
+    parser.add_argument("--max-model-len", type=int, default=8192)
     args = parser.parse_args()
+    if args.max_model_len > 16384:
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print('  File "launch_server.py", line 14, in <module>', file=sys.stderr)
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB",
+              file=sys.stderr)
+        sys.exit(1)
     print(f"server_args: tp={args.tp} port={args.port} log_level={args.log_level}", flush=True)
     workers = [multiprocessing.Process(target=worker, args=(r,)) for r in range(args.tp)]
     for w in workers:
@@ -65,8 +73,8 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     (top / "Makefile").write_text(MAKEFILE)
     subprocess.run(["git", "init", "-q", str(top)], check=True)
     yield top
-    for proc in psutil.process_iter(["cmdline"]):
-        if any("launch_server.py" in part for part in proc.info["cmdline"] or []):
+    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
+        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
             proc.kill()
 
 
@@ -85,11 +93,15 @@ def claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
-def running_launcher() -> psutil.Process:
-    for proc in psutil.process_iter(["cmdline", "ppid"]):
+def running_launcher(workspace: Path) -> psutil.Process:
+    """The relaunched server: the process of this test's folder that is not a worker."""
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmdline = proc.info["cmdline"] or []
-        if "--disable-cuda-graph" in cmdline and not any(
-            "launch_server.py" in " ".join(p.cmdline()) for p in [proc.parent()] if p
+        mine = proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(workspace)
+        if (
+            mine
+            and "--disable-cuda-graph" in cmdline
+            and not any("launch_server.py" in " ".join(p.cmdline()) for p in [proc.parent()] if p)
         ):
             return proc
     raise AssertionError("the relaunched server is not running")
@@ -112,12 +124,11 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
 
     model = ScriptedModel(
         [
-            Step(bash=f"{LAUNCH} > server.log 2>&1 &"),
-            Step(bash="sleep 2; tail -3 server.log"),
-            Step(bash="pkill -f '[l]aunch_server.py'; sleep 1"),
+            Step(bash=f"mkdir -p logs; {LAUNCH} --max-model-len 32768 > logs/attempt1.log 2>&1 &"),
+            Step(bash="sleep 2; tail -3 logs/attempt1.log"),
             Step(
-                bash=f"HF_TOKEN={SECRET} {LAUNCH} --disable-cuda-graph --log-level debug"
-                " > server.log 2>&1 &"
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --max-model-len 8192 --disable-cuda-graph"
+                " --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),
@@ -137,7 +148,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     context = model.context_of_last_turn()
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
     (Path(__file__).parent / "artifacts" / "harness_claude_continue.txt").write_text(context)
-    launcher = running_launcher()
+    launcher = running_launcher(workspace)
     workers = launcher.children()
 
     # once, and within Claude Code's 10,000-character hook output limit
@@ -153,9 +164,16 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     # its log tail, its expected port not listening
     assert "Capturing batches (bs=8): waiting for all ranks" in context
     assert re.search(r"30000.*not listening|not listening.*30000", context), context
-    # the earlier launch, how it ended, and what changed
-    assert re.search(r"ended[^\n]*gone after", context), context
-    assert re.search(r"relaunched with --disable-cuda-graph, --log-level debug added", context)
+    # both attempts, in order: the first died before ctxd saw it, with its own log's error;
+    # the second runs, with what changed; the old error is not the live attempt's
+    attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
+    first, second = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
+    assert "--max-model-len 32768" in first and "before ctxd saw it run" in first
+    assert "torch.OutOfMemoryError: CUDA out of memory" in first
+    assert f"(pid {launcher.pid})" in second and "**running**" in second
+    assert "--max-model-len 32768 → 8192" in second and "OutOfMemoryError" not in second
+    now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
+    assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
     # the rebuilt wheel and the recent commands
     assert "kernel-0.2-py3-none-any.whl" in context
     assert "make wheel" in context

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ctxd.models import Observations, ProcessWatch, SessionIn, Watch
+from ctxd.settings import Limits
 from ctxd.snapshotter import launch_history
 from ctxd.store.database import Store
 
@@ -29,9 +30,8 @@ def test_a_crowd_of_alike_launches_is_one_line_and_a_different_one_stays_apart(t
     store.save_launches("s", [*crowd, server])
     items = launch_history.history(store, "s", [])
     assert [i.text for i in items] == [
-        "launched `sleep 3599` 40 times (pids 1000, 1001, 1002, … 1039)"
-        " from 12:00:00 to 12:00:39 UTC",
-        "launched `python serve.py` (pid 2000) at 12:05:00 UTC",
+        "`sleep 3599` 40 times (pids 1000, 1001, 1002, … 1039) from 12:00:00 to 12:00:39 UTC",
+        "`python serve.py` (pid 2000) at 12:05:00 UTC",
     ]
     assert "relaunched unchanged" not in (items[0].outcome or "")
     assert items[0].command == "sleep 3599" and items[0].status == "running"
@@ -45,8 +45,8 @@ def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):
     ])  # fmt: skip
     texts = [i.text for i in launch_history.history(store, "s", [])]
     assert texts == [
-        "launched `python serve.py` (pid 1) at 12:00:00 UTC",
-        "launched `python serve.py` (pid 2) at 12:00:01 UTC",
+        "`python serve.py` (pid 1) at 12:00:00 UTC",
+        "`python serve.py` (pid 2) at 12:00:01 UTC",
     ]
 
 
@@ -55,7 +55,8 @@ def test_every_running_launch_is_seen_to_end_not_only_the_newest_twenty(tmp_path
     crowd = [_launch(1000 + i, ["sleep", "3599"], T0 + timedelta(seconds=i)) for i in range(30)]
     store.save_launches("s", crowd)
     watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="sleep 3599"))
-    ended = launch_history.observed(store, "s", [watch], Observations())  # none runs any more
+    files = launch_history.LogFiles((tmp_path,), Limits())
+    ended = launch_history.observed(store, "s", [watch], Observations(), files)  # none runs
     launch_history.save(store, "s", ended)
     assert store.running_launches("s") == []
     ended = store.list_launches("s", limit=100)

@@ -57,8 +57,8 @@ def test_a_hung_collector_is_not_started_again_while_it_runs(tmp_path: Path, mon
     snap = Snapshotter(settings, Store(settings.db_path))
     try:
         snap.store.put_session("h", SessionIn())
-        first = snap.observe("h")
-        second = snap.observe("h")
+        first = snap.runner.observe("h", snap.store.list_watches("h"))
+        second = snap.runner.observe("h", snap.store.list_watches("h"))
         assert "timed out" in first.processes.unavailable[0].reason
         assert "still busy" in second.processes.unavailable[0].reason
         assert len(calls) == 1

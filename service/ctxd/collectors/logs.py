@@ -4,6 +4,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +22,13 @@ from ctxd.collectors._fs import (
     open_confined,
 )
 from ctxd.collectors._holders import WriterMemory, attach_writers
-from ctxd.collectors._logtext import find_error_block, repeats, tail_text
+from ctxd.collectors._logtext import (
+    detect_binary,
+    find_error_block,
+    parse_lines,
+    repeats,
+    tail_text,
+)
 from ctxd.models import LogInfo, LogsSection, LogWatch, Unavailable, Watch
 from ctxd.settings import Limits
 
@@ -34,6 +41,32 @@ def redact_lines(lines: list[str]) -> list[str]:
     """Redact a window of lines, so a secret spread over lines (a PEM block) is seen whole,
     even when the window starts inside it."""
     return redact.lines(lines)
+
+
+# How much of an ended run's log its error is looked for in (from the end).
+ENDED_RUN_TAIL_BYTES = 256 * 1024
+
+
+def last_error(path: str, roots: Iterable[Path], since: float, limits: Limits) -> str | None:
+    """The root cause of the error a run's log ended with (redacted), when the file was
+    written since `since` (epoch seconds): for an attempt that ended, whether or not its log
+    is watched. Confined and bounded as any read of a watched log; None when unreadable."""
+    try:
+        fd, st = open_confined(path, roots)
+    except (OSError, NotRegular):
+        return None
+    try:
+        if st.st_mtime < since:
+            return None  # an earlier run's file, left as it was
+        raw, partial = read_tail(fd, st.st_size, 10**6, ENDED_RUN_TAIL_BYTES)
+    except (OSError, ShrankError):
+        return None
+    finally:
+        os.close(fd)
+    if detect_binary(raw[:4096]):
+        return None
+    found = find_error_block(parse_lines(raw, limits.log_line_chars_max, partial=partial))
+    return redact.text(found[1]) if found else None
 
 
 def observe_log(

@@ -22,9 +22,10 @@ _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 @dataclass
 class Launch:
-    """One new root process of a process watch."""
+    """One attempt: born with the agent's command (`command`), or first seen as a new root
+    process of a process watch; bound to its process once seen (`seen`)."""
 
-    pid: int
+    pid: int | None
     argv: tuple[str, ...]
     started_at: datetime
     cwd: str | None = None
@@ -34,12 +35,21 @@ class Launch:
     exit_status: int | None = None  # only where the kernel or the parent told
     port_opened: bool | None = None  # None: no expected port
     idle_s: float | None = None  # time since its CPU time last grew
+    command: str | None = None  # the agent's command line as written (redacted)
+    seen: bool = True  # its process was seen running (False: it ended before, or is starting)
+    logs: tuple[str, ...] = ()  # the files its output goes to
+    error: str | None = None  # the root-cause line its own log ended with
+    error_log: str | None = None  # the log that line is in
 
     def outcome(self, now: datetime) -> str:
         """How it ended or how long it runs: "running for 3 min", "gone after 2 min"."""
         if self.ended_at is None:
+            if not self.seen:
+                return "started, its process not seen yet"
             return f"running for {human_duration((now - self.started_at).total_seconds())}"
-        lasted = human_duration((self.ended_at - self.started_at).total_seconds())
+        lasted = human_duration(max(0.0, (self.ended_at - self.started_at).total_seconds()))
+        if not self.seen:
+            return f"died within {lasted}, before ctxd saw it run"
         if self.exit_status is None:
             return f"gone after {lasted} (exit status unknown)"
         if self.exit_status < 0:
@@ -60,7 +70,7 @@ def _is_flag(arg: str) -> bool:
     return arg.startswith("-") and arg not in ("-", "--") and not _NUMBER.match(arg)
 
 
-def _program(argv: list[str]) -> tuple[tuple[str, ...], list[str]]:
+def program_of(argv: list[str]) -> tuple[tuple[str, ...], list[str]]:
     """(what is run: `python -m pkg` or `./serve`, the arguments it gets)."""
     if not argv:
         return (), []
@@ -134,8 +144,8 @@ def flag_diff(
     env: dict[str, str] | None = None,
 ) -> FlagDiff:
     """What changed from the previous launch's command line and environment to this one's."""
-    old_program, old_args = _program(list(previous_argv))
-    new_program, new_args = _program(list(argv))
+    old_program, old_args = program_of(list(previous_argv))
+    new_program, new_args = program_of(list(argv))
     old_flags, old_pos = parse_flags(old_args)
     new_flags, new_pos = parse_flags(new_args)
     diff = FlagDiff(program_changed=old_program != new_program)
@@ -158,11 +168,12 @@ def flag_diff(
     return diff
 
 
-def summary_line(diff: FlagDiff, program: str = "") -> str:
+def summary_line(diff: FlagDiff, program: str = "", before: str = "") -> str:
     """One line, renderer-independent: "relaunched with --disable-cuda-graph, --log-level
     debug added; --speculative-algorithm EAGLE3 removed"."""
     if diff.program_changed:
-        return f"a different program{': ' + program if program else ''}"
+        was = f" (the one before ran `{before}`)" if before else ""
+        return f"a different program{': `' + program + '`' if program else ''}{was}"
     if diff.empty():
         return "relaunched unchanged"
     parts = []

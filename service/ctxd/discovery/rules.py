@@ -27,6 +27,8 @@ _BUILTINS = {
     "cd", "pushd", "popd", "export", "source", ".", "set", "unset", "echo", "printf",
     "true", "false", "wait", "trap", "ulimit", "umask", "alias", "read", "test", "[",
 }  # fmt: skip
+# `$(…)`, `${…}`, `$VAR` and backquotes: what they name is only known by running them.
+_EXPANDS = re.compile(r"[$`]")
 
 
 def watch_key(watch: Mapping[str, Any]) -> tuple[str, str]:
@@ -51,14 +53,18 @@ def program_pattern(argv: Iterable[str]) -> str | None:
         while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
             rest = rest[1:]
         if rest[:1] == ["-m"] and len(rest) > 1:
-            return re.escape(rest[1])
-        if rest and rest[0] != "-c":
-            return re.escape(os.path.basename(rest[0]))
-        return None  # `python -c …` has nothing stable to find it by
-    return re.escape(name) if name else None
+            name = rest[1]
+        elif rest and rest[0] != "-c":
+            name = os.path.basename(rest[0])
+        else:
+            return None  # `python -c …` has nothing stable to find it by
+    # `$(which srv)` or `$APP` is known only by running it: no pattern rather than a guess
+    return re.escape(name) if name and not _EXPANDS.search(name) else None
 
 
 def _resolve(path: str, cwd: str | None, command: SimpleCommand | None = None) -> str | None:
+    if _EXPANDS.search(path) or (command is not None and _EXPANDS.search(command.cwd)):
+        return None  # `/tmp/x/$(id).log`, `$LOG`, `cd $DIR`: known only by running them
     path = os.path.expanduser(path)
     base = cwd or ""
     if command is not None and command.cwd:
@@ -115,17 +121,14 @@ def propose_for_command(
     """
     out = _Proposals(existing, cap, allowed)
     when = _at(at)
-    launches = list(facts.launches)
-    if background and not launches:
-        # The harness sent the whole line off: its last real program is the long-running one
-        # (`cd x && source .venv/bin/activate && python serve.py`).
-        launches = [c for c in facts.commands if c.argv and _is_work(c)][-1:]
-    launches = [c for c in launches if _is_work(c)]
+    launches = launched(facts, background)
     for launch in launches:
         pattern = program_pattern(launch.argv)
         if pattern:
             ports = sorted(set(facts.ports))[:32]
             spec: dict[str, Any] = {"kind": "process", "match": pattern, "expect_ports": ports}
+            if where := launch_dir(launch, cwd):
+                spec["cwd"] = where  # its own launches, not a same-named process elsewhere
             if launch.env:
                 spec["env"] = sorted(launch.env)[:ENV_NAMES_MAX]
             out.add(spec, f"launched by the command at {when}")
@@ -136,7 +139,8 @@ def propose_for_command(
     for log in facts.logs:
         if path := _resolve(log, cwd, _owner(facts, log)):
             out.add({"kind": "log", "path": path}, f"log named by the command at {when}")
-    if launches:
+    if launches and not any(program_pattern(launch.argv) for launch in launches):
+        # a launch's process watch expects its ports already; a port alone, else
         for port in facts.ports:
             out.add({"kind": "port", "port": port}, f"expected port of the command at {when}")
     for build in facts.builds:
@@ -153,6 +157,32 @@ def propose_for_command(
         if path and counts.get(path, 0) + 1 >= REPEATED_READS:
             out.add({"kind": "log", "path": path}, f"read again by the command at {when}")
     return out.items
+
+
+def launched(facts: CommandFacts, background: bool = False) -> list[SimpleCommand]:
+    """The programs a command line sends off to keep running: its `&`, `nohup`, `setsid`, …
+    launches, or, when the harness ran the whole line in the background (Claude Code's
+    run_in_background), its last real program."""
+    launches = list(facts.launches)
+    if background and not launches:
+        # The harness sent the whole line off: its last real program is the long-running one
+        # (`cd x && source .venv/bin/activate && python serve.py`).
+        launches = [c for c in facts.commands if c.argv and _is_work(c)][-1:]
+    return [c for c in launches if _is_work(c)]
+
+
+def launch_dir(launch: SimpleCommand, cwd: str | None) -> str | None:
+    """The directory a launch runs in: the command's, after a `cd` in the same line."""
+    if launch.cwd:
+        return _resolve(".", cwd, launch)
+    return os.path.normpath(cwd) if cwd and cwd.startswith("/") else None
+
+
+def launch_logs(facts: CommandFacts, launch: SimpleCommand, cwd: str | None) -> list[str]:
+    """The files a launch's output goes to (its redirects), and the logs its line names."""
+    paths = [_resolve(target, cwd, launch) for target in launch.redirects]
+    paths += [_resolve(log, cwd, _owner(facts, log)) for log in facts.logs]
+    return list(dict.fromkeys(p for p in paths if p and not is_secret_path(p)))
 
 
 def _is_work(command: SimpleCommand) -> bool:
@@ -184,6 +214,8 @@ def propose_from_machine(
         pattern = program_pattern(candidate.argv)
         if pattern and candidate.root == candidate.pid:
             spec = {"kind": "process", "match": pattern}
+            if candidate.cwd:
+                spec["cwd"] = candidate.cwd
             out.add(spec, f"running in the workspace (pid {candidate.pid})")
         for path in stdio:
             out.add({"kind": "log", "path": path}, f"stdout of pid {candidate.pid}")

@@ -76,6 +76,11 @@ class HistoryItem(BaseModel):
     status: str | None = None
     outcome: str | None = None
     command: str | None = None  # a launch's command line (redacted)
+    label: str | None = None  # "attempt 3", "attempts 1-18" (an en dash)
+    error: str | None = None  # the root-cause line its own log ended with
+    error_log: str | None = None  # the log that line is in
+    pid: int | None = None  # its root process, once seen
+    flags: list[str] = Field(default_factory=list)  # flags changed from the attempt before
 
 
 class Narrative(BaseModel):

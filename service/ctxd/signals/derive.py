@@ -1,10 +1,11 @@
 """Pure functions from observations (and the previous ones) to signals, worst first."""
 
 from collections import Counter
+from collections.abc import Set
 
 from ctxd.fmt import human_duration
-from ctxd.models import SEVERITY_ORDER, Observations, ProcessInfo, Signal
-from ctxd.signals.logs import log_errors, root_cause, silent_logs
+from ctxd.models import SEVERITY_ORDER, LogInfo, Observations, ProcessInfo, Signal
+from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_logs
 from ctxd.signals.slurm import slurm_jobs
 from ctxd.snapshotter import happened
 from ctxd.thresholds import (
@@ -18,13 +19,17 @@ from ctxd.thresholds import (
 )
 
 
-def derive(current: Observations, previous: Observations | None) -> list[Signal]:
+def derive(
+    current: Observations, previous: Observations | None, earlier_runs: Set[str] = frozenset()
+) -> list[Signal]:
+    """The signals of an observation, worst first; `earlier_runs`: logs of runs that ended
+    (attempts' own logs), never taken as what the running one says."""
     signals = [
         *stuck_trees(current),
         *log_errors(current, previous),
         *exited_processes(current, previous),
         *idle_processes(current),
-        *expected_ports(current),
+        *expected_ports(current, earlier_runs),
         *ports_opened(current, previous),
         *silent_logs(current),
         *zombies(current),
@@ -154,6 +159,20 @@ def idle_processes(current: Observations) -> list[Signal]:
     return [Signal(severity="warning", code="all_idle", subject="processes", text=text)]
 
 
+def _run_logs(current: Observations, watch_id: int | None) -> list[LogInfo]:
+    """The logs of the run that expects a port: what its processes write, or what was written
+    since it started; none but fresh ones when no watched process expects it."""
+    members = [p for p in current.processes.items if p.watch_id == watch_id] if watch_id else []
+    roots = [p.started_at for p in members if p.root] or [p.started_at for p in members]
+    started = max(roots) if roots else None
+    if watch_id is None or not members:
+        newest = [log.newest_root_started_at for log in current.logs.items]
+        started = max((s for s in newest if s is not None), default=None)
+        if started is None:
+            return list(current.logs.items)  # nothing runs, no run to tell apart
+    return logs_of(current, {p.pid for p in members}, started)
+
+
 def _expecting(current: Observations, watch_id: int | None) -> str:
     """Who expects a port, in words: its watched process, or that none is running."""
     if watch_id is None:
@@ -165,12 +184,15 @@ def _expecting(current: Observations, watch_id: int | None) -> str:
     return f"; expected by the watched process {lead.name} (pid {lead.pid})"
 
 
-def expected_ports(current: Observations) -> list[Signal]:
+def expected_ports(current: Observations, earlier_runs: Set[str] = frozenset()) -> list[Signal]:
     signals = []
-    cause = root_cause(current)
     for port in current.ports.items:
         where = f"{port.host}:{port.port}"
         if not port.listening:
+            run = [
+                log for log in _run_logs(current, port.expected_by) if log.path not in earlier_runs
+            ]
+            cause = root_cause(current, run)
             why = f": {cause[1]} (in {cause[0]})" if cause else ""
             who = _expecting(current, port.expected_by)
             signals.append(

@@ -1,34 +1,57 @@
 """Signals read from the watched logs: an error named by its root cause, and silent logs."""
 
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
 from ctxd.collectors._logtext import error_line_indexes
 from ctxd.fmt import human_duration
-from ctxd.models import Observations, Signal
+from ctxd.models import LogInfo, Observations, Signal
 from ctxd.models.snapshot import Severity
 from ctxd.snapshotter import happened
 from ctxd.thresholds import LOG_SILENT_AFTER_S
 
 
-def last_error_line(current: Observations) -> tuple[str, str] | None:
-    """(log path, line) of the newest line that looks like an error in any watched log.
+def last_error_line(
+    current: Observations, logs: Sequence[LogInfo] | None = None
+) -> tuple[str, str] | None:
+    """(log path, line) of the newest line that looks like an error in any watched log (or
+    in `logs`).
 
     The logs collector's matcher: a setting's value (log_level='ERROR') is no error here either.
     """
-    for log in sorted(current.logs.items, key=lambda lg: lg.silent_for_s):
+    for log in sorted(current.logs.items if logs is None else logs, key=lambda lg: lg.silent_for_s):
         found = error_line_indexes(log.lines)
         if found:
             return log.path, log.lines[found[-1]].strip()[:200]
     return None
 
 
-def root_cause(current: Observations) -> tuple[str, str] | None:
+def root_cause(
+    current: Observations, logs: Sequence[LogInfo] | None = None
+) -> tuple[str, str] | None:
     """(log path, line) that best explains a failure: the root cause of a new error block,
-    else of an earlier one, else the newest error-shaped line of a tail."""
-    logs = sorted(current.logs.items, key=lambda lg: lg.silent_for_s)
+    else of an earlier one, else the newest error-shaped line of a tail; of `logs` when
+    given (the logs of one run), else of every watched log."""
+    chosen = sorted(current.logs.items if logs is None else logs, key=lambda lg: lg.silent_for_s)
     for new in (True, False):
-        for log in logs:
+        for log in chosen:
             if log.error_summary and log.error_new == new:
                 return log.path, log.error_summary
-    return last_error_line(current)
+    return last_error_line(current, chosen)
+
+
+def logs_of(current: Observations, pids: set[int], started: datetime | None) -> list[LogInfo]:
+    """The watched logs that belong to the run of these processes: those they write, and
+    those nobody writes now that were written since the run started. A log an earlier run
+    left behind is not this run's, whatever its last error says."""
+    own = []
+    for log in current.logs.items:
+        if log.writer_pid is not None:
+            if log.writer_pid in pids:
+                own.append(log)
+        elif started is not None and log.modified_at >= started - timedelta(seconds=1):
+            own.append(log)
+    return own
 
 
 def log_errors(current: Observations, previous: Observations | None) -> list[Signal]:

@@ -1,42 +1,81 @@
-"""Launches as attempts: each new root of a process watch, followed from snapshot to snapshot.
+"""Attempts: each launch, from the agent's command to how it ended, followed per snapshot.
 
-A launch starts when a snapshot first sees a root process of a process watch, and ends when
-a later one no longer sees it (or saw it exit). It keeps its argv, cwd and environment (as
-observed, so already redacted), whether its expected port ever opened and how long it sat
-idle; the dump's Attempts merges launches with the agent's own journal attempts.
+An attempt is born with the agent's command (`usecases/agent_actions.py` saves it before any
+process is seen, `seen` 0): its command as written, directory, time, log files and expected
+ports. A snapshot binds it to the root process that command spawned (a new root of a process
+watch running the same program with the same arguments in the same directory, started
+around the command), follows it while it runs (port state, idle time, the logs its tree
+writes) and ends it when the process is gone, with the error its own log ended with. One
+whose process is never seen died before ctxd looked: it stays an attempt, with its command
+and its log's error. A root process no command accounts for (started by hand, by a script)
+is an attempt too, from its first sighting.
+
+Everything here reads: `observed` says which rows to write, and the snapshot writes them
+(`save`) once it is stored, so a preview changes nothing.
 """
 
+import re
 import weakref
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
-from pathlib import PurePosixPath
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ctxd.discovery.launches import Launch, flag_diff, summary_line
+from ctxd.collectors.logs import last_error
+from ctxd.discovery.launches import Launch, flag_diff, program_of, summary_line
 from ctxd.fmt import human_duration
-from ctxd.models import HistoryItem, JournalEntry, Observations, ProcessWatch, Watch
+from ctxd.models import HistoryItem, JournalEntry, LogInfo, Observations, ProcessWatch, Watch
+from ctxd.settings import Limits
 from ctxd.store.database import Store
 
 COMMAND_CHARS = 400
-LAUNCHES_SHOWN = 20
-LAUNCHES_FOLDED = 500
+LAUNCHES_FOLDED = 500  # the newest attempts read for the dump; older ones are searched
+SHOWN_IN_FULL = 6  # the newest attempts shown one by one; older ones fold by outcome
+# An attempt whose process is not seen this long after its command was reported ended
+# before ctxd looked (the settling snapshot comes a second after a launch).
+PENDING_S = 1.0
+# Its process may have started this long before the command was reported (a tool call that
+# launched in the background, then slept and read the log before returning).
+BIND_BEFORE_S = 600.0
+DASH = "\N{EN DASH}"
 
 
-def observed(store: Store, sid: str, watches: list[Watch], seen: Observations) -> list[dict]:
-    """The launch rows this observation calls for (read, not written): new roots start one,
-    vanished roots end theirs, running ones get their port state and idle time. The snapshot
-    saves them once it is stored (`save`); a preview shows them without saving."""
+@dataclass(frozen=True)
+class LogFiles:
+    """Where an ended attempt's log may be read when no watch reads it: the watch roots and
+    the bounds of a log read (the snapshot's settings)."""
+
+    roots: tuple[Path, ...]
+    limits: Limits
+
+
+def observed(
+    store: Store, sid: str, watches: list[Watch], seen: Observations, files: LogFiles
+) -> list[dict]:
+    """The attempt rows this observation calls for (read, not written): a new root binds the
+    attempt its command made (or starts one), vanished roots and attempts never seen end
+    theirs (with their log's error), running ones get their port state, idle time and logs.
+    The snapshot saves them once it is stored (`save`); a preview shows them unsaved."""
     process_watches = {w.id: w for w in watches if isinstance(w.spec, ProcessWatch)}
-    if not process_watches:
+    open_rows = store.running_launches(sid)
+    if not process_watches and not open_rows:
         return []
     items = seen.processes.items
-    listening = {p.tree: set(p.listening) for p in items if p.listening}
+    tree_of = {p.pid: p.tree if p.tree is not None else p.pid for p in items}
+    listening: dict[int, set[int]] = {}
     for p in items:
-        if p.tree is not None and p.tree != p.pid:
-            listening.setdefault(p.tree, set()).update(p.listening)
+        listening.setdefault(tree_of[p.pid], set()).update(p.listening)
+    writes: dict[int, set[str]] = {}  # tree -> the logs its members write
+    for log in seen.logs.items:
+        if log.writer_pid in tree_of:
+            writes.setdefault(tree_of[log.writer_pid], set()).add(log.path)
     open_ports = {port.port for port in seen.ports.items if port.listening}
+    logs = {log.path: log for log in seen.logs.items}
     now = datetime.now(UTC)
+    stored = {row["start_key"]: row for row in open_rows if row["seen"]}
+    pending = [row for row in open_rows if not row["seen"]]
+    bound: set[str] = set()
     running = set()
     saves: list[dict] = []
     for p in items:
@@ -47,29 +86,110 @@ def observed(store: Store, sid: str, watches: list[Watch], seen: Observations) -
         running.add(p.key)
         expected = list(watch.spec.expect_ports)
         ports = listening.get(p.pid, set()) | (open_ports & set(expected))
-        saves.append(
-            {
-                "start_key": p.key,
-                "watch_id": watch.id,
-                "pid": p.pid,
-                "started_at": p.started_at,
-                "argv": p.argv,
-                "cwd": p.cwd,
-                "env": p.env,
-                "expected_ports": expected,
-                "port_opened": int(bool(set(expected) & ports)) if expected else None,
-                "idle_s": p.idle_for_s,
-            }
-        )
+        row: dict[str, Any] = {
+            "start_key": p.key,
+            "watch_id": watch.id,
+            "pid": p.pid,
+            "started_at": p.started_at,
+            "argv": p.argv,
+            "cwd": p.cwd,
+            "env": p.env,
+            "expected_ports": expected,
+            "port_opened": int(bool(set(expected) & ports)) if expected else None,
+            "idle_s": p.idle_for_s,
+        }
+        known = stored.get(p.key)
+        if known is None and (born := _born_with(p.argv, p.cwd, p.started_at, pending, bound)):
+            bound.add(born["start_key"])
+            known = born
+            # it keeps its command's time (a kernel start time is a second coarse) and ports
+            row |= {"bound_from": born["start_key"], "seen": 1, "command": born["command"]}
+            row |= {"started_at": born["started_at"], "expected_ports": born["expected_ports"]}
+        elif known is not None and known["command"]:
+            row |= {"started_at": known["started_at"], "expected_ports": known["expected_ports"]}
+        row["logs"] = sorted(set(known["logs"] if known else ()) | writes.get(p.pid, set()))
+        saves.append(row)
     gone = {e.key: e.last_seen_at for e in seen.processes.exited if e.root}
-    for launch in store.running_launches(sid):
-        if launch["start_key"] in running:
+    for row in open_rows:
+        key = row["start_key"]
+        if key in running or key in bound:
             continue
-        if launch["watch_id"] not in process_watches:
-            continue  # its watch was removed: it is no longer followed, not "gone"
-        ended = gone.get(launch["start_key"]) or now
-        saves.append({"start_key": launch["start_key"], "ended_at": ended})
+        started = datetime.fromisoformat(row["started_at"])
+        if row["seen"]:
+            if row["watch_id"] not in process_watches:
+                continue  # its watch was removed: it is no longer followed, not "gone"
+            ended = gone.get(key) or now
+        elif (now - started).total_seconds() < PENDING_S:
+            continue  # its process may still be starting
+        else:
+            ended = now  # it died before any snapshot saw it
+        error = _error(row["logs"], logs, started, files)
+        saves.append({"start_key": key, "ended_at": ended, **error})
     return saves
+
+
+def _born_with(
+    argv: Sequence[str],
+    cwd: str | None,
+    started_at: datetime,
+    pending: list[dict],
+    bound: set[str],
+) -> dict | None:
+    """The oldest attempt not yet seen that this new root process is the launch of: the same
+    program with the same arguments, in the command's directory, started around it."""
+    program, args = program_of(list(argv))
+    for row in pending:
+        if row["start_key"] in bound:
+            continue
+        their_program, their_args = program_of(row["argv"])
+        if not _same_program(their_program, program) or their_args != args:
+            continue
+        if row["cwd"] and cwd and row["cwd"] != cwd:
+            continue
+        at = datetime.fromisoformat(row["started_at"])
+        if at - timedelta(seconds=BIND_BEFORE_S) <= started_at <= at + timedelta(minutes=10):
+            return row
+    return None
+
+
+def _same_program(written: tuple[str, ...], running: tuple[str, ...]) -> bool:
+    """`torchrun` as written is `python …/torchrun` as it runs (a Python entry point script)."""
+    names = tuple(PurePosixPath(part).name for part in written)
+    running_names = tuple(PurePosixPath(part).name for part in running)
+    return names == running_names or (
+        running_names[:1] == ("python",) and names == running_names[1:]
+    )
+
+
+def _error(
+    paths: Sequence[str], logs: dict[str, LogInfo], started: datetime, files: LogFiles
+) -> dict:
+    """The error its own logs ended with: from a log it names that was written since it
+    started, as this snapshot's log watch saw it, else read from the file's end."""
+    since = started - timedelta(seconds=1)
+    for path in paths:
+        log = logs.get(path)
+        if log is not None:
+            if log.error_summary and log.modified_at >= since:
+                return {"error": log.error_summary, "error_log": path}
+        elif summary := last_error(path, files.roots, since.timestamp(), files.limits):
+            return {"error": summary, "error_log": path}
+    return {}
+
+
+def logs_of_attempts(store: Store, sid: str, pending: Sequence[dict] = ()) -> set[str]:
+    """The log files of the session's newest attempts (`pending`: rows not saved yet)."""
+    stored, _ = _recent(store, sid)
+    paths = {path for _, launch in stored for path in launch.logs}
+    return paths | {path for row in pending for path in row.get("logs", ())}
+
+
+def ended_logs(store: Store, sid: str, pending: Sequence[dict] = ()) -> set[str]:
+    """The logs of attempts that ended, but for those a running attempt writes too: an error
+    in them is an earlier run's, never the running one's."""
+    launches = _with_pending(_recent(store, sid)[0], pending)
+    ended = {path for launch in launches if launch.ended_at for path in launch.logs}
+    return ended - {path for launch in launches if launch.ended_at is None for path in launch.logs}
 
 
 def save(store: Store, sid: str, saves: list[dict]) -> None:
@@ -81,29 +201,41 @@ def save(store: Store, sid: str, saves: list[dict]) -> None:
 def history(
     store: Store, sid: str, attempts: list[JournalEntry], pending: Sequence[dict] = ()
 ) -> list[HistoryItem]:
-    """Launches and journal attempts in one list, oldest first; `pending`: rows from
-    `observed` not saved yet, shown as if they were."""
-    # a crowd of alike launches folds into one line: fold the newest hundreds, show the 20
-    launches = _with_pending(_recent(store, sid), pending)
+    """Attempts and the agent's own journal attempts in one list, oldest first: the newest
+    SHOWN_IN_FULL launches one by one, older ones folded by how they ended; `pending` holds
+    rows from `observed` not saved yet, shown as if they were."""
+    stored, total = _recent(store, sid)
+    launches = _with_pending(stored, pending)
+    total += sum(1 for row in pending if row["start_key"] not in dict(stored) and "pid" in row)
+    first_number = total - len(launches) + 1
     now = datetime.now(UTC)
     items: list[HistoryItem] = []
     previous: Launch | None = None
-    for run in _runs(launches):
-        first = _item(run[0], previous, now)
-        items.append(first if len(run) == 1 else _folded(run, first, _item(run[-1], None, now)))
-        previous = run[-1]
-    return sorted([*map(_journal, attempts), *items[-LAUNCHES_SHOWN:]], key=lambda i: i.at)
+    numbered = list(enumerate(launches, start=first_number))
+    for run in _runs(numbered):
+        number, launch = run[0]
+        item = _item(launch, previous, now, number)
+        if len(run) > 1:
+            item = _crowd(run, item, _item(run[-1][1], None, now, run[-1][0]))
+        items.append(item)
+        previous = run[-1][1]
+    older, newest = items[:-SHOWN_IN_FULL], items[-SHOWN_IN_FULL:]
+    if older:
+        newest.insert(0, _folded(older, first_number - 1, sid))
+    elif first_number > 1:
+        newest.insert(0, _earlier(first_number - 1, sid, launches[0].started_at))
+    return sorted([*map(_journal, attempts), *newest], key=lambda i: i.at)
 
 
 # The newest launches of each session as read last, by store, with the stamp they were read at:
 # a crowd's hundreds of launches cost a read and three JSON decodes each, every snapshot.
-_Stamped = tuple[tuple[int, int], list[tuple[str, Launch]]]
+_Stamped = tuple[tuple[int, int], tuple[list[tuple[str, Launch]], int]]
 _read: "weakref.WeakKeyDictionary[Store, dict[str, _Stamped]]" = weakref.WeakKeyDictionary()
 
 
-def _recent(store: Store, sid: str) -> list[tuple[str, Launch]]:
-    """The newest LAUNCHES_FOLDED launches by start key, oldest first; read again only once
-    they changed."""
+def _recent(store: Store, sid: str) -> tuple[list[tuple[str, Launch]], int]:
+    """The newest LAUNCHES_FOLDED attempts by start key, oldest first, and how many the
+    session has in all; read again only once they changed."""
     stamp = store.launches_stamp(sid)
     of_store = _read.setdefault(store, {})
     kept = of_store.get(sid)
@@ -111,59 +243,132 @@ def _recent(store: Store, sid: str) -> list[tuple[str, Launch]]:
         return kept[1]
     rows = store.list_launches(sid, limit=LAUNCHES_FOLDED)
     launches = [(row["start_key"], _launch(row)) for row in rows]
-    of_store[sid] = (stamp, launches)
-    return launches
+    read = (launches, store.count_launches(sid))
+    of_store[sid] = (stamp, read)
+    return read
 
 
 def _with_pending(stored: list[tuple[str, Launch]], pending: Sequence[dict]) -> list[Launch]:
     """The stored launches with the unsaved rows of `observed` applied: new ones added, the
-    others updated (ended, port opened, idle)."""
+    others updated (bound to their process, ended, port opened, idle, their error)."""
     if not pending:
         return [launch for _, launch in stored]
-    by_key = dict(stored)
+    by_key = dict(stored)  # in the order they were made: the order of the attempts
     for row in pending:
-        key = row["start_key"]
+        key = row.get("bound_from") or row["start_key"]
         if key in by_key:
             current = by_key[key]
             opened = row.get("port_opened", current.port_opened)
             by_key[key] = replace(
                 current,
+                pid=row.get("pid", current.pid),
+                argv=tuple(row.get("argv", current.argv)),
+                started_at=_time(row.get("started_at", current.started_at)),
+                env=row.get("env", current.env),
+                seen=bool(row.get("seen", current.seen)),
                 ended_at=row.get("ended_at", current.ended_at),
                 port_opened=None if opened is None else bool(opened),
                 idle_s=row.get("idle_s", current.idle_s),
+                error=row.get("error", current.error),
+                error_log=row.get("error_log", current.error_log),
             )
         elif "pid" in row:
-            by_key[key] = _launch({**row, "started_at": str(row["started_at"])})
-    return sorted(by_key.values(), key=lambda launch: launch.started_at)
+            by_key[key] = _launch(row)
+    return list(by_key.values())
 
 
-def _runs(launches: list[Launch]) -> list[list[Launch]]:
+def _runs(numbered: list[tuple[int, Launch]]) -> list[list[tuple[int, Launch]]]:
     """Launches of one command line in a row, in one state (a crowd of alike processes, one
-    program started again and again), each run a list."""
-    runs: list[list[Launch]] = []
-    for launch in launches:
-        if runs and _alike(runs[-1][0], launch):
-            runs[-1].append(launch)
+    program started again and again unchanged), each run a list."""
+    runs: list[list[tuple[int, Launch]]] = []
+    for number, launch in numbered:
+        if runs and _alike(runs[-1][0][1], launch):
+            runs[-1].append((number, launch))
         else:
-            runs.append([launch])
+            runs.append([(number, launch)])
     return runs
 
 
 def _alike(a: Launch, b: Launch) -> bool:
-    return (a.argv, a.ended_at is None, a.port_opened, a.expected_ports) == (
-        b.argv, b.ended_at is None, b.port_opened, b.expected_ports,
+    return (a.argv, a.ended_at is None, a.port_opened, a.expected_ports, a.error) == (
+        b.argv, b.ended_at is None, b.port_opened, b.expected_ports, b.error,
     )  # fmt: skip
 
 
-def _folded(run: list[Launch], first: HistoryItem, last: HistoryItem) -> HistoryItem:
+def _crowd(run: list[tuple[int, Launch]], first: HistoryItem, last: HistoryItem) -> HistoryItem:
     """A run as one line: "launched `sleep 60` 20 times (pids …)", with the newest's outcome."""
-    pids = [launch.pid for launch in run]
-    shown = ", ".join(map(str, pids[:3])) + (f", … {pids[-1]}" if len(pids) > 3 else "")
-    program = _program(run[0])
-    start, end = (f"{run[i].started_at:%H:%M:%S}" for i in (0, -1))
+    pids = [str(launch.pid) for _, launch in run if launch.pid is not None]
+    shown = ", ".join(pids[:3]) + (f", … {pids[-1]}" if len(pids) > 3 else "")
+    program = _program(run[0][1])
+    start, end = (f"{run[i][1].started_at:%H:%M:%S}" for i in (0, -1))
     when = f"at {start}" if start == end else f"from {start} to {end}"
-    text = f"launched `{program}` {len(run)} times (pids {shown}) {when} UTC"
-    return first.model_copy(update={"text": text, "outcome": last.outcome})
+    ran = f" (pids {shown})" if pids else ""
+    text = f"`{program}` {len(run)} times{ran} {when} UTC"
+    label = f"attempts {run[0][0]}{DASH}{run[-1][0]}"
+    return first.model_copy(update={"text": text, "outcome": last.outcome, "label": label})
+
+
+def _folded(older: list[HistoryItem], before: int, sid: str) -> HistoryItem:
+    """The attempts older than the newest few, in one line: how many ended how (the same error
+    once, with its count) and which flags varied among them."""
+    first, last = _numbers(older[0].label)[0], _numbers(older[-1].label)[-1]
+    outcomes: dict[str, int] = {}
+    for item in older:
+        count = len(range(*_span(item.label)))
+        key = _shape(item.error or item.status or "?")
+        outcomes[key] = outcomes.get(key, 0) + count
+    said = "; ".join(
+        f"{n} {_outcome_words(shape)}" for shape, n in sorted(outcomes.items(), key=lambda x: -x[1])
+    )
+    varied = sorted({flag for item in older for flag in item.flags})
+    flags = f"; flags that varied: {', '.join(varied[:8])}" if varied else ""
+    earlier = f" (and {before} before them)" if before else ""
+    failed = [item for item in older if item.error]
+    return HistoryItem(
+        error=failed[-1].error if failed else None,
+        error_log=failed[-1].error_log if failed else None,
+        at=older[0].at,
+        source="launch",
+        label=f"attempts {first}{DASH}{last}",
+        text=f"{said}{flags}{earlier}",
+        status="folded",
+        outcome=f"each one: `ctxd search {sid} WORDS`",
+    )
+
+
+def _earlier(before: int, sid: str, at: datetime) -> HistoryItem:
+    return HistoryItem(
+        at=at - timedelta(microseconds=1),
+        source="launch",
+        label=f"attempts 1{DASH}{before}",
+        text=f"{before} earlier attempts, not read for this dump",
+        status="folded",
+        outcome=f"each one: `ctxd search {sid} WORDS`",
+    )
+
+
+_LABEL_NUMBER = re.compile(r"\d+")
+
+
+def _numbers(label: str | None) -> list[int]:
+    return [int(n) for n in _LABEL_NUMBER.findall(label or "")] or [0]
+
+
+def _span(label: str | None) -> tuple[int, int]:
+    numbers = _numbers(label)
+    return numbers[0], numbers[-1] + 1
+
+
+def _shape(text: str) -> str:
+    """An error as a class of errors: its numbers and paths elided (run 14 and run 23 of one
+    failure read alike)."""
+    return re.sub(r"\d+", "N", text)[:160]
+
+
+def _outcome_words(shape: str) -> str:
+    if shape in ("running", "ended", "started", "?"):
+        return {"running": "running", "ended": "ended", "started": "starting"}.get(shape, "?")
+    return f"died with `{shape}`"
 
 
 def _journal(entry: JournalEntry) -> HistoryItem:
@@ -176,18 +381,28 @@ def _journal(entry: JournalEntry) -> HistoryItem:
     )
 
 
+def _time(value: datetime | str) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
 def _launch(row: dict[str, Any]) -> Launch:
     ended = row.get("ended_at")
     return Launch(
         pid=row["pid"],
         argv=tuple(row["argv"]),
-        started_at=datetime.fromisoformat(row["started_at"]),
+        started_at=_time(row["started_at"]),
         cwd=row.get("cwd"),
-        env=row["env"],
-        expected_ports=tuple(row["expected_ports"]),
-        ended_at=datetime.fromisoformat(ended) if ended else None,
+        env=row.get("env") or {},
+        expected_ports=tuple(row.get("expected_ports") or ()),
+        ended_at=datetime.fromisoformat(ended) if isinstance(ended, str) else ended,
+        exit_status=row.get("exit_status"),
         port_opened=None if row.get("port_opened") is None else bool(row["port_opened"]),
         idle_s=row.get("idle_s"),
+        command=row.get("command"),
+        seen=bool(row.get("seen", 1)),
+        logs=tuple(row.get("logs") or ()),
+        error=row.get("error"),
+        error_log=row.get("error_log"),
     )
 
 
@@ -197,32 +412,43 @@ def _program(launch: Launch) -> str:
     return " ".join([PurePosixPath(argv[0]).name, *argv[1:2]]) if argv else "?"
 
 
-def _item(launch: Launch, previous: Launch | None, now: datetime) -> HistoryItem:
+def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -> HistoryItem:
     program = _program(launch)
-    text = f"launched `{program}` (pid {launch.pid}) at {launch.started_at:%H:%M:%S} UTC"
+    pid = f" (pid {launch.pid})" if launch.pid is not None else ""
+    text = f"`{program}`{pid} at {launch.started_at:%H:%M:%S} UTC"
     notes = [launch.outcome(now)]
     if launch.ended_at is None:
-        status = "running"
+        status = "running" if launch.seen else "started"
         if launch.idle_s is not None and launch.idle_s >= 10:
             notes.append(f"idle for {human_duration(launch.idle_s)}")
     else:
         status = "ended"
     ports = ", ".join(str(p) for p in launch.expected_ports)
-    if launch.port_opened is False:
+    if launch.port_opened is False or (launch.expected_ports and not launch.seen):
         notes.append(f"port {ports} {'never opened' if launch.ended_at else 'not open yet'}")
     elif launch.port_opened:
         notes.append(f"port {ports} opened")
+    if launch.error:
+        where = f" (in {PurePosixPath(launch.error_log).name})" if launch.error_log else ""
+        notes.append(f"its log: {launch.error}{where}")
+    flags: list[str] = []
     if previous is not None:
         diff = flag_diff(previous.argv, launch.argv, previous.env, launch.env)
-        notes.append(summary_line(diff, program))
-    command = " ".join(launch.argv)
+        flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
+        notes.append(summary_line(diff, program, _program(previous)))
+    command = launch.command or " ".join(launch.argv)
     if len(command) > COMMAND_CHARS:
         command = command[:COMMAND_CHARS] + " …"
     return HistoryItem(
         at=launch.started_at,
         source="launch",
+        label=f"attempt {number}",
         text=text,
         status=status,
         outcome="; ".join(notes),
         command=command,
+        error=launch.error,
+        error_log=launch.error_log,
+        pid=launch.pid,
+        flags=flags,
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ctxd import redact
+from ctxd import confine, redact
 from ctxd.collectors import check_registry, registry
 from ctxd.models import (
     JournalEntry,
@@ -21,6 +21,7 @@ from ctxd.peers.fanout import Peers
 from ctxd.render import markdown as render
 from ctxd.render.dump_files import DumpFiles
 from ctxd.settings import Settings
+from ctxd.signals import attempts as attempt_signals
 from ctxd.signals import derive as signals
 from ctxd.snapshotter import agent_context, changes, launch_history
 from ctxd.snapshotter.retirement import Retirement
@@ -101,7 +102,8 @@ class Snapshotter:
         )
         clock.lap("collect + redact")
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
-        launches = launch_history.observed(self.store, sid, watches, observations)
+        files = launch_history.LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
+        launches = launch_history.observed(self.store, sid, watches, observations, files)
         retiring = self.retirement.review(watches, observations) if purpose == "snapshot" else []
         agent_context.enrich(narrative, self.store, session, watches, git.result(), launches)
         message, _ = self.store.last_message(sid)
@@ -121,7 +123,14 @@ class Snapshotter:
             ),
             title=session.title,
             narrative=narrative,
-            signals=signals.derive(observations, before),
+            signals=attempt_signals.restate(
+                signals.derive(
+                    observations, before, launch_history.ended_logs(self.store, sid, launches)
+                ),
+                narrative.history,
+                observations,
+                launch_history.logs_of_attempts(self.store, sid, launches),
+            ),
             observations=observations,
         )
         clock.lap("signals")

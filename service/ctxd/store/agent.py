@@ -14,10 +14,16 @@ from ctxd.store.connection import Connection, iso
 # The newest actions kept per session: recent commands and repeated reads come from these.
 ACTIONS_KEPT = 200
 # What `store_search.index_launch` reads of a launch: a change to these re-indexes it.
-_INDEXED = frozenset({"argv", "started_at", "ended_at", "port_opened", "cwd"})
+_INDEXED = frozenset(
+    {"argv", "started_at", "ended_at", "port_opened", "cwd", "command", "error", "seen"}
+)
 # What a later snapshot may change of a launch; the rest (argv, cwd, env, its start) is
 # what the process was when it started, fixed for its life.
-_FOLLOWED = ("watch_id", "expected_ports", "port_opened", "idle_s", "ended_at")
+_FOLLOWED = (
+    "watch_id", "expected_ports", "port_opened", "idle_s", "ended_at", "error", "error_log",
+    "exit_status", "logs",
+)  # fmt: skip
+_JSON = ("argv", "env", "expected_ports", "logs")
 IDLE_STEP_S = 5.0
 
 
@@ -40,14 +46,22 @@ def _changes(before: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
 
 def _launch_row(sid: str, launch: dict[str, Any]) -> dict[str, Any]:
     """A launch as its row is stored: lists and dicts as JSON, times as ISO text."""
-    row = {**launch, "session": sid}
-    for name in ("argv", "env", "expected_ports"):
+    row = {k: v for k, v in launch.items() if k != "bound_from"}
+    row["session"] = sid
+    for name in _JSON:
         if name in row:
             row[name] = json.dumps(row[name])
     for name in ("started_at", "ended_at"):
         if isinstance(row.get(name), datetime):
             row[name] = iso(row[name])
     return row
+
+
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    decoded = dict(row)
+    for name in _JSON:
+        decoded[name] = json.loads(row.get(name) or ("{}" if name == "env" else "[]"))
+    return decoded
 
 
 class AgentRows(Connection):
@@ -94,10 +108,18 @@ class AgentRows(Connection):
         """
         with self._tx() as db:
             writes_before = db.conn.total_changes
+            for launch in launches:
+                if bound_from := launch.get("bound_from"):
+                    # an attempt born with its command now has its process: keyed by it
+                    db.execute(
+                        "update launches set start_key = ? where session = ? and start_key = ?",
+                        [launch["start_key"], sid, bound_from],
+                    )
+                    store_search.unindex(db, sid, "launch", bound_from)
             stored = self._followed(db, sid, [launch["start_key"] for launch in launches])
             for launch in launches:
                 before = stored.get(launch["start_key"])
-                if before is not None:
+                if before is not None and "bound_from" not in launch:
                     changed = _changes(before, launch)
                     if not changed:
                         continue
@@ -137,6 +159,7 @@ class AgentRows(Connection):
             for key, *values in cursor.fetchall():
                 row = dict(zip(_FOLLOWED, values, strict=True))
                 row["expected_ports"] = json.loads(row["expected_ports"] or "[]")
+                row["logs"] = json.loads(row["logs"] or "[]")
                 found[key] = row
         return found
 
@@ -148,23 +171,22 @@ class AgentRows(Connection):
         return self._launch_writes.get(sid, 0), changed_elsewhere
 
     def running_launches(self, sid: str) -> list[dict[str, Any]]:
-        """(start_key, watch_id) of every launch not seen to end yet, however many."""
-        return self._rows(
-            "select start_key, watch_id from launches where session = ? and ended_at is null",
-            [sid],
+        """Every attempt not seen to end yet, however many, decoded: those whose process runs
+        and those born with their command whose process was not seen yet (`seen` 0)."""
+        rows = self._rows(
+            "select * from launches where session = ? and ended_at is null order by id", [sid]
         )
+        return [_decoded(r) for r in rows]
+
+    def count_launches(self, sid: str) -> int:
+        rows = self._rows("select count(*) n from launches where session = ?", [sid])
+        return int(rows[0]["n"])
 
     def list_launches(self, sid: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest launches, oldest first."""
         rows = self._rows(
-            "select * from launches where session = ? order by started_at desc, id desc limit ?",
+            "select * from launches where session = ? order by id desc limit ?",
             [sid, limit],
         )
-        out = []
-        for r in reversed(rows):
-            r = dict(r)
-            r["argv"] = json.loads(r["argv"] or "[]")
-            r["env"] = json.loads(r["env"] or "{}")
-            r["expected_ports"] = json.loads(r["expected_ports"] or "[]")
-            out.append(r)
+        out = [_decoded(r) for r in reversed(rows)]
         return out

@@ -125,6 +125,14 @@ class Store(AgentRows, ConversationRows, SnapshotRows):
         rows = self._rows("select * from watches where session = ? order by id", [sid])
         return [_watch(r) for r in rows]
 
+    def replace_spec(self, sid: str, wid: int, spec: WatchSpec) -> Watch:
+        """A watch made to follow something new (an automatic process watch follows the
+        newest launch's ports and folder); its id, and so its launches, stay."""
+        with self._tx() as db:
+            self.get_watch(sid, wid)
+            db.table("watches").update(wid, {"spec": spec.model_dump_json()})
+        return self.get_watch(sid, wid)
+
     def delete_watch(self, sid: str, wid: int) -> None:
         with self._tx() as db:
             self.get_watch(sid, wid)

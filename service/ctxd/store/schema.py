@@ -166,3 +166,16 @@ def m009_search_reindexes_changed_text_only(db: Database) -> None:
     """A dump block seen again moves its `last_version` without leaving and re-entering the
     full-text index (see store_search.reindex_on_text_change_only)."""
     store_search.reindex_on_text_change_only(db)
+
+
+@migrations()
+def m010_attempts(db: Database) -> None:
+    """An attempt is born with the agent's command, before any process is seen: a launch may
+    have no process yet (`seen` 0), and keeps the command as written, the harness's tool call,
+    the files its output goes to (`logs`, JSON) and the error its own log ended with."""
+    launches = db.table("launches")
+    for name, kind in (("command", str), ("tool_id", str), ("logs", str), ("error", str)):
+        launches.add_column(name, kind)
+    launches.add_column("error_log", str)
+    launches.add_column("exit_status", int)
+    launches.add_column("seen", int, not_null_default=1)

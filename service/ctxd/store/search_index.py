@@ -90,6 +90,13 @@ def _put(db: Database, sid: str, source: str, ref: str, doc: dict[str, Any]) -> 
     insert_rows(db, "search_docs", [{"session": sid, "source": source, "ref": ref, **row}])
 
 
+def unindex(db: Database, sid: str, source: str, ref: str) -> None:
+    """Drop the row of (session, source, ref): its thing is now known by another ref."""
+    db.execute(
+        "delete from search_docs where session = ? and source = ? and ref = ?", [sid, source, ref]
+    )
+
+
 def index_entry(db: Database, sid: str, entry: dict[str, Any]) -> None:
     """A journal entry: its text and outcome, its kind and status."""
     doc = {
@@ -122,14 +129,14 @@ def index_launch(db: Database, sid: str, launch: dict[str, Any]) -> None:
     """A launch: its command line and how it ended (a row as stored, argv as JSON text)."""
     argv = json.loads(launch.get("argv") or "[]")
     ended = launch.get("ended_at")
-    status = f"ended {ended}" if ended else "running"
+    status = f"ended {ended}" if ended else "running" if launch.get("seen", 1) else "started"
     opened = launch.get("port_opened")
     detail = "" if opened is None else ("port opened" if opened else "port never opened")
     doc = {
         "at": launch.get("started_at") or "",
         "kind": "launch",
-        "text": " ".join(str(a) for a in argv),
-        "detail": " ".join(filter(None, [launch.get("cwd") or "", detail])),
+        "text": launch.get("command") or " ".join(str(a) for a in argv),
+        "detail": " ".join(filter(None, [launch.get("cwd") or "", detail, launch.get("error")])),
         "status": status,
     }
     _put(db, sid, "launch", str(launch["start_key"]), doc)

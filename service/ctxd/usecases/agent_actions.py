@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -21,9 +22,9 @@ from ctxd import confine, redact
 from ctxd.discovery import procscan, rules
 from ctxd.discovery.actions import Action as AnyAction
 from ctxd.discovery.actions import CommandAction, FileEditAction, PromptAction
-from ctxd.discovery.shellparse import parse_command
+from ctxd.discovery.shellparse import CommandFacts, SimpleCommand, parse_command
 from ctxd.errors import CtxdError
-from ctxd.models import Strict, Trigger, Watch, WatchIn, WatchSpec
+from ctxd.models import ProcessWatch, Strict, Trigger, Watch, WatchIn, WatchSpec
 from ctxd.snapshotter.snapshotter import Snapshotter
 
 log = logging.getLogger("ctxd")
@@ -55,6 +56,7 @@ ARTIFACT_SUFFIXES += (".deb", ".rpm", ".bin", ".exe", ".cubin", ".fatbin", ".ptx
 _SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages"}
 SCAN_ENTRIES_MAX = 20_000
 BUILT_WATCHES_MAX = 4
+LAUNCHES_READ = 2000  # attempts whose ended logs may be retired to make room
 
 
 class ActionIntake:
@@ -91,19 +93,29 @@ class ActionIntake:
 
     def _command(self, sid: str, action: CommandAction) -> list[Watch]:
         facts = parse_command(action.command)
+        launches = rules.launched(facts, action.background)
+        if launches:
+            attempts = [_attempt(action, facts, launch) for launch in launches]
+            self.store.save_launches(sid, attempts)
+            self._follow_newest(sid, attempts)
         counts = self._reads.setdefault(sid, Counter())
+        existing = self._existing(sid)
         proposals = rules.propose_for_command(
             facts,
             cwd=action.cwd,
             at=action.at,
             background=action.background,
-            existing=self._existing(sid),
+            existing=existing,
             read_counts=counts,
             allowed=self._allowed(),
+            cap=len(existing) + rules.AUTO_WATCH_CAP,  # the cap is applied below
         )
         for read in facts.reads:
             counts[os.path.normpath(os.path.join(action.cwd or "/", read))] += 1
-        added = [w for p in proposals if (w := self._admit(sid, p)) is not None]
+        room = rules.AUTO_WATCH_CAP - sum(1 for w in existing if w.get("auto"))
+        if len(proposals) > room:
+            room += self._make_room(sid, len(proposals) - room)
+        added = [w for p in proposals[: max(0, room)] if (w := self._admit(sid, p)) is not None]
         if facts.builds:
             with self._lock:
                 since = self._last_at.get(sid) or action.at - timedelta(seconds=BUILD_WINDOW_S)
@@ -111,6 +123,41 @@ class ActionIntake:
         if facts.launches or action.background or facts.builds:
             self._settle_later(sid)
         return added
+
+    def _follow_newest(self, sid: str, attempts: list[dict]) -> None:
+        """An automatic process watch of a program launched again expects what the newest
+        launch expects, in its folder (the ports of run 1 are not run 24's)."""
+        for watch in self.store.list_watches(sid):
+            spec = watch.spec
+            if not watch.auto or not isinstance(spec, ProcessWatch):
+                continue
+            for attempt in attempts:
+                if rules.program_pattern(attempt["argv"]) != spec.match:
+                    continue
+                update = {"expect_ports": attempt["expected_ports"], "cwd": attempt["cwd"]}
+                if update != {"expect_ports": spec.expect_ports, "cwd": spec.cwd}:
+                    self.store.replace_spec(sid, watch.id, spec.model_copy(update=update))
+
+    def _make_room(self, sid: str, wanted: int) -> int:
+        """Retire up to `wanted` automatic log watches of attempts that ended (the error each
+        ended with is kept with its attempt), oldest first, so that a long session's new
+        launches are watched too; how many were retired."""
+        running = {path for row in self.store.running_launches(sid) for path in row["logs"]}
+        ended = {
+            path
+            for row in self.store.list_launches(sid, limit=LAUNCHES_READ)
+            if row["ended_at"]
+            for path in row["logs"]
+        }
+        retired = 0
+        for watch in self.store.list_watches(sid):
+            if retired >= wanted:
+                break
+            path = getattr(watch.spec, "path", None)
+            if watch.auto and watch.spec.kind == "log" and path in ended and path not in running:
+                self.store.delete_watch(sid, watch.id)
+                retired += 1
+        return retired
 
     def _existing(self, sid: str) -> list[dict]:
         return [{**w.spec.model_dump(), "auto": w.auto} for w in self.store.list_watches(sid)]
@@ -171,6 +218,27 @@ class ActionIntake:
                 spec = WatchIn.model_validate({"kind": "artifact", "path": pattern}).root
                 with contextlib.suppress(CtxdError):  # outside the roots, or the cap
                     self.admit(sid, spec, f"built by `{tool}` after {at}")
+
+
+def _attempt(action: CommandAction, facts: CommandFacts, launch: SimpleCommand) -> dict:
+    """An attempt as its command makes it, before any process is seen (`seen` 0): what the
+    agent wrote (already redacted), where, when, the files its output goes to and its ports.
+    A snapshot binds it to the process it spawned (`snapshotter/launch_history.py`)."""
+    started = action.at - timedelta(seconds=action.duration_s or 0)
+    return {
+        "start_key": f"cmd:{uuid.uuid4().hex}",
+        "watch_id": None,
+        "pid": None,
+        "started_at": started,
+        "argv": list(launch.argv),
+        "cwd": rules.launch_dir(launch, action.cwd),
+        "env": dict(launch.env),
+        "expected_ports": sorted(set(facts.ports))[:32],
+        "command": action.command,
+        "tool_id": action.tool_id,
+        "logs": rules.launch_logs(facts, launch, action.cwd),
+        "seen": 0,
+    }
 
 
 def built_since(top: str, since: float) -> list[str]:

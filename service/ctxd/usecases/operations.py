@@ -6,8 +6,6 @@ anything is stored, watch admission, journal status rules, and activity marking 
 about a session counts as its activity; the quiet trigger waits for silence).
 """
 
-import os
-
 from ctxd import __version__, confine, redact
 from ctxd.discovery.actions import parse_action
 from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
@@ -265,12 +263,9 @@ class UseCases:
         if len(self._transcripts_read) > 10_000:  # one per conversation: bounded anyway
             self._transcripts_read.clear()
         self._transcripts_read.add(path)
-        real = os.path.realpath(path)
-        if not real.endswith(".jsonl") or "/.claude/projects/" not in real:
-            return
-        if not confine.allowed(real, confine.roots(self.settings)):
-            return
-        if text := first_prompt_in_transcript(real):
+        # resolved, checked (a .jsonl under .claude/projects inside the roots) and read on one
+        # descriptor, never blocking, within a time: see first_prompt_in_transcript
+        if text := first_prompt_in_transcript(path, roots=confine.roots(self.settings)):
             self._user_objective(sid, text)
 
     def _user_objective(self, sid: str, text: str) -> None:

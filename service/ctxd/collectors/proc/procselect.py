@@ -33,7 +33,27 @@ def descendants(root: int, children: dict[int, list[int]]) -> list[int]:
     return found
 
 
+# How old a process's working directory may be when a watch scoped to a folder reads it.
+CWD_MAX_AGE_S = 5.0
+
+
 def _matches(spec: ProcessWatch, table: dict[int, Entry], excluded: Set[int]) -> list[int]:
+    found = _targets(spec, table, excluded)
+    if spec.cwd is None:
+        return found
+    scope = spec.cwd.rstrip("/") or "/"
+    return [
+        pid
+        for pid in found
+        if pid in table and _within(table[pid].working_dir(pid, CWD_MAX_AGE_S), scope)
+    ]
+
+
+def _within(cwd: str | None, scope: str) -> bool:
+    return cwd is not None and (cwd == scope or cwd.startswith(scope.rstrip("/") + "/"))
+
+
+def _targets(spec: ProcessWatch, table: dict[int, Entry], excluded: Set[int]) -> list[int]:
     if spec.pid is not None:
         return [spec.pid] if spec.pid in table or psutil.pid_exists(spec.pid) else []
     if spec.name is not None:

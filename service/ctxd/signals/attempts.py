@@ -1,0 +1,101 @@
+"""Signals about attempts: Now says of each line which attempt it is about, worst first.
+
+The observation signals (`derive.py`) speak of logs, ports and processes; a resuming agent
+needs them per attempt. Here a log error that an ended attempt's own log ended with becomes
+that attempt's line ("attempt 3 died within 1 s …: <error>"), failures alike in a row fold
+into one line with their count, the running attempt leads with what its own log says, and a
+port line says which attempt expects it. Pure: the snapshot's signals and its Attempts in,
+the signals to show out.
+"""
+
+import re
+
+from ctxd.models import SEVERITY_ORDER, HistoryItem, Observations, Signal
+from ctxd.snapshotter import happened
+
+# The newest failures named one by one; older ones fold into one line per kind of error.
+FAILURES_SHOWN = 3
+_NUMBER = re.compile(r"\d+")
+_DIFF = ("relaunched", "a different program", "env ")
+
+
+def restate(
+    signals: list[Signal], history: list[HistoryItem], seen: Observations, logs: set[str]
+) -> list[Signal]:
+    """`signals` with the attempts' lines added, and the log lines they restate left out:
+    an ended attempt's error, and an old error in any attempt's log (`logs`: the logs of the
+    session's attempts), which the attempts' lines say once for all."""
+    launches = [item for item in history if item.source == "launch" and item.label]
+    if not launches:
+        return signals
+    told = {item.error_log for item in launches if item.error_log is not None}
+    kept = [s for s in signals if not _restated(s, told, logs)]
+    running = [item for item in launches if item.status in ("running", "started")]
+    for item in running:
+        mark = f"(pid {item.pid})"
+        for i, signal in enumerate(kept):
+            if item.pid and signal.code == happened.PORT_CLOSED and mark in signal.text:
+                kept[i] = signal.model_copy(update={"text": f"{item.label}: {signal.text}"})
+    added = [*_failures(launches, bool(running)), *(_running(i, seen) for i in running)]
+    return sorted([*kept, *added], key=lambda s: SEVERITY_ORDER[s.severity])
+
+
+def _restated(signal: Signal, told: set[str], logs: set[str]) -> bool:
+    if signal.code != happened.LOG_ERROR:
+        return False
+    return signal.subject in told or (signal.subject in logs and signal.severity != "critical")
+
+
+def _failures(launches: list[HistoryItem], something_runs: bool) -> list[Signal]:
+    """The ended attempts that left an error: the newest few by name, runs of the same error
+    as one line with their count; critical when nothing runs since."""
+    failed = [item for item in launches if item.status in ("ended", "folded") and item.error]
+    runs: list[list[HistoryItem]] = []
+    for item in failed:
+        if runs and _shape(runs[-1][-1].error) == _shape(item.error):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    signals = []
+    for run in runs[-FAILURES_SHOWN:]:
+        newest = run[-1]
+        last = runs[-1] is run
+        severity = "critical" if last and not something_runs else "warning"
+        where = f" (in {newest.error_log.rsplit('/', 1)[-1]})" if newest.error_log else ""
+        if len(run) == 1 and newest.status == "ended":
+            how = (newest.outcome or "").split(";", 1)[0]
+            text = f"{newest.label} {how}: {newest.error}{where}"
+        else:
+            first = _numbers(run[0].label)[0]
+            count = sum(_count(item.label) for item in run)
+            text = (
+                f"attempts {first}\N{EN DASH}{_numbers(newest.label)[-1]} died the same way "
+                f"({count} times); the newest: {newest.error}{where}"
+            )
+        signals.append(Signal(severity=severity, code="attempt_failed", subject=newest.label or "",
+                              text=text))  # fmt: skip
+    return signals
+
+
+def _running(item: HistoryItem, seen: Observations) -> Signal:
+    """The live attempt, in one line: how long it runs, its port, what its log says last."""
+    tree = {p.pid for p in seen.processes.items if item.pid in (p.pid, p.tree)}
+    own = [log for log in seen.logs.items if log.writer_pid in tree and log.lines]
+    last = own[0].lines[-1].strip()[:160] if own else ""
+    said = f"; its log: {last!r}" if last else ""
+    state = [part for part in (item.outcome or "").split("; ") if not part.startswith(_DIFF)]
+    return Signal(severity="info", code="attempt_running", subject=item.label or "",
+                  text=f"{item.label} ({'; '.join(state)}){said}")  # fmt: skip
+
+
+def _shape(error: str | None) -> str:
+    return _NUMBER.sub("N", error or "")
+
+
+def _numbers(label: str | None) -> list[int]:
+    return [int(n) for n in _NUMBER.findall(label or "")] or [0]
+
+
+def _count(label: str | None) -> int:
+    numbers = _numbers(label)
+    return numbers[-1] - numbers[0] + 1

@@ -1,0 +1,133 @@
+"""A long session stays readable: 200 real launches of a server, each with other flags and
+each dying with its own error in its own log but the last, which runs; 2,000 ordinary
+commands and 20 user instructions between them, all through the hook endpoint as Claude Code
+sends them. Then "continue": the dump that comes back within the harness's budget holds what
+a resuming agent needs, and search finds the first attempt."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Server, start_server, stop_server, wait_until
+
+LAUNCHES = 200
+COMMANDS = 2_000
+INSTRUCTIONS = 20
+BUDGET = 9_500
+
+SERVER = textwrap.dedent(
+    """
+    import sys, time
+    run = int(sys.argv[sys.argv.index("--run") + 1])
+    if run < RUNS:
+        print(f"RuntimeError: NCCL error in run {run} (code {50 + run})", file=sys.stderr)
+        sys.exit(1)
+    print("Waiting for workers to report ready", flush=True)
+    time.sleep(600)
+    """
+).replace("RUNS", str(LAUNCHES))
+
+
+@pytest.fixture
+def tag() -> Iterator[str]:
+    mark = f"ctxd-long-{uuid.uuid4().hex[:10]}"
+    yield mark
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if mark.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    os.kill(int(entry), signal.SIGKILL)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log",
+                       env={"CTXD_WATCH_ROOTS": f'["{tmp_path}"]'})  # fmt: skip
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
+    server: Server, tmp_path: Path, tag: str
+):
+    workspace = tmp_path / "nccl-hunt"
+    (workspace / "logs").mkdir(parents=True)
+    (workspace / "serve.py").write_text(SERVER)
+    client = httpx.Client(base_url=server.url, timeout=60)
+
+    def hook(event: str, **fields: object) -> dict:
+        payload = {"hook_event_name": event, "session_id": "long-1", "cwd": str(workspace),
+                   **fields}  # fmt: skip
+        answer = client.post("/api/hooks/claude", json={"payload": payload})
+        answer.raise_for_status()
+        return answer.json()
+
+    def bash(command: str, n: int) -> None:
+        hook("PostToolUse", tool_name="Bash", tool_use_id=f"toolu_{n}",
+             tool_input={"command": command},
+             tool_response={"stdout": "", "stderr": "", "interrupted": False})  # fmt: skip
+
+    hook("UserPromptSubmit", prompt="Find why the 8-GPU server dies with NCCL errors at start")
+    calls = 0
+    for run in range(1, LAUNCHES + 1):
+        if run % (LAUNCHES // INSTRUCTIONS) == 0:
+            hook("UserPromptSubmit", prompt=f"Instruction {run // 10}: try NCCL_ALGO variant {run}")
+        line = (f"nohup {sys.executable} serve.py --run {run} --port {50000 + run}"
+                f" --nccl-algo v{run % 7} --tag {tag} > logs/run{run}.log 2>&1 &")  # fmt: skip
+        subprocess.run(["bash", "-c", line], cwd=workspace, check=True, timeout=30)
+        calls += 1
+        bash(line, calls)
+        for step in range(COMMANDS // LAUNCHES):
+            calls += 1
+            bash(f"tail -n {step + 1} logs/run{run}.log", calls)
+    latest = f"Instruction {LAUNCHES // 10}: try NCCL_ALGO variant {LAUNCHES}"
+    sid = "nccl-hunt"
+    wait_until(lambda: "Waiting" in _log(workspace, LAUNCHES), "the last run to start")
+    before = len(client.get(f"/api/sessions/{sid}/snapshots").json())
+    wait_until(lambda: len(client.get(f"/api/sessions/{sid}/snapshots").json()) > before,
+               "the settling snapshot after the last launch")  # fmt: skip
+
+    dump = hook("UserPromptSubmit", prompt="continue")["context"]
+    (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
+    (Path(__file__).parent / "artifacts" / "long_session_continue.md").write_text(dump)
+    assert len(dump) <= BUDGET
+    (live,) = [p for p in _tagged(tag)]
+    assert "dies with NCCL errors" in dump  # the objective
+    assert latest in dump  # the latest instruction
+    assert f"(pid {live})" in dump and f"--run {LAUNCHES}" in dump  # the running attempt
+    last_failed = LAUNCHES - 1
+    assert f"--run {last_failed} " in dump  # the last failed attempt's flags ...
+    assert f"NCCL error in run {last_failed} (code {50 + last_failed})" in dump  # ... its error
+    assert f"attempt {LAUNCHES}**" in dump  # how many attempts there were
+    assert f"attempts 1\N{EN DASH}" in dump  # the older ones, folded, not dropped
+    for section in ("## Objective", "## Now", "## Attempts", "## Recent commands"):
+        assert section in dump, section
+
+    found = client.get(f"/api/sessions/{sid}/search", params={"q": "50001"}).json()
+    assert any("--run 1 " in hit["snippet"] for hit in found["hits"]), found
+
+
+def _log(workspace: Path, run: int) -> str:
+    path = workspace / "logs" / f"run{run}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def _tagged(mark: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if mark.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+    return found
