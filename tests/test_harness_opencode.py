@@ -2,8 +2,9 @@
 plugin as `ctxd install opencode` puts it.
 
 Nothing is registered with ctxd by hand: the scripted agent launches a training run in the
-background with `nohup` and reads its log; then the user sends "continue" to the same
-session. What the model receives for that turn is what this test reads.
+background with `nohup` that dies at once with CUDA out of memory, relaunches it with a
+smaller batch (it then stalls on a data loader) and reads its log; then the user sends
+"continue" to the same session. What the model receives for that turn is what this test reads.
 """
 
 import json
@@ -25,17 +26,20 @@ SECRET = "hf_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"
 
 TRAINER = '''\
 """A training run that stalls: it logs a few steps, then waits on a data loader forever."""
-import argparse, time
+import argparse, sys, time
 parser = argparse.ArgumentParser()
 parser.add_argument("--lr"); parser.add_argument("--batch-size", type=int)
 args = parser.parse_args()
+if args.batch_size > 128:
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.00 GiB", file=sys.stderr)
+    sys.exit(1)
 for step in range(1, 4):
     print(f"step {step} loss {2.5 / step:.3f} lr {args.lr}", flush=True)
 print("waiting for dataloader worker 3 (timeout in 1800 s)", flush=True)
 time.sleep(10**6)
 '''
 
-LAUNCH = "nohup python3 train.py --lr 3e-4 --batch-size 64"
+LAUNCH = "nohup python3 train.py --lr 3e-4"
 
 
 @pytest.fixture
@@ -45,8 +49,8 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     (top / "train.py").write_text(TRAINER)
     subprocess.run(["git", "init", "-q", str(top)], check=True)
     yield top
-    for proc in psutil.process_iter(["cmdline"]):
-        if any("train.py" in part for part in proc.info["cmdline"] or []):
+    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
+        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
             proc.kill()
 
 
@@ -100,9 +104,10 @@ def opencode(args: list[str], work: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
-def trainer() -> psutil.Process:
-    for proc in psutil.process_iter(["cmdline"]):
-        if "--batch-size" in (proc.info["cmdline"] or []):
+def trainer(workspace: Path) -> psutil.Process:
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        mine = proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(workspace)
+        if mine and "--batch-size" in (proc.info["cmdline"] or []):
             return proc
     raise AssertionError("the training run is not running")
 
@@ -118,7 +123,9 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     env = offline_env(home, workspace)
     model = ScriptedOpenAI(
         [
-            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} > train.log 2>&1 &"),
+            Step(bash=f"{LAUNCH} --batch-size 256 > oom.log 2>&1 &"),
+            Step(bash="sleep 2; tail -2 oom.log"),
+            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train.log"),
             Step(text="The run is stuck waiting on a data loader worker."),
             Step(text="Picking up where we were."),
@@ -144,7 +151,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     context = model.context_of_last_turn()
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
     (Path(__file__).parent / "artifacts" / "harness_opencode_continue.txt").write_text(context)
-    run = trainer()
+    run = trainer(workspace)
 
     # once, in the turn of the bare "continue"
     assert context.count("## Objective") == 1, context
@@ -155,6 +162,12 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert str(run.pid) in context, context
     assert "--batch-size 64" in context or "--batch-size" in context
     assert "waiting for dataloader worker 3" in context
+    # both attempts, in order, each with its own end: the first died at once of its own error
+    attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
+    first, second = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
+    assert "--batch-size 256" in first and "torch.OutOfMemoryError" in first
+    assert f"(pid {run.pid})" in second and "--batch-size 256 → 64" in second
+    assert "OutOfMemoryError" not in second
     # ctxd's MCP tools, from the entry `ctxd install opencode` merged into opencode.json
     offered = [tool["function"]["name"] for tool in model.requests[0]["tools"]]
     assert any(name.startswith("ctxd") for name in offered), offered
