@@ -4,6 +4,8 @@ A watch makes ctxd read a file and serve what it read, so whoever can add a watc
 any file ctxd can. Paths must lie under a root (by default the user's home, /tmp and the
 working directory) after `..` and symlinks are resolved; the kernel's pseudo filesystems
 (/proc, /sys, /dev) are refused even under a root, as they expose other processes' secrets.
+The working directory is a default root only where it cannot widen them to the system: not
+`/`, nor a folder of the system (/etc, /usr, /var...) or one holding other users' (/home).
 """
 
 import glob
@@ -20,10 +22,46 @@ if TYPE_CHECKING:  # the collectors import this module
     from ctxd.collectors import CollectContext
 
 REFUSED = ("/proc", "/sys", "/dev")
+# The system's own folders: the working directory is never a default root in one of them
+# (`cd /etc && ctxd serve`); /root only where it is not the home.
+_SYSTEM = (
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/var",
+    "/run", "/snap", "/root", *REFUSED,
+)  # fmt: skip
+# Folders that hold other users' or other disks' folders: never a default root themselves.
+_HOLDERS = ("/", "/home", "/mnt", "/media", "/opt", "/srv")
+
+
+def _home() -> str | None:
+    """The real home, unless it is none at all or a folder that holds others (`HOME=/`)."""
+    try:
+        home = os.path.realpath(Path.home())
+    except (RuntimeError, KeyError, OSError):
+        return None
+    if home in _HOLDERS or (home in _SYSTEM and home != "/root"):
+        return None
+    return home
+
+
+def _cwd_root(home: str | None) -> str | None:
+    """The working directory as a root, unless it would widen the roots to the system: `/`,
+    a holder such as /home (or any folder above home), or a place in a system folder
+    outside home. ctxd started from `/` or /etc watches home and /tmp only."""
+    try:
+        cwd = os.path.realpath(Path.cwd())
+    except OSError:  # the folder was removed under a running process
+        return None
+    if cwd in _HOLDERS or (home is not None and _under(home, cwd)):
+        return None
+    if home is not None and _under(cwd, home):
+        return cwd
+    return None if any(_under(cwd, system) for system in _SYSTEM) else cwd
 
 
 def default_roots() -> list[Path]:
-    return [Path.home(), Path("/tmp"), Path.cwd()]
+    home = _home()
+    cwd = _cwd_root(home)
+    return [Path(p) for p in dict.fromkeys((home, "/tmp", cwd)) if p is not None]
 
 
 def roots(settings: Settings) -> list[Path]:

@@ -6,19 +6,52 @@ from under the agent's own git commands. Only names and metadata are read, never
 
 import fnmatch
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 GIT_TIMEOUT_S = 2.0
 DIRTY_MAX = 20
+# A file with one of these names holds a secret wherever it lies (the last part of a path).
 _SECRET_NAMES = (
-    ".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "id_*", ".netrc", ".pgpass",
-    ".git-credentials", "credentials.json", "*.keystore", ".htpasswd",
+    # environment files, keys and certificates
+    ".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "*.ppk", "*.jks", "*.keystore",
+    "*.kdbx", "id_*", "ssh_host_*", ".htpasswd",
+    # credential files, however the tool is installed: git hosts, registries, clouds, Vault
+    ".netrc", "_netrc", ".git-credentials", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc",
+    "pip.conf", ".s3cfg", ".boto", ".databrickscfg", ".dockercfg", ".vault-token",
+    ".terraformrc", "terraform.rc", "kubeconfig", "kubeconfig.*", "*.kubeconfig",
+    "credentials", "credentials.*", ".credentials.json", "auth.json", "oauth_creds.json",
+    "application_default_credentials.json", "kaggle.json", "rclone.conf", ".claude.json",
+    "token", "*_token", ".*token", "*.token", "stored_tokens",  # ~/.ctxd_token among them
+    # databases: passwords in files and in their clients' histories
+    ".pgpass", ".pg_service.conf", ".my.cnf", ".mylogin.cnf", "debian.cnf", ".mongorc.js",
+    ".mongoshrc.js", ".dbshell",
+    # histories: shells (bash, zsh, fish, sh) and REPLs (python, psql, mysql, node, redis...)
+    ".*history", "fish_history", "*_repl_history", ".histfile", "history.sqlite",
 )  # fmt: skip
 # Templates that hold no secret by convention.
 _NOT_SECRET = (".env.example", ".env.sample", ".env.template", ".env.dist")
-_SECRET_DIRS = (".ssh", ".gnupg", ".aws", ".kube", ".docker")
+# Places (one or more parts in a row, anywhere in a path) holding credentials: the directory
+# or file itself and everything under it.
+_SECRET_PLACES = tuple(
+    tuple(place.split("/"))
+    for place in (
+        ".ssh", ".gnupg", ".password-store", ".local/share/keyrings",
+        ".aws", ".azure", ".config/gcloud", ".oci", ".kube", ".docker", ".config/containers",
+        ".config/gh", ".config/glab-cli", ".config/hub", ".config/helm", ".config/doctl",
+        ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+        ".terraform.d/credentials.tfrc.json", ".m2/settings.xml", ".m2/settings-security.xml",
+        ".gradle/gradle.properties", ".cache/huggingface/token", ".huggingface/token",
+        ".kaggle", ".mongodb/mongosh", ".local/share/fish/fish_history",
+        ".claude/.credentials.json", ".codex/auth.json", ".gemini/oauth_creds.json",
+        ".local/share/opencode/auth.json",
+        "etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-", "etc/security/opasswd",
+        "etc/kubernetes/admin.conf", "etc/rancher/k3s/k3s.yaml",
+    )
+)  # fmt: skip
+_MAGIC = re.compile(r"[*?[]")
 
 
 @dataclass
@@ -99,23 +132,44 @@ def git_section(
     return section
 
 
+def _sample(pattern: str) -> str:
+    return pattern.replace("*", "x").replace("?", "x")
+
+
+def _fits(part: str, pattern: str) -> bool:
+    """Whether one path part may name what `pattern` names. A part that is itself a glob
+    (`.np*`, `.*_history`) fits when one of them matches an example of the other (`.npmrc`,
+    `.x_history`); hidden names only by a part that starts with a dot, as glob matches them."""
+    if not _MAGIC.search(part):
+        return fnmatch.fnmatchcase(part, pattern)
+    if pattern.startswith(".") and not part.startswith("."):
+        return False
+    return fnmatch.fnmatchcase(_sample(pattern), part) or fnmatch.fnmatchcase(
+        _sample(part), pattern
+    )
+
+
 def _secret_parts(path: str) -> bool:
     parts = PurePosixPath(path).parts
     name = parts[-1] if parts else ""
-    if any(part in _SECRET_DIRS for part in parts[:-1]):
-        return True
+    for place in _SECRET_PLACES:
+        width = len(place)
+        for start in range(len(parts) - width + 1):
+            if all(_fits(parts[start + i], place[i]) for i in range(width)):
+                return True
     if name in _NOT_SECRET:
         return False
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in _SECRET_NAMES)
+    return any(_fits(name, pattern) for pattern in _SECRET_NAMES)
 
 
 def is_secret_path(path: str) -> bool:
-    """True for a path ctxd must never watch or read: `.env`, keys, `~/.ssh/*` and the like,
-    also when reached through a symlink."""
+    """True for a path ctxd must never watch or read: `.env`, keys, `~/.ssh/*`, the credential
+    files and histories of common tools, also when reached through a symlink or matched by a
+    glob."""
     if not isinstance(path, str) or not path:
         return False
     expanded = os.path.expanduser(path)
-    if _secret_parts(expanded):
+    if _secret_parts(expanded) or _secret_parts(os.path.normpath(expanded)):
         return True
     try:
         real = os.path.realpath(expanded)

@@ -3,6 +3,8 @@ keeps ten hooks fired together from starting ten. Standard library only (hooks i
 
 Switched off with CTXD_AUTOSTART=0; only for a loopback URL; the data directory is the
 per-user one (`$XDG_DATA_HOME/ctxd`, else `~/.local/share/ctxd`) unless CTXD_DATA_DIR says.
+The service runs in the home folder, whatever folder the hook fired in: its working directory
+is one of its default watch roots, and a first hook fired from `/` must not make it one.
 """
 
 import fcntl
@@ -46,10 +48,20 @@ def ensure(url: str, wait: bool) -> str | None:
         log = open(folder / "ctxd.log", "ab")  # noqa: SIM115 (the child keeps it)
         subprocess.Popen(
             [sys.executable, "-m", "ctxd", "serve", "--host", parts.hostname or "127.0.0.1",
-             "--port", str(port), "--data-dir", str(folder)],
+             "--port", str(port), "--data-dir", str(folder.absolute())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            cwd=_fixed_cwd(folder),
         )  # fmt: skip
         return _waited(url, True, f"ctxd was not running: started it at {url} (data in {folder})")
+
+
+def _fixed_cwd(folder: Path) -> str:
+    """Home, which is a watch root anyway; the data directory where there is no home."""
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError):
+        home = None
+    return str(home) if home is not None and home.is_dir() else str(folder.absolute())
 
 
 def _waited(url: str, wait: bool, said: str) -> str:

@@ -61,19 +61,30 @@ _ASSIGNMENT = re.compile(
 # A query parameter after a scheme and host: `_ASSIGNMENT` reads `https:` as the name and the
 # whole URL as its value, so the parameters are matched on their own.
 _QUERY = re.compile(r"(?<=[?&;])(?P<name>[A-Za-z_][\w.-]{0,63}+)=(?P<val>[^\s&#?\"'<>]{1,4096}+)")
+# Signatures that make a URL a credential (Azure SAS, S3 and GCS signed URLs): secret as query
+# parameters only, since `sig=9` elsewhere is a signal number.
+_SIGNATURE_PARAMS = frozenset({"sig", "signature", "x-amz-signature", "x-goog-signature"})
 _FLAG_SPACE = re.compile(
     r"(?<![\w.-])(?P<name>--?[A-Za-z][\w.-]{0,63}+)(?P<sep>[ \t]{1,8})"
     r"(?=[^\s-])" + _VALUE
 )
-# `-p VALUE` is a password for mysql and sshpass, a port, pid or directory switch elsewhere:
-# redacted unless the value reads as a port mapping, a number or a path.
-_PASSWORD_PROGRAMS = re.compile(r"(?<![\w-])(?:mysql\w*|mariadb[\w-]*|sshpass)(?![\w-])")
+# `-p VALUE` is a password for the MySQL and MariaDB clients and tools (mysql, mysqldump,
+# mysqladmin, mariadb-dump...), mydumper, the MongoDB shells and tools, and sshpass; a port,
+# pid or directory switch elsewhere: redacted unless the value reads as a port mapping, a
+# number or a path. Glued (`-pVALUE`, also quoted) only where one of these programs is named.
+_PASSWORD_PROGRAMS = re.compile(
+    r"(?<![\w-])(?:mysql\w*|mariadb[\w-]*|mydumper|myloader|sshpass"
+    r"|mongo(?:sh|dump|restore|export|import|stat|top|files)?)(?![\w-])"
+)
 _NOT_A_PASSWORD = re.compile(r"[\d.:\[\]-]+(?:/(?:tcp|udp|sctp))?|\S*/\S*|~\S*|no:[\w.-]+")
-_GLUED_P = re.compile(r"(?<!\S)-p(?P<val>[^\s'\"-][^\s'\"]{3,4096}+)")
+_GLUED_P = re.compile(
+    r"(?<!\S)-p(?P<val>\"(?:[^\"\\\n]|\\.){1,4096}+\"|'[^'\n]{1,4096}+'|[^\s'\"-][^\s'\"]{0,4096}+)"
+)
 _USER_FLAGS = frozenset({"-u", "--user", "--proxy-user", "-U"})
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 # Cheap gate: a string none of the rules could touch is returned as is, which is most of them.
 _TRIGGER = re.compile(
-    r"[=:]|PRIVATE KEY|(?i:bearer|basic)|(?<!\S)--?[A-Za-z][\w.-]{0,63}+[ \t]"
+    r"[=:]|PRIVATE KEY|(?i:bearer|basic)|(?<!\S)--?[A-Za-z][\w.-]{0,63}+[ \t]|(?<!\S)-p[^\s-]"
     r"|" + redact_shapes.PREFIXES
 )
 
@@ -100,7 +111,7 @@ def _url_password(m: re.Match[str]) -> str:
 
 def _flag_value(name: str, val: str, program_sets_p: bool = False) -> str | None:
     """The redacted value of a flag whose name alone does not say secret, else None."""
-    if val.startswith(REDACTED[:-1]):
+    if val == REDACTED:  # `[REDACTED]2` (a known value inside a longer one) is redacted whole
         return None
     if name == "-p" and (program_sets_p or not _NOT_A_PASSWORD.fullmatch(val)):
         learn(val)
@@ -120,20 +131,33 @@ def _named_value(m: re.Match[str]) -> str:
     val = m["val"]
     quote = next((q for q in ('\\"', "\\'", '"', "'") if val.startswith(q)), "")
     close = quote if quote and len(val) >= 2 * len(quote) and val.endswith(quote) else ""
+    if m["sep"] == "=" and _ENV_NAME.fullmatch(m["name"]):
+        # `PGPASSWORD=v psql` in a command: v is redacted in its output and later lines too.
+        # Only for environment names: learning is costly, and `token=` in every line of a
+        # request log would learn a value per line.
+        learn(val[len(quote) : len(val) - len(close)])
     return head + quote + REDACTED + close
 
 
 def _query_value(m: re.Match[str]) -> str:
-    if not is_secret_name(m["name"]) or m["val"] == REDACTED:
+    secret = is_secret_name(m["name"]) or m["name"].lower() in _SIGNATURE_PARAMS
+    if not secret or m["val"] == REDACTED:
         return m[0]
     _learn_quoted(m["val"])
     return m[0][: m.start("val") - m.start()] + REDACTED
 
 
+def _glued_p_value(val: str) -> str:
+    quote = val[0] if val[0] in "'\"" else ""
+    inner = val[1:-1] if quote else val
+    redacted = _flag_value("-p", inner, True)
+    return val if redacted is None else quote + redacted + quote
+
+
 def _glued_p(value: str) -> str:
     if not _PASSWORD_PROGRAMS.search(value):
         return value
-    return _GLUED_P.sub(lambda m: "-p" + (_flag_value("-p", m["val"], True) or m["val"]), value)
+    return _GLUED_P.sub(lambda m: "-p" + _glued_p_value(m["val"]), value)
 
 
 def _standalone_auth(m: re.Match[str]) -> str:
