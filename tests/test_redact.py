@@ -521,3 +521,13 @@ def test_never_lengthens_a_secret_into_view(before: str, secret: str, after: str
     windows = {secret[i : i + 12] for i in range(len(secret) - 11)}
     assert not any(w in out and w not in before + after for w in windows)
     assert len(out) <= len(before + sep + sep + after) + len(REDACTED) * 2 + len(secret)
+
+
+def test_a_p_flag_of_a_program_where_it_is_no_password_is_kept():
+    """`-p VALUE` is a password for mysql and its tools; `mkdir -p logs` keeps its folder."""
+    assert redact.text("mkdir -p logs; nohup python3 serve.py > logs/a.log 2>&1 &") == (
+        "mkdir -p logs; nohup python3 serve.py > logs/a.log 2>&1 &"
+    )
+    assert redact.text("ssh -p 2222 gpu-node") == "ssh -p 2222 gpu-node"
+    assert "hunter2x" not in redact.text("cd db && mysql -u root -p hunter2x prod")
+    assert "s3cretZ" not in redact.text("mkdir -p out; mysql -p s3cretZ")

@@ -123,9 +123,28 @@ def _flag_value(name: str, val: str, program_sets_p: bool = False) -> str | None
     return None
 
 
+# Programs whose `-p VALUE` is a port, pid, parent switch or plugin, never a password: in
+# free text, `mkdir -p logs` keeps its folder.
+_P_NOT_A_PASSWORD = frozenset({
+    "mkdir", "cp", "mv", "ln", "install", "rsync", "scp", "sftp", "ssh", "docker", "podman",
+    "kubectl", "ps", "pgrep", "pkill", "kill", "pidstat", "top", "htop", "strace", "gdb",
+    "perf", "py-spy", "lsof", "taskset", "nc", "ncat", "ping", "iperf3", "pytest", "patch",
+    "git", "tar", "xargs", "read", "uvicorn", "gunicorn", "ip", "ss", "netstat", "nvidia-smi",
+})  # fmt: skip
+_COMMAND_START = re.compile(r"(?:^|[;&|\n(`]|\$\()\s*(?:sudo\s+)?([^\s;&|()]+)[^;&|\n(`]*$")
+
+
+def _program_before(text: str) -> str:
+    """The program of the simple command that ends `text` (the words before a flag)."""
+    found = _COMMAND_START.search(text[-512:])
+    return found[1].rsplit("/", 1)[-1] if found else ""
+
+
 def _named_value(m: re.Match[str]) -> str:
     head = m[0][: m.start("val") - m.start()]
     if not is_secret_name(m["name"]):
+        if m["name"] == "-p" and _program_before(m.string[: m.start()]) in _P_NOT_A_PASSWORD:
+            return m[0]
         by_flag = _flag_value(m["name"], m["val"]) if m["name"].startswith("-") else None
         return m[0] if by_flag is None else head + by_flag
     val = m["val"]
