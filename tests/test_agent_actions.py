@@ -27,7 +27,7 @@ def test_mcp_record_action_adds_watches_for_a_launch(
     out = asyncio.run(mcp_session(server.url, [("record_action", args)]))
     result = json.loads(out["results"][0].content[0].text)
     kinds = sorted(w["spec"]["kind"] for w in result["watches"])
-    assert kinds == ["log", "port", "process"] and all(w["auto"] for w in result["watches"])
+    assert kinds == ["log", "process"] and all(w["auto"] for w in result["watches"])
     process = next(w for w in result["watches"] if w["spec"]["kind"] == "process")
     assert process["spec"]["match"] == "serve\\.py" and process["spec"]["expect_ports"] == [30555]
     dump = client.get("/api/sessions/mcp-acts/resume").text
@@ -108,8 +108,9 @@ def test_a_session_can_switch_discovery_off(server: Server, client: httpx.Client
     assert "serve.py --port 30999" in client.get("/api/sessions/quiet/resume").text
     client.put("/api/sessions/quiet", json={"discovery": True})
     answer = client.post("/api/sessions/quiet/actions", json={"actions": [launch]})
-    # without a cwd the relative log path cannot be placed: the process and its port
-    assert sorted(w["spec"]["kind"] for w in answer.json()["watches"]) == ["port", "process"]
+    # without a cwd the relative log path cannot be placed: the process, expecting its port
+    (process,) = answer.json()["watches"]
+    assert process["spec"]["kind"] == "process" and process["spec"]["expect_ports"] == [30999]
 
 
 def test_automatic_watches_whose_target_is_gone_retire_and_keep_their_history(tmp_path: Path):

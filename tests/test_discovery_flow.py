@@ -89,7 +89,7 @@ def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -
         proposals = rules.propose_for_command(facts, cwd=action.cwd, at=action.at)
         by_kind = {p["kind"]: p for p in proposals}
         assert by_kind["process"]["match"] == r"serve\.py"
-        assert by_kind["port"]["port"] == port
+        assert by_kind["process"]["expect_ports"] == [port] and "port" not in by_kind
         log_path = by_kind["log"]["path"]
 
         wait_listening(port)

@@ -24,15 +24,15 @@ def kinds(proposals: list[dict]) -> list[tuple[str, str]]:
     return [watch_key(p) for p in proposals]
 
 
-def test_a_launch_gives_process_log_and_port() -> None:
+def test_a_launch_gives_a_process_in_its_folder_expecting_its_port_and_its_log() -> None:
     proposals = propose_for_command(parse_command(LAUNCH), cwd="/srv/work", at=AT)
     assert kinds(proposals) == [
         ("process", r"sglang\.launch_server"),
         ("log", "/srv/work/sglang/server.log"),
-        ("port", "127.0.0.1:30000"),
-    ]
+    ]  # no port watch of its own: the process watch expects the port
     process = proposals[0]
     assert process["expect_ports"] == [30000] and process["env"] == ["HF_TOKEN"]
+    assert process["cwd"] == "/srv/work/sglang"  # its own launches, not a namesake elsewhere
     assert all(p["auto"] is True for p in proposals)
     assert process["reason"] == "launched by the command at 12:01"
 
@@ -41,7 +41,8 @@ def test_harness_background_flag_makes_a_launch_without_ampersand() -> None:
     facts = parse_command("python serve.py --port 8000")
     assert propose_for_command(facts, cwd="/w", at=AT) == []
     proposals = propose_for_command(facts, cwd="/w", at=AT, background=True)
-    assert kinds(proposals) == [("process", r"serve\.py"), ("port", "127.0.0.1:8000")]
+    assert kinds(proposals) == [("process", r"serve\.py")]
+    assert proposals[0]["expect_ports"] == [8000] and proposals[0]["cwd"] == "/w"
 
 
 def test_one_shot_tools_sent_to_the_background_are_not_launches() -> None:
@@ -125,7 +126,7 @@ def test_proposals_are_valid_watch_specs_once_auto_and_reason_are_taken_off() ->
 
     facts = parse_command(LAUNCH + "; cd sgl-kernel && python -m build --wheel")
     proposals = propose_for_command(facts, cwd="/srv/work", at=AT)
-    assert {p["kind"] for p in proposals} == {"process", "log", "port", "artifact"}
+    assert {p["kind"] for p in proposals} == {"process", "log", "artifact"}
     for proposal in proposals:
         spec = {k: v for k, v in proposal.items() if k not in ("auto", "reason")}
         assert WatchIn.model_validate(spec).root.kind == proposal["kind"]

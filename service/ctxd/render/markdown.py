@@ -150,9 +150,10 @@ def cut(text: str, max_chars: int) -> str:
 
 
 def fit(markdown: str, max_chars: int | None) -> str:
-    """Cut a dump to `max_chars`, dropping the last (biggest) sections first.
+    """Cut a dump to `max_chars`, leaving out the sections that do not fit, in its order.
 
-    The title line and the objective come first in the dump, so they survive any cut; the
+    The title line and the objective come first in the dump, so they survive any cut; a
+    section too big for what is left goes, and the smaller ones after it still come; the
     final "Where this dump lives" section is kept so the reader can fetch the rest.
     """
     if max_chars is None or len(markdown) <= max_chars:
@@ -162,8 +163,8 @@ def fit(markdown: str, max_chars: int | None) -> str:
     kept: list[str] = []
     dropped: list[str] = []
     budget = max_chars - len(footer) - 200
-    for part in parts:
-        if not dropped and len(part) <= budget:
+    for part in parts:  # in the dump's order, which is its order of importance
+        if len(part) <= budget:
             kept.append(part)
             budget -= len(part)
         else:

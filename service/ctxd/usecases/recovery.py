@@ -16,14 +16,14 @@ def _logs_to(lines: int) -> Callable[[Snapshot], str]:
     def cut(s: Snapshot) -> str:
         for log in s.observations.logs.items:
             log.lines = log.lines[-lines:] if lines else []
-        return f"log tails to {lines} lines" if lines else "log tails"
+        return f"log tails beyond {lines} lines" if lines else "log tails"
 
     return cut
 
 
 def _changes(s: Snapshot) -> str:
     s.changes = s.changes[:15]
-    return "changes beyond the first 15"
+    return "changes beyond 15"
 
 
 def _tables(s: Snapshot) -> str:
@@ -32,13 +32,18 @@ def _tables(s: Snapshot) -> str:
     rest = sorted((p for p in procs if not p.root), key=lambda p: -(p.cpu_percent or 0))
     s.observations.processes.items = roots + rest[: max(0, 8 - len(roots))]
     s.observations.artifacts.items = s.observations.artifacts.items[:10]
-    return "process and artifact rows beyond the most relevant"
+    return "minor process and artifact rows"
 
 
-def _older_narrative(s: Snapshot) -> str:
-    n = s.narrative
-    n.findings, n.decisions, n.notes = n.findings[-5:], n.decisions[-5:], n.notes[-3:]
-    return "older findings, decisions and notes"
+def _older_narrative(keep: int) -> Callable[[Snapshot], str]:
+    def cut(s: Snapshot) -> str:
+        n = s.narrative
+        n.findings, n.decisions, n.notes = n.findings[-keep:], n.decisions[-keep:], n.notes[-keep:]
+        for entry in (*n.findings, *n.decisions):
+            entry.text = redact.cut(entry.text, 400)
+        return f"findings, decisions and notes but the newest {keep}"
+
+    return cut
 
 
 def _environments(s: Snapshot) -> str:
@@ -47,16 +52,67 @@ def _environments(s: Snapshot) -> str:
     return "process environments"
 
 
+def _observed(s: Snapshot) -> str:
+    o = s.observations
+    o.processes.items = [p for p in o.processes.items if p.root][:3]
+    for p in o.processes.items:
+        p.relaunch, p.flags = [], []
+    o.artifacts.items, o.commands.items, o.gpus.items = [], [], []
+    o.logs.items = []
+    return "observed sections but the watched roots"
+
+
+def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
+    """Fewer attempts in full: the folded line, the running ones and the newest failure stay."""
+
+    def cut(s: Snapshot) -> str:
+        history = s.narrative.history
+        launches = [i for i in history if i.source == "launch" and i.status != "folded"]
+        keep = {id(i) for i in launches[-shown:]}
+        keep |= {id(i) for i in launches if i.status in ("running", "started")}
+        failed = [i for i in launches if i.error]
+        keep |= {id(failed[-1])} if failed else set()
+        left = [i for i in history if i.source != "launch" or i.status == "folded" or id(i) in keep]
+        for item in left:
+            if item.command and id(item) in keep and item.status not in ("running", "started"):
+                item.command = None  # its flags are in the running one's difference
+        s.narrative.history = left
+        return f"attempts but the running, the newest failure and {shown} more"
+
+    return cut
+
+
+def _recent_commands(s: Snapshot) -> str:
+    s.narrative.recent_commands = s.narrative.recent_commands[-3:]
+    return "recent commands but 3"
+
+
+def _shorter_lines(s: Snapshot) -> str:
+    for signal in s.signals:
+        signal.text = redact.cut(signal.text, 240)
+    for item in s.narrative.history:
+        item.outcome = redact.cut(item.outcome, 240) if item.outcome else item.outcome
+        item.command = redact.cut(item.command, 240) if item.command else item.command
+    return "the end of long lines"
+
+
 # In reverse order of importance: what goes first is what a reader misses least. The
-# objective, signals, attempts and next steps are never cut.
+# objective, Now, the running attempt, the newest failure and the next steps are never cut:
+# the last steps shorten them instead.
 SHRINK_STEPS = (
     _logs_to(10),
     _changes,
     _logs_to(3),
     _tables,
-    _older_narrative,
+    _older_narrative(5),
     _environments,
     _logs_to(0),
+    _observed,
+    _attempts_to(3),
+    _recent_commands,
+    _older_narrative(1),
+    _attempts_to(1),
+    _shorter_lines,
 )
 
 
@@ -70,7 +126,11 @@ def fit_to_budget(
     cuts: list[str] = []
     full = snap.session_dir(copy.header.session) / version_file(copy.header.version)
     for step in SHRINK_STEPS:
-        cuts.append(step(copy))
+        said = step(copy)
+        # a step that cuts further what an earlier one cut says so in its place
+        family = said.split(" but ")[0].split(" beyond ")[0]
+        cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
+        cuts.append(said)
         note = (
             f"> Cut to fit {max_chars} characters (left out: {', '.join(cuts)}). "
             f"Full dump: `{full.resolve()}`; earlier history: "

@@ -1,0 +1,66 @@
+"""The budget cut keeps its promise: however small the budget, the objective, Now, the running
+attempt, the newest failure and the next steps survive (shortened, never dropped), and the
+note says what was left out, in the order the steps cut it."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from ctxd.models import JournalIn, SessionIn
+from ctxd.settings import Settings
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
+from ctxd.usecases import recovery
+
+T0 = datetime.now(UTC) - timedelta(hours=2)
+NEXT = "check NCCL_P2P_DISABLE on the second node"
+
+
+@pytest.fixture
+def snap(tmp_path: Path):
+    settings = Settings(data_dir=tmp_path / "data")
+    store = Store(settings.db_path)
+    snapshotter = Snapshotter(settings, store)
+    store.put_session("cut", SessionIn(objective="Find why the 8-GPU server dies at start"))
+    for n in range(1, 41):  # forty failed attempts with long commands, then a running one
+        flags = " ".join(f"--flag-{k} {n * k}" for k in range(30))
+        log = f"/srv/logs/run{n}.log"
+        ended = {"ended_at": T0 + timedelta(minutes=n, seconds=5), "error_log": log,
+                 "error": f"RuntimeError: NCCL error in run {n}"}  # fmt: skip
+        store.save_launches("cut", [{
+            "start_key": f"cmd:{n}", "watch_id": None, "pid": 1000 + n,
+            "started_at": T0 + timedelta(minutes=n),
+            "argv": ["python3", "serve.py", *flags.split()],
+            "cwd": "/srv", "env": {}, "expected_ports": [30000], "logs": [log], "seen": 1,
+            "command": f"python3 serve.py {flags}", **(ended if n < 40 else {}),
+        }])  # fmt: skip
+    for n in range(30):
+        store.add_entry("cut", JournalIn(kind="finding", text=f"finding {n}: " + "x" * 300))
+    store.add_entry("cut", JournalIn(kind="next", text=NEXT))
+    yield snapshotter
+    snapshotter.close()
+
+
+@pytest.mark.parametrize("budget", [8000, 4000, 3000])
+def test_what_matters_survives_any_budget(snap: Snapshotter, budget: int):
+    snap.take("cut")
+    dump = recovery.resume(snap, "cut", fresh=False, max_chars=budget)
+    assert len(dump) <= budget
+    assert "## Objective" in dump and "dies at start" in dump
+    assert "## Now" in dump
+    assert "**attempt 40**" in dump and "**running**" in dump  # the running attempt
+    assert "NCCL error in run 39" in dump  # the newest failure
+    assert NEXT in dump  # the next steps
+    assert "Cut to fit" in dump
+
+
+def test_the_note_lists_the_cuts_in_the_order_the_steps_make_them(snap: Snapshotter):
+    snap.take("cut")
+    dump = recovery.resume(snap, "cut", fresh=False, max_chars=2500)
+    note = dump.split("left out: ", 1)[1].split(")", 1)[0]
+    said = [part.strip() for part in note.split(", ")]
+    order = ["changes beyond 15", "minor process and artifact rows", "process environments",
+             "log tails", "observed sections", "recent commands", "findings, decisions",
+             "attempts but the running"]  # fmt: skip
+    positions = [i for o in order for i, part in enumerate(said) if part.startswith(o)]
+    assert len(positions) >= 6 and positions == sorted(positions), said
