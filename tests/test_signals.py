@@ -104,7 +104,7 @@ def test_all_idle_turning_stuck_is_news_of_stuck_not_an_end_of_idle():
     idle = Signal(severity="warning", code="all_idle", subject="processes", text="all idle")
     stuck = Signal(severity="critical", code="stuck", subject="10", text="stuck: tree 10")
     assert [c.text for c in changes.signals([idle], [stuck])] == ["new signal: stuck: tree 10"]
-    assert [c.text for c in changes.signals([idle], [])] == ["no longer: all idle"]
+    assert [c.text for c in changes.signals([idle], [])] == ["cleared: all idle"]
 
 
 def tree_proc(pid: int, idle: float | None, tree: int = 10) -> ProcessInfo:

@@ -10,6 +10,8 @@ STUCK_AFTER_S = 120.0
 GPU_HELD_BYTES = 1024**3
 # Resident memory growing steadily at this rate or more.
 MEMORY_GROWTH_BPS = 1024**2
+# ... over at least this long: a start-up (weights loading) is not a leak
+MEMORY_GROWTH_WINDOW_S = 60.0
 # A disk is nearly full under either bound; under 1 % free it is critical.
 DISK_FREE_RATIO = 0.05
 DISK_FREE_BYTES = 2 * 1024**3

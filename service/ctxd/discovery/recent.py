@@ -5,7 +5,7 @@ Pure: it reads command actions (anything with the CommandAction fields) already 
 """
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -17,6 +17,7 @@ _ERROR = re.compile(
     r"|no such file|command not found|permission denied|cannot|could not|not found)\b",
     re.IGNORECASE,
 )
+_DIGITS = re.compile(r"\d+")
 # The exception line that ends a Python traceback: `RuntimeError: CUDA error: …`.
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*")
 
@@ -36,19 +37,24 @@ class RecentCommand:
     exit_status: int | None
     background: bool = False
     first_error: str | None = None
-    runs: int = 1  # how many times it ran within the window
+    runs: int = 1  # how many times it (or one alike but for its numbers) ran in the window
+    alike: bool = False  # some of those runs had other numbers (`tail -n 3`, `tail -n 10`)
+    attempt: str | None = None  # what it launched: "attempt 2 (pid 4242)"
 
     def line(self) -> str:
         """One line, like: 12:03 `make -j8` → exit 2: make: *** No targets (3 runs)."""
         text = f"{self.at.strftime('%H:%M')} `{_one_line(self.command)}`"
-        if self.background:
+        if self.attempt:
+            # the shell's exit status says nothing of what it sent off
+            text += f" → started in the background → {self.attempt}"
+        elif self.background:
             text += " → sent to the background"
         elif self.exit_status is not None:
             text += f" → exit {self.exit_status}"
         if self.first_error:
             text += f": {self.first_error}"
         if self.runs > 1:
-            text += f" ({self.runs} runs)"
+            text += f" ({self.runs} runs{' alike, the newest shown' if self.alike else ''})"
         return text
 
 
@@ -71,12 +77,20 @@ def first_error_line(output: str) -> str | None:
     return None
 
 
-def recent_commands(actions: Iterable[CommandLike], limit: int = RECENT_MAX) -> list[RecentCommand]:
-    """The last `limit` distinct commands, oldest first; a command run again is shown once,
-    at its latest run, with its run count. A failure carries its first error line."""
+def recent_commands(
+    actions: Iterable[CommandLike],
+    limit: int = RECENT_MAX,
+    attempts: Mapping[str, str] | None = None,
+) -> list[RecentCommand]:
+    """The last `limit` distinct commands, oldest first; a command run again, or one alike
+    but for its numbers, is shown once, at its latest run, with its run count. A failure
+    carries its first error line; a launch says which attempt it made (`attempts`: command
+    line -> "attempt 2 (pid 4242)")."""
     folded: dict[str, RecentCommand] = {}
     for action in actions:
-        key = " ".join(action.command.split())
+        flat = " ".join(action.command.split())
+        attempt = (attempts or {}).get(action.command)
+        key = flat if attempt else _DIGITS.sub("N", flat)  # each launch is its own line
         failed = action.exit_status not in (0, None)
         error = first_error_line(action.output_tail) if failed else None
         previous = folded.pop(key, None)  # re-inserted: dict order is latest-run order
@@ -87,5 +101,7 @@ def recent_commands(actions: Iterable[CommandLike], limit: int = RECENT_MAX) -> 
             background=action.background,
             first_error=error,
             runs=(previous.runs + 1) if previous else 1,
+            alike=previous is not None and (previous.alike or previous.command != action.command),
+            attempt=attempt,
         )
     return list(folded.values())[-limit:]

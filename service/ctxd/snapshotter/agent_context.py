@@ -37,7 +37,13 @@ def enrich(
         narrative.objective_source = session.objective_source
     narrative.history = launch_history.history(store, sid, narrative.attempts, launches)
     commands = [CommandAction.model_validate(a) for a in store.list_actions(sid, "command")]
-    narrative.recent_commands = [c.line() for c in recent_commands(commands, RECENT_COMMANDS)]
+    made = {
+        item.command: f"{item.label}" + (f" (pid {item.pid})" if item.pid else "")
+        for item in narrative.history
+        if item.source == "launch" and item.command and item.status != "folded"
+    }
+    recent = recent_commands(commands, RECENT_COMMANDS, made)
+    narrative.recent_commands = [c.line() for c in recent]
     narrative.workspace = _workspace(store, session, git)
     narrative.auto_watches = [_describe(w) for w in watches if w.auto]
 

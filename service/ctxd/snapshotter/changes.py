@@ -124,7 +124,7 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
     # a signal that a stronger one replaced still holds: "all idle" does not end when "stuck" begins
     replaced = {code for s in after for code in _REPLACES.get(s.code, ())}
     cleared = [
-        Change(kind="signal_cleared", text=f"no longer: {s.text}")
+        Change(kind="signal_cleared", text=f"cleared: {s.text}")
         for k, s in old.items()
         if k not in new and s.code not in replaced
     ]

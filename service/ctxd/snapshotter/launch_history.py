@@ -206,7 +206,12 @@ def history(
     rows from `observed` not saved yet, shown as if they were."""
     stored, total = _recent(store, sid)
     launches = _with_pending(stored, pending)
-    total += sum(1 for row in pending if row["start_key"] not in dict(stored) and "pid" in row)
+    known = dict(stored)
+    total += sum(  # a root no command made, seen for the first time
+        1
+        for row in pending
+        if "pid" in row and "bound_from" not in row and row["start_key"] not in known
+    )
     first_number = total - len(launches) + 1
     now = datetime.now(UTC)
     items: list[HistoryItem] = []

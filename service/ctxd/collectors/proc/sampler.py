@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from ctxd.collectors.proc import procfs
-from ctxd.thresholds import IDLE_CPU_PERCENT
+from ctxd.thresholds import IDLE_CPU_PERCENT, MEMORY_GROWTH_WINDOW_S
 
 # A process no collector has asked about for this long is no longer watched by anyone.
 FORGET_AFTER_S = 600.0
@@ -54,9 +54,12 @@ class _Track:
     runs: bytes | None = None
 
 
-def steady_growth(points: list[tuple[float, int]], min_points: int = 6) -> float | None:
-    """Bytes per second when every sample grew (never shrank) and the total grew by 5 %+."""
-    if len(points) < min_points:
+def steady_growth(
+    points: list[tuple[float, int]], min_points: int = 6, min_span_s: float = MEMORY_GROWTH_WINDOW_S
+) -> float | None:
+    """Bytes per second when every sample grew (never shrank) and the total grew by 5 %+, over
+    at least `min_span_s` (a process loading its model grows for seconds: that is no leak)."""
+    if len(points) < min_points or points[-1][0] - points[0][0] < min_span_s:
         return None
     values = [v for _, v in points]
     if any(b < a for a, b in itertools.pairwise(values)) or values[0] <= 0:
