@@ -42,9 +42,20 @@ def test_repeats_fold_at_their_latest_run_and_failures_keep_their_error() -> Non
 
 
 def test_limit_keeps_the_latest() -> None:
-    history = [cmd(f"echo {i}", i) for i in range(30)]
-    recent = recent_commands(history, limit=10)
-    assert [r.command for r in recent] == [f"echo {i}" for i in range(20, 30)]
+    words = [f"echo {chr(ord('a') + i)}" for i in range(26)]
+    recent = recent_commands([cmd(w, i) for i, w in enumerate(words)], limit=10)
+    assert [r.command for r in recent] == words[16:]
+
+
+def test_a_poll_alike_but_for_its_numbers_is_one_line_and_a_launch_its_own() -> None:
+    launch = "nohup python3 serve.py --port 8001 > s1.log 2>&1 &"
+    history = [cmd(launch, 0, bg=True), *(cmd(f"tail -n {n} s1.log", n) for n in range(1, 9))]
+    history += [cmd("nvidia-smi", 10), cmd("tail -n 3 s1.log", 11)]
+    recent = recent_commands(history, attempts={launch: "attempt 4 (pid 4242)"})
+    assert [r.command for r in recent] == [launch, "tail -n 8 s1.log", "nvidia-smi",
+                                           "tail -n 3 s1.log"]  # fmt: skip
+    assert recent[0].line().endswith("→ started in the background → attempt 4 (pid 4242)")
+    assert recent[1].line().endswith("(8 runs alike, the newest shown)")
 
 
 def test_first_error_line() -> None:

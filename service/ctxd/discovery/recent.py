@@ -82,26 +82,33 @@ def recent_commands(
     limit: int = RECENT_MAX,
     attempts: Mapping[str, str] | None = None,
 ) -> list[RecentCommand]:
-    """The last `limit` distinct commands, oldest first; a command run again, or one alike
-    but for its numbers, is shown once, at its latest run, with its run count. A failure
-    carries its first error line; a launch says which attempt it made (`attempts`: command
-    line -> "attempt 2 (pid 4242)")."""
+    """The last `limit` distinct commands, oldest first; a command run again is shown once, at
+    its latest run, with its run count, and so is a run of commands in a row alike but for
+    their numbers (`tail -n 3 …`, `tail -n 10 …`: a poll). A failure carries its first error
+    line; a launch says which attempt it made (`attempts`: command line -> "attempt 2 (pid
+    4242)"), and stays a line of its own."""
     folded: dict[str, RecentCommand] = {}
+    last = ""
     for action in actions:
         flat = " ".join(action.command.split())
         attempt = (attempts or {}).get(action.command)
-        key = flat if attempt else _DIGITS.sub("N", flat)  # each launch is its own line
+        key = flat
+        shape = _DIGITS.sub("N", flat)
+        if not attempt and flat not in folded and last and _DIGITS.sub("N", last) == shape:
+            key = last  # alike to the one just before: one line for the run of them
         failed = action.exit_status not in (0, None)
         error = first_error_line(action.output_tail) if failed else None
         previous = folded.pop(key, None)  # re-inserted: dict order is latest-run order
-        folded[key] = RecentCommand(
+        before = " ".join(previous.command.split()) if previous else flat
+        folded[flat] = RecentCommand(
             command=action.command,
             at=action.at,
             exit_status=action.exit_status,
             background=action.background,
             first_error=error,
             runs=(previous.runs + 1) if previous else 1,
-            alike=previous is not None and (previous.alike or previous.command != action.command),
+            alike=previous is not None and (previous.alike or before != flat),
             attempt=attempt,
         )
+        last = flat
     return list(folded.values())[-limit:]
