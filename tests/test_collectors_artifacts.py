@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from ctxd.collectors import CollectContext, artifacts
+from ctxd.collectors._artifact_text import describe_change, parse_dist
 from ctxd.fmt import human_bytes
 from ctxd.models import ArtifactInfo, ArtifactsSection, ArtifactWatch, Unavailable, Watch
 from ctxd.settings import Limits, Settings
@@ -141,7 +142,7 @@ def test_directory_fingerprint_follows_names_sizes_and_mtimes(tmp_path: Path) ->
     (root / "sub" / "b.bin").write_bytes(b"2" * 21)
     second = only_item(collect(make_watch(root)))
     assert second.fingerprint != first.fingerprint
-    assert artifacts.describe_change(first, second) == "size 123 B -> 124 B, contents changed"
+    assert describe_change(first, second) == "size 123 B -> 124 B, contents changed"
 
 
 def test_a_probe_tells_a_changed_tree_from_stat_alone_and_reads_no_file(tmp_path: Path) -> None:
@@ -279,26 +280,26 @@ def test_unreadable_file(open_dir: Path) -> None:
 
 
 def test_describe_change() -> None:
-    assert artifacts.describe_change(None, None) is None
-    assert artifacts.describe_change(None, info()) == "new"
-    assert artifacts.describe_change(info(), None) == "gone"
-    assert artifacts.describe_change(info(), info()) is None
-    assert artifacts.describe_change(info(fingerprint="s3:a"), info(fingerprint="s3:b")) == (
+    assert describe_change(None, None) is None
+    assert describe_change(None, info()) == "new"
+    assert describe_change(info(), None) == "gone"
+    assert describe_change(info(), info()) is None
+    assert describe_change(info(fingerprint="s3:a"), info(fingerprint="s3:b")) == (
         "content changed"
     )
     assert (
-        artifacts.describe_change(
+        describe_change(
             info(size=10 * 1024**2, fingerprint="s3:a"), info(size=12 * 1024**2, fingerprint="s3:b")
         )
         == "size 10.0 MB -> 12.0 MB, content changed"
     )
-    assert artifacts.describe_change(info(mtime=1.0), info(mtime=2.0)) == ("rebuilt, same content")
+    assert describe_change(info(mtime=1.0), info(mtime=2.0)) == ("rebuilt, same content")
     directory = info().model_copy(update={"type": "directory", "entries": 3})
-    assert artifacts.describe_change(info(), directory) == "was a file, now a directory"
+    assert describe_change(info(), directory) == "was a file, now a directory"
 
 
 def test_describe_change_shows_bytes_when_rounded_sizes_are_equal() -> None:
-    text = artifacts.describe_change(
+    text = describe_change(
         info(size=10_000_001, fingerprint="a"), info(size=10_000_500, fingerprint="b")
     )
     assert text == "size 10,000,001 B -> 10,000,500 B, content changed"
@@ -306,7 +307,7 @@ def test_describe_change_shows_bytes_when_rounded_sizes_are_equal() -> None:
 
 def test_artifact_sizes_read_like_every_other_size_in_the_dump() -> None:
     """One unit system in the Changes list: 1 MB = 1024 KB, as for logs and memory."""
-    text = artifacts.describe_change(info(size=5 * 1024**2), info(size=6 * 1024**2))
+    text = describe_change(info(size=5 * 1024**2), info(size=6 * 1024**2))
     assert text == f"size {human_bytes(5 * 1024**2)} -> {human_bytes(6 * 1024**2)}"
     assert text == "size 5.0 MB -> 6.0 MB"
 
@@ -391,7 +392,7 @@ def test_100_gb_sparse_plus_5000_files_cold_then_warm_reads_no_content(
         str(root / "shards" / name) for name in ("f0001.json", "f0002.json", "new.json")
     ]
     assert changed.fingerprint != cold.fingerprint
-    assert artifacts.describe_change(cold, changed) is not None
+    assert describe_change(cold, changed) is not None
     watcher.stop()
 
 
@@ -404,7 +405,7 @@ def test_single_file_rebuilt_with_same_content(tmp_path: Path) -> None:
     os.utime(path, ns=(0, first.modified_at.timestamp().__int__() * 10**9 + 5 * 10**9))
     second = only_item(collect(make_watch(path), ctx=ctx))
     assert second.fingerprint == first.fingerprint
-    assert artifacts.describe_change(first, second) == "rebuilt, same content"
+    assert describe_change(first, second) == "rebuilt, same content"
 
 
 def test_fingerprint_budget_defers_hashing_to_the_next_snapshot(tmp_path: Path) -> None:
@@ -429,16 +430,16 @@ def test_wheel_and_sdist_names_are_parsed(tmp_path: Path) -> None:
     assert dist is not None
     assert (dist.kind, dist.name, dist.version) == ("wheel", "sgl_kernel", "0.3.9.post2+cu128")
     assert dist.tags == ["cp310-abi3-manylinux2014_x86_64"]
-    multi = artifacts.parse_dist("pkg-1.0-1-py2.py3-none-any.whl")
+    multi = parse_dist("pkg-1.0-1-py2.py3-none-any.whl")
     assert multi is not None and multi.build == "1"
     assert multi.tags == ["py2-none-any", "py3-none-any"]
-    sdist = artifacts.parse_dist("flash_attn-2.8.3.tar.gz")
+    sdist = parse_dist("flash_attn-2.8.3.tar.gz")
     assert sdist is not None and (sdist.kind, sdist.name, sdist.version) == (
         "sdist",
         "flash_attn",
         "2.8.3",
     )
-    assert artifacts.parse_dist("libfoo.so.1") is None
+    assert parse_dist("libfoo.so.1") is None
     so = tmp_path / "libcuda_kernels.so"
     so.write_bytes(b"\x7fELF")
     item = only_item(collect(make_watch(so)))

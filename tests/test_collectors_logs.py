@@ -1,6 +1,7 @@
 """Tests of the log collector: tails of real files, fifos, loops, globs and real server logs."""
 
 import os
+import re
 import socket
 import sys
 from datetime import UTC, datetime
@@ -55,40 +56,50 @@ def write_fixture(tmp_path: Path, name: str) -> Path:
     return path
 
 
-# --- parse_tail on plain bytes -------------------------------------------------------------
+# --- tail_text on plain bytes --------------------------------------------------------------
 
 
-def test_parse_tail_keeps_last_lines_and_final_line_without_newline() -> None:
-    assert logtext.parse_tail(b"a\nb\nc\nd", 2, 100) == ["c", "d"]
-    assert logtext.parse_tail(b"a\nb\nc\n", 2, 100) == ["b", "c"]
-    assert logtext.parse_tail(b"", 5, 100) == []
-    assert logtext.parse_tail(b"a\n\nb\n", 5, 100) == ["a", "", "b"]
+def tail(raw: bytes, lines: int, max_line_chars: int, *, partial: bool = False) -> list[str]:
+    """The tail the collector shows of a text log (one that is not binary)."""
+    out, binary = logtext.tail_text(raw, lines, max_line_chars, partial=partial)
+    assert not binary
+    return out
 
 
-def test_parse_tail_drops_the_partial_first_line() -> None:
-    assert logtext.parse_tail(b"ial line\nwhole\n", 5, 100, partial=True) == ["whole"]
-    assert logtext.parse_tail(b"ial line\nwhole\n", 5, 100) == ["ial line", "whole"]
+def test_tail_keeps_last_lines_and_final_line_without_newline() -> None:
+    assert tail(b"a\nb\nc\nd", 2, 100) == ["c", "d"]
+    assert tail(b"a\nb\nc\n", 2, 100) == ["b", "c"]
+    assert tail(b"", 5, 100) == []
+    assert tail(b"a\n\nb\n", 5, 100) == ["a", "", "b"]
 
 
-def test_parse_tail_collapses_carriage_return_progress() -> None:
-    assert logtext.parse_tail(b"a\rb\rc\n", 5, 100) == ["c"]
-    assert logtext.parse_tail(b"10%\r100%\r\n", 5, 100) == ["100%"]
-    assert logtext.parse_tail(b"done\r   \r\x1b[K\n", 5, 100) == ["done"]
-    assert logtext.parse_tail(b"windows line\r\nnext\r\n", 5, 100) == ["windows line", "next"]
+def test_tail_drops_the_partial_first_line() -> None:
+    assert tail(b"ial line\nwhole\n", 5, 100, partial=True) == ["whole"]
+    assert tail(b"ial line\nwhole\n", 5, 100) == ["ial line", "whole"]
 
 
-def test_parse_tail_removes_escapes_and_control_chars() -> None:
+def test_tail_collapses_carriage_return_progress() -> None:
+    assert tail(b"a\rb\rc\n", 5, 100) == ["c"]
+    assert tail(b"10%\r100%\r\n", 5, 100) == ["100%"]
+    assert tail(b"done\r   \r\x1b[K\n", 5, 100) == ["done"]
+    assert tail(b"windows line\r\nnext\r\n", 5, 100) == ["windows line", "next"]
+
+
+def test_tail_removes_escapes_and_control_chars() -> None:
     raw = b"\x1b[1;33mwarn\x1b[0m\x1b]0;title\x07 x\x00y\tz\x07\n"
-    assert logtext.parse_tail(raw, 5, 100) == ["warn xy\tz"]
+    assert tail(raw, 5, 100) == ["warn xy\tz"]
 
 
-def test_parse_tail_cuts_long_lines_with_a_marker() -> None:
-    [line] = logtext.parse_tail(b"x" * 250 + b"\n", 5, 100)
+def test_tail_cuts_long_lines_with_a_marker() -> None:
+    [line] = tail(b"x" * 250 + b"\n", 5, 100)
     assert line == "x" * 100 + " … [cut 150 chars]"
 
 
-def test_parse_tail_replaces_invalid_utf8() -> None:
-    assert logtext.parse_tail(b"ok \xff\xfe caf\xc3\xa9\n", 5, 100) == ["ok \ufffd\ufffd café"]
+def test_tail_replaces_invalid_utf8() -> None:
+    assert tail(b"ok \xff\xfe caf\xc3\xa9\n", 5, 100) == ["ok \ufffd\ufffd café"]
+
+
+_HOLE_LINE = re.compile(re.escape(logtext.HOLE_LINE).replace(re.escape("{}"), ".+"))
 
 
 @settings(max_examples=300, deadline=None)
@@ -101,12 +112,13 @@ def test_parse_tail_replaces_invalid_utf8() -> None:
     max_chars=st.integers(min_value=1, max_value=50),
     partial=st.booleans(),
 )
-def test_parse_tail_properties(raw: bytes, lines: int, max_chars: int, partial: bool) -> None:
-    out = logtext.parse_tail(raw, lines, max_chars, partial=partial)
-    assert len(out) <= lines
+def test_tail_text_properties(raw: bytes, lines: int, max_chars: int, partial: bool) -> None:
+    out, binary = logtext.tail_text(raw, lines, max_chars, partial=partial)
+    assert len(out) <= lines and not (binary and out)
     for line in out:
         assert "\r" not in line and "\x1b" not in line and "\n" not in line
-        assert len(line) <= max_chars + len(logtext.CUT_MARKER.format(len(raw)))
+        if not _HOLE_LINE.fullmatch(line):  # a run of NUL bytes is told in a line of its own
+            assert len(line) <= max_chars + len(logtext.CUT_MARKER.format(len(raw)))
 
 
 def test_detect_binary() -> None:

@@ -14,7 +14,8 @@ import psutil
 import pytest
 from ctxd.collectors import CollectContext, processes
 from ctxd.collectors.proc import procrows
-from ctxd.collectors.processes import parse_flags
+from ctxd.collectors.proc.argv import parse_flags
+from ctxd.collectors.proc.procstatic import DEFAULT_ENV, select
 from ctxd.models import Flag, PortWatch, ProcessWatch, Watch
 from ctxd.settings import Limits, Settings
 
@@ -97,6 +98,12 @@ def test_env_patterns_select_variables(tree) -> None:
     child, _, _ = tree
     section = processes.collect([watch(pid=child.pid, env=["NCCL_*"])], context())
     assert section.items[0].env == {"NCCL_DEBUG": "INFO"}
+
+
+def test_default_env_keeps_the_relevant_names_only() -> None:
+    """A watch that names no `env` keeps what changes how GPU / ML servers behave."""
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "LANG": "C", "NCCL_DEBUG": "INFO", "TERM": "x"}
+    assert select(env, DEFAULT_ENV) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO"}
 
 
 def test_pid_watch_without_children(tree) -> None:

@@ -7,13 +7,18 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
+from ctxd.collectors import CollectContext, processes
 from ctxd.discovery import actions, payloads, procscan, rules
 from ctxd.discovery.actions import CommandAction
 from ctxd.discovery.launches import flag_diff, summary_line
 from ctxd.discovery.shellparse import parse_command
-from ctxd.discovery.workspace import git_section, workspace_of
+from ctxd.discovery.workspace import git_section
+from ctxd.harness.hook import git_root
+from ctxd.models import Watch, WatchIn
+from ctxd.settings import Settings
 
 SERVER = """
 import socket, sys, time
@@ -84,7 +89,8 @@ def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -
             for a in payloads.from_claude(bash_payload(command, work / "sub" / ".."))
         ]
         assert isinstance(action, CommandAction) and action.exit_status == 0
-        workspace = workspace_of(str(work))
+        workspace = git_root(action.cwd or "")  # the session's scope: the hook's `root`
+        assert workspace == str(work)
         facts = parse_command(action.command)
         proposals = rules.propose_for_command(facts, cwd=action.cwd, at=action.at)
         by_kind = {p["kind"]: p for p in proposals}
@@ -102,7 +108,12 @@ def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -
         )
         assert machine == []  # the command already proposed both
 
-        assert procscan.listening_ports(root.pid) == [port]
+        # The process watch the command proposed shows its root listening on the port.
+        fields = {k: v for k, v in by_kind["process"].items() if k not in ("auto", "reason")}
+        spec = WatchIn.model_validate(fields).root
+        watch = Watch(id=1, session="s", created_at=datetime.now(UTC), spec=spec)
+        section = processes.collect([watch], CollectContext(settings=Settings()))
+        assert {row.pid: row.listening for row in section.items}[root.pid] == [port]
 
         os.killpg(first.pid, 9)
         first.wait(timeout=10)

@@ -6,7 +6,6 @@ from ctxd.discovery.launches import (
     Launch,
     flag_diff,
     parse_flags,
-    select_env,
     summary_line,
 )
 
@@ -76,8 +75,3 @@ def test_outcomes() -> None:
     assert failed.outcome(T0) == "exited with status 1 after 40 s"
     killed = Launch(1, (), T0, ended_at=T0 + timedelta(hours=1, minutes=5), exit_status=-9)
     assert killed.outcome(T0) == "killed by signal 9 after 1 h 5 min"
-
-
-def test_select_env_keeps_the_relevant_names_only() -> None:
-    env = {"CUDA_VISIBLE_DEVICES": "0,1", "HOME": "/root", "NCCL_DEBUG": "INFO", "TERM": "x"}
-    assert select_env(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO"}

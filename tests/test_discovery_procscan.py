@@ -1,14 +1,18 @@
-"""Workspace processes, their stdout/stderr files and listening ports, on real child processes."""
+"""Workspace processes, their stdout/stderr files and what they listen on, on real children."""
 
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from ctxd.collectors import CollectContext, processes
 from ctxd.discovery import procscan
+from ctxd.models import ProcessesSection, ProcessWatch, Watch
+from ctxd.settings import Settings
 
 SERVER = """
 import socket, subprocess, sys, time
@@ -129,18 +133,26 @@ def test_stdio_skips_pipes_and_deleted_files(tmp_path: Path) -> None:
             child.wait(timeout=10)
 
 
-def test_listening_ports_of_the_tree(server: tuple) -> None:
+def watched(pid: int) -> ProcessesSection:
+    """What the process collector shows of a discovered tree, watched by its root's pid."""
+    watch = Watch(id=1, session="s", created_at=datetime.now(UTC), spec=ProcessWatch(pid=pid))
+    return processes.collect([watch], CollectContext(settings=Settings()))
+
+
+def test_the_member_of_the_tree_that_listens_is_told(server: tuple) -> None:
     proc, _, port = server
-    assert procscan.listening_ports(proc.pid) == [port]
+    rows = {row.pid: row for row in watched(proc.pid).items}
     workers = procscan.psutil.Process(proc.pid).children()
-    assert procscan.listening_ports(workers[0].pid) == []
+    assert rows[proc.pid].listening == [port]
+    assert [rows[worker.pid].listening for worker in workers] == [[], []]
 
 
 def test_vanished_processes_are_outcomes_not_errors() -> None:
     gone = subprocess.Popen(["true"])
     gone.wait(timeout=10)
     assert procscan.stdio_files(gone.pid) == []
-    assert procscan.listening_ports(gone.pid) is None
+    section = watched(gone.pid)
+    assert section.items == [] and section.unavailable[0].reason.startswith("no process")
 
 
 def test_a_working_directory_is_read_again_once_its_reading_is_old(

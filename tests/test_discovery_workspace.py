@@ -5,7 +5,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ctxd.discovery.workspace import git_section, is_secret_path, workspace_of
+from ctxd.discovery.workspace import git_section, is_secret_path
+from ctxd.harness.hook import git_root
 
 
 def git(repo: Path, *args: str) -> None:
@@ -27,11 +28,14 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_workspace_is_the_git_top_level_or_the_cwd(repo: Path, tmp_path: Path) -> None:
-    assert workspace_of(str(repo / "src")) == str(repo)
+    """The hook sends the checkout holding its cwd as `root`: the session made for it is
+    scoped there; with no checkout (""), to the cwd itself."""
+    assert git_root(str(repo / "src")) == git_root(str(repo)) == str(repo)
     plain = tmp_path / "plain"
     plain.mkdir()
-    assert workspace_of(str(plain)) == str(plain)
-    assert workspace_of(str(tmp_path / "missing")) == str(tmp_path / "missing")
+    assert git_root(str(plain)) == ""
+    assert git_root(str(tmp_path / "missing")) == ""
+    assert git_root("relative/dir") == ""
 
 
 def test_git_section_branch_head_and_dirty_files(repo: Path) -> None:

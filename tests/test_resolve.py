@@ -1,5 +1,7 @@
 """Which session a hook's agent is in, decided by the server; prompts; the CLI's new options."""
 
+from pathlib import Path
+
 import httpx
 from ctxd.harness.policy import HOOK_MAX_CHARS
 
@@ -7,36 +9,47 @@ from tests.conftest import Server
 from tests.test_cli_scripting import as_json, ctxd
 
 
-def resolve(client: httpx.Client, **ask: str) -> dict:
-    response = client.post("/api/sessions/resolve", json=ask)
+def hooked(client: httpx.Client, harness: str = "claude", root: str = "", **sent: str) -> dict:
+    """The session a hook event lands in, sent as the hooks and the opencode plugin send it
+    (`POST /api/hooks/{harness}`); `sent`: the payload, plus `session` (CTXD_SESSION)."""
+    session = sent.pop("session", None)
+    body: dict = {"payload": sent, "root": root} | ({"session": session} if session else {})
+    response = client.post(f"/api/hooks/{harness}", json=body)
     assert response.status_code == 200, response.text
-    return response.json()
+    answer = response.json()
+    assert answer["hook_max_chars"] == HOOK_MAX_CHARS  # the budget the plugin injects
+    return client.get(f"/api/sessions/{answer['session']}").json()
 
 
-def test_resolve_by_env_scope_checkout_and_harness_id(client: httpx.Client, tmp_path):
+def ended(cwd: Path | str, conversation: str, **fields: str) -> dict[str, str]:
+    """Claude Code's SessionEnd: its conversation is not live any more when the next starts."""
+    sent = {"hook_event_name": "SessionEnd", "session_id": conversation, **fields}
+    return sent | ({"cwd": str(cwd)} if cwd else {})
+
+
+def test_resolve_by_env_scope_checkout_and_harness_id(client: httpx.Client, tmp_path: Path):
     top = tmp_path / "Train Loop"
     (top / "src").mkdir(parents=True)
-    made = resolve(client, cwd=str(top / "src"), root=str(top))
+    made = hooked(client, root=str(top), **ended(top / "src", "c1"))
     assert (made["id"], made["cwd"], made["title"]) == ("train-loop", str(top), "Train Loop")
-    assert made["hook_max_chars"] == HOOK_MAX_CHARS
     # The same folder again: the session scoped to it, not a new one.
-    assert resolve(client, cwd=str(top / "src" / "deeper"))["id"] == "train-loop"
+    assert hooked(client, **ended(top / "src" / "deeper", "c2"))["id"] == "train-loop"
 
     # Another checkout with the same folder name gets a suffix, not the first one's session.
     other = tmp_path / "elsewhere" / "Train Loop"
     other.mkdir(parents=True)
-    second = resolve(client, cwd=str(other), harness="opencode")
+    second = hooked(client, "opencode", event="session.idle", sessionID="o1", cwd=str(other))
     assert second["id"].startswith("train-loop-") and second["cwd"] == str(other)
 
     # A session of that name made by hand without a scope is adopted.
     client.put("/api/sessions/adopt-me", json={"title": "mine"})
-    adopted = resolve(client, cwd=str(tmp_path / "adopt-me"))
+    adopted = hooked(client, **ended(tmp_path / "adopt-me", "c3"))
     assert (adopted["id"], adopted["title"]) == ("adopt-me", "mine")
 
-    assert resolve(client, session="pinned", cwd=str(top))["id"] == "pinned"
-    by_id = resolve(client, harness_session="3F1C-2a9e")
+    assert hooked(client, session="pinned", **ended(top, "c4"))["id"] == "pinned"
+    by_id = hooked(client, **ended("", "3F1C-2a9e"))
     assert (by_id["id"], by_id["title"]) == ("claude-3f1c-2a9e", "Claude Code session")
-    bare = client.post("/api/sessions/resolve", json={"cwd": "relative/dir"})
+    bare = client.post("/api/hooks/claude", json={"payload": ended("relative/dir", "")})
     assert bare.status_code == 400 and "harness_session" in bare.json()["detail"]
 
 

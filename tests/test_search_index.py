@@ -69,16 +69,16 @@ def test_a_launch_is_indexed_with_how_it_ended_and_reindexed_only_when_that_chan
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())
     launch = {"start_key": "42:1", "pid": 42, "started_at": now(), "argv": ["vllm", "serve"]}
-    store.save_launch("s", {**launch, "cwd": "/srv", "env": {}, "expected_ports": [8000]})
+    store.save_launches("s", [{**launch, "cwd": "/srv", "env": {}, "expected_ports": [8000]}])
     first = store._rows("select id from search_docs where source = 'launch'")
-    store.save_launch("s", {"start_key": "42:1", "idle_s": 3.0})  # not indexed: same row
+    store.save_launches("s", [{"start_key": "42:1", "idle_s": 3.0}])  # not indexed: same row
     assert store._rows("select id from search_docs where source = 'launch'") == first
     assert store.list_launches("s")[0]["idle_s"] == 3.0  # the one changed field, stored
-    store.save_launch("s", {"start_key": "42:1", "idle_s": 3.0})  # nothing new: no write
+    store.save_launches("s", [{"start_key": "42:1", "idle_s": 3.0}])  # nothing new: no write
     assert store.list_launches("s")[0]["argv"] == ["vllm", "serve"]
     [running] = _hits(store, '"vllm serve" AND status:running')
     assert running.kind == "launch"
-    store.save_launch("s", {"start_key": "42:1", "ended_at": now()})
+    store.save_launches("s", [{"start_key": "42:1", "ended_at": now()}])
     assert not _hits(store, "status:running") and _hits(store, "status:ended AND vllm")
 
 

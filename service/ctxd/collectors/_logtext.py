@@ -84,13 +84,6 @@ def parse_lines(raw: bytes, max_line_chars: int, *, partial: bool = False) -> li
     return [clean_line(part, max_line_chars) for part in parts]
 
 
-def parse_tail(raw: bytes, lines: int, max_line_chars: int, *, partial: bool = False) -> list[str]:
-    """The last `lines` clean lines of `raw`, bar frames folded; `partial`: raw starts mid-line."""
-    if lines <= 0:
-        return []
-    return fold_progress(parse_lines(raw, max_line_chars, partial=partial))[-lines:]
-
-
 def detect_binary(raw: bytes) -> bool:
     """True when the last block of `raw` looks like binary data rather than text."""
     block = raw[-BLOCK_BYTES:]

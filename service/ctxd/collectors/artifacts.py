@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ctxd import confine
 from ctxd.collectors import CollectContext, per_watch
-from ctxd.collectors._artifact_text import describe_change, parse_dist
+from ctxd.collectors._artifact_text import parse_dist
 from ctxd.collectors._fingerprint import (
     Budget,
     CacheKey,
@@ -39,9 +39,6 @@ from ctxd.models import (
     Watch,
 )
 from ctxd.settings import Limits
-
-# describe_change and parse_dist: importable from here, as they were
-__all__ = ["NAME", "SECTION", "ArtifactsMemory", "collect", "describe_change", "parse_dist"]
 
 NAME = "artifacts"
 SECTION = ArtifactsSection

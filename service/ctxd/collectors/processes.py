@@ -11,9 +11,7 @@ import psutil
 from ctxd import redact
 from ctxd.collectors import CollectContext
 from ctxd.collectors.proc import procfs, procselect, procstatic, proctree, pystacks, sampler
-from ctxd.collectors.proc.argv import parse_flags
 from ctxd.collectors.proc.procrows import Key, State, Unmoved, read_row
-from ctxd.collectors.proc.procstatic import DEFAULT_ENV
 from ctxd.collectors.proc.procsummary import featured, workers
 from ctxd.models import (
     ExitedProcess,
@@ -26,8 +24,6 @@ from ctxd.thresholds import STUCK_AFTER_S
 
 NAME = "processes"
 SECTION = ProcessesSection
-
-__all__ = ["DEFAULT_ENV", "NAME", "SECTION", "ProcessesMemory", "collect", "parse_flags"]
 
 
 @dataclass

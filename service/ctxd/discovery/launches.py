@@ -4,7 +4,6 @@ Pure: the process facts come from the caller (procscan, the process collector); 
 only reads them. argv and env values are as observed; the caller redacts before storing.
 """
 
-import fnmatch
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,11 +11,6 @@ from datetime import datetime
 from ctxd.collectors.proc.argv import is_python
 from ctxd.fmt import human_duration
 
-# Environment worth keeping with a launch: what changes how GPU / ML servers behave.
-ENV_PATTERNS = (
-    "CUDA_*", "NCCL_*", "HF_*", "TORCH*", "SGLANG_*", "VLLM_*", "PYTORCH_*", "OMP_NUM_THREADS",
-    "TRITON_*", "NVIDIA_*", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "TOKENIZERS_*",
-)  # fmt: skip
 _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
@@ -55,15 +49,6 @@ class Launch:
         if self.exit_status < 0:
             return f"killed by signal {-self.exit_status} after {lasted}"
         return f"exited with status {self.exit_status} after {lasted}"
-
-
-def select_env(environ: dict[str, str], patterns: tuple[str, ...] = ENV_PATTERNS) -> dict[str, str]:
-    """The variables of a launch worth comparing across launches, sorted by name."""
-    return {
-        name: environ[name]
-        for name in sorted(environ)
-        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-    }
 
 
 def _is_flag(arg: str) -> bool:

@@ -1,4 +1,4 @@
-"""The workspace of a cwd (its git top level, else the cwd), its git section, and secret paths.
+"""A workspace's git section, and which paths hold secrets.
 
 git runs with a short timeout and GIT_OPTIONAL_LOCKS=0, so ctxd never takes the index lock
 from under the agent's own git commands. Only names and metadata are read, never contents.
@@ -76,13 +76,6 @@ def _git(cwd: str, *args: str, timeout: float) -> str | None:
     if done.returncode != 0:
         return None
     return done.stdout.decode("utf-8", "replace")
-
-
-def workspace_of(cwd: str, timeout: float = GIT_TIMEOUT_S) -> str:
-    """The git top level holding cwd, else cwd itself (normalised, absolute)."""
-    cwd = os.path.abspath(cwd)
-    top = (_git(cwd, "rev-parse", "--show-toplevel", timeout=timeout) or "").strip()
-    return top or cwd
 
 
 def _parse_status(text: str) -> tuple[str | None, str | None, list[str]]:

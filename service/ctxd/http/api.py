@@ -10,7 +10,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, Parameter, QueryParam
 
 from ctxd.harness.adapter import HarnessName
 from ctxd.harness.events import HookIn, HookOut
-from ctxd.harness.resolve import PromptIn, Resolved, ResolveIn
+from ctxd.harness.resolve import PromptIn
 from ctxd.http.encoded import EncodedAnswers, encoded_json
 from ctxd.models import (
     SESSION_ID_PATTERN,
@@ -81,11 +81,6 @@ class SessionController(Controller):
     def put_session(self, state: State, sid: Sid, data: JSONBody[SessionIn]) -> Response[Session]:
         session, created = use(state).put_session(sid, data)
         return Response(session, status_code=201 if created else 200)
-
-    @post("/resolve", sync_to_thread=True, status_code=200)
-    def resolve_session(self, state: State, data: JSONBody[ResolveIn]) -> Resolved:
-        """The session of the agent whose hook asks (made if need be): one policy for all."""
-        return use(state).resolve_session(data)
 
     @get("/", sync_to_thread=True)
     def list_sessions(

@@ -92,10 +92,6 @@ class AgentRows(Connection):
         rows = self._rows(sql + " order by id desc limit ?", [*params, limit])
         return [{**json.loads(r["body"]), "at": r["at"]} for r in reversed(rows)]
 
-    def save_launch(self, sid: str, launch: dict[str, Any]) -> None:
-        """Insert or update one launch, keyed by its process (pid and start time)."""
-        self.save_launches(sid, [launch])
-
     def save_launches(self, sid: str, launches: list[dict[str, Any]]) -> None:
         """Insert or update launches in one transaction (one commit per snapshot, not per
         process); an update may give only some fields.
