@@ -1,4 +1,4 @@
-"""The live machine seen for discovery: workspace processes, their stdout/stderr files, ports.
+"""The live machine seen for discovery: workspace processes and their stdout/stderr files.
 
 Read with psutil, and /proc where psutil has nothing (the file behind fd 1 and 2). A process
 that vanishes mid-read, or that ctxd may not inspect, is skipped or reported as unknown
@@ -70,9 +70,12 @@ def is_excluded(name: str, argv: list[str]) -> bool:
     if names & (HARNESS | EDITORS | SHELLS | ONE_SHOT) or "ctxd" in names:
         return True
     if program in _JS_RUNTIMES or program.startswith("python"):
-        # `node …/claude-code/cli.js`, `bun …/opencode`, `python -m ctxd serve` (ctxd).
+        # `node …/claude-code/cli.js`, `bun …/opencode`, `python -m ctxd serve` (ctxd); a
+        # program that only has "ctxd" in an argument (`--tag ctxd-run-1`) is not ctxd.
         tail = " ".join(argv[1:4]).lower()
-        if any(word in tail for word in ("claude", "opencode", "ctxd")):
+        if any(word in tail for word in ("claude", "opencode")):
+            return True
+        if any(arg == "ctxd" or arg.endswith("/ctxd") for arg in argv[1:4]):
             return True
     return False
 
@@ -196,22 +199,3 @@ def stdio_files(pid: int, proc: str = PROC) -> list[str]:
             continue
         found.append(target)
     return found
-
-
-def listening_ports(pid: int, include_children: bool = True) -> list[int] | None:
-    """TCP ports the process (and its children) listen on; None when that cannot be known."""
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *(proc.children(recursive=True) if include_children else [])]
-    except psutil.Error:
-        return None
-    ports: set[int] = set()
-    readable = False
-    for each in procs:
-        try:
-            connections = each.net_connections(kind="tcp")
-        except psutil.Error:
-            continue
-        readable = True
-        ports.update(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN)
-    return sorted(ports) if readable else None

@@ -5,6 +5,7 @@ from collections.abc import Set
 
 from ctxd.fmt import human_duration
 from ctxd.models import SEVERITY_ORDER, LogInfo, Observations, ProcessInfo, Signal
+from ctxd.signals import ranks
 from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_logs
 from ctxd.signals.slurm import slurm_jobs
 from ctxd.snapshotter import happened
@@ -92,6 +93,7 @@ def stuck_trees(current: Observations) -> list[Signal]:
             )
             evidence.append("waiting in " + ", ".join(points))
         evidence += _python_waits(current, tree)
+        evidence += ranks.apart(members, current.processes.stuck_stacks, tree)
         age = max((p.age_s for p in members), default=None)
         text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
         signals.append(

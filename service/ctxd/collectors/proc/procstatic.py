@@ -1,6 +1,7 @@
 """What a watched process shows for good: its redacted command line, environment and packages,
 described once per exec and kept in the process collector's memory."""
 
+import contextlib
 import pwd
 import re
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from ctxd.redact import known as redact_known
 # What decides how a GPU job behaves, and which Python and libraries it actually loads.
 _ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
 _PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
-DEFAULT_ENV = _ML_ENV + _PATH_ENV
+# Which rank a process of a distributed job is: read whatever else a watch asks for.
+RANK_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+DEFAULT_ENV = _ML_ENV + _PATH_ENV + RANK_ENV
 
 
 @dataclass
@@ -63,6 +66,9 @@ def describe(
             pass  # dead already: nothing left to read
         except psutil.AccessDenied:
             denied.append("environment")
+    elif not zombie:
+        with contextlib.suppress(psutil.Error):  # a member: only which rank it is (RANK_ENV)
+            environ = proc.environ()
     packages = None
     python = is_python(info["exe"])
     if root and (spec.packages or python) and not zombie:
@@ -75,7 +81,7 @@ def describe(
     # the generation is read before redacting: a secret learned meanwhile re-describes
     known = signature(info, root, spec, zombie)
     argv = redact.argv(info["cmdline"] or [])
-    patterns = tuple(spec.env) or DEFAULT_ENV
+    patterns = (tuple(spec.env) + RANK_ENV if spec.env else DEFAULT_ENV) if root else RANK_ENV
     again = []
     if root and not zombie:
         again = relaunch.block(

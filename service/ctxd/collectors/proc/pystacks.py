@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -164,9 +165,24 @@ def stuck_trees(
             continue
         expected = {port for p in alive if p.watch_id in specs
                     for port in specs[p.watch_id].expect_ports}  # fmt: skip
-        if expected - listening or silent_log:
+        if expected - listening or silent_log or _output_silent(alive, threshold):
             stuck[tree] = alive
     return stuck
+
+
+def _output_silent(members: list[ProcessInfo], threshold: float) -> bool:
+    """Whether the files the members write their output to (a log on stdout or stderr, as
+    `nohup … > run.log` makes) were all last written longer ago than `threshold`: the tree's
+    own log went silent, whether or not a log watch reads it (this snapshot's is not read yet)."""
+    now = time.time()
+    written = []
+    for p in members:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                st = os.stat(f"/proc/{p.pid}/fd/{fd}")
+                if stat.S_ISREG(st.st_mode):
+                    written.append(st.st_mtime)
+    return bool(written) and now - max(written) >= threshold
 
 
 def for_stuck(
