@@ -137,7 +137,7 @@ def test_the_key_walks_the_models_as_their_json_dump_reads(tmp_path: Path, spawn
         dumped = snapshot.model_dump(mode="json", exclude={"header": True, "changes": True})
         dumped["signals"] = sorted(s.key for s in snapshot.signals)
         dumped["note"] = snapshot.header.note
-        reference = changes._stable(dumped)
+        reference = _without_volatile(changes._stable(dumped))
         for item in reference["observations"]["logs"]["items"]:
             for name in changes._LOG_NEWS:
                 item.pop(name, None)
@@ -149,3 +149,45 @@ def test_the_key_walks_the_models_as_their_json_dump_reads(tmp_path: Path, spawn
     finally:
         listener.close()
         snap.close()
+
+
+def _volatile_names() -> set[str]:
+    """The field names some observed model declares VOLATILE (what the key leaves out)."""
+    from ctxd import models
+    from ctxd.models.base import VOLATILE
+    from pydantic import BaseModel
+
+    kinds = [k for k in vars(models).values() if isinstance(k, type) and issubclass(k, BaseModel)]
+    return {n for k in kinds for n, f in k.model_fields.items() if VOLATILE in f.metadata}
+
+
+def _without_volatile(value, names=None):
+    """A JSON walk without the volatile fields, as the model walk leaves them out; a mapping of
+    the data itself (a process's environment) keeps every key."""
+    names = _volatile_names() if names is None else names
+    if isinstance(value, dict):
+        return {k: v if k == "env" else _without_volatile(v, names)
+                for k, v in value.items() if k not in names}  # fmt: skip
+    if isinstance(value, list):
+        return [_without_volatile(v, names) for v in value]
+    return value
+
+
+def test_only_fields_declared_volatile_leave_the_key_not_any_name_ending_in_s() -> None:
+    """An environment variable named like a duration (`NCCL_TIMEOUT_S`) is data: changing it
+    is a new version. A process's age, declared VOLATILE by its model, is not."""
+    from datetime import UTC, datetime
+
+    from ctxd.models import Observations, ProcessesSection, ProcessInfo, Snapshot, SnapshotHeader
+
+    def snapshot(env: dict[str, str], age: float) -> Snapshot:
+        started = datetime(2026, 12, 1, tzinfo=UTC)
+        row = ProcessInfo(watch_id=1, pid=10, ppid=1, name="python", state="sleeping",
+                          started_at=started, age_s=age, env=env)  # fmt: skip
+        observed = Observations(processes=ProcessesSection(items=[row]))
+        header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="x")
+        return Snapshot(header=header, observations=observed)
+
+    base = changes.content_key(snapshot({"NCCL_TIMEOUT_S": "60"}, 10.0))
+    assert changes.content_key(snapshot({"NCCL_TIMEOUT_S": "60"}, 99.0)) == base
+    assert changes.content_key(snapshot({"NCCL_TIMEOUT_S": "600"}, 10.0)) != base

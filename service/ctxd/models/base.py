@@ -9,6 +9,18 @@ SESSION_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN)]
 ShortText = Annotated[str, Field(max_length=200)]
 LongText = Annotated[str, Field(max_length=20_000)]
+
+
+class _Volatile:
+    """Marks an observed field that moves on its own while nothing happens (an age, a rate, a
+    temperature): shown in a dump, never a reason for a new version. `Annotated[float,
+    VOLATILE]`; `snapshotter/changes.content_key` leaves such fields out."""
+
+    def __repr__(self) -> str:
+        return "VOLATILE"
+
+
+VOLATILE = _Volatile()
 PathText = Annotated[str, Field(min_length=1, max_length=4096)]
 
 

@@ -2,11 +2,11 @@
 and Observations, which holds them all."""
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from ctxd.models.base import Unavailable
+from ctxd.models.base import VOLATILE, Unavailable
 from ctxd.models.processes import ProcessesSection
 
 
@@ -15,7 +15,7 @@ class LogInfo(BaseModel):
     path: str
     size: int
     modified_at: datetime
-    silent_for_s: float
+    silent_for_s: Annotated[float, VOLATILE]
     inode: int | None = None
     binary: bool = False
     lines: list[str] = Field(default_factory=list)
@@ -96,7 +96,7 @@ class CommandInfo(BaseModel):
     argv: list[str]
     exit_code: int | None = None  # None: timed out or could not start
     timed_out: bool = False
-    duration_s: float = 0.0
+    duration_s: Annotated[float, VOLATILE] = 0.0
     output: list[str] = Field(default_factory=list)  # stdout then stderr, cleaned, bounded
     output_cut: bool = False
     host: str | None = None  # the peer it was observed on; None: this host
@@ -116,7 +116,7 @@ class PortInfo(BaseModel):
     url: str | None = None
     health_status: int | None = None
     health_error: str | None = None
-    health_latency_ms: float | None = None
+    health_latency_ms: Annotated[float | None, VOLATILE] = None
     health_body: str | None = None
     owner_pid: int | None = None
 
@@ -143,9 +143,9 @@ class SlurmJobInfo(BaseModel):
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    elapsed_s: float | None = None
+    elapsed_s: Annotated[float | None, VOLATILE] = None
     time_limit_s: float | None = None  # None: unlimited or unknown
-    pending_for_s: float | None = None
+    pending_for_s: Annotated[float | None, VOLATILE] = None
     pending_after_s: float | None = None  # the watch's thresholds, for the signals
     silent_after_s: float | None = None
     stdout: str | None = None
@@ -166,14 +166,14 @@ class HostInfo(BaseModel):
     os: str = ""
     kernel: str = ""
     cpu_count: int | None = None
-    load_avg: list[float] = Field(default_factory=list)
+    load_avg: Annotated[list[float], VOLATILE] = Field(default_factory=list)
     memory_total_bytes: int | None = None
-    memory_available_bytes: int | None = None
+    memory_available_bytes: Annotated[int | None, VOLATILE] = None
     python: str = ""
     cpu_model: str = ""
     swap_total_bytes: int | None = None
     swap_used_bytes: int | None = None
-    uptime_s: float | None = None
+    uptime_s: Annotated[float | None, VOLATILE] = None
     disks: list["DiskInfo"] = Field(default_factory=list)
     unavailable: list[Unavailable] = Field(default_factory=list)
     peer: str | None = None  # the peer's name, for a peer's own facts (in `peers`)
@@ -204,9 +204,9 @@ class GpuInfo(BaseModel):
     utilization_percent: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
+    temperature_c: Annotated[float | None, VOLATILE] = None
+    power_w: Annotated[float | None, VOLATILE] = None
+    power_limit_w: Annotated[float | None, VOLATILE] = None
     processes: list[GpuProcess] = Field(default_factory=list)
     host: str | None = None  # the peer it was observed on; None: this host
 

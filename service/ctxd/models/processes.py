@@ -2,10 +2,11 @@
 
 from datetime import datetime
 from functools import lru_cache
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from ctxd.models.base import Unavailable
+from ctxd.models.base import VOLATILE, Unavailable
 
 
 @lru_cache(maxsize=8192)
@@ -33,7 +34,7 @@ class ProcessInfo(BaseModel):
     vms_bytes: int | None = None
     threads: int | None = None
     started_at: datetime
-    age_s: float
+    age_s: Annotated[float, VOLATILE]
     argv: list[str] = Field(default_factory=list)
     flags: list[Flag] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -41,16 +42,18 @@ class ProcessInfo(BaseModel):
     tree: int | None = None
     cwd: str | None = None
     exe: str | None = None
-    idle_for_s: float | None = None
-    io_read_bps: float | None = None
-    io_write_bps: float | None = None
-    rss_growth_bps: float | None = None
+    idle_for_s: Annotated[float | None, VOLATILE] = None
+    io_read_bps: Annotated[float | None, VOLATILE] = None
+    io_write_bps: Annotated[float | None, VOLATILE] = None
+    rss_growth_bps: Annotated[float | None, VOLATILE] = None
     open_files: int | None = None
     listening: list[int] = Field(default_factory=list)
     packages: dict[str, str] = Field(default_factory=dict)
     not_permitted: list[str] = Field(default_factory=list)
-    seen_at: datetime | None = None
-    waiting: str | None = None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
+    seen_at: Annotated[datetime | None, VOLATILE] = None
+    waiting: Annotated[str | None, VOLATILE] = (
+        None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
+    )
     # roots: lines that start it again as it ran (_relaunch.py)
     relaunch: list[str] = Field(default_factory=list)
     host: str | None = None  # the peer it was observed on; None: this host

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from ctxd.models.base import LongText, Strict
+from ctxd.models.base import VOLATILE, LongText, Strict
 from ctxd.models.journal import Narrative
 from ctxd.models.observations import Observations
 
@@ -75,8 +75,8 @@ class SnapshotHeader(BaseModel):
     previous_taken_at: datetime | None = None
     host: str = ""
     note: str | None = None
-    duration_ms: float = 0.0
-    confirmed_at: datetime | None = None
+    duration_ms: Annotated[float, VOLATILE] = 0.0
+    confirmed_at: Annotated[datetime | None, VOLATILE] = None
     confirmations: int = 0
     data_dir_bytes: int | None = None
 
@@ -97,7 +97,7 @@ class SnapshotSummary(BaseModel):
     trigger: str
     signals: int
     changes: int
-    confirmed_at: datetime | None = None
+    confirmed_at: Annotated[datetime | None, VOLATILE] = None
 
 
 class SnapshotIn(Strict):

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from ctxd.collectors._artifact_text import describe_change
 from ctxd.fmt import human_bytes
 from ctxd.models import Change, Narrative, Observations, Signal, Snapshot
+from ctxd.models.base import VOLATILE
 from ctxd.snapshotter import happened
 
 
@@ -136,9 +137,6 @@ def signals(before: list[Signal], after: list[Signal]) -> list[Change]:
 _REPLACES = {"stuck": ("all_idle",)}
 
 
-# Readings that move on their own while nothing happens: never a reason for a new version.
-# (where a sleeping process waits moves between calls while it idles: it is shown, not keyed)
-_VOLATILE_KEYS = {"load_avg", "memory_available_bytes", "seen_at", "confirmed_at", "waiting"}
 # A log's "since the previous read" figures (growth, bytes scanned, whether its error is new)
 # are news about a step, not state: the first read of a file reports them, the next does not,
 # and what they report shows in its size, inode and error block, which stay in the key.
@@ -146,7 +144,6 @@ _LOG_NEWS = (
     "growth_bytes", "scanned_bytes", "skipped_bytes", "rotated", "rotated_from", "truncated",
     "error_new", "error_lines",
 )  # fmt: skip
-_VOLATILE_SUFFIXES = ("_s", "_ms", "_bps", "_c", "_w")
 
 
 def content_key(snapshot: Snapshot) -> str:
@@ -180,7 +177,7 @@ def keyed(snapshot: Snapshot) -> dict[str, Any]:
     return data
 
 
-_KEEP, _DROP, _PERCENT, _BYTES = range(4)
+_KEEP, _PERCENT, _BYTES = range(3)
 _SNAPSHOT_FIELDS = tuple(
     name for name in Snapshot.model_fields if name not in ("header", "changes")
 )
@@ -189,9 +186,7 @@ _NUMBERS = frozenset({int, float, bool})
 
 @lru_cache(maxsize=4096)
 def _rule(key: str) -> int:
-    """What content_key does with a field of this name (field names are few: cached)."""
-    if key in _VOLATILE_KEYS or key.endswith(_VOLATILE_SUFFIXES):
-        return _DROP
+    """How content_key compares a value of this name: percentages and byte counts banded."""
     if key.endswith("_percent"):
         return _PERCENT
     return _BYTES if key.endswith("_bytes") else _KEEP
@@ -199,16 +194,16 @@ def _rule(key: str) -> int:
 
 @lru_cache(maxsize=512)
 def _fields_of(model: type[BaseModel]) -> tuple[str, ...]:
-    """A model's fields that content_key keeps, by name (a crowd's rows are one model)."""
-    return tuple(name for name in sorted(model.model_fields) if _rule(name) != _DROP)
+    """A model's fields that content_key keeps: all but those its model declares VOLATILE
+    (readings that move on their own: ages, rates, temperatures, where a sleeper waits)."""
+    fields = model.model_fields
+    return tuple(name for name in sorted(fields) if VOLATILE not in fields[name].metadata)
 
 
 def _mapping(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     out = {}
     for k, v in pairs:
         rule = _rule(k)
-        if rule == _DROP:
-            continue
         leaf = type(v)  # a row is mostly texts, Nones and kept numbers: no call for them
         if leaf is str or v is None or (rule == _KEEP and leaf in _NUMBERS):
             out[k] = v
