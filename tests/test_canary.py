@@ -4,9 +4,13 @@ Planted: a watched process's flags and environment, a log (raw, re-encoded, and 
 cut off by the tail window), artifact names, a command's output and journal entries; round two
 adds `-p VALUE`, `-u user:password`, tokens in URL query strings, names ending in KEY, a
 DATABASE_URL password that reappears bare, a secret fact, a value learned before a restart.
-Searched: the database
-(every value, decompressed, and the raw -wal and -shm bytes), the Markdown files, every HTTP
-response, the MCP output and ctxd's own log.
+Round three adds what an agent writes through the MCP tools (an objective, a finding, an
+attempt's outcome, a recorded command and its output). Searched: the database (every value,
+decompressed, and the raw -wal and -shm bytes), the Markdown files, every HTTP response, every
+MCP tool's answer (each tool the server lists, its errors too) and every resource, and ctxd's
+own log. Each channel also plants a marker that is no secret: the marker must come out where
+that channel shows (in the stored snapshot's own section and in the dump MCP resumes from),
+beside a redaction, so a channel that was never read cannot pass as one that leaked nothing.
 """
 
 import asyncio
@@ -16,6 +20,7 @@ import json
 import sqlite3
 import sys
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -50,12 +55,63 @@ FACT_VALUE = "canary-fact-value-9901"
 # Characters that URL-encoding and JSON escaping change, so each planted form differs.
 ENC_VALUE = 'canary"enc\\k3y+7/731 x'
 
+# Round three: what an agent writes through the MCP tools.
+OBJECTIVE_PW = "canary-objective-pw-1186"
+FINDING_PW = "canary-finding-pw-3390"
+OUTCOME_KEY = "canary-outcome-key-7245"
+ACTION_PW = "canary-action-pw-5821"
+ACTION_TOKEN = "xoxb-" + "CanaryAction0" * 2
+
 CANARIES = [
     FLAG_TOKEN, FLAG_VALUE, URL_PASSWORD, ENV_VALUE, HF_VALUE, LOG_BEARER, PEM_LINE,
     ARTIFACT_TOKEN, CMD_PASSWORD, CMD_TOKEN,
     MYSQL_P, CURL_PW, QUERY_TOKEN, QUERY_LOG_TOKEN, KEY_VALUE, NOTE_KEY, DBURL_PW, FACT_VALUE,
     ENC_VALUE,
+    OBJECTIVE_PW, FINDING_PW, OUTCOME_KEY, ACTION_PW, ACTION_TOKEN,
 ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One way a secret reaches ctxd: where the stored snapshot shows it (a dotted path in
+    the snapshot's JSON), a text that is no secret and must show there, and its secrets."""
+
+    section: str
+    marker: str
+    secrets: tuple[str, ...]
+
+
+CHANNELS = {
+    "process flags": Channel(
+        "observations.processes.items",
+        "visible-argv-marker",
+        (FLAG_TOKEN, FLAG_VALUE, URL_PASSWORD, MYSQL_P, CURL_PW, QUERY_TOKEN),
+    ),
+    "process environment": Channel(
+        "observations.processes.items",
+        "visible-env-marker",
+        (ENV_VALUE, HF_VALUE, ENC_VALUE, KEY_VALUE, DBURL_PW),
+    ),
+    "log": Channel(
+        "observations.logs",
+        "visible-log-marker",
+        (PEM_LINE, LOG_BEARER, QUERY_LOG_TOKEN, ENV_VALUE, ENC_VALUE, KEY_VALUE, DBURL_PW),
+    ),
+    "artifact names": Channel(
+        "observations.artifacts", "visible-artifact-marker", (ARTIFACT_TOKEN, ENV_VALUE)
+    ),
+    "command output": Channel(
+        "observations.commands", "visible-command-marker", (CMD_PASSWORD, CMD_TOKEN, ENV_VALUE)
+    ),
+    "journal note": Channel("narrative.notes", "visible-note-marker", (NOTE_KEY,)),
+    "journal fact": Channel("narrative.facts", "visible_api_key", (FACT_VALUE,)),
+    "MCP objective": Channel("narrative.objective", "visible-objective-marker", (OBJECTIVE_PW,)),
+    "MCP finding": Channel("narrative.findings", "visible-finding-marker", (FINDING_PW,)),
+    "MCP attempt outcome": Channel("narrative.attempts", "visible-outcome-marker", (OUTCOME_KEY,)),
+    "MCP recorded command": Channel(
+        "narrative.recent_commands", "visible-action-marker", (ACTION_PW, ACTION_TOKEN)
+    ),
+}
 
 
 def _b64_cores(raw: bytes) -> list[str]:
@@ -129,7 +185,7 @@ def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
         "-----BEGIN PRIVATE KEY-----\n" + body + "\n-----END PRIVATE KEY-----\n"
         f"curl -H 'Authorization: Bearer {LOG_BEARER}' http://127.0.0.1:8000/v1\n"
         + "".join(line + "\n" for line in _planted_lines(ENV_VALUE) + _planted_lines(ENC_VALUE))
-        + "serving on port 8000\n"
+        + "serving on port 8000 (visible-log-marker)\n"
         f"fetching https://api.example.com/v1/models?access_token={QUERY_LOG_TOKEN}\n"
         f"MY_SERVICE_KEY={KEY_VALUE}\n"
         f"auth failed for password {DBURL_PW}\n"
@@ -138,49 +194,153 @@ def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
     builds.mkdir()
     (builds / f"model-{ARTIFACT_TOKEN}.bin").write_bytes(b"x")
     (builds / f"cache-{ENV_VALUE}.bin").write_bytes(b"y")
+    (builds / "visible-artifact-marker.bin").write_bytes(b"z")
     proc = spawn(
         sys.executable, "-c", "import time; time.sleep(300)",
+        "--run-name", "visible-argv-marker",
         "--api-key", FLAG_VALUE, f"--hub={FLAG_TOKEN}",
         f"--db=postgres://app:{URL_PASSWORD}@db:5432/x",
         "-p", MYSQL_P, "-u", f"canuser:{CURL_PW}",
         "--endpoint", f"https://api.example.com/v1?api_key={QUERY_TOKEN}",
         env={
             "CANARY_SERVICE_TOKEN": ENV_VALUE, "HF_TOKEN": HF_VALUE, "PATH": "/usr/bin:/bin",
-            "CANARY_ENC_TOKEN": ENC_VALUE,
+            "CANARY_ENC_TOKEN": ENC_VALUE, "CANARY_RUN_MODE": "visible-env-marker",
             "MY_SERVICE_KEY": KEY_VALUE, "DATABASE_URL": f"postgres://app:{DBURL_PW}@db/x",
         },
     )  # fmt: skip
     return proc, log, builds
 
 
-async def _mcp_output(url: str, sid: str) -> str:
+@dataclass
+class McpRun:
+    """Every answer of one MCP client session: `text` (each tool result and resource read,
+    errors included, as the client received them), the full dump resumed at the end, and the
+    names of the tools the server listed and of those called."""
+
+    text: str = ""
+    dump: str = ""
+    listed: set[str] = field(default_factory=set)
+    called: set[str] = field(default_factory=set)
+
+
+async def _mcp_session(url: str, sid: str, cwd: Path) -> McpRun:
+    """The official MCP client calls each tool, as an agent writing secrets into its session
+    would, then reads each resource. A tool the server lists and this does not call fails the
+    test (`listed == called`), so a new tool is scanned from its first day."""
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    run, out = McpRun(), []
+
+    async def call(name: str, **args: Any) -> Any:
+        result = await session.call_tool(name, args)
+        run.called.add(name)
+        out.extend(c.model_dump_json() for c in result.content)
+        out.append(json.dumps(result.structured_content))
+        return result
+
+    def answer(result: Any) -> Any:
+        assert not result.is_error, result.content
+        return result.structured_content
 
     async with (
         streamable_http_client(f"{url}/mcp") as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        out = []
+        run.listed = {tool.name for tool in (await session.list_tools()).tools}
+        objective = f"visible-objective-marker: reach staging with PASSWORD={OBJECTIVE_PW}"
+        answer(await call("put_session", session=sid, objective=objective))
+        finding = f"visible-finding-marker: the staging DB_PASSWORD={FINDING_PW} still works"
+        answer(await call("add_entry", session=sid, kind="finding", text=finding))
+        attempt = answer(
+            await call("add_entry", session=sid, kind="attempt", text="retry the upload")
+        )
+        outcome = f"visible-outcome-marker: 401 with api_key={OUTCOME_KEY}"
+        answer(
+            await call(
+                "update_entry", session=sid, entry_id=attempt["id"], status="failed",
+                outcome=outcome,
+            )
+        )  # fmt: skip
+        command = f"curl -u deploy:{ACTION_PW} https://example.com/visible-action-marker"
+        output = f"uploaded; api_token={ACTION_TOKEN} refreshed"
+        answer(
+            await call(
+                "record_action", session=sid, command=command, cwd=str(cwd), exit_status=0,
+                output=output,
+            )
+        )  # fmt: skip
+        added = answer(await call("add_watch", session=sid, watch={"kind": "port", "port": 9}))
+        answer(await call("remove_watch", session=sid, watch_id=added["id"]))
+        for name in ("list_watches", "list_entries", "list_snapshots"):
+            answer(await call(name, session=sid))
+        answer(await call("list_sessions"))
+        answer(await call("list_sessions", cwd=str(cwd)))
+        latest = answer(await call("take_snapshot", session=sid, force=True, note="mcp"))
+        answer(await call("take_snapshot", session=sid))  # nothing new: confirmed
+        await call("resume", session=sid)  # fresh, cut to the hook budget
+        await call("resume", session=sid, fresh=False, since=1)
+        dump = await call("resume", session=sid, fresh=False, max_chars=None)
+        run.dump = "".join(c.text for c in dump.content if c.type == "text")
+        version = latest["version"]
+        answer(await call("diff", session=sid, from_version=1, to_version=version))
+        answer(await call("search", query="visible", session=sid))
+        answer(await call("search", query="REDACTED OR staging OR deploy"))
+        # A secret in the query itself: the answer names the query, redacted.
+        answer(await call("search", query=f'"{ENV_VALUE}"', session=sid))
+        # Refusals carry text too.
         for name, args in (
-            ("resume", {"session": sid}),
-            ("take_snapshot", {"session": sid, "force": True}),
-            ("list_entries", {"session": sid}),
-            ("list_watches", {"session": sid}),
-            ("diff", {"session": sid, "from_version": 1, "to_version": 2}),
+            ("resume", {"session": "no-such-session"}),
+            ("diff", {"session": sid, "from_version": version, "to_version": 1}),
+            ("update_entry", {"session": sid, "entry_id": 99999, "text": FINDING_PW}),
+            ("search", {"query": f"{ACTION_PW} NEAR(", "session": sid}),
         ):
-            result = await session.call_tool(name, args)
-            out += [c.model_dump_json() for c in result.content]
-        resources = await session.list_resources()
-        for resource in resources.resources:
+            assert (await call(name, **args)).is_error, name
+        resources = (await session.list_resources()).resources
+        assert any(str(r.uri) == f"ctxd://sessions/{sid}/latest.md" for r in resources)
+        out.append(json.dumps([r.model_dump(mode="json") for r in resources]))
+        templates = (await session.list_resource_templates()).resource_templates
+        out.append(json.dumps([t.model_dump(mode="json") for t in templates]))
+        for resource in resources:
             out.append((await session.read_resource(resource.uri)).model_dump_json())
-    return "\n".join(out)
+        try:
+            await session.read_resource("ctxd://sessions/no-such-session/latest.md")
+        except MCPError as exc:
+            out.append(str(exc))
+        else:
+            raise AssertionError("a resource of no session was read")
+    run.text = "\n".join(out)
+    return run
+
+
+def _section(snapshot: dict[str, Any], dotted: str) -> str:
+    part: Any = snapshot
+    for key in dotted.split("."):
+        part = part[key]
+    return json.dumps(part)
+
+
+def _each_channel_was_read(snapshot: dict[str, Any], dump: str) -> None:
+    """Each channel's marker is in its own section of the stored snapshot beside a redaction,
+    and in the dump MCP resumed from; none of its secrets is in either, in any planted form."""
+    for name, channel in CHANNELS.items():
+        section = _section(snapshot, channel.section)
+        assert channel.marker in section, f"{name}: not read ({channel.section}: {section[:300]})"
+        assert "[REDACTED]" in section, f"{name}: nothing redacted in {channel.section}"
+        assert channel.marker in dump, f"{name}: missing from the resumed dump"
+        forms = [form for value in channel.secrets for form in _forms(value)]
+        leaked = [f for f in forms if f in section] + [f"dump: {f}" for f in forms if f in dump]
+        assert not leaked, f"{name}: {leaked}"
 
 
 def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
     proc, log, builds = _plant(tmp_path, spawn)
-    script = f"echo 'db password={CMD_PASSWORD}'; echo 'token {CMD_TOKEN}'; echo 'k {ENV_VALUE}'"
+    script = (
+        f"echo 'db password={CMD_PASSWORD}'; echo 'token {CMD_TOKEN}'; echo 'k {ENV_VALUE}'; "
+        "echo 'visible-command-marker'"
+    )
     env = {"CTXD_COMMANDS": json.dumps({"canary": ["sh", "-c", script]})}
     data = tmp_path / "data"
     srv = start_server(data, tmp_path / "ctxd.log", env=env)
@@ -208,39 +368,40 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
             ):
                 assert call("POST", "/api/sessions/canary/watches", json=watch).status_code == 201
             for entry in (
-                {"kind": "note", "text": f"set MY_SERVICE_KEY={NOTE_KEY} in the unit file"},
-                {"kind": "fact", "key": "api_key", "text": FACT_VALUE},
+                {"kind": "note", "text": f"visible-note-marker: set MY_SERVICE_KEY={NOTE_KEY}"},
+                {"kind": "fact", "key": "visible_api_key", "text": FACT_VALUE},
             ):
                 assert call("POST", "/api/sessions/canary/journal", json=entry).status_code < 300
-            first_snapshot = len(responses)
             call("POST", "/api/sessions/canary/snapshots", json={"force": True})
             call("POST", "/api/sessions/canary/snapshots", json={"force": True, "note": "two"})
+            try:
+                mcp = asyncio.run(_mcp_session(srv.url, "canary", tmp_path))
+            except Exception as exc:  # pragma: no cover - depends on /mcp being mounted
+                pytest.fail(f"MCP client failed: {type(exc).__name__}: {exc}")
+            responses.append(mcp.text)
+            assert mcp.listed == mcp.called, f"tools not scanned: {mcp.listed - mcp.called}"
+            latest = call("GET", "/api/sessions/canary/snapshots").json()[0]["version"]
             for path in (
                 "/api/sessions/canary/snapshots/1",
-                "/api/sessions/canary/snapshots/2/markdown",
+                f"/api/sessions/canary/snapshots/{latest}/markdown",
                 "/api/sessions/canary/resume",
-                "/api/sessions/canary/diff?from=1&to=2",
+                f"/api/sessions/canary/diff?from=1&to={latest}",
                 "/api/sessions/canary/watches",
                 "/api/sessions/canary/journal",
-                "/api/sessions/canary/snapshots",
+                "/api/sessions/canary/search?q=visible",
+                "/api/search?q=staging",
                 "/api/sessions",
                 "/",
                 "/s/canary",
-                "/s/canary/v/2",
-                "/s/canary/diff?from=1&to=2",
+                f"/s/canary/v/{latest}",
+                f"/s/canary/diff?from=1&to={latest}",
                 "/s/canary/now",
             ):
                 assert call("GET", path).status_code == 200, path
             call("POST", "/api/sessions/canary/messages", json={"text": ""})
-            snapshot = json.loads(responses[first_snapshot + 1])
-            said = json.dumps(snapshot["observations"])
-            assert "[REDACTED]" in said, "the planted values were observed, and redacted"
-            assert snapshot["observations"]["commands"]["items"], "the command ran"
-        try:
-            mcp = asyncio.run(_mcp_output(srv.url, "canary"))
-        except Exception as exc:  # pragma: no cover - depends on /mcp being mounted
-            pytest.fail(f"MCP client failed: {type(exc).__name__}: {exc}")
-        responses.append(mcp)
+            stored = call("GET", f"/api/sessions/canary/snapshots/{latest}").json()
+            assert stored["observations"]["commands"]["items"], "the command ran"
+            _each_channel_was_read(stored, mcp.dump)
         raw_files = {p.name: p.read_bytes() for p in data.glob("ctxd.db*")}
         assert any(name.endswith("-wal") for name in raw_files), "read while the WAL is live"
     finally:

@@ -5,7 +5,9 @@ clear 507 or 503 saying nothing was saved. SQLite rolls the transaction back and
 written through a temp file, so no partial file stays behind. The commit is the truth: a
 snapshot's files failing after its commit never reach here (DumpFiles.write logs that and the
 answer is the committed version); a data directory read-only at start-up serves what it has
-and every write ends here as "read-only".
+and every write ends here as "read-only". A database file removed or replaced under a running
+ctxd (`rm -rf` of the data directory) is refused the same way, as "removed": a commit into a
+file nobody finds again would be acknowledged and lost.
 """
 
 import errno
@@ -19,6 +21,8 @@ log = logging.getLogger("ctxd")
 
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 _UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+# Only from the store (ctxd.store.connection.StorageFault): its database file is gone.
+_GONE = {errno.ENOENT}
 
 
 def _reply(status: int, detail: str, retry: bool = False) -> Response[dict[str, str | int]]:
@@ -51,6 +55,12 @@ def storage(request: Request, exc: Exception) -> Response[dict[str, str | int]]:
         return _full(after)
     if code in _UNWRITABLE:
         return _unwritable(os.strerror(code or errno.EACCES).lower(), after)
+    if code in _GONE and isinstance(exc, sqlite3.Error):
+        return _reply(
+            503,
+            "the data directory or its database was removed or replaced while ctxd ran; "
+            f"{after}; restart ctxd once the data directory is back (or to begin a new one)",
+        )
     if "readonly" in message or "read-only" in message:
         return _unwritable("read-only", after)
     if "unable to open" in message or "disk i/o" in message:

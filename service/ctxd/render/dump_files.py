@@ -102,7 +102,9 @@ class DumpFiles:
 
     def _write(self, sid: str, version: int, markdown: str, *, latest: bool) -> None:
         folder = self.session_dir(sid)
-        folder.mkdir(parents=True, exist_ok=True)
+        # never the data directory itself: one removed under a running ctxd is not made again
+        # with files and no database (the store refuses writes until a restart)
+        folder.mkdir(exist_ok=True)
         if latest:
             write_atomic(folder / version_file(version), markdown)
             self._link_latest(sid, folder / version_file(version))
@@ -218,7 +220,7 @@ class DumpFiles:
             if not (missing or stale_latest):
                 continue
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                folder.mkdir(exist_ok=True)
                 if missing:
                     write_atomic(folder / version_file(version), markdown)
                 if stale_latest:
