@@ -106,3 +106,21 @@ def test_one_run_reads_the_process_table_and_listening_sockets_once(
             proc.wait(timeout=10)
     finally:
         runner.close()
+
+
+def test_every_watch_kind_is_declared_once_by_its_collector_and_known_everywhere() -> None:
+    """A kind is its collector's KIND: peers, retirement and the CLI read it from there."""
+    from typing import get_args
+
+    from ctxd.cli.main import WATCH_KINDS
+    from ctxd.collectors import kinds
+    from ctxd.models import WatchSpec
+    from ctxd.peers.merge import SECTION_OF_KIND
+    from ctxd.snapshotter.retirement import RETIRING_KINDS
+
+    declared = kinds()
+    specs = get_args(get_args(WatchSpec)[0])  # the Annotated union's members
+    modelled = {get_args(spec.model_fields["kind"].annotation)[0] for spec in specs}
+    assert set(declared) == modelled == set(WATCH_KINDS)
+    assert {kind: c.NAME for kind, c in declared.items()} == SECTION_OF_KIND
+    assert {"process", "log", "artifact"} == RETIRING_KINDS

@@ -120,10 +120,12 @@ def watch(args: argparse.Namespace) -> int:
         spec.update({k: v for k, v in chosen if v})
         if args.workdir:
             spec["workdir"] = os.path.abspath(args.workdir)
-    else:
+    elif args.kind == "port":
         spec["port"] = args.target
         if args.health_url:
             spec["url"] = args.health_url
+    elif args.target:  # a kind this command has no options for: its target names it
+        spec["target"] = args.target
     if args.host:
         spec["host"] = args.host
     _print_json(_call(args, "POST", f"/api/sessions/{args.session}/watches", json=spec))

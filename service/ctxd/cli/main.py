@@ -8,6 +8,8 @@ from pathlib import Path
 from ctxd import __version__
 from ctxd.harness.hook import hook_main
 
+WATCH_KINDS = ["process", "port", "slurm", "artifact", "command", "log"]
+
 
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
@@ -86,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("watch", help="add a watch: process, log, artifact, port, command or slurm")
     p.add_argument("session")
-    p.add_argument("kind", choices=["process", "log", "artifact", "port", "command", "slurm"])
+    # the collectors' kinds (`collectors.kinds()`, checked by a test): importing the
+    # collectors to read them would cost every CLI call half a second
+    p.add_argument("kind", choices=WATCH_KINDS)
     p.add_argument(
         "target",
         help="process: a regex on the command line (or --pid, --name); log/artifact: "

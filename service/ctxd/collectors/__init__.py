@@ -75,6 +75,15 @@ class Collector(Protocol):
     @property
     def SECTION(self) -> type[BaseModel]: ...
 
+    # The watch kind it observes ("process"), None for a section no watch asks for (host,
+    # GPUs): peers, the CLI and retirement read the kinds from here.
+    @property
+    def KIND(self) -> str | None: ...
+
+    # Whether an automatic watch of this kind retires once its target stays gone.
+    @property
+    def RETIRES(self) -> bool: ...
+
     def collect(self, watches: list[Watch], ctx: CollectContext) -> BaseModel: ...
 
 
@@ -133,6 +142,11 @@ def registry() -> Sequence[Collector]:
         logs,
     )
     return modules
+
+
+def kinds() -> dict[str, Collector]:
+    """The watch kinds, each with the collector that observes it."""
+    return {c.KIND: c for c in registry() if c.KIND is not None}
 
 
 def check_registry(collectors: Sequence[Collector]) -> None:

@@ -42,6 +42,8 @@ from ctxd.settings import Limits
 
 NAME = "artifacts"
 SECTION = ArtifactsSection
+KIND = "artifact"
+RETIRES = True
 MATCHES_MAX = 100
 SUMMARY_FILES = 3
 CHANGES_SHOWN = 20

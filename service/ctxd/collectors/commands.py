@@ -21,6 +21,8 @@ T = TypeVar("T")
 
 NAME = "commands"
 SECTION = CommandsSection
+KIND = "command"
+RETIRES = False
 READ_BYTES = 65_536
 # Past this much output the command is stopped: what is shown is bounded anyway.
 HARD_CAP_FACTOR = 4

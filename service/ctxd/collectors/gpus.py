@@ -22,6 +22,8 @@ from ctxd.models import GpuInfo, GpuProcess, GpusSection, Unavailable, Watch
 
 NAME = "gpus"
 SECTION = GpusSection
+KIND = None
+RETIRES = False
 
 QUERY_GPU = (
     "index,uuid,name,driver_version,compute_cap,utilization.gpu,memory.used,memory.total,"

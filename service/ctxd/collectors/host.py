@@ -19,6 +19,8 @@ from ctxd.models import ArtifactWatch, DiskInfo, HostInfo, LogWatch, Unavailable
 
 NAME = "host"
 SECTION = HostInfo
+KIND = None
+RETIRES = False
 
 OS_RELEASE = Path("/etc/os-release")
 CPUINFO = Path("/proc/cpuinfo")

@@ -34,6 +34,8 @@ from ctxd.settings import Limits
 
 NAME = "logs"
 SECTION = LogsSection
+KIND = "log"
+RETIRES = True
 TAIL_READ_FACTOR = 4
 
 

@@ -16,6 +16,8 @@ from ctxd.models import PortInfo, PortsSection, PortWatch, ProcessWatch, Unavail
 
 NAME = "ports"
 SECTION = PortsSection
+KIND = "port"
+RETIRES = False
 PROC_NET = procfs.PROC / "net"
 
 CONNECT_TIMEOUT_S = 0.2

@@ -24,6 +24,8 @@ from ctxd.thresholds import STUCK_AFTER_S
 
 NAME = "processes"
 SECTION = ProcessesSection
+KIND = "process"
+RETIRES = True
 
 
 @dataclass

@@ -32,6 +32,8 @@ from ctxd.models import LogInfo, LogWatch, SlurmJobInfo, SlurmSection, SlurmWatc
 
 NAME = "slurm"
 SECTION = SlurmSection
+KIND = "slurm"
+RETIRES = False
 COMMAND_TIMEOUT_S = 5.0
 
 

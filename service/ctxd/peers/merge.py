@@ -7,17 +7,11 @@ print of it (process name, log or artifact path, command label, port address, GP
 
 from pydantic import BaseModel
 
+from ctxd.collectors import kinds
 from ctxd.models import Observations, PortWatch, Unavailable, Watch
 
-# the section each kind of watch is observed in
-SECTION_OF_KIND = {
-    "process": "processes",
-    "port": "ports",
-    "artifact": "artifacts",
-    "command": "commands",
-    "log": "logs",
-    "slurm": "slurm",
-}
+# the section each kind of watch is observed in (its collector's NAME)
+SECTION_OF_KIND = {kind: collector.NAME for kind, collector in kinds().items()}
 
 
 def host_of(watch: Watch, peers: set[str]) -> str | None:

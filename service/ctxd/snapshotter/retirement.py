@@ -5,11 +5,12 @@ import logging
 import threading
 import time
 
+from ctxd.collectors import kinds
 from ctxd.models import Observations, Watch
 from ctxd.store.database import Store
 
 log = logging.getLogger("ctxd")
-RETIRING_KINDS = ("process", "log", "artifact")
+RETIRING_KINDS = frozenset(kind for kind, c in kinds().items() if c.RETIRES)
 
 
 class Retirement:
