@@ -1,9 +1,10 @@
 """The one HTTP client of a running ctxd, for the CLI and the hooks (light: a hook imports it)."""
 
-import os
 from typing import Any
 
 import httpx
+
+from ctxd.cli import env
 
 
 class Unreachable(Exception):
@@ -14,7 +15,7 @@ class Client:
     """Calls a ctxd at `url`, with CTXD_TOKEN as the bearer token when it is set."""
 
     def __init__(self, url: str, timeout: float = 60, connect_timeout: float | None = None) -> None:
-        token = os.environ.get("CTXD_TOKEN")
+        token = env.token()
         self.url = url
         self.http = httpx.Client(
             base_url=url.rstrip("/"),

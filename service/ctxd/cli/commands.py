@@ -6,10 +6,10 @@ import os
 import sys
 from typing import Any
 
-from ctxd import DEFAULT_URL
+from ctxd.cli import env
 from ctxd.cli.client import Client, Unreachable, body, detail
 
-URL = os.environ.get("CTXD_URL", DEFAULT_URL)  # the service, unless --url says otherwise
+URL = env.url()  # the service, unless --url says otherwise
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ctxd.cli import env
 from ctxd.harness import hook_http
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -21,7 +22,7 @@ WAIT_S = 8.0  # a person waits on a prompt this long at most for a first start
 
 
 def data_dir() -> Path:
-    if given := os.environ.get("CTXD_DATA_DIR"):
+    if given := env.data_dir():
         return Path(given)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "ctxd"
@@ -31,7 +32,7 @@ def ensure(url: str, wait: bool) -> str | None:
     """Start ctxd for `url` unless another hook is doing it; returns what to tell the person,
     or None when it may not start one here (switched off, not a loopback address)."""
     parts = urlsplit(url)
-    if os.environ.get("CTXD_AUTOSTART", "1") == "0" or parts.hostname not in LOOPBACK:
+    if not env.autostart() or parts.hostname not in LOOPBACK:
         return None
     port = parts.port or 80
     folder = data_dir()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from ctxd import DEFAULT_URL
+from ctxd.cli import env
 from ctxd.harness import autostart, hook_http
 from ctxd.harness.adapter import CommandHook
 from ctxd.harness.registry import COMMAND_HOOKS
@@ -37,7 +37,7 @@ def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) ->
     """`ctxd [--url U] hook HARNESS`: handled here without argparse (a usage error would exit
     2, which Claude Code reads as "block"); None when argv is some other command."""
     args = list(argv)
-    url = os.environ.get("CTXD_URL", DEFAULT_URL)
+    url = env.url()
     if args[:1] == ["--url"] and len(args) > 1:
         url, args = args[1], args[2:]
     elif args[:1] and args[0].startswith("--url="):
@@ -60,8 +60,8 @@ def run(harness: CommandHook, url: str, stdin: TextIO, stdout: TextIO, stderr: T
         payload = parse_payload(harness, stdin.read(MAX_PAYLOAD_CHARS))
         event = harness.event_name(payload) or ""
         timeout = harness.slow_events.get(event, QUICK_TIMEOUT_S)
-        if (given := os.environ.get("CTXD_HOOK_TIMEOUT", "")).replace(".", "", 1).isdigit():
-            timeout = min(timeout, max(0.1, float(given)))  # the user's ceiling
+        if (ceiling := env.hook_timeout_s()) is not None:
+            timeout = min(timeout, ceiling)  # the user's ceiling
         try:
             answer = forward(url, harness.name, payload, timeout)
         except Down:
@@ -100,10 +100,10 @@ def forward(url: str, harness: str, payload: dict[str, Any], timeout: float) -> 
         "payload": {**payload, "tool_response": _tail(payload.get("tool_response"))},
         "root": git_root(cwd) if isinstance(cwd, str) else "",
     }
-    if session := os.environ.get("CTXD_SESSION"):
+    if session := env.session():
         body["session"] = session
-    if (given := os.environ.get("CTXD_HOOK_MAX_CHARS", "")).strip().isdigit():
-        body["max_chars"] = max(200, int(given))
+    if (max_chars := env.hook_max_chars()) is not None:
+        body["max_chars"] = max_chars
     if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
         body["harness_pid"] = pid  # only a service on this machine can look it up
     status, said = post(url, f"/api/hooks/{harness}", json.dumps(body).encode(), timeout)
@@ -164,7 +164,7 @@ def _tail(value: Any) -> Any:
 
 
 def _auth() -> dict[str, str]:
-    token = os.environ.get("CTXD_TOKEN")
+    token = env.token()
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 

@@ -1,0 +1,46 @@
+"""The CTXD_* variables the client side reads (the CLI and the harness hooks), in one place.
+
+Standard library only: a hook imports it on every event. The server reads its own through
+`ctxd.settings.Settings`.
+"""
+
+import os
+
+from ctxd import DEFAULT_URL
+
+
+def url() -> str:
+    """The service the CLI and the hooks talk to, unless `--url` says otherwise."""
+    return os.environ.get("CTXD_URL", DEFAULT_URL)
+
+
+def token() -> str | None:
+    """The bearer token of a service that wants one."""
+    return os.environ.get("CTXD_TOKEN") or None
+
+
+def session() -> str | None:
+    """The session a person pinned for this shell (the hooks record in it)."""
+    return os.environ.get("CTXD_SESSION") or None
+
+
+def hook_timeout_s() -> float | None:
+    """The user's ceiling on how long a hook waits for the service."""
+    given = os.environ.get("CTXD_HOOK_TIMEOUT", "")
+    return max(0.1, float(given)) if given.replace(".", "", 1).isdigit() else None
+
+
+def hook_max_chars() -> int | None:
+    """How much dump a hook hands the model, when the user chose."""
+    given = os.environ.get("CTXD_HOOK_MAX_CHARS", "").strip()
+    return max(200, int(given)) if given.isdigit() else None
+
+
+def data_dir() -> str | None:
+    """Where a service the hooks start by themselves keeps its data, when the user chose."""
+    return os.environ.get("CTXD_DATA_DIR") or None
+
+
+def autostart() -> bool:
+    """Whether a hook may start a missing service on this machine (CTXD_AUTOSTART=0: no)."""
+    return os.environ.get("CTXD_AUTOSTART", "1") != "0"
