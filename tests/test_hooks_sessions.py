@@ -151,12 +151,15 @@ def test_a_conversation_that_moves_to_another_checkout_is_placed_there(
     assert "npm run build" not in commands_of(client, "api-server")
 
 
+SHOW_LIVE_S = "from ctxd.settings import Settings; print(Settings().conversation_live_s)"
+
+
 @pytest.mark.parametrize(
     ("value", "seconds"), [("120", 120.0), ("ten minutes", 600.0), ("-5", 600.0), ("nan", 600.0)]
 )
 def test_a_bad_conversation_live_s_is_the_default_not_a_crash(value: str, seconds: float):
     done = subprocess.run(
-        [sys.executable, "-c", "from ctxd.harness import conversations as h; print(h.LIVE_S)"],
+        [sys.executable, "-c", SHOW_LIVE_S],
         env={**os.environ, "CTXD_CONVERSATION_LIVE_S": value}, capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip

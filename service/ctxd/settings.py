@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,6 +37,9 @@ DEFAULT_COMMANDS: dict[str, list[str]] = {
 }
 
 
+CONVERSATION_LIVE_S = 600.0
+
+
 class Settings(BaseSettings):
     """Where ctxd keeps its data, where it listens and how often it looks."""
 
@@ -61,6 +64,20 @@ class Settings(BaseSettings):
     cpu_sample_s: float = Field(0.1, ge=0, le=5)
     # A tree idle this long, with its port closed or its log silent, is reported as stuck.
     stuck_after_s: float = Field(120.0, gt=0)
+    # A harness conversation seen within this long, and not ended, is taken to be running
+    # (a second agent in the same checkout then gets a session of its own).
+    conversation_live_s: float = CONVERSATION_LIVE_S
+
+    @field_validator("conversation_live_s", mode="before")
+    @classmethod
+    def _a_positive_duration(cls, value: object) -> float:
+        """Not a positive number of seconds: the default, rather than no ctxd at all."""
+        try:
+            seconds = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return CONVERSATION_LIVE_S
+        return seconds if 0 < seconds < float("inf") else CONVERSATION_LIVE_S
+
     health_timeout_s: float = Field(1.0, gt=0, le=30)
     # Probing a URL on another host from a debugging daemon is an outbound request: opt in.
     allow_remote_health: bool = False

@@ -11,7 +11,8 @@ several agents in one repository do not share one record.
   conversation they come from is that one), and so does a fresh start after a crash (the
   old conversation is not live any more): that start gets a one-line pointer to it.
 - Live: not ended (`SessionEnd`) and its harness process (pid and start time, which the
-  hook or plugin sends) still running; without a process known, seen within LIVE_S.
+  hook or plugin sends) still running; without a process known, seen within
+  CTXD_CONVERSATION_LIVE_S.
 - A new conversation of a harness process seen before (/clear, opencode's /new) continues
   the session that process recorded in.
 - Sub-agents report under their parent's id (Claude Code does so; the opencode plugin maps
@@ -19,7 +20,6 @@ several agents in one repository do not share one record.
 """
 
 import hashlib
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
@@ -31,30 +31,16 @@ from ctxd.fmt import human_duration
 from ctxd.harness.adapter import RESUME_SOURCES
 from ctxd.harness.resolve import ResolveIn
 from ctxd.models import Session, SessionIn
+from ctxd.settings import Settings
 from ctxd.store.connection import now
 from ctxd.store.database import Store
-
-LIVE_S_DEFAULT = 600.0
-
-
-def _live_s(value: str | None) -> float:
-    """CTXD_CONVERSATION_LIVE_S as seconds; a value that is not a positive number is the
-    default, since this is read at import and must not stop ctxd from starting."""
-    try:
-        seconds = float(value or LIVE_S_DEFAULT)
-    except ValueError:
-        return LIVE_S_DEFAULT
-    return seconds if 0 < seconds < float("inf") else LIVE_S_DEFAULT
-
-
-# A conversation seen within this long, and not ended, is taken to be running now.
-LIVE_S = _live_s(os.environ.get("CTXD_CONVERSATION_LIVE_S"))
 
 
 class Sessions(Protocol):
     """What placing a conversation needs of the use cases (`UseCases` is one)."""
 
     store: Store
+    settings: Settings
 
     def resolve_session(self, ask: ResolveIn) -> Session: ...
 
@@ -90,7 +76,7 @@ def place(use: Sessions, ask: ResolveIn, ended: bool, source: str, pid: int | No
         return Placed(before["session"])
     latest = use.resolve_session(ask.model_copy(update={"harness_session": ""}))
     others = [c for c in store.conversations_of(latest.id) if c["conversation"] != conversation]
-    live = [c for c in others if _live(c, at)]
+    live = [c for c in others if _live(c, at, use.settings.conversation_live_s)]
     placed = Placed(latest.id)
     if live and source not in RESUME_SOURCES:
         placed = _own_session(use, latest, conversation)
@@ -123,12 +109,12 @@ def _process(pid: int | None) -> tuple[int, float] | None:
         return None
 
 
-def _live(row: dict[str, Any], at: datetime) -> bool:
+def _live(row: dict[str, Any], at: datetime, live_s: float) -> bool:
     if row["ended_at"]:
         return False
     if row["pid"]:
         return _process(row["pid"]) == (row["pid"], row["pid_started"])
-    return _age_s(row["seen_at"], at) < LIVE_S
+    return _age_s(row["seen_at"], at) < live_s
 
 
 def _within(cwd: str, scope: str | None) -> bool:
