@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -267,3 +268,36 @@ def ticked_watcher(
     finally:
         snap.close()
         store.close()
+
+
+def tagged(mark: str) -> list[int]:
+    """The pids whose command line holds `mark`: a test's own processes, by a tag only it uses."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if mark.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def tag() -> Iterator[str]:
+    """A tag of this test's own for every command line it starts; its processes are ended by
+    that tag alone when the test ends (never by a name real programs share)."""
+    mark = f"ctxd-test-{uuid.uuid4().hex[:10]}"
+    yield mark
+    for pid in tagged(mark):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def rooted_server(tmp_path: Path) -> Iterator[Server]:
+    """`ctxd serve` whose watch roots are this test's folder (its workspaces and logs)."""
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log",
+                       env={"CTXD_WATCH_ROOTS": f'["{tmp_path}"]'})  # fmt: skip
+    try:
+        yield srv
+    finally:
+        stop_server(srv)

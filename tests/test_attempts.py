@@ -4,21 +4,15 @@ error is never pinned on the live attempt; a same-named process of another direc
 enters this session's dump. Real processes, started by real shell lines, reported through
 the hook endpoint as Claude Code reports them."""
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.conftest import Server, start_server, stop_server, wait_until
+from tests.conftest import Server, tagged, wait_until
 
 # A stand-in for an inference server: with --max-model-len 32768 it dies at once with the
 # error a real one prints; otherwise it waits for workers that never report.
@@ -37,40 +31,6 @@ SERVER = textwrap.dedent(
     time.sleep(600)
     """
 )
-
-
-@pytest.fixture
-def tag() -> Iterator[str]:
-    """A tag of this test's own in every command line it starts; its processes are ended by
-    that tag alone when the test ends (never by a name real programs share)."""
-    mark = f"ctxd-test-{uuid.uuid4().hex[:10]}"
-    yield mark
-    for pid in _tagged(mark):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _tagged(mark: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if mark.encode() in cmdline:
-                found.append(int(entry))
-    return found
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log",
-                       env={"CTXD_WATCH_ROOTS": f'["{tmp_path}"]'})  # fmt: skip
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 def _hook(server: Server, workspace: Path, event: str, **fields: object) -> httpx.Response:
@@ -101,8 +61,9 @@ def _workspace(tmp_path: Path, name: str) -> Path:
 
 
 def test_a_launch_that_dies_at_once_is_an_attempt_with_its_command_and_its_logs_error(
-    server: Server, tmp_path: Path, tag: str
+    rooted_server: Server, tmp_path: Path, tag: str
 ):
+    server = rooted_server
     workspace = _workspace(tmp_path, "kimi")
     _hook(server, workspace, "UserPromptSubmit", prompt="Serve Kimi with a longer context")
     sid = "kimi"
@@ -116,7 +77,7 @@ def test_a_launch_that_dies_at_once_is_an_attempt_with_its_command_and_its_logs_
     before = _versions(server, sid)
     _run(server, workspace, second, 2)
     wait_until(lambda: _versions(server, sid) > before, "the settling snapshot of the relaunch")
-    (live,) = [pid for pid in _tagged(tag) if b"8192" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    (live,) = [pid for pid in tagged(tag) if b"8192" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
     dump = _hook(server, workspace, "UserPromptSubmit", prompt="continue").json()["context"]
     attempts = dump.split("## Attempts", 1)[1].split("\n## ", 1)[0]
@@ -135,8 +96,9 @@ def test_a_launch_that_dies_at_once_is_an_attempt_with_its_command_and_its_logs_
 
 
 def test_a_same_named_launcher_of_another_directory_stays_out_of_this_sessions_dump(
-    server: Server, tmp_path: Path, tag: str
+    rooted_server: Server, tmp_path: Path, tag: str
 ):
+    server = rooted_server
     mine, theirs = _workspace(tmp_path, "mine"), _workspace(tmp_path, "theirs")
     # someone else's job, started by hand in another directory, with the same program name
     subprocess.Popen([sys.executable, "serve.py", "--port", "30778", "--tag", tag],
@@ -147,8 +109,8 @@ def test_a_same_named_launcher_of_another_directory_stays_out_of_this_sessions_d
             " > logs/serve.log 2>&1 &")  # fmt: skip
     _run(server, mine, line, 1)
     wait_until(lambda: _versions(server, "mine") >= 1, "the settling snapshot")
-    wait_until(lambda: len(_tagged(tag)) == 2, "both launchers running")
-    pids = {pid: Path(f"/proc/{pid}/cwd").resolve() for pid in _tagged(tag)}
+    wait_until(lambda: len(tagged(tag)) == 2, "both launchers running")
+    pids = {pid: Path(f"/proc/{pid}/cwd").resolve() for pid in tagged(tag)}
     (my_pid,) = [pid for pid, cwd in pids.items() if cwd == mine]
     (their_pid,) = [pid for pid, cwd in pids.items() if cwd == theirs]
 

@@ -4,20 +4,14 @@ commands and 20 user instructions between them, all through the hook endpoint as
 sends them. Then "continue": the dump that comes back within the harness's budget holds what
 a resuming agent needs, and search finds the first attempt."""
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.conftest import Server, start_server, stop_server, wait_until
+from tests.conftest import Server, tagged, wait_until
 
 LAUNCHES = 200
 COMMANDS = 2_000
@@ -37,30 +31,10 @@ SERVER = textwrap.dedent(
 ).replace("RUNS", str(LAUNCHES))
 
 
-@pytest.fixture
-def tag() -> Iterator[str]:
-    mark = f"ctxd-long-{uuid.uuid4().hex[:10]}"
-    yield mark
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if mark.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    os.kill(int(entry), signal.SIGKILL)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log",
-                       env={"CTXD_WATCH_ROOTS": f'["{tmp_path}"]'})  # fmt: skip
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
-
-
 def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
-    server: Server, tmp_path: Path, tag: str
+    rooted_server: Server, tmp_path: Path, tag: str
 ):
+    server = rooted_server
     workspace = tmp_path / "nccl-hunt"
     (workspace / "logs").mkdir(parents=True)
     (workspace / "serve.py").write_text(SERVER)
@@ -102,7 +76,7 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
     (Path(__file__).parent / "artifacts" / "long_session_continue.md").write_text(dump)
     assert len(dump) <= BUDGET
-    (live,) = [p for p in _tagged(tag)]
+    (live,) = [p for p in tagged(tag)]
     assert "dies with NCCL errors" in dump  # the objective
     assert latest in dump  # the latest instruction
     assert f"(pid {live})" in dump and f"--run {LAUNCHES}" in dump  # the running attempt
@@ -121,13 +95,3 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
 def _log(workspace: Path, run: int) -> str:
     path = workspace / "logs" / f"run{run}.log"
     return path.read_text() if path.exists() else ""
-
-
-def _tagged(mark: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if mark.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-    return found
