@@ -189,8 +189,10 @@ test("tool calls reach ctxd as actions, and a launch is watched by itself", asyn
   await hooks["tool.execute.after"](input, output)
   const watches = (await api("GET", "/api/sessions/launcher/watches")).body
   const kinds = watches.map((w) => w.spec.kind).sort()
-  assert.deepEqual(kinds, ["log", "port", "process"])
-  assert.ok(watches.every((w) => w.auto && /launched|output|expected port/.test(w.reason)))
+  // the process watch expects the launch's port: no port watch of its own beside it
+  assert.deepEqual(kinds, ["log", "process"])
+  assert.deepEqual(watches.find((w) => w.spec.kind === "process").spec.expect_ports, [30777])
+  assert.ok(watches.every((w) => w.auto && /launched|output/.test(w.reason)))
   const dump = (await api("GET", "/api/sessions/launcher/resume")).body
   assert.match(dump, /serve\.py --port 30777/)
   assert.deepEqual(client.logs, [])
