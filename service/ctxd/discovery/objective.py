@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd import confine
+from ctxd.harness.policy import CONTINUE_WORDS
 from ctxd.named_files import NotRegular, TimedReads, TooSlow, changed, open_named, opened_name
 
 TRANSCRIPT_MAX_BYTES = 4 * 1024 * 1024  # the first prompt is near the start
@@ -24,7 +25,8 @@ TRANSCRIPT_READ_S = 5.0
 _READS = TimedReads("transcript", slots=4)
 LINE_MAX_BYTES = 1024 * 1024
 MIN_WORDS = 3
-CONTINUE_WORDS = {"", "continue", "go on", "carry on", "keep going", "yes", "ok", "okay", "go"}
+# No request either: the continue words, and a bare yes (CONTINUE_WORDS is the harness's)
+NOT_A_REQUEST = CONTINUE_WORDS | {"yes", "ok", "okay", "go"}
 _HARNESS_MARKUP = re.compile(
     r"^\s*<(?:command-name|command-message|command-args|local-command-stdout|"
     r"local-command-stderr|system-reminder|user-prompt-submit-hook|bash-input|bash-stdout)>"
@@ -37,7 +39,7 @@ def is_substantive(text: str) -> bool:
     if not isinstance(text, str):
         return False
     bare = text.strip().lower().rstrip(".!…").strip()
-    if bare in CONTINUE_WORDS or _HARNESS_MARKUP.match(text) or bare.startswith("caveat:"):
+    if bare in NOT_A_REQUEST or _HARNESS_MARKUP.match(text) or bare.startswith("caveat:"):
         return False
     return len(bare.split()) >= MIN_WORDS
 

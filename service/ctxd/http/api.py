@@ -32,7 +32,7 @@ from ctxd.usecases.operations import UseCases
 from ctxd.usecases.search import LIMIT_MAX, OFFSET_MAX, SearchResult
 
 MARKDOWN = "text/markdown"  # Litestar appends "; charset=utf-8" to text types
-Sid = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)]
+SessionPath = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, max_length=64)]
 # SQLite integers are 64-bit: a larger id is a 400, not an OverflowError deep in the store.
 MAX_ID = 2**63 - 1
 Version = Annotated[int, Parameter(ge=1, le=MAX_ID)]
@@ -78,7 +78,9 @@ class SessionController(Controller):
     path = "/"
 
     @put("/{sid:str}", sync_to_thread=True)
-    def put_session(self, state: State, sid: Sid, data: JSONBody[SessionIn]) -> Response[Session]:
+    def put_session(
+        self, state: State, sid: SessionPath, data: JSONBody[SessionIn]
+    ) -> Response[Session]:
         session, created = use(state).put_session(sid, data)
         return Response(session, status_code=201 if created else 200)
 
@@ -89,61 +91,61 @@ class SessionController(Controller):
         return use(state).list_sessions(cwd=cwd)
 
     @get("/{sid:str}", sync_to_thread=True)
-    def get_session(self, state: State, sid: Sid) -> Session:
+    def get_session(self, state: State, sid: SessionPath) -> Session:
         return use(state).get_session(sid)
 
     @post("/{sid:str}/watches", sync_to_thread=True)
-    def add_watch(self, state: State, sid: Sid, data: JSONBody[WatchIn]) -> Watch:
+    def add_watch(self, state: State, sid: SessionPath, data: JSONBody[WatchIn]) -> Watch:
         return use(state).add_watch(sid, data.root)
 
     @get("/{sid:str}/watches", sync_to_thread=True)
-    def list_watches(self, state: State, sid: Sid) -> list[Watch]:
+    def list_watches(self, state: State, sid: SessionPath) -> list[Watch]:
         return use(state).list_watches(sid)
 
     @get("/{sid:str}/watches/{wid:int}", sync_to_thread=True)
-    def get_watch(self, state: State, sid: Sid, wid: RowId) -> Watch:
+    def get_watch(self, state: State, sid: SessionPath, wid: RowId) -> Watch:
         return use(state).get_watch(sid, wid)
 
     @delete("/{sid:str}/watches/{wid:int}", sync_to_thread=True)
-    def delete_watch(self, state: State, sid: Sid, wid: RowId) -> None:
+    def delete_watch(self, state: State, sid: SessionPath, wid: RowId) -> None:
         use(state).remove_watch(sid, wid)
 
     @post("/{sid:str}/journal", sync_to_thread=True)
-    def add_entry(self, state: State, sid: Sid, data: JSONBody[JournalIn]) -> JournalEntry:
+    def add_entry(self, state: State, sid: SessionPath, data: JSONBody[JournalIn]) -> JournalEntry:
         return use(state).add_entry(sid, data)
 
     @patch("/{sid:str}/journal/{eid:int}", sync_to_thread=True)
     def update_entry(
-        self, state: State, sid: Sid, eid: RowId, data: JSONBody[JournalUpdate]
+        self, state: State, sid: SessionPath, eid: RowId, data: JSONBody[JournalUpdate]
     ) -> JournalEntry:
         return use(state).update_entry(sid, eid, data)
 
     @get("/{sid:str}/journal", sync_to_thread=True)
-    def list_entries(self, state: State, sid: Sid) -> list[JournalEntry]:
+    def list_entries(self, state: State, sid: SessionPath) -> list[JournalEntry]:
         return use(state).list_entries(sid)
 
     @post("/{sid:str}/snapshots", sync_to_thread=True)
     def take_snapshot(
-        self, state: State, sid: Sid, data: JSONBody[SnapshotIn | None] = None
+        self, state: State, sid: SessionPath, data: JSONBody[SnapshotIn | None] = None
     ) -> Response[Snapshot]:
         note, force = (data.note, data.force) if data else (None, False)
         return encoded_json(use(state).take(sid, note=note, force=force), status_code=201)
 
     @get("/{sid:str}/snapshots", sync_to_thread=True)
-    def list_snapshots(self, state: State, sid: Sid) -> list[SnapshotSummary]:
+    def list_snapshots(self, state: State, sid: SessionPath) -> list[SnapshotSummary]:
         return use(state).list_snapshots(sid)
 
     @get("/{sid:str}/snapshots/{n:int}", sync_to_thread=True)
-    def get_snapshot(self, state: State, sid: Sid, n: Version) -> Snapshot:
+    def get_snapshot(self, state: State, sid: SessionPath, n: Version) -> Snapshot:
         return use(state).get_snapshot(sid, n)
 
     @get("/{sid:str}/snapshots/{n:int}/markdown", media_type=MARKDOWN, sync_to_thread=True)
-    def get_markdown(self, state: State, sid: Sid, n: Version) -> str:
+    def get_markdown(self, state: State, sid: SessionPath, n: Version) -> str:
         return use(state).get_markdown(sid, n)
 
     @get("/{sid:str}/search", sync_to_thread=True)
     def search(
-        self, state: State, sid: Sid, q: Query, limit: Limit = 20, offset: Offset = 0
+        self, state: State, sid: SessionPath, q: Query, limit: Limit = 20, offset: Offset = 0
     ) -> SearchResult:
         return use(state).search(sid, q, limit, offset)
 
@@ -151,7 +153,7 @@ class SessionController(Controller):
     def diff(
         self,
         state: State,
-        sid: Sid,
+        sid: SessionPath,
         from_version: Annotated[int, QueryParameter(name="from", ge=1, le=MAX_ID)],
         to_version: Annotated[int, QueryParameter(name="to", ge=1, le=MAX_ID)],
     ) -> Diff:
@@ -161,7 +163,7 @@ class SessionController(Controller):
     async def resume(
         self,
         state: State,
-        sid: Sid,
+        sid: SessionPath,
         fresh: FromQuery[bool] = True,
         max_chars: Annotated[int | None, Parameter(ge=200, le=10_000_000)] = None,
         since: Annotated[int | None, Parameter(ge=1, le=MAX_ID)] = None,
@@ -178,14 +180,14 @@ class SessionController(Controller):
         return Response(markdown, media_type=MARKDOWN)
 
     @post("/{sid:str}/messages", sync_to_thread=True)
-    def message(self, state: State, sid: Sid, data: JSONBody[MessageIn]) -> Response[Any]:
+    def message(self, state: State, sid: SessionPath, data: JSONBody[MessageIn]) -> Response[Any]:
         markdown = use(state).message(sid, data.text)
         if markdown is None:
             return Response({"status": "recorded"}, status_code=202)
         return Response(markdown, media_type=MARKDOWN, status_code=200)
 
     @post("/{sid:str}/prompts", sync_to_thread=True)
-    def prompt(self, state: State, sid: Sid, data: JSONBody[PromptIn]) -> Response[Any]:
+    def prompt(self, state: State, sid: SessionPath, data: JSONBody[PromptIn]) -> Response[Any]:
         """A hook's prompt: recorded (202), or for a bare "continue" the dump to inject (200)."""
         markdown = use(state).prompt(sid, data.text, data.max_chars)
         if markdown is None:
@@ -193,13 +195,15 @@ class SessionController(Controller):
         return Response(markdown, media_type=MARKDOWN, status_code=200)
 
     @post("/{sid:str}/actions", sync_to_thread=True, status_code=202)
-    def record_actions(self, state: State, sid: Sid, data: JSONBody[ActionsIn]) -> ActionsOut:
+    def record_actions(
+        self, state: State, sid: SessionPath, data: JSONBody[ActionsIn]
+    ) -> ActionsOut:
         """What the agent just did; the watches it calls for are added by themselves."""
         watches = use(state).record_actions(sid, list(data.actions))
         return ActionsOut(recorded=len(data.actions), watches=watches)
 
     @post("/{sid:str}/heartbeat", sync_to_thread=True, status_code=204)
-    def heartbeat(self, state: State, sid: Sid) -> None:
+    def heartbeat(self, state: State, sid: SessionPath) -> None:
         use(state).heartbeat(sid)
 
 

@@ -10,7 +10,7 @@ from litestar.response import Redirect, Template
 
 from ctxd import redact
 from ctxd.errors import Invalid, NotFound
-from ctxd.http.api import Sid, Version, use
+from ctxd.http.api import SessionPath, Version, use
 from ctxd.models import SESSION_ID_PATTERN
 from ctxd.render import pagedata
 from ctxd.render.html import HEADERS
@@ -84,7 +84,7 @@ class PageController(Controller):
         return Template("index.html", context={"rows": rows})
 
     @get("/s/{sid:str}", sync_to_thread=True, media_type=HTML)
-    def session(self, state: State, sid: Sid) -> Template:
+    def session(self, state: State, sid: SessionPath) -> Template:
         page = pagedata.session_page(snapshotter(state).store, sid)
         return Template("session.html", context={"sid": sid, "page": page})
 
@@ -100,7 +100,7 @@ class PageController(Controller):
         return Template("search.html", context={"page": page})
 
     @get("/s/{sid:str}/v/{n:int}", sync_to_thread=True, media_type=HTML)
-    def version(self, state: State, sid: Sid, n: Version) -> Template:
+    def version(self, state: State, sid: SessionPath, n: Version) -> Template:
         page = pagedata.version_page(snapshotter(state).store, sid, n)
         return Template("version.html", context={"sid": sid, "page": page})
 
@@ -108,7 +108,7 @@ class PageController(Controller):
     def diff(
         self,
         state: State,
-        sid: Sid,
+        sid: SessionPath,
         start: Annotated[int | None, QueryParameter(name="from", ge=1, le=2**63 - 1)] = None,
         end: Annotated[int | None, QueryParameter(name="to", ge=1, le=2**63 - 1)] = None,
     ) -> Template:
@@ -116,12 +116,12 @@ class PageController(Controller):
         return Template("diff.html", context={"sid": sid, "page": page})
 
     @get("/s/{sid:str}/now", sync_to_thread=True, media_type=HTML)
-    def now(self, state: State, sid: Sid) -> Template:
+    def now(self, state: State, sid: SessionPath) -> Template:
         page = pagedata.now_page(snapshotter(state), sid)
         return Template("now.html", context={"sid": sid, "page": page})
 
     @post("/s/{sid:str}/now", sync_to_thread=True)
-    def take(self, state: State, request: Request[Any, Any, Any], sid: Sid) -> Redirect:
+    def take(self, state: State, request: Request[Any, Any, Any], sid: SessionPath) -> Redirect:
         _same_origin(request)
         snapshot = use(state).take(sid, note="taken from the now page")
         return Redirect(f"/s/{sid}/v/{snapshot.header.version}", status_code=303)

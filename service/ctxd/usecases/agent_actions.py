@@ -20,8 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ctxd import confine, redact
 from ctxd.discovery import procscan, rules
-from ctxd.discovery.actions import Action as AnyAction
-from ctxd.discovery.actions import CommandAction, FileEditAction, PromptAction
+from ctxd.discovery.actions import Action, CommandAction
 from ctxd.discovery.shellparse import CommandFacts, SimpleCommand, parse_command
 from ctxd.errors import CtxdError
 from ctxd.models import ProcessWatch, Strict, Trigger, Watch, WatchIn, WatchSpec
@@ -29,13 +28,11 @@ from ctxd.snapshotter.snapshotter import Snapshotter
 
 log = logging.getLogger("ctxd")
 
-Action = CommandAction | FileEditAction | PromptAction
-
 
 class ActionsIn(Strict):
     """What an agent just did, harness-neutral: shell commands, file edits, prompts."""
 
-    actions: list[AnyAction] = Field(min_length=1, max_length=100)
+    actions: list[Action] = Field(min_length=1, max_length=100)
 
 
 class ActionsOut(BaseModel):

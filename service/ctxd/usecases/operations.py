@@ -7,7 +7,7 @@ about a session counts as its activity; the quiet trigger waits for silence).
 """
 
 from ctxd import __version__, confine, redact
-from ctxd.discovery.actions import parse_action
+from ctxd.discovery.actions import Action, parse_action
 from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
 from ctxd.errors import Invalid, NotFound
 from ctxd.harness import conversations, resolve
@@ -40,7 +40,7 @@ from ctxd.snapshotter.triggers import Activity
 from ctxd.store.peers import Peer, PeerIn
 from ctxd.usecases import recovery
 from ctxd.usecases.admission import admit
-from ctxd.usecases.agent_actions import Action, ActionIntake
+from ctxd.usecases.agent_actions import ActionIntake
 from ctxd.usecases.search import SearchResult, find
 
 OBJECTIVE_CHARS = 2000

@@ -11,7 +11,7 @@ from ctxd.errors import CtxdError
 from ctxd.models import SESSION_ID_PATTERN
 
 T = TypeVar("T")
-Sid = Annotated[
+SessionArg = Annotated[
     str, Field(pattern=SESSION_ID_PATTERN, description="the ctxd session id, a short slug")
 ]
 Version = Annotated[int, Field(ge=1)]

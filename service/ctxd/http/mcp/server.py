@@ -17,7 +17,7 @@ from ctxd import __version__, redact
 from ctxd.errors import CtxdError
 from ctxd.harness.policy import HOOK_MAX_CHARS
 from ctxd.http.mcp import sdk as mcp_sdk
-from ctxd.http.mcp.common import Sid, Version, _given, _run
+from ctxd.http.mcp.common import SessionArg, Version, _given, _run
 from ctxd.http.mcp.watch_tools import register_watch_tools
 from ctxd.models import (
     JournalIn,
@@ -119,7 +119,7 @@ def _register_tools(ep: McpEndpoint) -> None:
 
     @tool()
     def put_session(
-        session: Sid,
+        session: SessionArg,
         title: str | None = None,
         objective: str | None = None,
         cwd: str | None = None,
@@ -143,7 +143,7 @@ def _register_tools(ep: McpEndpoint) -> None:
 
     @tool()
     def resume(
-        session: Sid,
+        session: SessionArg,
         max_chars: Annotated[int | None, Field(ge=200, le=10_000_000)] = HOOK_MAX_CHARS,
         fresh: bool = True,
         since: Version | None = None,
@@ -156,7 +156,9 @@ def _register_tools(ep: McpEndpoint) -> None:
         return _run(lambda: ep.use().resume(session, fresh=fresh, max_chars=max_chars, since=since))
 
     @tool()
-    def take_snapshot(session: Sid, note: str | None = None, force: bool = False) -> dict[str, Any]:
+    def take_snapshot(
+        session: SessionArg, note: str | None = None, force: bool = False
+    ) -> dict[str, Any]:
         """Store a new version of the session's dump now. Call it before a risky step (a long
         build, a restart, a model load) or after a milestone, with a short `note` saying why.
         When nothing changed the latest version is confirmed instead, unless `force`."""
@@ -176,7 +178,7 @@ def _register_tools(ep: McpEndpoint) -> None:
 
     @tool()
     def add_entry(
-        session: Sid,
+        session: SessionArg,
         kind: JournalKind,
         text: str,
         outcome: str | None = None,
@@ -196,7 +198,7 @@ def _register_tools(ep: McpEndpoint) -> None:
 
     @tool()
     def update_entry(
-        session: Sid,
+        session: SessionArg,
         entry_id: int,
         status: str | None = None,
         outcome: str | None = None,
@@ -214,7 +216,7 @@ def _register_tools(ep: McpEndpoint) -> None:
         )
 
     @tool()
-    def list_entries(session: Sid) -> list[dict[str, Any]]:
+    def list_entries(session: SessionArg) -> list[dict[str, Any]]:
         """The session's journal entries with their ids, oldest first (for update_entry)."""
         entries = _run(lambda: ep.use().list_entries(session))
         return [e.model_dump(mode="json") for e in entries]

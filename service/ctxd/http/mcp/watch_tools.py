@@ -6,7 +6,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from ctxd.discovery.actions import parse_action
-from ctxd.http.mcp.common import Sid, Version, _given, _run
+from ctxd.http.mcp.common import SessionArg, Version, _given, _run
 from ctxd.models import WatchSpec
 from ctxd.usecases.search import LIMIT_MAX, OFFSET_MAX
 
@@ -16,7 +16,7 @@ def register_watch_tools(ep: Any) -> None:
     tool = ep.server.tool
 
     @tool()
-    def add_watch(session: Sid, watch: WatchSpec) -> dict[str, Any]:
+    def add_watch(session: SessionArg, watch: WatchSpec) -> dict[str, Any]:
         """Make every dump include something you started: a `process` (by `match`, a regex on
         its command line, or `pid`; children, `expect_ports`, `env` globs), a `log` (path or
         glob; last `lines`), an `artifact` (file, directory or glob: size, mtime, fingerprint),
@@ -26,7 +26,7 @@ def register_watch_tools(ep: Any) -> None:
 
     @tool()
     def record_action(
-        session: Sid,
+        session: SessionArg,
         command: str | None = None,
         cwd: str | None = None,
         exit_status: int | None = None,
@@ -51,26 +51,26 @@ def register_watch_tools(ep: Any) -> None:
         return {"recorded": 1, "watches": [w.model_dump(mode="json") for w in watches]}
 
     @tool()
-    def list_watches(session: Sid) -> list[dict[str, Any]]:
+    def list_watches(session: SessionArg) -> list[dict[str, Any]]:
         """What the session watches, with ids (for remove_watch)."""
         return [w.model_dump(mode="json") for w in _run(lambda: ep.use().list_watches(session))]
 
     @tool()
-    def remove_watch(session: Sid, watch_id: int) -> str:
+    def remove_watch(session: SessionArg, watch_id: int) -> str:
         """Stop watching something that no longer matters (a process you stopped for good, a
         log you no longer need), so dumps stay short."""
         _run(lambda: ep.use().remove_watch(session, watch_id))
         return f"removed watch {watch_id} from {session}"
 
     @tool()
-    def list_snapshots(session: Sid) -> list[dict[str, Any]]:
+    def list_snapshots(session: SessionArg) -> list[dict[str, Any]]:
         """Stored snapshots of the session's dump, newest first: version, time, trigger, how
         many signals and changes. Use it to pick versions for diff or resume(since=N)."""
         snapshots = _run(lambda: ep.use().list_snapshots(session))
         return [v.model_dump(mode="json") for v in snapshots]
 
     @tool()
-    def diff(session: Sid, from_version: Version, to_version: Version) -> dict[str, Any]:
+    def diff(session: SessionArg, from_version: Version, to_version: Version) -> dict[str, Any]:
         """What changed between two versions: processes started and exited, log growth,
         artifact changes, new journal entries, and a unified diff of the two dumps."""
         result = _run(lambda: ep.use().diff(session, from_version, to_version))
@@ -79,7 +79,7 @@ def register_watch_tools(ep: Any) -> None:
     @tool()
     def search(
         query: str,
-        session: Sid | None = None,
+        session: SessionArg | None = None,
         limit: Annotated[int, Field(ge=1, le=LIMIT_MAX)] = 20,
         offset: Annotated[int, Field(ge=0, le=OFFSET_MAX)] = 0,
     ) -> dict[str, Any]:
