@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # The real agent harnesses the end-to-end tests drive offline (pinned; skipped without npm).
-HARNESS := .harness/node_modules/.bin/claude
+HARNESS := .harness/node_modules/.bin/codex
 
 .PHONY: run test lint bench clean
 
@@ -28,7 +28,7 @@ lint: $(STAMP)
 $(HARNESS):
 	@command -v npm >/dev/null || { echo "npm not found: the real-harness tests will skip"; exit 0; }; \
 	npm install --silent --no-audit --no-fund --prefix .harness \
-		@anthropic-ai/claude-code@2.1.197 opencode-ai@1.18.33 \
+		@anthropic-ai/claude-code@2.1.197 opencode-ai@1.18.33 @openai/codex@0.171.0 \
 		|| echo "harness install failed: the real-harness tests will skip"
 
 test: lint $(HARNESS)

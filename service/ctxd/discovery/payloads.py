@@ -34,6 +34,19 @@ opencode (plugin hook `tool.execute.after(input, output)`: dist/index.d.ts of th
   {"output", "exit", "description"}; edit/write take args {"filePath", ...}. The ctxd plugin
   forwards {"input": input, "output": output, "args": args-from-tool.execute.before,
   "cwd": directory}.
+
+Codex CLI (hook JSON on stdin, as the real CLI of the npm package @openai/codex 0.171.0 sent
+it when driven offline here; its hooks take Claude Code's field names):
+  {"hook_event_name", "session_id", "turn_id" (events of a turn), "transcript_path" (its
+   rollout JSONL), "cwd", "model", "permission_mode", "source" (SessionStart: "startup" and
+   "resume" seen; "clear" and "compact" not driven here), "prompt" (UserPromptSubmit),
+   "tool_name", "tool_input", "tool_response", "tool_use_id" (PreToolUse, PostToolUse),
+   "stop_hook_active", "last_assistant_message" (Stop), "reason" (SessionEnd)}
+  The model's shell tool is `exec_command` (arguments {"cmd", ...}); its hooks call it "Bash":
+  tool_input {"command"} (a "workdir" there, where a release sends one, is the cwd, relative
+  to the payload's "cwd"), tool_response the output text (a string). No exit status reaches
+  the hook: a command that exits 1 comes as a PostToolUse like any other, so a Codex
+  command's exit is unknown.
 """
 
 import re
@@ -212,3 +225,38 @@ def from_opencode(data: Any) -> list[dict[str, Any]]:
         if path:
             return [file_edit_action(path, tool, cwd=cwd, harness="opencode")]
     return []
+
+
+def from_codex(data: Any) -> list[dict[str, Any]]:
+    """The actions in one Codex CLI hook payload (PostToolUse of its shell tool,
+    UserPromptSubmit); see the module docstring for the shape."""
+    if not isinstance(data, dict):
+        return []
+    event = _str(data.get("hook_event_name"))
+    if event == "UserPromptSubmit":
+        text = _str(data.get("prompt"))
+        return [prompt_action(text, harness="codex")] if text.strip() else []
+    if event != "PostToolUse" or _str(data.get("tool_name")) != "Bash":
+        return []
+    tool_input = _dict(data.get("tool_input"))
+    command = _str(tool_input.get("command"))
+    if not command:
+        return []
+    response = data.get("tool_response")
+    fields = _dict(response)
+    output = (
+        response
+        if isinstance(response, str)
+        else "\n".join(p for p in (_str(fields.get("stdout")), _str(fields.get("stderr"))) if p)
+    )
+    cwd, workdir = _str(data.get("cwd")), _str(tool_input.get("workdir"))
+    if workdir:
+        cwd = workdir if workdir.startswith("/") or not cwd else f"{cwd.rstrip('/')}/{workdir}"
+    action = command_action(
+        command,
+        cwd=cwd,
+        output=output,
+        tool_id=_str(data.get("tool_use_id")),
+        harness="codex",
+    )
+    return [action]

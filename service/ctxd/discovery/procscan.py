@@ -70,10 +70,11 @@ def is_excluded(name: str, argv: list[str]) -> bool:
     if names & (HARNESS | EDITORS | SHELLS | ONE_SHOT) or "ctxd" in names:
         return True
     if program in _JS_RUNTIMES or program.startswith("python"):
-        # `node …/claude-code/cli.js`, `bun …/opencode`, `python -m ctxd serve` (ctxd); a
+        # `node …/claude-code/cli.js`, `bun …/opencode`, `node …/.bin/codex` (its npm
+        # launcher), `node …/gemini`, `python -m ctxd serve` (ctxd); a
         # program that only has "ctxd" in an argument (`--tag ctxd-run-1`) is not ctxd.
         tail = " ".join(argv[1:4]).lower()
-        if any(word in tail for word in ("claude", "opencode")):
+        if any(word in tail for word in ("claude", "opencode", "codex", "gemini")):
             return True
         if any(arg == "ctxd" or arg.endswith("/ctxd") for arg in argv[1:4]):
             return True

@@ -18,7 +18,7 @@ from ctxd import DEFAULT_URL
 from ctxd.harness.files import Change
 
 # The harnesses ctxd speaks to: the one type of their names (the route, the CLI, sessions).
-HarnessName = Literal["claude", "opencode"]
+HarnessName = Literal["claude", "opencode", "codex"]
 
 # What a hook event means to ctxd, whatever the harness called it.
 EventKind = Literal[

@@ -1,0 +1,217 @@
+"""OpenAI's Codex CLI as ctxd speaks to it: its hook events read, its hook output written, and
+`ctxd install|uninstall codex` (ctxd's hooks merged into its `hooks.json`, ctxd's MCP server
+into its `config.toml`).
+
+Codex (0.171) runs command hooks with Claude Code's nesting and field names
+(`{"hooks": {"Event": [{"matcher"?, "hooks": [{"type": "command", "command", "timeout"}]}]}}`,
+JSON on stdin, `hookSpecificOutput.additionalContext` back, which reaches the model as a
+developer message). Its differences, seen with the real CLI: no `async` hooks (a hook marked
+so never runs), a `SessionEnd` hook's timeout clamped to 3 s, and a new or changed hook does
+not run until a person trusts it (`/hooks` in the TUI; nothing says an untrusted hook was
+skipped), so the installer says so. A project's `.codex/hooks.json` loads only in a project
+Codex trusts.
+
+Ours are recognised by their command (`… hook codex`) and by the MCP table's marker line, so
+uninstall removes exactly what install added and a second install changes nothing. The MCP
+server is written into `config.toml` as a marked `[mcp_servers.ctxd]` table appended to the
+file's text (the standard library reads TOML but does not write it, and a rewrite would lose
+the user's comments); the result is parsed before it is planned, and a `ctxd` server the user
+wrote is left alone. Standard library only: the hook path imports it.
+"""
+
+import os
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ctxd.discovery import payloads
+from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, hook_command
+from ctxd.harness.files import MCP_NAME, Change, InstallError, drop, json_text, read_json, read_text
+
+INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
+TOOLS = "Bash"  # the name Codex's hooks give its shell tool (`exec_command`)
+KINDS: dict[str, EventKind] = {
+    "SessionStart": "start",  # source: startup, resume, clear, compact
+    "UserPromptSubmit": "prompt",
+    "PostToolUse": "tool",
+    "PreCompact": "compact",
+    "PostCompact": "other",  # the dump comes with the SessionStart (source compact) after it
+    "Stop": "idle",
+    "SessionEnd": "end",
+}
+MCP_MARK = "# ctxd's MCP server: `ctxd uninstall codex` removes this table"
+# the table as install writes it, with the blank line put before it
+_MCP_BLOCK = re.compile(
+    r"\n?^" + re.escape(MCP_MARK) + r'\n\[mcp_servers\.ctxd\]\nurl = "(?:[^"\\\n]|\\.)*"\n?',
+    re.MULTILINE,
+)
+TRUST_NOTE = (
+    "Codex runs a new or changed hook only once you trust it, and says nothing of one it "
+    "skipped: open `codex`, type `/hooks`, and trust ctxd's hooks (`… hook codex`)."
+)
+PROJECT_NOTE = (
+    "A project's .codex/hooks.json loads only in a project Codex trusts "
+    '(`[projects."DIR"] trust_level = "trusted"` in your ~/.codex/config.toml).'
+)
+
+
+class Codex:
+    name: HarnessName = "codex"
+    label = "Codex"
+    # Events a person waits on get the time a fresh snapshot may take; the others are quick.
+    slow_events = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
+    # Events whose trouble the person should see (a note per tool call would be noise).
+    tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
+
+    def event_name(self, payload: dict[str, Any]) -> str | None:
+        name = payload.get("hook_event_name")
+        return name if isinstance(name, str) else None
+
+    def event(self, payload: dict[str, Any]) -> HookEvent:
+        name = _text(payload, "hook_event_name")
+        kind = KINDS.get(name, "other")
+        return HookEvent(
+            kind=kind,
+            name=name,
+            conversation=_text(payload, "session_id"),
+            cwd=_text(payload, "cwd"),
+            source=_text(payload, "source"),
+            prompt=_text(payload, "prompt"),
+            # a Codex rollout, not a Claude Code transcript: ctxd reads the objective from
+            # the first prompt's UserPromptSubmit instead
+            transcript_path="",
+            compaction=_text(payload, "trigger"),
+            actions=tuple(payloads.from_codex(payload)) if kind == "tool" else (),
+        )
+
+    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
+        """Codex's JSON hook output (Claude Code's shape): context for the model, stated as
+        facts, and a message for the person."""
+        output: dict[str, Any] = {}
+        context, message = answer.get("context"), answer.get("message")
+        if context and event in INJECT_EVENTS:
+            sid = answer.get("session", "")
+            lead = (
+                f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
+                f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
+            )
+            output["hookSpecificOutput"] = {
+                "hookEventName": event,
+                "additionalContext": lead + context,
+            }
+        if message:
+            output["systemMessage"] = f"ctxd: {message}"
+        return output or None
+
+    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
+        return {"systemMessage": f"ctxd: {message}"} if event in self.tell_events else None
+
+    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+        hooks_path, config_path = targets(scope, project, home)
+        settings = read_json(hooks_path)
+        hooks = _without_ours(settings.get("hooks", {}))
+        if not remove:
+            for event, entries in config(hook_command(self.name, url))["hooks"].items():
+                hooks.setdefault(event, []).extend(entries)
+        new_settings = {**settings, "hooks": hooks} if hooks else drop(settings, "hooks")
+        before_toml = read_text(config_path)
+        after_toml = mcp_toml(before_toml, None if remove else url, config_path)
+        if not remove:
+            notes = [TRUST_NOTE] + ([PROJECT_NOTE] if scope == "project" else [])
+            print("\n".join(f"note: {n}" for n in notes), file=sys.stderr)
+        return [
+            Change(hooks_path, read_text(hooks_path), json_text(new_settings, hooks_path)),
+            Change(config_path, before_toml, after_toml),
+        ]
+
+
+ADAPTER = Codex()
+
+
+def config(command: str) -> dict[str, Any]:
+    """The `hooks` block of Codex's hooks.json. Codex has no asynchronous hooks, so a tool
+    call waits on ctxd at most the hook's quick budget (`hook.py`)."""
+
+    def entry(timeout: int, matcher: str | None = None) -> list[dict[str, Any]]:
+        hook = {"type": "command", "command": command, "timeout": timeout}
+        return [{**({"matcher": matcher} if matcher else {}), "hooks": [hook]}]
+
+    return {
+        "hooks": {
+            "SessionStart": entry(60),  # every source: startup binds, the others get a dump
+            "UserPromptSubmit": entry(60),
+            "PostToolUse": entry(30, TOOLS),
+            "PreCompact": entry(60),
+            "PostCompact": entry(10),
+            "Stop": entry(10),
+            "SessionEnd": entry(3),  # Codex clamps it to 3 s
+        }
+    }
+
+
+def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
+    """(hooks.json, config.toml) for a scope: the project's `.codex/`, else Codex's home
+    (`$CODEX_HOME`, else `~/.codex`)."""
+    if scope == "project":
+        folder = project / ".codex"
+    else:
+        folder = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    return folder / "hooks.json", folder / "config.toml"
+
+
+def mcp_toml(text: str, url: str | None, path: Path) -> str:
+    """config.toml's text with ctxd's marked MCP table replaced (None: removed). A `ctxd`
+    server ctxd did not write is kept as it is; a file that is not TOML is not touched."""
+    kept = _MCP_BLOCK.sub("", text)
+    if url is None:
+        return kept
+    try:
+        data = tomllib.loads(kept)
+    except tomllib.TOMLDecodeError as exc:
+        raise InstallError(f"{path} is not TOML ({exc}); not touched") from None
+    servers = data.get("mcp_servers")
+    if isinstance(servers, dict) and MCP_NAME in servers:
+        return text  # the user's own `ctxd` server: not ours to change
+    endpoint = _toml_string(url.rstrip("/") + "/mcp")
+    block = f'{MCP_MARK}\n[mcp_servers.{MCP_NAME}]\nurl = "{endpoint}"\n'
+    lead = "" if not kept else kept + ("\n" if kept.endswith("\n") else "\n\n")
+    after = lead + block
+    try:
+        tomllib.loads(after)  # e.g. `mcp_servers = {…}` inline cannot take a new table
+    except tomllib.TOMLDecodeError as exc:
+        raise InstallError(f"{path}: ctxd's MCP table would not fit in it ({exc})") from None
+    return after
+
+
+def _toml_string(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _is_ours(hook: Any) -> bool:
+    command = hook.get("command", "") if isinstance(hook, dict) else ""
+    return isinstance(command, str) and command.rstrip().endswith("hook codex")
+
+
+def _without_ours(hooks: Any) -> dict[str, list[Any]]:
+    if not isinstance(hooks, dict):
+        raise InstallError("its 'hooks' is not an object; fix the file by hand first")
+    kept: dict[str, list[Any]] = {}
+    for event, entries in hooks.items():
+        left = []
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                others = [h for h in entry["hooks"] if not _is_ours(h)]
+                if others:
+                    left.append({**entry, "hooks": others})
+            else:
+                left.append(entry)
+        if left:
+            kept[event] = left
+    return kept
+
+
+def _text(payload: dict[str, Any], name: str) -> str:
+    value = payload.get(name)
+    return value if isinstance(value, str) else ""

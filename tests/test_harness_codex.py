@@ -1,0 +1,155 @@
+"""The real Codex CLI, offline against a scripted Responses API, with ctxd's hooks as
+`ctxd install codex` writes them.
+
+As `tests/test_harness_claude.py` does for Claude Code: nothing is registered with ctxd by
+hand; the scripted agent launches an SGLang-like server that dies at once with CUDA out of
+memory, relaunches it with other flags (it then waits forever for its ranks) and rebuilds a
+wheel; then `codex exec resume --last "continue"`. What the model receives for that turn is
+what this test reads. Codex ends a command's process group when the command returns, so the
+agent sends its launches off with `setsid nohup … &`, as an agent working in Codex must.
+
+Codex runs a hook only once a person trusts it (`/hooks` in its TUI); a headless test passes
+`--dangerously-bypass-hook-trust` instead.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import Server
+from tests.scripted_model import Step
+from tests.scripted_responses import MODEL, ScriptedResponses
+from tests.test_harness_claude import LAUNCHER, MAKEFILE, SECRET, running_launcher
+
+MODULES = Path(__file__).resolve().parents[1] / ".harness" / "node_modules"
+CODEX = MODULES / ".bin" / "codex"  # the npm launcher (node), which starts the native binary
+# The native binary the launcher starts: run directly, as the launcher itself replaces its node
+# process with it where Node has `process.execve` (Node 22.15+); under an older Node the
+# launcher stays the binary's parent, a `node …/bin/codex` the workspace scan would take for
+# the agent's own work.
+NATIVE = sorted(MODULES.glob("@openai/codex-*/vendor/*/bin/codex"))
+LAUNCH = "setsid nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
+KEY_VARIABLE = "SCRIPTED_RESPONSES_KEY"
+
+
+@pytest.fixture
+def codex_workspace(tmp_path: Path) -> Iterator[Path]:
+    top = tmp_path / "sglang-debug"
+    top.mkdir()
+    (top / "launch_server.py").write_text(LAUNCHER)
+    (top / "Makefile").write_text(MAKEFILE)
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    yield top
+    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
+        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
+            proc.kill()
+
+
+def model_config(url: str) -> str:
+    """Codex's config.toml for a scripted model: a custom provider on the Responses API."""
+    return (
+        f'model = "{MODEL}"\nmodel_provider = "scripted"\napproval_policy = "never"\n'
+        'sandbox_mode = "danger-full-access"\n\n[model_providers.scripted]\n'
+        f'name = "scripted"\nbase_url = "{url}"\nenv_key = "{KEY_VARIABLE}"\n'
+        'wire_api = "responses"\n'
+    )
+
+
+def codex(args: list[str], cwd: Path, home: Path) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "OPENAI_", "CODEX_"))},
+        "HOME": str(home),
+        "CODEX_HOME": str(home / ".codex"),
+        KEY_VARIABLE: "sk-scripted-model",
+    }
+    argv = [str(NATIVE[0] if NATIVE else CODEX), "exec", *args]
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not CODEX.exists(), reason="Codex not installed (`make test` does, with npm)")
+def test_continue_after_unregistered_work_carries_what_the_agent_did(
+    server: Server, codex_workspace: Path, tmp_path: Path
+) -> None:
+    workspace = codex_workspace
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    model = ScriptedResponses(
+        [
+            Step(bash=f"mkdir -p logs; {LAUNCH} --max-model-len 32768 > logs/attempt1.log 2>&1 &"),
+            Step(bash="sleep 2; tail -3 logs/attempt1.log"),
+            Step(
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --max-model-len 8192 --disable-cuda-graph"
+                " --log-level debug > server.log 2>&1 &"
+            ),
+            Step(bash="make wheel"),
+            Step(bash="sleep 2; tail -2 server.log"),
+            Step(text="Relaunched with the debug flags; the server is loading."),
+            Step(text="Picking up where we were."),
+        ]
+    )
+    (home / ".codex" / "config.toml").write_text(model_config(model.url))
+    # installed the way a user installs it: one command, nothing registered by hand
+    installed = subprocess.run(
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "codex"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "HOME": str(home), "CODEX_HOME": str(home / ".codex")},
+    )  # fmt: skip
+    assert "updated" in installed.stdout and "hooks.json" in installed.stdout
+    assert "/hooks" in installed.stderr and "trust" in installed.stderr
+    headless = ["--dangerously-bypass-hook-trust", "--skip-git-repo-check"]
+    try:
+        prompt = "The SGLang server hangs after loading the weights on 8 GPUs; find out why."
+        codex([*headless, prompt], workspace, home)
+        codex(["resume", "--last", *headless, "continue"], workspace, home)
+    finally:
+        model.close()
+
+    context = model.context_of_last_turn()
+    (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
+    (Path(__file__).parent / "artifacts" / "harness_codex_continue.txt").write_text(context)
+    launcher = running_launcher(workspace)
+    workers = launcher.children()
+
+    # once, as a developer message before the user's "continue" (SessionStart, source resume)
+    assert context.count("## Objective") == 1, context
+    assert model.roles_of_last_turn() == ["developer", "user"], model.roles_of_last_turn()
+    assert "[ctxd] Saved working state of session" in context
+    # ctxd's MCP server, from the table install wrote into config.toml, offered to the model
+    assert any(t.get("name") == "mcp__ctxd" for t in model.requests[-1]["tools"])
+    # the objective from the first prompt, as the user's words
+    assert "hangs after loading the weights" in context
+    # the running launch: PID, tree, flags
+    assert str(launcher.pid) in context
+    assert len(workers) == 8 and all(str(w.pid) in context for w in workers[:1])
+    assert "--disable-cuda-graph" in context and "--log-level" in context
+    # its log tail, its expected port not listening
+    assert "Capturing batches (bs=8): waiting for all ranks" in context
+    assert re.search(r"30000.*not listening|not listening.*30000", context), context
+    # both attempts, in order: the first died before ctxd saw it, with its own log's error;
+    # the second runs, with what changed; the old error is not the live attempt's
+    attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
+    first, second = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
+    assert "--max-model-len 32768" in first and "before ctxd saw it run" in first
+    assert "torch.OutOfMemoryError: CUDA out of memory" in first
+    assert f"(pid {launcher.pid})" in second and "**running**" in second
+    assert "--max-model-len 32768 → 8192" in second and "OutOfMemoryError" not in second
+    now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
+    assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
+    # the rebuilt wheel and the recent commands
+    assert "kernel-0.2-py3-none-any.whl" in context
+    assert "make wheel" in context
+    # the token the agent put on a command line: never in what ctxd adds, nor in its files
+    assert SECRET not in context
+    for path in server.data_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
