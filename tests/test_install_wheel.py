@@ -40,6 +40,7 @@ def test_the_wheel_holds_ctxd_alone_and_all_of_it(wheel: Path):
     assert "ctxd/templates/dump.md.j2" in names and "ctxd/integrations/opencode/ctxd.js" in names
 
 
+@pytest.mark.timeout(1800)  # its dependencies may come from the package registry
 def test_the_wheel_in_a_fresh_environment_serves_dumps_and_hooks(wheel: Path, tmp_path: Path):
     target = tmp_path / "venv"
     venv.create(target, with_pip=True)
