@@ -267,3 +267,25 @@ def test_objective_from_the_transcript_when_none_was_set(
     session = client.get("/api/sessions/train-loop").json()
     assert session["objective"] == "Make the trainer stop running out of memory at step 400"
     assert session["objective_source"] == "the user's first prompt"
+
+
+def test_session_start_keeps_the_session_for_the_agents_own_ctxd_calls(
+    server: Server, repo: Path, tmp_path: Path
+):
+    """Claude Code loads CLAUDE_ENV_FILE's exports into its Bash tool's shells: the hook puts
+    CTXD_SESSION there, once, so the agent's `ctxd note` records in its conversation's session."""
+    exports = tmp_path / "claude-env.sh"
+    exports.write_text("export THEIRS=1\n")
+    for _ in range(2):
+        started = hook(server.url, payload("SessionStart", repo, source="startup"),
+                       CLAUDE_ENV_FILE=str(exports))  # fmt: skip
+        assert started.returncode == 0, started.stderr
+    assert exports.read_text() == "export THEIRS=1\nexport CTXD_SESSION=train-loop\n"
+    noted = subprocess.run(
+        ["bash", "-c", f". {exports} && {sys.executable} -m ctxd --url {server.url} note "
+         '"$CTXD_SESSION" finding "the loader leaks"'],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert noted.returncode == 0, noted.stderr
+    with server.client() as c:
+        assert "the loader leaks" in c.get("/api/sessions/train-loop/resume").text

@@ -54,7 +54,7 @@ class RecentCommand:
         if self.first_error:
             text += f": {self.first_error}"
         if self.runs > 1:
-            text += f" ({self.runs} runs{' alike, the newest shown' if self.alike else ''})"
+            text += f" ({self.runs} runs{' alike; this is the newest' if self.alike else ''})"
         return text
 
 

@@ -85,6 +85,11 @@ class CommandHook(Protocol):
         """A one-line problem shown to the person, as the harness's hook output."""
         ...
 
+    def remember(self, event: str, sid: str) -> None:
+        """Keep the session for the agent's own commands where the harness allows it (Claude
+        Code's CLAUDE_ENV_FILE): `ctxd note` in its shell then records in the right session."""
+        ...
+
 
 def hook_command(harness: str, url: str) -> str:
     """The hook command a harness's settings hold: this installation's ctxd (so the harness
@@ -94,3 +99,12 @@ def hook_command(harness: str, url: str) -> str:
     if url != DEFAULT_URL:
         argv += ["--url", url]
     return shlex.join([*argv, "hook", harness])
+
+
+def context_lead(sid: str) -> str:
+    """The line before a dump handed to the model: what it is and where more is, as facts (the
+    harnesses ask that injected context read as information, not orders)."""
+    return (
+        f"[ctxd] Saved working state of session `{sid}`, as ctxd recorded it (the full dump: "
+        f"`ctxd resume {sid}`; the agent's notes go in with `ctxd note {sid} KIND TEXT`).\n\n"
+    )

@@ -7,11 +7,14 @@ commands written by earlier versions (`python -m service … hook claude`) end t
 so `ctxd install claude` replaces them. Standard library only: the hook path imports it.
 """
 
+import contextlib
+import os
+import shlex
 from pathlib import Path
 from typing import Any
 
 from ctxd.discovery import payloads
-from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, hook_command
+from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, context_lead, hook_command
 from ctxd.harness.files import MCP_NAME, Change, InstallError, drop, json_text, read_json, read_text
 
 # `startup` too: a fresh start is where a conversation is bound to its session (and told of
@@ -64,10 +67,7 @@ class ClaudeCode:
         context, message = answer.get("context"), answer.get("message")
         if context and event in INJECT_EVENTS:
             sid = answer.get("session", "")
-            lead = (
-                f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
-                f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
-            )
+            lead = context_lead(sid)
             output["hookSpecificOutput"] = {
                 "hookEventName": event,
                 "additionalContext": lead + context,
@@ -78,6 +78,18 @@ class ClaudeCode:
 
     def trouble(self, event: str, message: str) -> dict[str, Any] | None:
         return {"systemMessage": f"ctxd: {message}"} if event in self.tell_events else None
+
+    def remember(self, event: str, sid: str) -> None:
+        """At SessionStart Claude Code names a file (CLAUDE_ENV_FILE) whose exports its Bash
+        tool's shells load: CTXD_SESSION there sends the agent's `ctxd note` to this session."""
+        path = os.environ.get("CLAUDE_ENV_FILE")
+        if event != "SessionStart" or not path or not sid:
+            return
+        line = f"export CTXD_SESSION={shlex.quote(sid)}\n"
+        with contextlib.suppress(OSError), open(path, "a+", encoding="utf-8") as exports:
+            exports.seek(0)
+            if line not in exports.read():
+                exports.write(line)
 
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         settings_path, mcp_path = targets(scope, project, home)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.discovery import payloads
-from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, hook_command
+from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, context_lead, hook_command
 from ctxd.harness.files import MCP_NAME, Change, InstallError, drop, json_text, read_json, read_text
 
 INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
@@ -93,10 +93,7 @@ class Codex:
         context, message = answer.get("context"), answer.get("message")
         if context and event in INJECT_EVENTS:
             sid = answer.get("session", "")
-            lead = (
-                f"[ctxd] Saved working state of session `{sid}` (more: `ctxd resume {sid}`; "
-                f"record progress with `ctxd note {sid} KIND TEXT`).\n\n"
-            )
+            lead = context_lead(sid)
             output["hookSpecificOutput"] = {
                 "hookEventName": event,
                 "additionalContext": lead + context,
@@ -107,6 +104,9 @@ class Codex:
 
     def trouble(self, event: str, message: str) -> dict[str, Any] | None:
         return {"systemMessage": f"ctxd: {message}"} if event in self.tell_events else None
+
+    def remember(self, event: str, sid: str) -> None:
+        """Codex has no file of exports for its shells: nothing to keep."""
 
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         hooks_path, config_path = targets(scope, project, home)

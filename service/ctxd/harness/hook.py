@@ -71,6 +71,7 @@ def run(harness: CommandHook, url: str, stdin: TextIO, stdout: TextIO, stderr: T
             answer = forward(url, harness.name, payload, timeout)
             answer["message"] = answer.get("message") or started
         output = harness.output(event, answer)
+        harness.remember(event, str(answer.get("session") or ""))
     except HookError as exc:
         print(f"ctxd hook: {exc}", file=stderr)
         output = harness.trouble(event, str(exc))

@@ -104,7 +104,8 @@ def observed(
             known = born
             # it keeps its command's time (a kernel start time is a second coarse) and ports
             row |= {"bound_from": born["start_key"], "seen": 1, "command": born["command"]}
-            row |= {"started_at": born["started_at"], "expected_ports": born["expected_ports"]}
+            started = min(_time(born["started_at"]), p.started_at)  # it ran before it was told
+            row |= {"started_at": started, "expected_ports": born["expected_ports"]}
         elif known is not None and known["command"]:
             row |= {"started_at": known["started_at"], "expected_ports": known["expected_ports"]}
         row["logs"] = sorted(set(known["logs"] if known else ()) | writes.get(p.pid, set()))

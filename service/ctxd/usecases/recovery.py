@@ -1,11 +1,12 @@
 """What an agent calls after losing context: resume dumps within a budget, diffs, continue."""
 
 import difflib
+import re
 from collections.abc import Callable
 
 from ctxd import redact
 from ctxd.errors import Invalid
-from ctxd.models import Diff, Snapshot, Trigger
+from ctxd.models import Diff, HistoryItem, Snapshot, Trigger
 from ctxd.render import markdown as render
 from ctxd.render.dump_files import version_file
 from ctxd.snapshotter import changes
@@ -53,13 +54,17 @@ def _environments(s: Snapshot) -> str:
 
 
 def _observed(s: Snapshot) -> str:
+    """Fewer rows, not empty sections: an emptied section would read "no log watched"."""
     o = s.observations
     o.processes.items = [p for p in o.processes.items if p.root][:3]
     for p in o.processes.items:
-        p.relaunch, p.flags = [], []
-    o.artifacts.items, o.commands.items, o.gpus.items = [], [], []
-    o.logs.items = []
-    return "observed sections but the watched roots"
+        p.relaunch = []
+    o.artifacts.items, o.commands.items = o.artifacts.items[:3], o.commands.items[:3]
+    o.logs.items = o.logs.items[-3:]
+    return "relaunch blocks and observed rows but the first 3"
+
+
+_LEFT_OUT = "left out to fit; in the full dump"
 
 
 def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
@@ -72,7 +77,21 @@ def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
         keep |= {id(i) for i in launches if i.status in ("running", "started")}
         failed = [i for i in launches if i.error]
         keep |= {id(failed[-1])} if failed else set()
-        left = [i for i in history if i.source != "launch" or i.status == "folded" or id(i) in keep]
+        cut_out = [i for i in launches if id(i) not in keep]
+        earlier = [i for i in history if i.text == _LEFT_OUT]  # an earlier pass's note
+        left = [
+            i
+            for i in history
+            if i.text != _LEFT_OUT
+            and (i.source != "launch" or i.status == "folded" or id(i) in keep)
+        ]
+        numbers = [int(n) for i in [*earlier, *cut_out] for n in re.findall(r"\d+", i.label or "")]
+        if numbers:  # in their place, so the numbers read on
+            first, last = min(numbers), max(numbers)
+            span = f"attempt {first}" if first == last else f"attempts {first}\N{EN DASH}{last}"
+            at = min(i.at for i in [*earlier, *cut_out])
+            note = HistoryItem(at=at, source="launch", label=span, status="folded", text=_LEFT_OUT)
+            left = sorted([*left, note], key=lambda i: i.at)
         for item in left:
             if item.command and id(item) in keep and item.status not in ("running", "started"):
                 item.command = None  # its flags are in the running one's difference
