@@ -9,6 +9,7 @@ the signals to show out.
 """
 
 import re
+from collections.abc import Set
 
 from ctxd.models import SEVERITY_ORDER, HistoryItem, Observations, Signal
 from ctxd.snapshotter import happened
@@ -20,16 +21,20 @@ _DIFF = ("relaunched", "a different program", "env ")
 
 
 def restate(
-    signals: list[Signal], history: list[HistoryItem], seen: Observations, logs: set[str]
+    signals: list[Signal],
+    history: list[HistoryItem],
+    seen: Observations,
+    logs: set[str],
+    ended: Set[str] = frozenset(),
 ) -> list[Signal]:
     """`signals` with the attempts' lines added, and the log lines they restate left out:
-    an ended attempt's error, and an old error in any attempt's log (`logs`: the logs of the
-    session's attempts), which the attempts' lines say once for all."""
+    an error in an ended attempt's log (`ended`), new or old, and an old error in any
+    attempt's log (`logs`), which the attempts' lines say once for all."""
     launches = [item for item in history if item.source == "launch" and item.label]
     if not launches:
         return signals
     told = {item.error_log for item in launches if item.error_log is not None}
-    kept = [s for s in signals if not _restated(s, told, logs)]
+    kept = [s for s in signals if not _restated(s, told | set(ended), logs)]
     running = [item for item in launches if item.status in ("running", "started")]
     for item in running:
         mark = f"(pid {item.pid})"

@@ -104,6 +104,7 @@ class Snapshotter:
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         files = launch_history.LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
         launches = launch_history.observed(self.store, sid, watches, observations, files)
+        ended = launch_history.ended_logs(self.store, sid, launches)
         retiring = self.retirement.review(watches, observations) if purpose == "snapshot" else []
         agent_context.enrich(narrative, self.store, session, watches, git.result(), launches)
         message, _ = self.store.last_message(sid)
@@ -124,12 +125,11 @@ class Snapshotter:
             title=session.title,
             narrative=narrative,
             signals=attempt_signals.restate(
-                signals.derive(
-                    observations, before, launch_history.ended_logs(self.store, sid, launches)
-                ),
+                signals.derive(observations, before, ended),
                 narrative.history,
                 observations,
                 launch_history.logs_of_attempts(self.store, sid, launches),
+                ended,
             ),
             observations=observations,
         )
