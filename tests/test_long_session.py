@@ -84,6 +84,8 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     assert f"--run {last_failed} " in dump  # the last failed attempt's flags ...
     assert f"NCCL error in run {last_failed} (code {50 + last_failed})" in dump  # ... its error
     assert f"attempt {LAUNCHES}**" in dump  # how many attempts there were
+    newest = [f"**attempt {n}**" for n in (LAUNCHES - 1, LAUNCHES)]
+    assert dump.index(newest[0]) < dump.index(newest[1])  # in the order they were made
     assert "attempts 1\N{EN DASH}" in dump  # the older ones, folded, not dropped
     for section in ("## Objective", "## Now", "## Attempts", "## Recent commands"):
         assert section in dump, section

@@ -230,7 +230,19 @@ def history(
         newest.insert(0, _folded(older, first_number - 1, sid))
     elif first_number > 1:
         newest.insert(0, _earlier(first_number - 1, sid, launches[0].started_at))
-    return sorted([*map(_journal, attempts), *newest], key=lambda i: i.at)
+    return interleave(newest, sorted(map(_journal, attempts), key=lambda i: i.at))
+
+
+def interleave(launches: list[HistoryItem], notes: list[HistoryItem]) -> list[HistoryItem]:
+    """The attempts in their order (the order of the commands, not of kernel start times, which
+    are a second coarse), each of the agent's own notes before the first attempt after it."""
+    out: list[HistoryItem] = []
+    waiting = list(notes)
+    for launch in launches:
+        while waiting and waiting[0].at <= launch.at:
+            out.append(waiting.pop(0))
+        out.append(launch)
+    return out + waiting
 
 
 # The newest launches of each session as read last, by store, with the stamp they were read at:

@@ -67,6 +67,11 @@ def _observed(s: Snapshot) -> str:
 _LEFT_OUT = "left out to fit; in the full dump"
 
 
+def _first_number(label: str) -> int:
+    found = re.search(r"\d+", label)
+    return int(found[0]) if found else 0
+
+
 def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
     """Fewer attempts in full: the folded line, the running ones and the newest failure stay."""
 
@@ -91,7 +96,10 @@ def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
             span = f"attempt {first}" if first == last else f"attempts {first}\N{EN DASH}{last}"
             at = min(i.at for i in [*earlier, *cut_out])
             note = HistoryItem(at=at, source="launch", label=span, status="folded", text=_LEFT_OUT)
-            left = sorted([*left, note], key=lambda i: i.at)
+            first_kept = next(
+                (n for n, i in enumerate(left) if i.label and _first_number(i.label) > first), None
+            )
+            left.insert(len(left) if first_kept is None else first_kept, note)
         for item in left:
             if item.command and id(item) in keep and item.status not in ("running", "started"):
                 item.command = None  # its flags are in the running one's difference
