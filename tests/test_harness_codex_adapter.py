@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ctxd.discovery.payloads import from_codex
 from ctxd.harness.codex import ADAPTER as CODEX
-from ctxd.harness.registry import ADAPTERS, COMMAND_HOOKS
+from ctxd.harness.registry import adapter, command_hook
 
 from tests.conftest import Server
 
@@ -40,7 +40,7 @@ def shell(command: str, output: str = "", **tool_input: str) -> dict[str, object
 
 
 def test_registered_as_an_adapter_and_a_command_hook():
-    assert ADAPTERS["codex"] is CODEX and COMMAND_HOOKS["codex"] is CODEX
+    assert adapter("codex") is CODEX and command_hook("codex") is CODEX
     assert CODEX.label == "Codex"
 
 

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from ctxd.cli import commands, setup
     from ctxd.cli.commands import URL
-    from ctxd.harness.registry import ADAPTERS
+    from ctxd.harness.registry import MODULES
 
     parser = argparse.ArgumentParser(prog="ctxd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         verb = "remove ctxd's hooks or plugin and its MCP server from" if remove else "add them to"
         said = f"{verb} Claude Code's or opencode's settings".replace("them", "ctxd")
         p = sub.add_parser(name, help=said)
-        p.add_argument("harness", choices=list(ADAPTERS))
+        p.add_argument("harness", choices=list(MODULES))
         p.add_argument(
             "--scope",
             choices=["user", "project"],

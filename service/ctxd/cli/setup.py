@@ -11,7 +11,7 @@ from ctxd.cli import service_unit
 from ctxd.cli.commands import EXIT_SERVICE, EXIT_USAGE, CliError
 from ctxd.harness.files import InstallError, apply
 from ctxd.harness.hook import git_root
-from ctxd.harness.registry import ADAPTERS
+from ctxd.harness.registry import adapter
 
 
 def doctor(args: argparse.Namespace) -> int:
@@ -27,7 +27,7 @@ def doctor(args: argparse.Namespace) -> int:
 def install(args: argparse.Namespace) -> int:
     project = Path(git_root(os.getcwd()) or os.getcwd())
     try:
-        harness = ADAPTERS[args.harness]
+        harness = adapter(args.harness)
         changes = harness.plan(args.url, args.scope, project, Path.home(), args.remove)
     except InstallError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None

@@ -8,14 +8,19 @@ output format. `registry.py` lists them; the hook entry point, the HTTP route, t
 and the installer dispatch through it. Standard library only: the hook path imports it.
 """
 
+from __future__ import annotations
+
+import os
 import shlex
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from ctxd import DEFAULT_URL
-from ctxd.harness.files import Change
+
+if TYPE_CHECKING:  # the hook path imports this module: only what it runs
+    from pathlib import Path
+
+    from ctxd.harness.files import Change
 
 # The harnesses ctxd speaks to: the one type of their names (the route, the CLI, sessions).
 HarnessName = Literal["claude", "opencode", "codex"]
@@ -34,9 +39,8 @@ EventKind = Literal[
 RESUME_SOURCES = ("compact", "resume", "clear", "fork")
 
 
-@dataclass(frozen=True)
-class HookEvent:
-    """One hook event, harness-neutral."""
+class HookEvent(NamedTuple):
+    """One hook event, harness-neutral (a NamedTuple: a dataclass costs the hook 8 ms)."""
 
     kind: EventKind
     name: str  # the harness's own name for it (for notes and logs)
@@ -94,8 +98,8 @@ class CommandHook(Protocol):
 def hook_command(harness: str, url: str) -> str:
     """The hook command a harness's settings hold: this installation's ctxd (so the harness
     needs no PATH), with `--url` unless it is the default."""
-    script = Path(sys.executable).with_name("ctxd")
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "ctxd"]
+    script = os.path.join(os.path.dirname(sys.executable), "ctxd")
+    argv = [script] if os.path.exists(script) else [sys.executable, "-m", "ctxd"]
     if url != DEFAULT_URL:
         argv += ["--url", url]
     return shlex.join([*argv, "hook", harness])

@@ -22,7 +22,6 @@ wrote is left alone. Standard library only: the hook path imports it.
 import os
 import re
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +163,8 @@ def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
 def mcp_toml(text: str, url: str | None, path: Path) -> str:
     """config.toml's text with ctxd's marked MCP table replaced (None: removed). A `ctxd`
     server ctxd did not write is kept as it is; a file that is not TOML is not touched."""
+    import tomllib  # only when installing: the hook path imports this module
+
     kept = _MCP_BLOCK.sub("", text)
     if url is None:
         return kept

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from ctxd.cli import env
 from ctxd.harness import autostart, hook_http
 from ctxd.harness.adapter import CommandHook
-from ctxd.harness.registry import COMMAND_HOOKS
+from ctxd.harness.registry import COMMAND_HOOKS, command_hook
 
 MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
@@ -44,7 +44,7 @@ def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) ->
         url, args = args[0].split("=", 1)[1], args[1:]
     if args[:1] != ["hook"] or "--print-config" in args or "-h" in args or "--help" in args:
         return None
-    harness = COMMAND_HOOKS.get(args[1] if len(args) > 1 else "claude")
+    harness = command_hook(args[1] if len(args) > 1 else "claude")
     if harness is None:
         known = ", ".join(COMMAND_HOOKS)
         print(f"ctxd hook: no harness {args[1]!r} runs hook commands (known: {known})", file=stderr)

@@ -16,7 +16,7 @@ from pydantic import Field
 from ctxd.errors import Invalid
 from ctxd.harness.adapter import HarnessName
 from ctxd.harness.policy import HOOK_MAX_CHARS
-from ctxd.harness.registry import ADAPTERS
+from ctxd.harness.registry import adapter
 from ctxd.models import SESSION_ID_PATTERN, Session, SessionIn, Strict
 
 Text = Annotated[str, Field(max_length=4096)]
@@ -56,7 +56,7 @@ def harness_session(ask: ResolveIn) -> tuple[str, SessionIn]:
     if not ask.harness_session:
         raise Invalid("give an absolute 'cwd' or the harness's 'harness_session' id")
     sid = f"{ask.harness}-" + (slug(ask.harness_session)[:40] or "session")
-    return sid, SessionIn(title=f"{ADAPTERS[ask.harness].label} session")
+    return sid, SessionIn(title=f"{adapter(ask.harness).label} session")
 
 
 def checkout_session(root: str, taken_by: str | None, exists: bool) -> tuple[str, SessionIn]:

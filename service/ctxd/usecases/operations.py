@@ -14,7 +14,7 @@ from ctxd.harness import conversations, resolve
 from ctxd.harness.adapter import RESUME_SOURCES, HarnessName
 from ctxd.harness.events import INJECT_MAX_CHARS, HookIn, HookOut, TurnMarks
 from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
-from ctxd.harness.registry import ADAPTERS
+from ctxd.harness.registry import adapter as harness_adapter
 from ctxd.harness.resolve import Resolved, ResolveIn
 from ctxd.models import (
     Diff,
@@ -283,7 +283,7 @@ class UseCases:
     def hook(self, harness: HarnessName, given: HookIn) -> HookOut:
         """A harness's hook event: its conversation's session, what to record, what to hand
         the model (at most one dump per turn)."""
-        adapter = ADAPTERS[harness]
+        adapter = harness_adapter(harness)
         event = adapter.event(given.payload)
         ask = ResolveIn(
             harness=harness,
