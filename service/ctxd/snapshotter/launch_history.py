@@ -32,6 +32,7 @@ from ctxd.store.database import Store
 COMMAND_CHARS = 400
 LAUNCHES_FOLDED = 500  # the newest attempts read for the dump; older ones are searched
 SHOWN_IN_FULL = 6  # the newest attempts shown one by one; older ones fold by outcome
+FLAGS_COMPARED = 50  # of the folded ones, the newest whose flags say which varied
 # An attempt whose process is not seen this long after its command was reported ended
 # before ctxd looked (the settling snapshot comes a second after a launch).
 PENDING_S = 1.0
@@ -217,13 +218,18 @@ def history(
     now = datetime.now(UTC)
     items: list[HistoryItem] = []
     previous: Launch | None = None
-    numbered = list(enumerate(launches, start=first_number))
-    for run in _runs(numbered):
+    runs = _runs(list(enumerate(launches, start=first_number)))
+    full_from = len(runs) - SHOWN_IN_FULL  # older runs are folded: only what the fold says
+    for index, run in enumerate(runs):
         number, launch = run[0]
-        item = _item(launch, previous, now, number)
-        if len(run) > 1:
-            item = _crowd(run, item, _item(run[-1][1], None, now, run[-1][0]))
-        items.append(item)
+        if index < full_from:
+            compared = index >= full_from - FLAGS_COMPARED
+            items.append(_light(run, previous if compared else None))
+        else:
+            item = _item(launch, previous, now, number)
+            if len(run) > 1:
+                item = _crowd(run, item, _item(run[-1][1], None, now, run[-1][0]))
+            items.append(item)
         previous = run[-1][1]
     older, newest = items[:-SHOWN_IN_FULL], items[-SHOWN_IN_FULL:]
     if older:
@@ -324,6 +330,22 @@ def _crowd(run: list[tuple[int, Launch]], first: HistoryItem, last: HistoryItem)
     text = f"`{program}` {len(run)} times{ran} {when} UTC"
     label = f"attempts {run[0][0]}{DASH}{run[-1][0]}"
     return first.model_copy(update={"text": text, "outcome": last.outcome, "label": label})
+
+
+def _light(run: list[tuple[int, Launch]], previous: Launch | None) -> HistoryItem:
+    """An attempt (or a run of alike ones) that only the fold shows: its numbers, how it ended,
+    its error and, against the one before (`previous`, for the newest folded ones), the flags
+    it changed. A long session's snapshot builds hundreds of these."""
+    (first, launch), (last, newest) = run[0], run[-1]
+    flags: list[str] = []
+    if previous is not None:
+        diff = flag_diff(previous.argv, launch.argv, previous.env, launch.env)
+        flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
+    label = f"attempt {first}" if first == last else f"attempts {first}{DASH}{last}"
+    status = "running" if newest.ended_at is None and newest.seen else "ended"
+    return HistoryItem(at=launch.started_at, source="launch", label=label, text="",
+                       status=status if newest.ended_at or newest.seen else "started",
+                       error=newest.error, error_log=newest.error_log, flags=flags)  # fmt: skip
 
 
 def _folded(older: list[HistoryItem], before: int, sid: str) -> HistoryItem:

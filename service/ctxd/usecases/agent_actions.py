@@ -53,7 +53,9 @@ ARTIFACT_SUFFIXES += (".deb", ".rpm", ".bin", ".exe", ".cubin", ".fatbin", ".ptx
 _SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages"}
 SCAN_ENTRIES_MAX = 20_000
 BUILT_WATCHES_MAX = 4
-LAUNCHES_READ = 2000  # attempts whose ended logs may be retired to make room
+# Attempts whose ended logs may be retired to make room: an automatic log watch belongs to
+# one of the newest (there are at most AUTO_WATCH_CAP of them)
+LAUNCHES_READ = 4 * rules.AUTO_WATCH_CAP
 
 
 class ActionIntake:
