@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench import bench_peers, bench_search, crowd, table
+from bench import bench_long_session, bench_peers, bench_search, crowd, table
 from bench.scenario import Scenario, Server, build, register, shell_collection, start_server
 from bench.timing import p95, timed
 
@@ -236,6 +236,8 @@ def main() -> None:
     bench_peers.run(5 if args.quick else args.runs)
     # a hook's wall time per Claude Code event: its own ctxd, its own checkout
     subprocess.run([sys.executable, "-m", "bench.bench_hook_events"], check=False)
+    if not args.quick:  # last: "continue" after 2,000 launches and 20,000 commands
+        figures.update(bench_long_session.run(args.runs))
     table.print_table(figures)
     table.append_results(figures, "quick" if args.quick else "full")
 
