@@ -112,3 +112,10 @@ def context_lead(sid: str) -> str:
         f"[ctxd] Saved working state of session `{sid}`, as ctxd recorded it (the full dump: "
         f"`ctxd resume {sid}`; the agent's notes go in with `ctxd note {sid} KIND TEXT`).\n\n"
     )
+
+
+def text_of(payload: dict[str, Any], name: str) -> str:
+    """A payload's text field, or "" when it is absent or not text (a hook's input is the
+    harness's, and may be anything)."""
+    value = payload.get(name)
+    return value if isinstance(value, str) else ""

@@ -26,8 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.discovery import payloads
-from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, context_lead, hook_command
-from ctxd.harness.files import MCP_NAME, Change, InstallError, drop, json_text, read_json, read_text
+from ctxd.harness.adapter import (
+    EventKind,
+    HarnessName,
+    HookEvent,
+    context_lead,
+    hook_command,
+    text_of,
+)
+from ctxd.harness.files import (
+    MCP_NAME,
+    Change,
+    InstallError,
+    drop,
+    json_text,
+    read_json,
+    read_text,
+    without_hooks,
+)
 
 INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
 TOOLS = "Bash"  # the name Codex's hooks give its shell tool (`exec_command`)
@@ -69,19 +85,19 @@ class Codex:
         return name if isinstance(name, str) else None
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
-        name = _text(payload, "hook_event_name")
+        name = text_of(payload, "hook_event_name")
         kind = KINDS.get(name, "other")
         return HookEvent(
             kind=kind,
             name=name,
-            conversation=_text(payload, "session_id"),
-            cwd=_text(payload, "cwd"),
-            source=_text(payload, "source"),
-            prompt=_text(payload, "prompt"),
+            conversation=text_of(payload, "session_id"),
+            cwd=text_of(payload, "cwd"),
+            source=text_of(payload, "source"),
+            prompt=text_of(payload, "prompt"),
             # a Codex rollout, not a Claude Code transcript: ctxd reads the objective from
             # the first prompt's UserPromptSubmit instead
             transcript_path="",
-            compaction=_text(payload, "trigger"),
+            compaction=text_of(payload, "trigger"),
             actions=tuple(payloads.from_codex(payload)) if kind == "tool" else (),
         )
 
@@ -110,7 +126,7 @@ class Codex:
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         hooks_path, config_path = targets(scope, project, home)
         settings = read_json(hooks_path)
-        hooks = _without_ours(settings.get("hooks", {}))
+        hooks = without_hooks(settings.get("hooks", {}), "hook codex")
         if not remove:
             for event, entries in config(hook_command(self.name, url))["hooks"].items():
                 hooks.setdefault(event, []).extend(entries)
@@ -188,31 +204,3 @@ def mcp_toml(text: str, url: str | None, path: Path) -> str:
 
 def _toml_string(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def _is_ours(hook: Any) -> bool:
-    command = hook.get("command", "") if isinstance(hook, dict) else ""
-    return isinstance(command, str) and command.rstrip().endswith("hook codex")
-
-
-def _without_ours(hooks: Any) -> dict[str, list[Any]]:
-    if not isinstance(hooks, dict):
-        raise InstallError("its 'hooks' is not an object; fix the file by hand first")
-    kept: dict[str, list[Any]] = {}
-    for event, entries in hooks.items():
-        left = []
-        for entry in entries if isinstance(entries, list) else [entries]:
-            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
-                others = [h for h in entry["hooks"] if not _is_ours(h)]
-                if others:
-                    left.append({**entry, "hooks": others})
-            else:
-                left.append(entry)
-        if left:
-            kept[event] = left
-    return kept
-
-
-def _text(payload: dict[str, Any], name: str) -> str:
-    value = payload.get(name)
-    return value if isinstance(value, str) else ""

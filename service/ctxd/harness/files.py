@@ -106,3 +106,29 @@ def json_text(data: dict[str, Any], path: Path) -> str:
 
 def drop(data: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != key}
+
+
+def without_hooks(hooks: Any, command_ends: str) -> dict[str, list[Any]]:
+    """A harness's `hooks` block (Claude Code's shape, which Codex shares) without ctxd's own
+    hooks, told by their command's end (`hook claude`): what uninstall leaves, what install
+    adds to. Everything else, the user's hooks and entries of other shapes, is kept."""
+    if not isinstance(hooks, dict):
+        raise InstallError("its 'hooks' is not an object; fix the file by hand first")
+
+    def ours(hook: Any) -> bool:
+        command = hook.get("command", "") if isinstance(hook, dict) else ""
+        return isinstance(command, str) and command.rstrip().endswith(command_ends)
+
+    kept: dict[str, list[Any]] = {}
+    for event, entries in hooks.items():
+        left = []
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                others = [h for h in entry["hooks"] if not ours(h)]
+                if others:
+                    left.append({**entry, "hooks": others})
+            else:
+                left.append(entry)
+        if left:
+            kept[event] = left
+    return kept

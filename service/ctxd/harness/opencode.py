@@ -22,7 +22,7 @@ from typing import Any
 
 from ctxd import shipped
 from ctxd.discovery import payloads
-from ctxd.harness.adapter import EventKind, HarnessName, HookEvent
+from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, text_of
 from ctxd.harness.files import MCP_NAME, Change, InstallError, json_text, read_json, read_text
 
 PLUGIN_NAME = "ctxd.js"
@@ -43,14 +43,14 @@ class Opencode:
     label = "opencode"
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
-        name = _text(payload, "event")
+        name = text_of(payload, "event")
         kind = KINDS.get(name, "other")
         return HookEvent(
             kind=kind,
             name=name,
-            conversation=_text(payload, "sessionID"),
-            cwd=_text(payload, "cwd"),
-            prompt=_text(payload, "prompt"),
+            conversation=text_of(payload, "sessionID"),
+            cwd=text_of(payload, "cwd"),
+            prompt=text_of(payload, "prompt"),
             actions=tuple(payloads.from_opencode(payload)) if kind == "tool" else (),
         )
 
@@ -59,11 +59,6 @@ class Opencode:
 
 
 ADAPTER = Opencode()
-
-
-def _text(payload: dict[str, Any], name: str) -> str:
-    value = payload.get(name)
-    return value if isinstance(value, str) else ""
 
 
 def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
