@@ -179,19 +179,14 @@ def _error(
     return {}
 
 
-def logs_of_attempts(store: Store, sid: str, pending: Sequence[dict] = ()) -> set[str]:
-    """The log files of the session's newest attempts (`pending`: rows not saved yet)."""
-    stored, _ = _recent(store, sid)
-    paths = {path for _, launch in stored for path in launch.logs}
-    return paths | {path for row in pending for path in row.get("logs", ())}
-
-
-def ended_logs(store: Store, sid: str, pending: Sequence[dict] = ()) -> set[str]:
-    """The logs of attempts that ended, but for those a running attempt writes too: an error
-    in them is an earlier run's, never the running one's."""
+def attempt_logs(store: Store, sid: str, pending: Sequence[dict] = ()) -> tuple[set[str], set[str]]:
+    """(the log files of the session's newest attempts, those of attempts that ended but for
+    those a running attempt writes too: an error in them is an earlier run's, never the
+    running one's); `pending`: rows from `observed` not saved yet."""
     launches = _with_pending(_recent(store, sid)[0], pending)
-    ended = {path for launch in launches if launch.ended_at for path in launch.logs}
-    return ended - {path for launch in launches if launch.ended_at is None for path in launch.logs}
+    every = {path for launch in launches for path in launch.logs}
+    running = {path for launch in launches if launch.ended_at is None for path in launch.logs}
+    return every, {path for launch in launches if launch.ended_at for path in launch.logs} - running
 
 
 def save(store: Store, sid: str, saves: list[dict]) -> None:
@@ -293,6 +288,7 @@ def _with_pending(stored: list[tuple[str, Launch]], pending: Sequence[dict]) -> 
                 ended_at=row.get("ended_at", current.ended_at),
                 port_opened=None if opened is None else bool(opened),
                 idle_s=row.get("idle_s", current.idle_s),
+                logs=tuple(row.get("logs", current.logs)),
                 error=row.get("error", current.error),
                 error_log=row.get("error_log", current.error_log),
             )

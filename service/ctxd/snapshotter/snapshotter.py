@@ -104,7 +104,7 @@ class Snapshotter:
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         files = launch_history.LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
         launches = launch_history.observed(self.store, sid, watches, observations, files)
-        ended = launch_history.ended_logs(self.store, sid, launches)
+        every_log, ended = launch_history.attempt_logs(self.store, sid, launches)
         retiring = self.retirement.review(watches, observations) if purpose == "snapshot" else []
         agent_context.enrich(narrative, self.store, session, watches, git.result(), launches)
         message, _ = self.store.last_message(sid)
@@ -128,7 +128,7 @@ class Snapshotter:
                 signals.derive(observations, before, ended),
                 narrative.history,
                 observations,
-                launch_history.logs_of_attempts(self.store, sid, launches),
+                every_log,
                 ended,
             ),
             observations=observations,
