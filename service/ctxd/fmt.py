@@ -66,3 +66,8 @@ def printable(text: str, lines: bool = True) -> str:
 def has_unseen(text: str) -> bool:
     """Whether `printable(text)` differs from `text`."""
     return _UNSEEN_IN_TEXT.search(text) is not None
+
+
+def attempts(first: int, last: int) -> str:
+    """Which attempts a line is about: "attempt 3", "attempts 1-18" (an en dash)."""
+    return f"attempt {first}" if first == last else f"attempts {first}\N{EN DASH}{last}"

@@ -76,7 +76,9 @@ class HistoryItem(BaseModel):
     status: str | None = None
     outcome: str | None = None
     command: str | None = None  # a launch's command line (redacted)
-    label: str | None = None  # "attempt 3", "attempts 1-18" (an en dash)
+    label: str | None = None  # "attempt 3", "attempts 1-18" (an en dash): fmt.attempts
+    first: int | None = None  # the attempts it is about, by number
+    last: int | None = None
     error: str | None = None  # the root-cause line its own log ended with
     error_log: str | None = None  # the log that line is in
     pid: int | None = None  # its root process, once seen

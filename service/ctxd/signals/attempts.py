@@ -8,15 +8,15 @@ port line says which attempt expects it. Pure: the snapshot's signals and its At
 the signals to show out.
 """
 
-import re
 from collections.abc import Set
 
+from ctxd.collectors._logtext import error_shape
+from ctxd.fmt import attempts
 from ctxd.models import SEVERITY_ORDER, HistoryItem, Observations, Signal
 from ctxd.snapshotter import happened
 
 # The newest failures named one by one; older ones fold into one line per kind of error.
 FAILURES_SHOWN = 3
-_NUMBER = re.compile(r"\d+")
 _DIFF = ("relaunched", "a different program", "env ")
 
 
@@ -71,12 +71,9 @@ def _failures(launches: list[HistoryItem], something_runs: bool) -> list[Signal]
             how = (newest.outcome or "").split(";", 1)[0]
             text = f"{newest.label} {how}: {newest.error}{where}"
         else:
-            first = _numbers(run[0].label)[0]
-            count = sum(_count(item.label) for item in run)
-            text = (
-                f"attempts {first}\N{EN DASH}{_numbers(newest.label)[-1]} died the same way "
-                f"({count} times); the newest: {newest.error}{where}"
-            )
+            count = sum((item.last or 0) - (item.first or 0) + 1 for item in run)
+            span = attempts(run[0].first or 0, newest.last or 0)
+            text = f"{span} died the same way ({count} times); the newest: {newest.error}{where}"
         signals.append(Signal(severity=severity, code="attempt_failed", subject=newest.label or "",
                               text=text))  # fmt: skip
     return signals
@@ -94,13 +91,5 @@ def _running(item: HistoryItem, seen: Observations) -> Signal:
 
 
 def _shape(error: str | None) -> str:
-    return _NUMBER.sub("N", error or "")
-
-
-def _numbers(label: str | None) -> list[int]:
-    return [int(n) for n in _NUMBER.findall(label or "")] or [0]
-
-
-def _count(label: str | None) -> int:
-    numbers = _numbers(label)
-    return numbers[-1] - numbers[0] + 1
+    """Errors alike but for their numbers (run 14's and run 23's) are one kind."""
+    return error_shape(error or "")

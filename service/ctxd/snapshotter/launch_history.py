@@ -24,7 +24,7 @@ from typing import Any
 
 from ctxd.collectors.logs import last_error
 from ctxd.discovery.launches import Launch, flag_diff, program_of, summary_line
-from ctxd.fmt import human_duration
+from ctxd.fmt import attempts, human_duration
 from ctxd.models import HistoryItem, JournalEntry, LogInfo, Observations, ProcessWatch, Watch
 from ctxd.settings import Limits
 from ctxd.store.database import Store
@@ -39,7 +39,6 @@ PENDING_S = 1.0
 # Its process may have started this long before the command was reported (a tool call that
 # launched in the background, then slept and read the log before returning).
 BIND_BEFORE_S = 600.0
-DASH = "\N{EN DASH}"
 
 
 @dataclass(frozen=True)
@@ -324,8 +323,8 @@ def _crowd(run: list[tuple[int, Launch]], first: HistoryItem, last: HistoryItem)
     when = f"at {start}" if start == end else f"from {start} to {end}"
     ran = f" (pids {shown})" if pids else ""
     text = f"`{program}` {len(run)} times{ran} {when} UTC"
-    label = f"attempts {run[0][0]}{DASH}{run[-1][0]}"
-    return first.model_copy(update={"text": text, "outcome": last.outcome, "label": label})
+    numbers = {"first": run[0][0], "last": run[-1][0], "label": attempts(run[0][0], run[-1][0])}
+    return first.model_copy(update={"text": text, "outcome": last.outcome, **numbers})
 
 
 def _light(run: list[tuple[int, Launch]], previous: Launch | None) -> HistoryItem:
@@ -337,9 +336,9 @@ def _light(run: list[tuple[int, Launch]], previous: Launch | None) -> HistoryIte
     if previous is not None:
         diff = flag_diff(previous.argv, launch.argv, previous.env, launch.env)
         flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
-    label = f"attempt {first}" if first == last else f"attempts {first}{DASH}{last}"
     status = "running" if newest.ended_at is None and newest.seen else "ended"
-    return HistoryItem(at=launch.started_at, source="launch", label=label, text="",
+    return HistoryItem(at=launch.started_at, source="launch", label=attempts(first, last),
+                       first=first, last=last, text="",
                        status=status if newest.ended_at or newest.seen else "started",
                        error=newest.error, error_log=newest.error_log, flags=flags)  # fmt: skip
 
@@ -347,10 +346,10 @@ def _light(run: list[tuple[int, Launch]], previous: Launch | None) -> HistoryIte
 def _folded(older: list[HistoryItem], before: int, sid: str) -> HistoryItem:
     """The attempts older than the newest few, in one line: how many ended how (the same error
     once, with its count) and which flags varied among them."""
-    first, last = _numbers(older[0].label)[0], _numbers(older[-1].label)[-1]
+    first, last = older[0].first or 0, older[-1].last or 0
     outcomes: dict[str, int] = {}
     for item in older:
-        count = len(range(*_span(item.label)))
+        count = (item.last or 0) - (item.first or 0) + 1
         key = _shape(item.error or item.status or "?")
         outcomes[key] = outcomes.get(key, 0) + count
     said = "; ".join(
@@ -365,7 +364,9 @@ def _folded(older: list[HistoryItem], before: int, sid: str) -> HistoryItem:
         error_log=failed[-1].error_log if failed else None,
         at=older[0].at,
         source="launch",
-        label=f"attempts {first}{DASH}{last}",
+        label=attempts(first, last),
+        first=first,
+        last=last,
         text=f"{said}{flags}{earlier}",
         status="folded",
         outcome=f"each one: `ctxd search {sid} WORDS`",
@@ -376,23 +377,13 @@ def _earlier(before: int, sid: str, at: datetime) -> HistoryItem:
     return HistoryItem(
         at=at - timedelta(microseconds=1),
         source="launch",
-        label=f"attempts 1{DASH}{before}",
+        label=attempts(1, before),
+        first=1,
+        last=before,
         text=f"{before} earlier attempts, not read for this dump",
         status="folded",
         outcome=f"each one: `ctxd search {sid} WORDS`",
     )
-
-
-_LABEL_NUMBER = re.compile(r"\d+")
-
-
-def _numbers(label: str | None) -> list[int]:
-    return [int(n) for n in _LABEL_NUMBER.findall(label or "")] or [0]
-
-
-def _span(label: str | None) -> tuple[int, int]:
-    numbers = _numbers(label)
-    return numbers[0], numbers[-1] + 1
 
 
 def _shape(text: str) -> str:
@@ -478,7 +469,9 @@ def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -
     return HistoryItem(
         at=launch.started_at,
         source="launch",
-        label=f"attempt {number}",
+        label=attempts(number, number),
+        first=number,
+        last=number,
         text=text,
         status=status,
         outcome="; ".join(notes),

@@ -1,11 +1,11 @@
 """What an agent calls after losing context: resume dumps within a budget, diffs, continue."""
 
 import difflib
-import re
 from collections.abc import Callable
 
 from ctxd import redact
 from ctxd.errors import Invalid
+from ctxd.fmt import attempts
 from ctxd.models import Diff, HistoryItem, Snapshot, Trigger
 from ctxd.render import markdown as render
 from ctxd.render.dump_files import version_file
@@ -67,11 +67,6 @@ def _observed(s: Snapshot) -> str:
 _LEFT_OUT = "left out to fit; in the full dump"
 
 
-def _first_number(label: str) -> int:
-    found = re.search(r"\d+", label)
-    return int(found[0]) if found else 0
-
-
 def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
     """Fewer attempts in full: the folded line, the running ones and the newest failure stay."""
 
@@ -90,14 +85,14 @@ def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
             if i.text != _LEFT_OUT
             and (i.source != "launch" or i.status == "folded" or id(i) in keep)
         ]
-        numbers = [int(n) for i in [*earlier, *cut_out] for n in re.findall(r"\d+", i.label or "")]
+        numbers = [n for i in [*earlier, *cut_out] for n in (i.first, i.last) if n is not None]
         if numbers:  # in their place, so the numbers read on
             first, last = min(numbers), max(numbers)
-            span = f"attempt {first}" if first == last else f"attempts {first}\N{EN DASH}{last}"
             at = min(i.at for i in [*earlier, *cut_out])
-            note = HistoryItem(at=at, source="launch", label=span, status="folded", text=_LEFT_OUT)
+            note = HistoryItem(at=at, source="launch", label=attempts(first, last), first=first,
+                               last=last, status="folded", text=_LEFT_OUT)  # fmt: skip
             first_kept = next(
-                (n for n, i in enumerate(left) if i.label and _first_number(i.label) > first), None
+                (n for n, i in enumerate(left) if i.first is not None and i.first > first), None
             )
             left.insert(len(left) if first_kept is None else first_kept, note)
         for item in left:
