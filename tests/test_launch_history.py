@@ -83,3 +83,22 @@ def test_launches_read_once_are_read_again_after_any_write_here_or_elsewhere(tmp
     finally:
         other.close()
     assert launch_history.history(store, "s", [])[-1].status != "running"
+
+
+def test_a_command_reported_after_a_snapshot_saw_its_process_is_one_attempt(tmp_path):
+    """A snapshot can see a launch's process before the harness reports the command: the
+    command then joins that launch instead of making a second attempt that 'died unseen'."""
+    store = _store(tmp_path)
+    argv = ["/usr/bin/python3", "serve.py", "--run", "7"]
+    store.save_launches("s", [_launch(4242, argv, T0)])  # seen first, no command
+    attempt = {"start_key": "cmd:x", "argv": ["python3", "serve.py", "--run", "7"], "cwd": "/srv",
+               "started_at": T0 + timedelta(seconds=1), "command": "nohup python3 serve.py …",
+               "tool_id": "toolu_1", "logs": ["/srv/run7.log"], "expected_ports": []}  # fmt: skip
+    key = launch_history.seen_before(store, "s", attempt)
+    assert key == f"4242:{T0.timestamp()}"
+    other = {**attempt, "argv": ["python3", "serve.py", "--run", "8"]}
+    assert launch_history.seen_before(store, "s", other) is None  # other flags: a new attempt
+    store.save_launches("s", [{"start_key": key, "bound_from": key, "command": attempt["command"],
+                               "logs": attempt["logs"]}])  # fmt: skip
+    (row,) = store.list_launches("s")
+    assert row["command"] == "nohup python3 serve.py …" and row["logs"] == ["/srv/run7.log"]

@@ -39,6 +39,7 @@ PENDING_S = 1.0
 # Its process may have started this long before the command was reported (a tool call that
 # launched in the background, then slept and read the log before returning).
 BIND_BEFORE_S = 600.0
+SEEN_BEFORE_READ = 20  # the newest attempts a reported command may already be among
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,27 @@ def _born_with(
         if at - timedelta(seconds=BIND_BEFORE_S) <= started_at <= at + timedelta(minutes=10):
             return row
     return None
+
+
+def seen_before(store: Store, sid: str, attempt: dict) -> str | None:
+    """The start key of the launch a snapshot already saw running for this attempt's command
+    (a snapshot can come between the command and the harness's report of it): the newest
+    root process no command accounts for, of the same program and arguments in the same
+    folder, started around the command. None: the attempt is new."""
+    for row in reversed(store.list_launches(sid, limit=SEEN_BEFORE_READ)):
+        if row["command"] is None and row["seen"] and row["pid"] is not None:
+            started = datetime.fromisoformat(row["started_at"])
+            if _born_with(row["argv"], row["cwd"], started, [_iso(attempt)], set()):
+                return str(row["start_key"])
+    return None
+
+
+def _iso(attempt: dict) -> dict:
+    started = attempt["started_at"]
+    return {
+        **attempt,
+        "started_at": started.isoformat() if isinstance(started, datetime) else started,
+    }
 
 
 def _same_program(written: tuple[str, ...], running: tuple[str, ...]) -> bool:

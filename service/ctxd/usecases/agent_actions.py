@@ -24,6 +24,7 @@ from ctxd.discovery.actions import Action, CommandAction
 from ctxd.discovery.shellparse import CommandFacts, SimpleCommand, parse_command
 from ctxd.errors import CtxdError
 from ctxd.models import ProcessWatch, Strict, Trigger, Watch, WatchIn, WatchSpec
+from ctxd.snapshotter import launch_history
 from ctxd.snapshotter.snapshotter import Snapshotter
 
 log = logging.getLogger("ctxd")
@@ -95,7 +96,7 @@ class ActionIntake:
         launches = rules.launched(facts, action.background)
         if launches:
             attempts = [_attempt(action, facts, launch) for launch in launches]
-            self.store.save_launches(sid, attempts)
+            self.store.save_launches(sid, [self._reported(sid, a) for a in attempts])
             self._follow_newest(sid, attempts)
         counts = self._reads.setdefault(sid, Counter())
         existing = self._existing(sid)
@@ -122,6 +123,16 @@ class ActionIntake:
         if facts.launches or action.background or facts.builds:
             self._settle_later(sid)
         return added
+
+    def _reported(self, sid: str, attempt: dict) -> dict:
+        """The attempt to save: a new one, or, when a snapshot already saw its process before
+        the harness reported the command, that launch given its command (one attempt, not
+        two: a launch seen early and a command that 'died before ctxd saw it')."""
+        key = launch_history.seen_before(self.store, sid, attempt)
+        if key is None:
+            return attempt
+        given = ("command", "tool_id", "logs", "expected_ports")
+        return {"start_key": key, "bound_from": key, **{k: attempt[k] for k in given}}
 
     def _follow_newest(self, sid: str, attempts: list[dict]) -> None:
         """An automatic process watch of a program launched again expects what the newest
