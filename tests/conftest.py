@@ -27,6 +27,12 @@ if TYPE_CHECKING:
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A service a test starts without a data directory keeps its store in the per-user one
+    (`ctxd.user_data_dir`): here, a folder of this run's, never the user's real store."""
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="ctxd-test-data-")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -240,6 +246,33 @@ def wait_until(check: Callable[[], T], what: str = "the condition", limit: float
         time.sleep(every)
 
 
+def asleep(pid: int, call: str = "") -> bool:
+    """Whether `pid` sleeps in the kernel (state S) at a waiting point that names `call`
+    ("nanosleep", "futex", …; the kernel function or, on x86_64, the system call): a child
+    that has reached the wait a test needs, not one still starting or handling a signal."""
+    from ctxd.collectors.proc import procfs
+
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    point = procfs.waiting_point(pid) or ""
+    return stat[stat.rfind(")") + 2 :].startswith("S") and bool(point) and call in point
+
+
+def settled(pid: int) -> bool:
+    """Whether `pid` is older than the process table's SETTLED_S (it has called exec: the
+    table reads it as what it runs now, not as a fresh fork that may still change)."""
+    from ctxd.collectors.proc import procfs, proctree
+
+    try:
+        start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return False
+    return uptime * procfs.CLOCK_TICKS - start > (proctree.SETTLED_S + 0.05) * procfs.CLOCK_TICKS
+
+
 def ctxd(url: str, *args: str) -> subprocess.CompletedProcess:
     """The CLI, `ctxd --url URL ARGS…`, as a user runs it against a server."""
     return subprocess.run(
@@ -301,3 +334,17 @@ def rooted_server(tmp_path: Path) -> Iterator[Server]:
         yield srv
     finally:
         stop_server(srv)
+
+
+class StepClock:
+    """A clock the test moves: `clock()` reads it, `clock.advance(s)` steps it. Passed where
+    code takes a `clock`, so an outcome that depends on elapsed time does not depend on load."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -97,7 +97,7 @@ def test_serve_refuses_bad_tokens_in_one_line(tmp_path) -> None:  # type: ignore
         cmd += ["--data-dir", str(tmp_path / "data")]
         try:
             done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=20, env={**os.environ, **env}
+                cmd, capture_output=True, text=True, timeout=60, env={**os.environ, **env}
             )
         except subprocess.TimeoutExpired:
             pytest.fail(f"{env} started a server")

@@ -116,16 +116,19 @@ def _host_name(value: str) -> str:
 
 
 class _Buckets:
-    """Token buckets per client address: `rate` per second, up to `burst` at once."""
+    """Token buckets per client address: `rate` per second, up to `burst` at once, on `clock`
+    (seconds; a test passes its own to step time instead of waiting for it)."""
 
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, float(burst)
+    def __init__(
+        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate, self.burst, self.clock = rate, float(burst), clock
         self._state: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
     def take(self, client: str) -> float:
         """0 when the request may pass, else the seconds until it could."""
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             if len(self._state) > 10_000:
                 self._state = {k: v for k, v in self._state.items() if now - v[1] < _IDLE_S}
