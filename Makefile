@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # The real agent harnesses the end-to-end tests drive offline (pinned; skipped without npm).
-HARNESS := .harness/node_modules/.bin/codex
+HARNESS := .harness/node_modules/.bin/gemini
 
 .PHONY: run test lint bench clean
 
@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# `make run PORT=18765` (or CTXD_PORT) serves on another port; the store stays in ./snapshots.
+PORT ?= $(or $(CTXD_PORT),8765)
+
 run: $(STAMP)
-	$(BIN)/ctxd serve --host 127.0.0.1 --port 8765 --data-dir ./snapshots
+	$(BIN)/ctxd serve --host 127.0.0.1 --port $(PORT) --data-dir ./snapshots
 
 lint: $(STAMP)
 	$(BIN)/ruff check service tests bench
@@ -29,6 +32,7 @@ $(HARNESS):
 	@command -v npm >/dev/null || { echo "npm not found: the real-harness tests will skip"; exit 0; }; \
 	npm install --silent --no-audit --no-fund --prefix .harness \
 		@anthropic-ai/claude-code@2.1.197 opencode-ai@1.18.33 @openai/codex@0.171.0 \
+		@google/gemini-cli@0.61.0 \
 		|| echo "harness install failed: the real-harness tests will skip"
 
 test: lint $(HARNESS)

@@ -2,9 +2,15 @@
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import start_server, stop_server
 
 THEIRS = {
     "model": "opus",
@@ -18,11 +24,14 @@ THEIRS = {
 THEIR_MCP = {"mcpServers": {"github": {"type": "http", "url": "https://example.com/mcp"}}}
 
 
-def ctxd(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(home)}
+def ctxd(
+    home: Path, cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`ctxd ARGS` as a user whose HOME is `home`, with no CTXD_* or XDG_* of this machine."""
+    mine = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "XDG_"))}
     return subprocess.run(
-        [sys.executable, "-m", "ctxd", *args], cwd=cwd, env=env,
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "ctxd", *args], cwd=cwd,
+        env={**mine, "HOME": str(home), **(env or {})}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
 
@@ -60,8 +69,9 @@ def test_install_merges_is_idempotent_and_uninstall_removes_exactly_ours(tmp_pat
 
     gone = ctxd(home, work, "uninstall", "claude")
     assert gone.returncode == 0, gone.stderr
-    assert json.loads(settings.read_text()) == THEIRS
-    assert json.loads(mcp.read_text()) == THEIR_MCP
+    assert f"restored {settings}" in gone.stdout
+    assert (settings.read_text(), mcp.read_text()) == original  # byte for byte
+    assert not list(home.rglob("*.ctxd-backup"))  # the backups, once restored, are gone
     assert "nothing to remove" in ctxd(home, work, "uninstall", "claude").stdout
 
 
@@ -73,7 +83,9 @@ def test_project_scope_and_files_it_will_not_touch(tmp_path: Path):
     done = ctxd(home, work / "src", "--url", "http://127.0.0.1:9999", "install", "claude",
                 "--scope", "project")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    hooks = json.loads((work / ".claude" / "settings.json").read_text())["hooks"]
+    # the hooks name this machine's ctxd: in the personal file, never the one a team shares
+    assert not (work / ".claude" / "settings.json").exists()
+    hooks = json.loads((work / ".claude" / "settings.local.json").read_text())["hooks"]
     assert "--url http://127.0.0.1:9999 hook claude" in hooks["Stop"][0]["hooks"][0]["command"]
     mcp = json.loads((work / ".mcp.json").read_text())
     assert mcp["mcpServers"]["ctxd"]["url"] == "http://127.0.0.1:9999/mcp"
@@ -93,15 +105,14 @@ def test_doctor_says_what_to_fix_then_that_all_is_well(server, tmp_path: Path):
     before = ctxd(home, work, "--url", server.url, "doctor")
     assert before.returncode == 1
     assert f"ok   service at {server.url}" in before.stdout
-    assert (
-        "FIX  Claude Code hooks: none" in before.stdout and "ctxd install claude" in before.stdout
-    )
+    assert "FIX  no agent harness is wired to ctxd" in before.stdout
+    assert "→ `ctxd install`" in before.stdout
     down = ctxd(home, work, "--url", "http://127.0.0.1:9", "doctor")
     assert down.returncode == 1 and "start it: `ctxd serve`" in down.stdout
     ctxd(home, work, "--url", server.url, "install", "claude").check_returncode()
     after = ctxd(home, work, "--url", server.url, "doctor")
     assert after.returncode == 0, after.stdout
-    assert "ok   Claude Code hook (user)" in after.stdout and "MCP server 'ctxd'" in after.stdout
+    assert f"ok   Claude Code (user): ctxd's hooks and MCP server call {server.url}" in after.stdout
 
 
 def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_service(tmp_path):
@@ -122,3 +133,139 @@ def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_serv
     assert commands and not any("-m service" in c for c in commands)
     assert all(c.endswith("hook claude") for c in commands)
     assert sum(1 for c in commands if c.endswith("hook claude")) == 7  # one per event, once
+
+
+def test_project_install_moves_hooks_an_earlier_ctxd_put_in_the_shared_settings(tmp_path):
+    home, work = tmp_path / "home", tmp_path / "repo"
+    (work / ".claude").mkdir(parents=True)
+    home.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    old = f"{sys.executable} -m ctxd hook claude"
+    shared = work / ".claude" / "settings.json"
+    entry = {"hooks": [{"type": "command", "command": old}]}
+    shared.write_text(json.dumps({"model": "opus", "hooks": {"Stop": [entry]}}))
+
+    done = ctxd(home, work, "install", "claude", "--scope", "project")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(shared.read_text()) == {"model": "opus"}  # the team's file: theirs only
+    local = json.loads((work / ".claude" / "settings.local.json").read_text())
+    assert local["hooks"]["Stop"][0]["hooks"][0]["command"].endswith("hook claude")
+
+
+def test_round_trip_with_another_url_in_a_fresh_home(server, tmp_path: Path):
+    """Installed for a non-default URL: the hooks and the MCP server call it, doctor checks
+    that URL and is green, and uninstall leaves every file as it was, byte for byte: the
+    existing one restored, the created ones gone, no backup left."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".claude").mkdir(parents=True)
+    work.mkdir()
+    settings, mcp = home / ".claude" / "settings.json", home / ".claude.json"
+    settings.write_text('{\n    "model": "opus"\n}\n')  # the user's own layout
+    before = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+
+    env_url = {"CTXD_URL": server.url}
+    done = ctxd(home, work, "install", "claude", env=env_url)
+    assert done.returncode == 0, done.stderr
+    assert f"updated {settings}" in done.stdout and f"created {mcp}" in done.stdout
+    commands = {
+        h["command"]
+        for entries in json.loads(settings.read_text())["hooks"].values()
+        for e in entries
+        for h in e["hooks"]
+    }
+    assert commands == {f"{Path(sys.executable).parent / 'ctxd'} --url {server.url} hook claude"}
+    assert json.loads(mcp.read_text())["mcpServers"]["ctxd"]["url"] == server.url + "/mcp"
+
+    # doctor without CTXD_URL still checks the URL the hooks call, and finds it up
+    doctor = ctxd(home, work, "doctor")
+    assert f"ok   service at {server.url}" in doctor.stdout, doctor.stdout
+    assert f"ok   Claude Code (user): ctxd's hooks and MCP server call {server.url}" in (
+        doctor.stdout
+    )
+    doctor = ctxd(home, work, "doctor", env=env_url)
+    assert doctor.returncode == 0, doctor.stdout
+
+    gone = ctxd(home, work, "uninstall", "claude", env=env_url)
+    assert gone.returncode == 0, gone.stderr
+    assert f"restored {settings}" in gone.stdout and f"removed {mcp}" in gone.stdout
+    after = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_doctor_tells_another_installations_hooks_and_a_disagreeing_mcp_server(server, tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".claude").mkdir(parents=True)
+    work.mkdir()
+    ctxd(home, work, "--url", server.url, "install", "claude").check_returncode()
+    settings, mcp = home / ".claude" / "settings.json", home / ".claude.json"
+    ours = str(Path(sys.executable).parent / "ctxd")
+    settings.write_text(settings.read_text().replace(ours, "/opt/other-venv/bin/ctxd"))
+    doctor = ctxd(home, work, "--url", server.url, "doctor")
+    assert doctor.returncode == 1
+    assert "FIX  Claude Code (user): not this installation's ctxd" in doctor.stdout
+    assert "/opt/other-venv/bin/ctxd" in doctor.stdout  # what differs, said
+
+    ctxd(home, work, "--url", server.url, "install", "claude").check_returncode()
+    mcp.write_text(mcp.read_text().replace(server.url, "http://127.0.0.1:9"))
+    doctor = ctxd(home, work, "--url", server.url, "doctor")
+    assert doctor.returncode == 1 and "127.0.0.1:9/mcp" in doctor.stdout, doctor.stdout
+
+
+HARNESS_BIN = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin"
+
+
+def test_install_with_no_harness_named_wires_each_one_found(tmp_path: Path):
+    """The real harness CLIs (npm-installed for the end-to-end tests) on PATH: each is found
+    and wired, and `uninstall` with no name takes ctxd out of each again."""
+    from ctxd.harness.registry import MODULES, adapter
+
+    found = [n for n in MODULES if (HARNESS_BIN / adapter(n).program).exists()]
+    if not found:
+        pytest.skip("no harness CLI installed (make test installs them with npm)")
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    path = {"PATH": f"{HARNESS_BIN}{os.pathsep}{os.environ['PATH']}", "CODEX_HOME": ""}
+    done = ctxd(home, work, "install", env=path)
+    assert done.returncode == 0, done.stderr
+    for name in found:
+        assert f"{adapter(name).label}: created" in done.stdout, done.stdout
+    gone = ctxd(home, work, "uninstall", env=path)
+    assert gone.returncode == 0, gone.stderr
+    assert not [p for p in home.rglob("*") if p.is_file()], gone.stdout  # as it was: empty
+    nothing = ctxd(home, work, "install", env={"PATH": os.path.dirname(sys.executable)})
+    assert nothing.returncode == 0 and "no harness found" in nothing.stdout
+
+
+def test_a_hook_installed_with_a_token_file_reaches_a_service_that_wants_the_token(tmp_path):
+    """CTXD_TOKEN_FILE at install goes into the hook command: the harness that runs the hook
+    carries no CTXD_* variable, and its events still reach the service."""
+    token = "t0ken-for-the-hook-" + "x" * 16
+    held = tmp_path / "token"
+    held.write_text(token + "\n")
+    held.chmod(0o600)
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env={"CTXD_TOKEN": token})
+    try:
+        home, work = tmp_path / "home", tmp_path / "work"
+        home.mkdir()
+        work.mkdir()
+        given = {"CTXD_URL": server.url, "CTXD_TOKEN_FILE": str(held)}
+        ctxd(home, work, "install", "claude", env=given).check_returncode()
+        settings = json.loads((home / ".claude" / "settings.json").read_text())
+        command = settings["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
+        assert f"--token-file {held}" in command and token not in command
+
+        payload = {"hook_event_name": "UserPromptSubmit", "session_id": "c1", "cwd": str(work),
+                   "prompt": "find why the server hangs after loading its weights"}  # fmt: skip
+        harness_env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
+        ran = subprocess.run(
+            shlex.split(command), input=json.dumps(payload), env=harness_env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert ran.returncode == 0 and "ctxd" not in ran.stderr, ran.stderr
+        listed = httpx.get(
+            server.url + "/api/sessions", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert [s["id"] for s in listed.json()] == ["work"]
+    finally:
+        stop_server(server)

@@ -48,7 +48,7 @@ def test_user_scope_install_is_idempotent_and_uninstall_removes_exactly_ours(tmp
 
     done = ctxd(home, work, "install", "opencode")
     assert done.returncode == 0, done.stderr
-    assert f"updated {plugin}" in done.stdout and f"updated {config}" in done.stdout
+    assert f"created {plugin}" in done.stdout and f"updated {config}" in done.stdout
     merged = json.loads(config.read_text())
     assert {k: v for k, v in merged.items() if k != "mcp"} == {
         k: v for k, v in THEIRS.items() if k != "mcp"
@@ -145,17 +145,21 @@ def test_doctor_checks_the_opencode_plugin_only_once_installed(server, tmp_path:
     home.mkdir()
     work.mkdir()
     before = ctxd(home, work, "--url", server.url, "doctor").stdout
-    assert "ok   opencode plugin: not installed" in before
+    assert "opencode (" not in before  # not installed: not checked
     ctxd(home, work, "--url", server.url, "install", "opencode").check_returncode()
     after = ctxd(home, work, "--url", server.url, "doctor").stdout
-    assert "ok   opencode plugin (user)" in after
-    assert f"ok   opencode MCP server 'ctxd': {server.url}/mcp" in after
-    elsewhere = ctxd(home, work, "--url", "http://127.0.0.1:9", "doctor").stdout
-    assert "FIX  opencode MCP server 'ctxd'" in elsewhere
+    assert f"ok   opencode (user): ctxd's hooks and MCP server call {server.url}" in after
+    config = home / ".config" / "opencode" / "opencode.json"
+    config.write_text(config.read_text().replace(server.url, "http://127.0.0.1:9"))
+    elsewhere = ctxd(home, work, "--url", server.url, "doctor").stdout
+    assert "FIX  opencode (user): not this installation's ctxd" in elsewhere
+    assert "127.0.0.1:9/mcp" in elsewhere  # the MCP server that disagrees, named
+    ctxd(home, work, "--url", server.url, "install", "opencode").check_returncode()
     plugin = home / ".config" / "opencode" / "plugins" / "ctxd.js"
     plugin.write_text(plugin.read_text().replace("CtxdPlugin", "OldCtxdPlugin"))
     stale = ctxd(home, work, "--url", server.url, "doctor").stdout
-    assert "FIX  opencode plugin (user)" in stale and "not this installation's version" in stale
+    assert "FIX  opencode (user): not this installation's ctxd" in stale
+    assert "reinstalling changes " + str(plugin) in stale
 
 
 def test_a_0600_config_behind_a_symlink_stays_0600_and_a_link(tmp_path: Path):

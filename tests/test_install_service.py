@@ -34,7 +34,7 @@ def test_install_writes_the_unit_once_and_uninstall_removes_it_and_its_link(tmp_
 
     done = ctxd(home, "--url", "http://127.0.0.1:9111", "service", "install")
     assert done.returncode == 0, done.stderr
-    assert f"wrote {unit}" in done.stdout and "systemctl --user enable --now" in done.stdout
+    assert f"created {unit}" in done.stdout and "systemctl --user enable --now" in done.stdout
     text = unit.read_text()
     data = home / ".local" / "share" / "ctxd"
     expected = f"ExecStart={this_ctxd()} serve --host 127.0.0.1 --port 9111 --data-dir {data}\n"

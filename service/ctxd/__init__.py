@@ -1,10 +1,18 @@
 """ctxd: context snapshots and session recovery for long AI-agent work sessions."""
 
+import os
 from pathlib import Path
 
 __version__ = "0.1.0"
 # Where the CLI and the hooks find the service unless CTXD_URL or --url says otherwise.
 DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+def user_data_dir() -> Path:
+    """Where a service keeps its store unless CTXD_DATA_DIR or --data-dir says otherwise: one
+    per user, whichever way it was started (`ctxd serve`, a hook's autostart, the unit)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "ctxd"
 
 
 def shipped(folder: str) -> Path:

@@ -5,6 +5,8 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ctxd import user_data_dir
+
 
 class Limits(BaseSettings):
     """Bounds that keep every request, collector and snapshot cheap."""
@@ -45,7 +47,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CTXD_")
 
-    data_dir: Path = Path("snapshots")
+    data_dir: Path = Field(default_factory=user_data_dir)  # CTXD_DATA_DIR
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     token: str | None = None

@@ -1,17 +1,18 @@
 """`ctxd doctor`: the installation checked end to end, each finding with what to do about it."""
 
-import json
-import os
-import shlex
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxd import DEFAULT_URL
 from ctxd.cli.client import Client, Unreachable
-from ctxd.harness import opencode
-from ctxd.harness.claude import targets
-from ctxd.harness.files import MCP_NAME
+from ctxd.harness.adapter import Adapter
+from ctxd.harness.files import Change, InstallError
+from ctxd.harness.registry import MODULES, adapter
+
+URL_IN_TEXT = re.compile(r"https?://[^\s\"'\\]+")
 
 
 @dataclass
@@ -28,13 +29,71 @@ class Finding:
 
 
 def examine(url: str, home: Path, project: Path) -> Iterator[Finding]:
-    yield from _service(url)
-    for scope in ("user", "project"):
-        yield from _claude(scope, url, home, project)
-    yield from _opencode(url, home, project)
+    """The service at `url` (the default one only where a harness calls it) and at every URL
+    a harness's hooks call; then each harness: wired or not, and whether its hooks and MCP
+    server are this installation's, for one URL."""
+    wired: list[Finding] = []
+    urls = [] if url == DEFAULT_URL else [url]  # the default: only where a harness calls it
+    for name in MODULES:
+        for scope in ("user", "project"):
+            findings, called = _harness(adapter(name), scope, url, home, project)
+            wired += findings
+            if called and called not in urls:
+                urls.append(called)
+    for each in urls or [url]:
+        yield from _service(each)
+    yield from wired
+    if not wired:
+        known = ", ".join(MODULES)
+        fix = f"`ctxd install` (wires each harness found here: {known}), or name one"
+        yield Finding(False, "no agent harness is wired to ctxd", fix)
     for tool, why in (("node", "the opencode plugin's tests"), ("chromium", "the browser tests")):
         found = shutil.which(tool)
         yield Finding(True, f"{tool}: {found or 'not installed'} (only {why} need it)")
+
+
+def _harness(
+    harness: Adapter, scope: str, url: str, home: Path, project: Path
+) -> tuple[list[Finding], str | None]:
+    """One harness at one scope: (what to say, the URL its hooks call when they are this
+    installation's). Told by the installer's own plan: ctxd is wired where an uninstall would
+    change a file, and current for a URL where an install for it would change nothing."""
+    label, install = f"{harness.label} ({scope})", f"`ctxd install {harness.name} --scope {scope}`"
+    try:
+        wired = [c for c in harness.plan(url, scope, project, home, True) if c.changed]
+        if not wired:
+            present = scope == "user" and shutil.which(harness.program)
+            missing = Finding(False, f"{label}: installed, ctxd not wired into it", install)
+            return ([missing] if present else []), None
+        for candidate in _urls_in(wired, url):
+            if not any(c.changed for c in harness.plan(candidate, scope, project, home, False)):
+                files = ", ".join(str(c.path) for c in wired)
+                said = f"{label}: ctxd's hooks and MCP server call {candidate} ({files})"
+                return [Finding(True, said)], candidate
+        change = next(c for c in harness.plan(url, scope, project, home, False) if c.changed)
+    except InstallError as exc:
+        return [Finding(False, f"{label}: {exc}", "fix the file by hand, then " + install)], None
+    said = f"{label}: not this installation's ctxd for {url}; reinstalling changes {change.path}"
+    return [Finding(False, said + _first_difference(change), install)], None
+
+
+def _urls_in(changes: list[Change], url: str) -> list[str]:
+    """The URLs a harness's files name (its hooks' `--url`, its MCP server's), `url` first."""
+    found = [url, DEFAULT_URL]
+    for change in changes:
+        for hit in URL_IN_TEXT.findall(change.before):
+            base = hit.rstrip("/").removesuffix("/mcp")
+            if base not in found:
+                found.append(base)
+    return found
+
+
+def _first_difference(change: Change) -> str:
+    old = [line.strip() for line in change.before.splitlines()]
+    new = [line.strip() for line in change.after.splitlines()]
+    gone = next((line for line in old if line not in new), "")
+    came = next((line for line in new if line not in old), "")
+    return f": {gone} → {came}" if gone and came else ""
 
 
 def _service(url: str) -> Iterator[Finding]:
@@ -57,61 +116,3 @@ def _service(url: str) -> Iterator[Finding]:
     )
     mcp = client.call("GET", "/mcp", headers={"accept": "text/event-stream"})
     yield Finding(mcp.status_code < 500, f"MCP endpoint {url}/mcp answers ({mcp.status_code})")
-
-
-def _claude(scope: str, url: str, home: Path, project: Path) -> Iterator[Finding]:
-    settings_path, mcp_path = targets(scope, project, home)
-    commands = _hook_commands(settings_path)
-    if not commands:
-        if scope == "user":
-            fix = "`ctxd install claude` (or `--scope project` for this checkout only)"
-            yield Finding(False, f"Claude Code hooks: none in {settings_path}", fix)
-        return
-    for command in sorted(commands):
-        argv = shlex.split(command)
-        program = argv[0] if argv else ""
-        runs = bool(program) and (os.access(program, os.X_OK) or shutil.which(program) is not None)
-        fix = "run `ctxd install claude` again from this installation"
-        yield Finding(runs, f"Claude Code hook ({scope}): {command}", fix)
-        if "--url" in argv and argv[argv.index("--url") + 1 :][:1] != [url]:
-            yield Finding(False, f"that hook calls another URL than {url}", fix)
-    server = _load(mcp_path).get("mcpServers", {}).get(MCP_NAME)
-    fix = f"`ctxd install claude --scope {scope}`"
-    yield Finding(server is not None, f"Claude Code MCP server '{MCP_NAME}' in {mcp_path}", fix)
-
-
-def _opencode(url: str, home: Path, project: Path) -> Iterator[Finding]:
-    """Only what is installed is checked: opencode is optional."""
-    found = False
-    for scope in ("user", "project"):
-        plugin, ours, mcp_url = opencode.installed(scope, project, home)
-        if not ours and mcp_url is None:
-            continue
-        found = True
-        fix = f"`ctxd install opencode --scope {scope}` from this installation"
-        current = ours and plugin.read_text(encoding="utf-8") == opencode.plugin_text(url)
-        said = "" if current or not ours else " (not this installation's version or URL)"
-        yield Finding(current, f"opencode plugin ({scope}): {plugin}{said}", fix)
-        want = url.rstrip("/") + "/mcp"
-        yield Finding(mcp_url == want, f"opencode MCP server '{MCP_NAME}': {mcp_url}", fix)
-    if not found:
-        yield Finding(True, "opencode plugin: not installed (`ctxd install opencode` adds it)")
-
-
-def _hook_commands(path: Path) -> set[str]:
-    found = set()
-    for entries in (_load(path).get("hooks") or {}).values():
-        for entry in entries if isinstance(entries, list) else []:
-            for hook in entry.get("hooks", []) if isinstance(entry, dict) else []:
-                command = hook.get("command", "") if isinstance(hook, dict) else ""
-                if isinstance(command, str) and command.rstrip().endswith("hook claude"):
-                    found.add(command)
-    return found
-
-
-def _load(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

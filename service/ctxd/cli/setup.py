@@ -1,17 +1,19 @@
-"""The setup subcommands: `ctxd install|uninstall claude|opencode`, `ctxd service
+"""The setup subcommands: `ctxd install|uninstall [HARNESS]`, `ctxd service
 install|uninstall` and `ctxd doctor`; files on this machine, no call to the service but the
 doctor's."""
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from ctxd.cli import service_unit
 from ctxd.cli.commands import EXIT_SERVICE, EXIT_USAGE, CliError
+from ctxd.harness.adapter import HarnessName
 from ctxd.harness.files import InstallError, apply
 from ctxd.harness.hook import git_root
-from ctxd.harness.registry import adapter
+from ctxd.harness.registry import MODULES, adapter
 
 
 def doctor(args: argparse.Namespace) -> int:
@@ -25,22 +27,52 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def install(args: argparse.Namespace) -> int:
+    """`ctxd install|uninstall [HARNESS]`: the harness named, or each one found on this
+    machine (its command on PATH, or for an uninstall ctxd wired into it)."""
     project = Path(git_root(os.getcwd()) or os.getcwd())
+    names = [args.harness] if args.harness else [n for n in MODULES if _found(n, args, project)]
+    if not names:
+        verb = "uninstall" if args.remove else "install"
+        found = "ctxd is not wired into any harness" if args.remove else "no harness found"
+        print(f"{found} (known: {', '.join(MODULES)}); name one: `ctxd {verb} claude`")
+        return 0
+    for name in names:
+        _install_one(name, args, project, said_which=not args.harness)
+    return 0
+
+
+def _found(name: HarnessName, args: argparse.Namespace, project: Path) -> bool:
+    harness = adapter(name)
+    if not args.remove:
+        return shutil.which(harness.program) is not None
     try:
-        harness = adapter(args.harness)
+        plan = harness.plan(args.url, args.scope, project, Path.home(), True)
+    except InstallError:
+        return True  # said when it is tried
+    return any(c.changed for c in plan)
+
+
+def _install_one(name: HarnessName, args: argparse.Namespace, project: Path, said_which: bool):
+    harness = adapter(name)
+    prefix = f"{harness.label}: " if said_which else ""
+    try:
         changes = harness.plan(args.url, args.scope, project, Path.home(), args.remove)
     except InstallError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+        raise CliError(prefix + str(exc), EXIT_USAGE) from None
     changed = [c for c in changes if c.changed]
     if not changed:
-        print("nothing to remove" if args.remove else "already installed: nothing to change")
+        print(
+            prefix
+            + ("nothing to remove" if args.remove else "already installed: nothing to change")
+        )
     elif args.dry_run:
         print("\n".join(c.diff() for c in changed))
     else:
-        for path in apply(changed):
-            done = "removed" if not path.exists() else "cleaned" if args.remove else "updated"
-            print(f"{done} {path}")
-    return 0
+        for path, done in apply(changed, remove=args.remove):
+            print(f"{prefix}{done} {path}")
+        if not args.remove:
+            for note in harness.notes(args.scope):
+                print(f"{prefix}note: {note}")
 
 
 def always_on(args: argparse.Namespace) -> int:
@@ -63,7 +95,7 @@ def always_on(args: argparse.Namespace) -> int:
     elif args.dry_run:
         print("\n".join(c.diff() for c in changes))
     else:
-        for path in apply(changes):
-            print(f"{'removed' if remove else 'wrote'} {path}")
+        for path, done in apply(changes, remove=remove):
+            print(f"{done} {path}")
         print(service_unit.next_steps(remove))
     return 0

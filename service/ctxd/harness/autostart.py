@@ -8,12 +8,12 @@ is one of its default watch roots, and a first hook fired from `/` must not make
 """
 
 import fcntl
-import os
 import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ctxd import user_data_dir
 from ctxd.cli import env
 from ctxd.harness import hook_http
 
@@ -22,10 +22,7 @@ WAIT_S = 8.0  # a person waits on a prompt this long at most for a first start
 
 
 def data_dir() -> Path:
-    if given := env.data_dir():
-        return Path(given)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "ctxd"
+    return Path(given) if (given := env.data_dir()) else user_data_dir()
 
 
 def ensure(url: str, wait: bool) -> str | None:

@@ -25,7 +25,8 @@ class Change(NamedTuple):
 
     @property
     def changed(self) -> bool:
-        return self.before != self.after
+        """Whether it says something else (a file laid out otherwise says the same)."""
+        return not _same(self.before, self.after, self.path)
 
     def diff(self) -> str:
         import difflib  # only for a dry run
@@ -37,26 +38,59 @@ class Change(NamedTuple):
         return "\n".join(lines)
 
 
-def apply(changes: list[Change]) -> list[Path]:
-    """Write the files that change (a backup of each first, once); a change to nothing removes
-    a file ctxd owns whole (the opencode plugin). Returns the paths written or removed."""
-    written = []
+def apply(changes: list[Change], remove: bool = False) -> list[tuple[Path, str]]:
+    """Write the files that change; returns each path with what was done to it ("created",
+    "updated", "restored", "removed", "cleaned").
+
+    An install backs a file up once, before its first change (`.ctxd-backup`); a file it
+    creates has no backup. An uninstall leaves each file as it was before the install: the
+    backup put back byte for byte (and removed) when the file, without ctxd, holds what the
+    backup holds; a file ctxd created removed when nothing but ctxd was in it; otherwise the
+    file without ctxd's entries, the backup kept (the file changed since). A file ctxd owns
+    whole (the opencode plugin) is removed by a change to nothing."""
+    done = []
     for change in changes:
         if not change.changed:
             continue
+        path = change.path
+        backup = path.with_name(path.name + BACKUP_SUFFIX)
         if not change.after and not change.backup:
-            change.path.unlink(missing_ok=True)
-            written.append(change.path)
-            continue
-        change.path.parent.mkdir(parents=True, exist_ok=True)
-        backup = change.path.with_name(change.path.name + BACKUP_SUFFIX)
-        if change.backup and change.path.exists() and not backup.exists():
-            import shutil  # only when installing: the hook path imports this module
+            path.unlink(missing_ok=True)
+            done.append((path, "removed"))
+        elif remove and backup.exists() and _same(change.after, read_text(backup), path):
+            _write_in_place(path, read_text(backup))
+            backup.unlink()
+            done.append((path, "restored"))
+        elif remove and not backup.exists() and _same(change.after, "", path):
+            path.unlink(missing_ok=True)
+            done.append((path, "removed"))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            existed = path.exists()
+            if change.backup and existed and not remove and not backup.exists():
+                import shutil  # only when installing: the hook path imports this module
 
-            shutil.copy2(change.path, backup)
-        _write_in_place(change.path, change.after)
-        written.append(change.path)
-    return written
+                shutil.copy2(path, backup)
+            _write_in_place(path, change.after)
+            done.append((path, "cleaned" if remove else "updated" if existed else "created"))
+    return done
+
+
+def _same(text: str, other: str, path: Path) -> bool:
+    """Whether two versions of a settings file say the same (parsed as its kind: JSON or
+    TOML; an empty file is an empty object), whatever their layout."""
+    if text == other:
+        return True
+    try:
+        if path.suffix == ".toml":
+            import tomllib  # only when uninstalling
+
+            return tomllib.loads(text) == tomllib.loads(other)
+        return (json.loads(text) if text.strip() else {}) == (
+            json.loads(other) if other.strip() else {}
+        )
+    except ValueError:  # not parseable as its kind (a .jsonc with comments): text alone
+        return False
 
 
 def _write_in_place(path: Path, text: str) -> None:
@@ -132,3 +166,26 @@ def without_hooks(hooks: Any, command_ends: str) -> dict[str, list[Any]]:
         if left:
             kept[event] = left
     return kept
+
+
+def with_hooks(
+    settings: dict[str, Any], command_ends: str, ours: dict[str, list[Any]] | None
+) -> dict[str, Any]:
+    """A settings object whose `hooks` block (Claude Code's shape) holds `ours` after the
+    user's, in place of ctxd's earlier ones; None: without ctxd's; no `hooks` key once empty."""
+    hooks = without_hooks(settings.get("hooks", {}), command_ends)
+    for event, entries in (ours or {}).items():
+        hooks.setdefault(event, []).extend(entries)
+    return {**settings, "hooks": hooks} if hooks else drop(settings, "hooks")
+
+
+def with_mcp_server(settings: dict[str, Any], server: dict[str, Any] | None) -> dict[str, Any]:
+    """A settings object whose `mcpServers` holds ctxd's `server` by ctxd's name (None: without
+    it), the others kept; no `mcpServers` key once empty."""
+    servers = settings.get("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise InstallError("its 'mcpServers' is not an object; fix the file by hand first")
+    servers = {k: v for k, v in servers.items() if k != MCP_NAME}
+    if server is not None:
+        servers[MCP_NAME] = server
+    return {**settings, "mcpServers": servers} if servers else drop(settings, "mcpServers")

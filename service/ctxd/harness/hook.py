@@ -36,12 +36,15 @@ class Down(HookError):
 def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int | None:
     """`ctxd [--url U] hook HARNESS`: handled here without argparse (a usage error would exit
     2, which Claude Code reads as "block"); None when argv is some other command."""
-    args = list(argv)
-    url = env.url()
-    if args[:1] == ["--url"] and len(args) > 1:
-        url, args = args[1], args[2:]
-    elif args[:1] and args[0].startswith("--url="):
-        url, args = args[0].split("=", 1)[1], args[1:]
+    args, url = list(argv), env.url()
+    while args and args[0].partition("=")[0] in ("--url", "--token-file"):  # before `hook`
+        name, given, value = args.pop(0).partition("=")
+        if not given and args:
+            value = args.pop(0)
+        if name == "--url":
+            url = value
+        else:
+            os.environ["CTXD_TOKEN_FILE"] = value  # read by env.token() for each request
     if args[:1] != ["hook"] or "--print-config" in args or "-h" in args or "--help" in args:
         return None
     harness = command_hook(args[1] if len(args) > 1 else "claude")
