@@ -119,3 +119,21 @@ def text_of(payload: dict[str, Any], name: str) -> str:
     harness's, and may be anything)."""
     value = payload.get(name)
     return value if isinstance(value, str) else ""
+
+
+def hook_output(
+    event: str, answer: dict[str, Any], inject_events: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """ctxd's answer ({"session", "context", "message"}) as the JSON hook output Claude Code
+    defined and Codex and Gemini CLI took over: the context for the model, after its lead,
+    on the events where the harness injects it; a message for the person."""
+    output: dict[str, Any] = {}
+    context, message = answer.get("context"), answer.get("message")
+    if context and event in inject_events:
+        output["hookSpecificOutput"] = {
+            "hookEventName": event,
+            "additionalContext": context_lead(answer.get("session", "")) + context,
+        }
+    if message:
+        output["systemMessage"] = f"ctxd: {message}"
+    return output or None

@@ -18,8 +18,8 @@ from ctxd.harness.adapter import (
     EventKind,
     HarnessName,
     HookEvent,
-    context_lead,
     hook_command,
+    hook_output,
     text_of,
 )
 from ctxd.harness.files import (
@@ -78,21 +78,10 @@ class ClaudeCode:
     def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
         """Claude Code's JSON hook output: context for the model (stated as facts, as its
         docs ask of injected context), a message for the person."""
-        output: dict[str, Any] = {}
-        context, message = answer.get("context"), answer.get("message")
-        if context and event in INJECT_EVENTS:
-            sid = answer.get("session", "")
-            lead = context_lead(sid)
-            output["hookSpecificOutput"] = {
-                "hookEventName": event,
-                "additionalContext": lead + context,
-            }
-        if message:
-            output["systemMessage"] = f"ctxd: {message}"
-        return output or None
+        return hook_output(event, answer, INJECT_EVENTS)
 
     def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        return {"systemMessage": f"ctxd: {message}"} if event in self.tell_events else None
+        return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
 
     def remember(self, event: str, sid: str) -> None:
         """At SessionStart Claude Code names a file (CLAUDE_ENV_FILE) whose exports its Bash

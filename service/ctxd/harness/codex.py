@@ -30,19 +30,18 @@ from ctxd.harness.adapter import (
     EventKind,
     HarnessName,
     HookEvent,
-    context_lead,
     hook_command,
+    hook_output,
     text_of,
 )
 from ctxd.harness.files import (
     MCP_NAME,
     Change,
     InstallError,
-    drop,
     json_text,
     read_json,
     read_text,
-    without_hooks,
+    with_hooks,
 )
 
 INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
@@ -104,33 +103,18 @@ class Codex:
     def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
         """Codex's JSON hook output (Claude Code's shape): context for the model, stated as
         facts, and a message for the person."""
-        output: dict[str, Any] = {}
-        context, message = answer.get("context"), answer.get("message")
-        if context and event in INJECT_EVENTS:
-            sid = answer.get("session", "")
-            lead = context_lead(sid)
-            output["hookSpecificOutput"] = {
-                "hookEventName": event,
-                "additionalContext": lead + context,
-            }
-        if message:
-            output["systemMessage"] = f"ctxd: {message}"
-        return output or None
+        return hook_output(event, answer, INJECT_EVENTS)
 
     def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        return {"systemMessage": f"ctxd: {message}"} if event in self.tell_events else None
+        return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
 
     def remember(self, event: str, sid: str) -> None:
         """Codex has no file of exports for its shells: nothing to keep."""
 
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         hooks_path, config_path = targets(scope, project, home)
-        settings = read_json(hooks_path)
-        hooks = without_hooks(settings.get("hooks", {}), "hook codex")
-        if not remove:
-            for event, entries in config(hook_command(self.name, url))["hooks"].items():
-                hooks.setdefault(event, []).extend(entries)
-        new_settings = {**settings, "hooks": hooks} if hooks else drop(settings, "hooks")
+        ours = None if remove else config(hook_command(self.name, url))["hooks"]
+        new_settings = with_hooks(read_json(hooks_path), "hook codex", ours)
         before_toml = read_text(config_path)
         after_toml = mcp_toml(before_toml, None if remove else url, config_path)
         if not remove:
