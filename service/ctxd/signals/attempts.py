@@ -39,10 +39,25 @@ def restate(
     for item in running:
         mark = f"(pid {item.pid})"
         for i, signal in enumerate(kept):
-            if item.pid and signal.code == happened.PORT_CLOSED and mark in signal.text:
+            about_it = item.pid and signal.code == happened.PORT_CLOSED and mark in signal.text
+            # every watched process idle, and each one is this attempt's
+            about_it = about_it or (signal.code == "all_idle" and _all_its_own(item, seen))
+            if about_it:
                 kept[i] = signal.model_copy(update={"text": f"{item.label}: {signal.text}"})
     added = [*_failures(launches, bool(running)), *(_running(i, seen) for i in running)]
     return sorted([*kept, *added], key=lambda s: SEVERITY_ORDER[s.severity])
+
+
+def _all_its_own(item: HistoryItem, seen: Observations) -> bool:
+    """Whether every watched process is the attempt's process or descends from it."""
+    family = {item.pid}
+    rows = seen.processes.items
+    for _ in rows:  # parents before children is not promised: grow until nothing joins
+        grown = family | {p.pid for p in rows if p.ppid in family}
+        if grown == family:
+            break
+        family = grown
+    return bool(item.pid) and bool(rows) and all(p.pid in family for p in rows)
 
 
 def _restated(signal: Signal, told: set[str], logs: set[str]) -> bool:
