@@ -1,4 +1,4 @@
-"""Harness hook payloads (Claude Code, opencode) mapped to harness-neutral action dicts.
+"""Harness hook payloads mapped to harness-neutral action dicts (each harness's shapes below).
 
 Standard library only, so that a hook, which runs on every tool call, can import it cheaply;
 `actions.py` validates the same dicts into models on the service side. Nothing here redacts:
@@ -47,6 +47,20 @@ it when driven offline here; its hooks take Claude Code's field names):
   to the payload's "cwd"), tool_response the output text (a string). No exit status reaches
   the hook: a command that exits 1 comes as a PostToolUse like any other, so a Codex
   command's exit is unknown.
+
+Gemini CLI (hook JSON on stdin, as the real CLI of the npm package @google/gemini-cli 0.61.0
+sent it when driven offline here; the shell tool's text from its `shell.ts`):
+  {"hook_event_name", "session_id", "transcript_path" (its own session JSONL), "cwd",
+   "timestamp", "tool_name", "tool_input", "tool_response" (AfterTool)}
+  run_shell_command: tool_input {"command", "description", "dir_path" (the cwd, relative to
+  the payload's "cwd"), "is_background"}; tool_response {"llmContent", "returnDisplay",
+  "error"?}, llmContent the text the model reads, inside `<untrusted_context>` lines:
+  sections "Output: …" (stdout and stderr together, "(empty)" when none), "Error: …" (a
+  spawn failure), "Exit Code: N" (only when not 0), "Signal: …", "Background PIDs: …",
+  "Process Group PGID: N", one per line; a command sent to the background or cancelled has a
+  sentence instead ("Command moved to background (PID: N). …", "Command was cancelled …").
+  So an exit status is known: N, or 0 when the command ended with no "Exit Code" line.
+  write_file / replace: tool_input {"file_path", …}; an edit that failed has an "error".
 """
 
 import re
@@ -258,5 +272,67 @@ def from_codex(data: Any) -> list[dict[str, Any]]:
         output=output,
         tool_id=_str(data.get("tool_use_id")),
         harness="codex",
+    )
+    return [action]
+
+
+GEMINI_EDIT_TOOLS = ("write_file", "replace")
+_GEMINI_SECTION = re.compile(
+    r"^(Output|Error|Exit Code|Signal|Background PIDs|Process Group PGID): ", re.MULTILINE
+)
+_GEMINI_WRAPPER = re.compile(r"^\s*<untrusted_context>\n?|\n?</untrusted_context>\s*$")
+
+
+def _gemini_sections(text: str) -> dict[str, str]:
+    """The sections of a Gemini shell result ("Output: …", "Exit Code: 1", …) by name."""
+    text = _GEMINI_WRAPPER.sub("", text)
+    marks = list(_GEMINI_SECTION.finditer(text))
+    return {
+        mark[1]: text[mark.end() : marks[n + 1].start() if n + 1 < len(marks) else None].strip()
+        for n, mark in enumerate(marks)
+    }
+
+
+def _under(cwd: str, path: str) -> str:
+    """`path` as Gemini's tools take it: relative to the payload's cwd unless absolute."""
+    if not path or path.startswith("/") or not cwd:
+        return path
+    return f"{cwd.rstrip('/')}/{path}"
+
+
+def from_gemini(data: Any) -> list[dict[str, Any]]:
+    """The actions in one Gemini CLI AfterTool payload (its shell tool, its file edits); see
+    the module docstring for the shape."""
+    if not isinstance(data, dict) or _str(data.get("hook_event_name")) != "AfterTool":
+        return []
+    tool, cwd = _str(data.get("tool_name")), _str(data.get("cwd"))
+    tool_input, response = _dict(data.get("tool_input")), _dict(data.get("tool_response"))
+    if tool in GEMINI_EDIT_TOOLS:
+        path = _under(cwd, _str(tool_input.get("file_path")))
+        if not path or response.get("error"):
+            return []  # an edit that failed changed nothing
+        return [file_edit_action(path, tool, cwd=cwd, harness="gemini")]
+    command = _str(tool_input.get("command"))
+    if tool != "run_shell_command" or not command:
+        return []
+    content = response.get("llmContent")
+    text = content if isinstance(content, str) else _str(response.get("returnDisplay"))
+    sections = _gemini_sections(text)
+    background = tool_input.get("is_background") is True or "moved to background" in text
+    exit_status: int | None = None
+    if code := re.fullmatch(r"-?\d+", sections.get("Exit Code", "")):
+        exit_status = int(code[0])
+    elif "Output" in sections and not {"Signal", "Error"} & sections.keys() and not background:
+        exit_status = 0  # Gemini writes the exit code only when it is not 0
+    output = "\n".join(sections[k] for k in ("Output", "Error") if k in sections)
+    if not sections:
+        output = _GEMINI_WRAPPER.sub("", text)  # a cancelled or backgrounded command's sentence
+    action = command_action(
+        command,
+        cwd=_under(cwd, _str(tool_input.get("dir_path"))) or cwd,
+        exit_status=exit_status,
+        output="" if output == "(empty)" else output,
+        background=background,
+        harness="gemini",
     )
     return [action]

@@ -21,7 +21,7 @@ MIN_AGE_S = 5.0
 CWD_MAX_AGE_S = 10.0
 # What never is the agent's work, whatever its cwd: the harness, ctxd, editors, shells,
 # terminal multiplexers (their children are the work) and one-shot tools.
-HARNESS = {"claude", "opencode", "claude-code", "codex", "aider", "cursor-agent"}
+HARNESS = {"claude", "opencode", "claude-code", "codex", "gemini", "aider", "cursor-agent"}
 EDITORS = {"vim", "nvim", "vi", "nano", "emacs", "code", "code-server", "micro", "hx", "less"}
 SHELLS = {"bash", "sh", "zsh", "fish", "dash", "ksh", "tmux", "screen", "tmux: server"}
 ONE_SHOT = {

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the hook path imports this module: only what it runs
     from ctxd.harness.files import Change
 
 # The harnesses ctxd speaks to: the one type of their names (the route, the CLI, sessions).
-HarnessName = Literal["claude", "opencode", "codex"]
+HarnessName = Literal["claude", "opencode", "codex", "gemini"]
 
 # What a hook event means to ctxd, whatever the harness called it.
 EventKind = Literal[

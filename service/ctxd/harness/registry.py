@@ -13,9 +13,10 @@ MODULES: dict[HarnessName, str] = {
     "claude": "ctxd.harness.claude",
     "opencode": "ctxd.harness.opencode",
     "codex": "ctxd.harness.codex",
+    "gemini": "ctxd.harness.gemini",
 }
 # The harnesses that run `ctxd hook <name>` for each event (opencode runs ctxd's plugin instead).
-COMMAND_HOOKS: tuple[HarnessName, ...] = ("claude", "codex")
+COMMAND_HOOKS: tuple[HarnessName, ...] = ("claude", "codex", "gemini")
 
 
 def adapter(name: HarnessName) -> Adapter:

@@ -1,0 +1,140 @@
+"""The real Gemini CLI, offline against a scripted Gemini API, with ctxd's hooks as
+`ctxd install gemini` writes them.
+
+As `tests/test_harness_claude.py` does for Claude Code: nothing is registered with ctxd by
+hand; the scripted agent launches an SGLang-like server with `nohup` that dies at once with
+CUDA out of memory, relaunches it with other flags (it then waits forever for its ranks) and
+rebuilds a wheel; then `gemini --resume latest -p continue`. What the model receives for that
+turn is what this test reads. Gemini leaves a command's background jobs running when the
+command returns, so a plain `nohup … &` launches.
+
+Gemini runs hooks only in a folder it trusts: a headless run passes `--skip-trust`.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import Server
+from tests.scripted_gemini import MODEL, ScriptedGemini
+from tests.scripted_model import Step
+from tests.test_harness_claude import LAUNCHER, MAKEFILE, SECRET, running_launcher
+
+GEMINI = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "gemini"
+LAUNCH = "nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
+# Gemini's own settings for a scripted model: an API key (any) and no folder-trust prompt.
+ITS_OWN_VARIABLES = ("CTXD_", "GEMINI_", "GOOGLE_")  # of this machine: not the test's
+AUTH = '{"security": {"auth": {"selectedType": "gemini-api-key"}}}\n'
+
+
+@pytest.fixture
+def gemini_workspace(tmp_path: Path) -> Iterator[Path]:
+    top = tmp_path / "sglang-debug"
+    top.mkdir()
+    (top / "launch_server.py").write_text(LAUNCHER)
+    (top / "Makefile").write_text(MAKEFILE)
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    yield top
+    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
+        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
+            proc.kill()
+
+
+def gemini(args: list[str], cwd: Path, home: Path, model_url: str) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(ITS_OWN_VARIABLES)},
+        "HOME": str(home),
+        "GEMINI_API_KEY": "scripted-model-key",
+        "GOOGLE_GEMINI_BASE_URL": model_url,
+    }  # fmt: skip
+    argv = [str(GEMINI), "-m", MODEL, "--yolo", "--skip-trust", *args]
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(
+    not GEMINI.exists(), reason="Gemini CLI not installed (`make test` does, with npm)"
+)
+def test_continue_after_unregistered_work_carries_what_the_agent_did(
+    server: Server, gemini_workspace: Path, tmp_path: Path
+) -> None:
+    workspace = gemini_workspace
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(AUTH)
+    model = ScriptedGemini(
+        [
+            Step(bash=f"mkdir -p logs; {LAUNCH} --max-model-len 32768 > logs/attempt1.log 2>&1 &"),
+            Step(bash="sleep 2; tail -3 logs/attempt1.log"),
+            Step(
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --max-model-len 8192 --disable-cuda-graph"
+                " --log-level debug > server.log 2>&1 &"
+            ),
+            Step(bash="make wheel"),
+            Step(bash="sleep 2; tail -2 server.log"),
+            Step(text="Relaunched with the debug flags; the server is loading."),
+            Step(text="Picking up where we were."),
+        ]
+    )
+    # installed the way a user installs it: one command, nothing registered by hand
+    installed = subprocess.run(
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "gemini"],
+        capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    assert "settings.json" in installed.stdout
+    try:
+        prompt = "The SGLang server hangs after loading the weights on 8 GPUs; find out why."
+        gemini(["-p", prompt], workspace, home, model.url)
+        gemini(["--resume", "latest", "-p", "continue"], workspace, home, model.url)
+    finally:
+        model.close()
+
+    context = model.context_of_last_turn()
+    (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
+    (Path(__file__).parent / "artifacts" / "harness_gemini_continue.txt").write_text(context)
+    launcher = running_launcher(workspace)
+    workers = launcher.children()
+
+    # once, in the user's turn before "continue" (SessionStart, source resume), as Gemini
+    # wraps a hook's context; the "continue" itself got no second copy
+    assert context.count("## Objective") == 1, context
+    assert context.count("<hook_context>") == 1 and context.rstrip().endswith("continue")
+    assert "[ctxd] Saved working state of session" in context
+    # ctxd's MCP server, from the entry install wrote into settings.json, offered to the model
+    assert any(name.startswith("mcp_ctxd_") for name in model.tool_names()), model.tool_names()
+    # the objective from the first prompt, as the user's words
+    assert "hangs after loading the weights" in context
+    # the running launch: PID, tree, flags
+    assert str(launcher.pid) in context
+    assert len(workers) == 8 and all(str(w.pid) in context for w in workers[:1])
+    assert "--disable-cuda-graph" in context and "--log-level" in context
+    # its log tail, its expected port not listening
+    assert "Capturing batches (bs=8): waiting for all ranks" in context
+    assert re.search(r"30000.*not listening|not listening.*30000", context), context
+    # both attempts, in order: the first died, with its own log's error; the second runs,
+    # with what changed; the old error is not the live attempt's
+    attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
+    first, second = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
+    assert "--max-model-len 32768" in first and "before ctxd saw it run" in first
+    assert "torch.OutOfMemoryError: CUDA out of memory" in first
+    assert f"(pid {launcher.pid})" in second and "**running**" in second
+    assert "--max-model-len 32768 → 8192" in second and "OutOfMemoryError" not in second
+    now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
+    assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
+    # the rebuilt wheel and the recent commands
+    assert "kernel-0.2-py3-none-any.whl" in context
+    assert "make wheel" in context
+    # the token the agent put on a command line: never in what ctxd adds, nor in its files
+    assert SECRET not in context
+    for path in server.data_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
