@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from ctxd.errors import Invalid
-from ctxd.models.base import LongText, ShortText, Strict
+from ctxd.models.base import VOLATILE, LongText, ShortText, Strict
 
 JournalKind = Literal[
     "objective", "attempt", "finding", "hypothesis", "decision", "next", "note", "fact", "question"
@@ -83,6 +83,15 @@ class HistoryItem(BaseModel):
     error_log: str | None = None  # the log that line is in
     pid: int | None = None  # its root process, once seen
     flags: list[str] = Field(default_factory=list)  # flags changed from the attempt before
+    # The parts of `outcome` as fields, for a page to lay out: how it ran or ended ("running
+    # for 3 min", "exited with status 1 after 2 min"), what changed from the attempt before
+    # (its words in the dump), the ports its command expects and whether they listen (None:
+    # none expected), the files its output goes to. `ran` moves on its own, as `outcome` does.
+    ran: Annotated[str | None, VOLATILE] = None
+    changed: str | None = None
+    ports: list[int] = Field(default_factory=list)
+    port_open: bool | None = None
+    logs: list[str] = Field(default_factory=list)
 
 
 class Narrative(BaseModel):

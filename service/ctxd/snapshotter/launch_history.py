@@ -346,7 +346,8 @@ def _crowd(run: list[tuple[int, Launch]], first: HistoryItem, last: HistoryItem)
     ran = f" (pids {shown})" if pids else ""
     text = f"`{program}` {len(run)} times{ran} {when} UTC"
     numbers = {"first": run[0][0], "last": run[-1][0], "label": attempts(run[0][0], run[-1][0])}
-    return first.model_copy(update={"text": text, "outcome": last.outcome, **numbers})
+    update = {"text": text, "outcome": last.outcome, "ran": last.ran, **numbers}
+    return first.model_copy(update=update)
 
 
 def _light(run: list[tuple[int, Launch]], previous: Launch | None) -> HistoryItem:
@@ -481,10 +482,12 @@ def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -
         where = f" (in {PurePosixPath(launch.error_log).name})" if launch.error_log else ""
         notes.append(f"its log: {launch.error}{where}")
     flags: list[str] = []
+    changed = None
     if previous is not None:
         diff = flag_diff(previous.argv, launch.argv, previous.env, launch.env)
         flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
-        notes.append(summary_line(diff, program, _program(previous)))
+        changed = summary_line(diff, program, _program(previous))
+        notes.append(changed)
     command = launch.command or " ".join(launch.argv)
     if len(command) > COMMAND_CHARS:
         command = command[:COMMAND_CHARS] + " …"
@@ -502,4 +505,9 @@ def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -
         error_log=launch.error_log,
         pid=launch.pid,
         flags=flags,
+        ran=notes[0],
+        changed=changed,
+        ports=list(launch.expected_ports),
+        port_open=bool(launch.port_opened) if launch.expected_ports else None,
+        logs=list(launch.logs),
     )
