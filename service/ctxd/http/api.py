@@ -95,8 +95,10 @@ class SessionController(Controller):
         return use(state).get_session(sid)
 
     @post("/{sid:str}/watches", sync_to_thread=True)
-    def add_watch(self, state: State, sid: SessionPath, data: JSONBody[WatchIn]) -> Watch:
-        return use(state).add_watch(sid, data.root)
+    def add_watch(self, state: State, sid: SessionPath, data: JSONBody[WatchIn]) -> Response[Watch]:
+        """201 with the new watch, or 200 with the session's watch of the same spec."""
+        watch, added = use(state).add_watch(sid, data.root)
+        return Response(watch, status_code=201 if added else 200)
 
     @get("/{sid:str}/watches", sync_to_thread=True)
     def list_watches(self, state: State, sid: SessionPath) -> list[Watch]:

@@ -103,16 +103,37 @@ class Store(AgentRows, ConversationRows, SnapshotRows):
     # --- watches ----------------------------------------------------------------------------
 
     def add_watch(self, sid: str, spec: WatchSpec, limit: int, reason: str | None = None) -> Watch:
-        """Store a watch; one with a `reason` was added by ctxd itself (automatic)."""
+        """Store a watch (see `add_watch_once`); one with a `reason` was added by ctxd itself."""
+        return self.add_watch_once(sid, spec, limit, reason)[0]
+
+    def add_watch_once(
+        self, sid: str, spec: WatchSpec, limit: int, reason: str | None = None
+    ) -> tuple[Watch, bool]:
+        """The session's watch of exactly this spec, and whether it was added now: a second
+        identical watch would show every line and warning twice, so the first is returned.
+        A person asking for a watch ctxd had added by itself (`reason` None) makes it theirs,
+        kept when ctxd retires its own."""
+        text = spec.model_dump_json()
         with self._tx() as db:
             self.get_session(sid)
-            count = self._rows("select count(*) n from watches where session = ?", [sid])[0]["n"]
-            if count >= limit:
-                raise LimitReached(f"session '{sid}' already has {count} watches (limit {limit})")
-            row: dict[str, Any] = {"session": sid, "spec": spec.model_dump_json()}
-            row |= {"created_at": iso(now()), "auto": int(reason is not None), "reason": reason}
-            wid = _new_id(db.table("watches").insert(row))
-        return self.get_watch(sid, wid)
+            same = self._rows(
+                "select id, auto from watches where session = ? and spec = ? order by id limit 1",
+                [sid, text],
+            )
+            if same:
+                wid = same[0]["id"]
+                if same[0]["auto"] and reason is None:
+                    db.table("watches").update(wid, {"auto": 0, "reason": None})
+            else:
+                counted = self._rows("select count(*) n from watches where session = ?", [sid])
+                if (count := counted[0]["n"]) >= limit:
+                    raise LimitReached(
+                        f"session '{sid}' already has {count} watches (limit {limit})"
+                    )
+                row: dict[str, Any] = {"session": sid, "spec": text, "created_at": iso(now())}
+                row |= {"auto": int(reason is not None), "reason": reason}
+                wid = _new_id(db.table("watches").insert(row))
+        return self.get_watch(sid, wid), not same
 
     def get_watch(self, sid: str, wid: int) -> Watch:
         rows = self._rows("select * from watches where session = ? and id = ?", [sid, wid])

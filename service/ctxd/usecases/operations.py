@@ -54,7 +54,7 @@ class UseCases:
         self.store = snap.store
         self.settings = snap.settings
         self.activity = activity
-        self.intake = ActionIntake(snap, self.add_watch)
+        self.intake = ActionIntake(snap, lambda sid, spec, why: self.add_watch(sid, spec, why)[0])
         self._transcripts_read: set[str] = set()
         self.turns = TurnMarks()
 
@@ -137,15 +137,16 @@ class UseCases:
 
     # --- watches ----------------------------------------------------------------------------
 
-    def add_watch(self, sid: str, spec: WatchSpec, reason: str | None = None) -> Watch:
+    def add_watch(self, sid: str, spec: WatchSpec, reason: str | None = None) -> tuple[Watch, bool]:
         """Admit a watch: the command allowlist (403), the watch roots (403), the limit (409).
-        A `reason` marks one ctxd added by itself (automatic)."""
+        Returns it and whether it was added: the same watch asked for again is the one the
+        session has. A `reason` marks one ctxd added by itself (automatic)."""
         self._active(sid)
         if getattr(spec, "host", None) is None:  # a peer's watch is admitted by that peer
             spec = admit(spec, self.settings)
         # a health URL or path may carry a token: what is kept is what may be shown
         limit = self.settings.limits.max_watches_per_session
-        return self.store.add_watch(sid, redact.scrub(spec), limit, reason)
+        return self.store.add_watch_once(sid, redact.scrub(spec), limit, reason)
 
     def list_watches(self, sid: str) -> list[Watch]:
         return self.store.list_watches(self._active(sid))

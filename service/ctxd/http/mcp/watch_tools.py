@@ -22,7 +22,7 @@ def register_watch_tools(ep: Any) -> None:
         glob; last `lines`), an `artifact` (file, directory or glob: size, mtime, fingerprint),
         a `port` (with an optional health `url`), or a `command` allowed by the server.
         Add one as soon as you launch a server, a build or a long job."""
-        return _run(lambda: ep.use().add_watch(session, watch)).model_dump(mode="json")
+        return _run(lambda: ep.use().add_watch(session, watch)[0]).model_dump(mode="json")
 
     @tool()
     def record_action(
