@@ -19,6 +19,7 @@ from ctxd.http.api import health, hook, prune, search_all, sessions_router
 from ctxd.http.mcp.mount import LazyMcp
 from ctxd.http.pages import PageController
 from ctxd.http.peers import handlers as peer_handlers
+from ctxd.models import SESSION_ID_RULE
 from ctxd.redact import log_filter as redact_log
 from ctxd.render import html as templating
 from ctxd.settings import Settings
@@ -42,7 +43,9 @@ def _validation(_: Request, exc: ValidationException) -> Response[dict[str, str 
     for item in exc.extra if isinstance(exc.extra, list) else []:
         if isinstance(item, dict):
             where = item.get("key") or item.get("source") or "body"
-            problems.append(f"{where}: {item.get('message', 'invalid')}")
+            said = str(item.get("message", "invalid")).removeprefix("Value error, ")
+            # the session in the path: its rule in words, not its regular expression
+            problems.append(SESSION_ID_RULE if where == "sid" else f"{where}: {said}")
     detail = "; ".join(problems) or exc.detail
     return _error(400, redact.text(detail)[:2000])
 

@@ -8,6 +8,7 @@ collector), snapshot (what is stored and served).
 from ctxd.errors import Invalid
 from ctxd.models.base import (
     SESSION_ID_PATTERN,
+    SESSION_ID_RULE,
     LongText,
     PathText,
     SessionId,
@@ -86,6 +87,7 @@ from ctxd.models.watches import (
 __all__ = [
     "PEER_NAME_PATTERN",
     "SESSION_ID_PATTERN",
+    "SESSION_ID_RULE",
     "SEVERITY_ORDER",
     "STATUSES",
     "ArtifactFile",

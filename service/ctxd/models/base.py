@@ -6,6 +6,11 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 SESSION_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+# SESSION_ID_PATTERN in words, for a person who gave another name
+SESSION_ID_RULE = (
+    "a session name is lowercase letters, digits, '.', '_' or '-', starting with a letter or "
+    "a digit, up to 64 characters"
+)
 SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN)]
 ShortText = Annotated[str, Field(max_length=200)]
 LongText = Annotated[str, Field(max_length=20_000)]

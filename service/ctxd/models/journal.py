@@ -24,9 +24,10 @@ STATUSES: dict[str, tuple[str, ...]] = {
 def check_status(kind: str | None, status: str | None) -> None:
     allowed = STATUSES.get(kind or "")
     if status is not None and allowed and status not in allowed:
-        raise Invalid(f"status of a '{kind}' is one of {', '.join(allowed)}; got '{status}'")
+        choices = f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+        raise Invalid(f"the status of {kind} entries is {choices}, not '{status}'")
     if status is not None and not allowed and kind is not None:
-        raise Invalid(f"a '{kind}' entry has no status")
+        raise Invalid(f"{kind} entries have no status")
 
 
 class JournalIn(Strict):
