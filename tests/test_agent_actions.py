@@ -89,7 +89,7 @@ def test_cli_action_records_a_command_and_adds_its_watches(server: Server, tmp_p
     httpx.put(f"{server.url}/api/sessions/cli-acts", json={}).raise_for_status()
     ctxd = [sys.executable, "-m", "ctxd", "--url", server.url, "action", "cli-acts"]
     ran = ["--command", "make -j8 2>&1 | tee build.log", "--exit", "2", "--cwd", str(tmp_path)]
-    done = subprocess.run([*ctxd, *ran], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*ctxd, *ran, "--json"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["recorded"] == 1
     bad = subprocess.run([*ctxd], capture_output=True, text=True, timeout=60)

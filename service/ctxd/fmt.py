@@ -2,7 +2,9 @@
 and the characters a terminal or a bidi-aware viewer would act on, shown escaped."""
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 
 def human_bytes(size: int | float | None) -> str:
@@ -66,6 +68,15 @@ def printable(text: str, lines: bool = True) -> str:
 def has_unseen(text: str) -> bool:
     """Whether `printable(text)` differs from `text`."""
     return _UNSEEN_IN_TEXT.search(text) is not None
+
+
+def watch_target(spec: Mapping[str, Any]) -> str:
+    """ "log /tmp/x.log": what a watch looks at, from its spec as a dict (or as JSON read)."""
+    keys = ("path", "match", "name", "pid", "port", "job", "argv")
+    what = next((str(spec[k]) for k in keys if spec.get(k) is not None), "")
+    if spec.get("mine"):
+        what = f"my jobs under {spec['workdir']}" if spec.get("workdir") else "my jobs"
+    return f"{spec.get('kind', '?')} {what}".strip()
 
 
 def attempts(first: int, last: int) -> str:

@@ -11,7 +11,13 @@ from ctxd import DEFAULT_URL
 
 def url() -> str:
     """The service the CLI and the hooks talk to, unless `--url` says otherwise."""
-    return os.environ.get("CTXD_URL", DEFAULT_URL)
+    return with_scheme(os.environ.get("CTXD_URL", DEFAULT_URL))
+
+
+def with_scheme(address: str) -> str:
+    """`host:port` as `http://host:port`, the way a person often writes it; a URL as it is."""
+    address = address.strip()
+    return address if "://" in address else f"http://{address}"
 
 
 def token() -> str | None:

@@ -7,6 +7,7 @@ print of it (process name, log or artifact path, command label, port address, GP
 
 from pydantic import BaseModel
 
+from ctxd import fmt
 from ctxd.collectors import kinds
 from ctxd.models import Observations, PortWatch, Unavailable, Watch
 
@@ -48,16 +49,7 @@ def for_peer(watch: Watch) -> Watch:
 
 def describe(watch: Watch) -> str:
     """ "log /tmp/x.log": what a watch looks at, for an unavailable line."""
-    spec = watch.spec.model_dump(exclude_none=True)
-    what = next(
-        (
-            str(spec[k])
-            for k in ("path", "match", "name", "pid", "port", "job", "argv")
-            if k in spec
-        ),
-        "",
-    )
-    return f"{watch.spec.kind} {what}".strip()
+    return fmt.watch_target(watch.spec.model_dump())
 
 
 def add_unavailable(into: Observations, watch: Watch, line: Unavailable) -> None:
