@@ -6,8 +6,10 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -20,8 +22,10 @@ from ctxd.render.markdown import TEMPLATES, markdown_html
 from ctxd.settings import Settings
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.store.database import Store
+from markupsafe import escape
 
-from tests.conftest import FIXTURES, app_client
+from tests.conftest import FIXTURES, Server, app_client, free_port, tagged, wait_until
+from tests.test_attempts import _hook, _run, _versions
 
 # Each payload would run script or fetch something if a page let it through unescaped.
 PAYLOADS = [
@@ -226,6 +230,124 @@ def test_diff_of_a_session_without_versions_says_how_to_get_one(client):
     assert client.get("/s/empty").status_code == 200
 
 
+# --- a session with a running attempt and two failed ones, made by real processes ----------------
+
+# A stand-in for an inference server: the first two launches die with the errors real ones
+# print; the third serves its port and waits.
+SERVE = textwrap.dedent(
+    """
+    import socket, sys, time
+    args = sys.argv[1:]
+    print("Loading model...", flush=True)
+    if "32768" in args:
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+    if "fp8" in args:
+        print("ValueError: fp8 quantization needs compute capability 8.9", file=sys.stderr,
+              flush=True)
+        sys.exit(1)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", int(args[args.index("--port") + 1])))
+    listener.listen()
+    print("Uvicorn running, waiting for requests", flush=True)
+    time.sleep(600)
+    """
+)
+TITLE = "Serve Kimi K2 with a 32k context"
+# a log name with no place to break a line but anywhere: the table of contents must wrap it
+LONG_LOG = "logs/kimi_k2_instruct_tp8_max_model_len_32768_attempt_1.log"
+
+
+@dataclass
+class Launched:
+    sid: str
+    pid: int  # the running attempt's process
+    port: int
+    version: int  # the newest stored version, which holds all three attempts as they ended
+    snapshot: dict
+
+
+def _more_than(server: Server, sid: str, versions: int) -> bool:
+    return _versions(server, sid) > versions
+
+
+def _as_wanted(server: Server, sid: str) -> dict | None:
+    """A stored version once attempts 1 and 2 have ended with their errors and attempt 3 runs
+    with its port listening; None until then."""
+    answer = httpx.post(f"{server.url}/api/sessions/{sid}/snapshots", timeout=60)
+    answer.raise_for_status()
+    launches = [i for i in answer.json()["narrative"]["history"] if i["source"] == "launch"]
+    states = [(i["status"], bool(i["error"]), i["port_open"]) for i in launches]
+    want = [("ended", True, False), ("ended", True, False), ("running", False, True)]
+    return answer.json() if states == want else None
+
+
+def try_three_times(server: Server, tmp: Path, tag: str) -> Launched:
+    """Three launches by real shell lines, reported as Claude Code reports them: two die at
+    once (out of memory, then fp8), the third serves its port."""
+    workspace = tmp / "kimi"
+    (workspace / "logs").mkdir(parents=True)
+    (workspace / "serve.py").write_text(SERVE)
+    port = free_port()
+    _hook(server, workspace, "UserPromptSubmit", prompt="Serve Kimi K2 with a longer context")
+    sid = "kimi"
+    httpx.put(f"{server.url}/api/sessions/{sid}", json={"title": TITLE}).raise_for_status()
+    serve = f"nohup {sys.executable} serve.py --port {port} --tag {tag}"
+    lines = [
+        f"{serve} --max-model-len 32768 > {LONG_LOG} 2>&1 &",
+        f"{serve} --max-model-len 8192 --quantization fp8 > logs/attempt_2.log 2>&1 &",
+        f"{serve} --max-model-len 8192 > logs/attempt_3.log 2>&1 &",
+    ]
+    for n, line in enumerate(lines, start=1):
+        before = _versions(server, sid)
+        _run(server, workspace, line, n)
+        wait_until(partial(_more_than, server, sid, before), f"the settling snapshot of launch {n}")
+    snapshot = wait_until(lambda: _as_wanted(server, sid), "two attempts dead, the third serving")
+    (pid,) = tagged(tag)
+    return Launched(sid, pid, port, snapshot["header"]["version"], snapshot)
+
+
+def main_of(html: str) -> str:
+    return html.split("<main>", 1)[1].split("</main>", 1)[0]
+
+
+def test_session_and_version_pages_lead_with_what_runs_and_say_each_thing_once(
+    rooted_server: Server, tmp_path: Path, tag: str
+):
+    tried = try_three_times(rooted_server, tmp_path, tag)
+    with rooted_server.client() as c:
+        session = main_of(c.get(f"/s/{tried.sid}").text)
+        version = c.get(f"/s/{tried.sid}/v/{tried.version}").text
+    # The session page: the running attempt, its pid, port and log, then what was tried, all
+    # before the history; the now page linked as the page's first action.
+    history = session.index('id="timeline"')
+    running = session.index(f"pid <code>{tried.pid}</code>")
+    assert running < history
+    assert session.index(">running</span> <strong>attempt 3</strong>") < running
+    assert session.index(f'<code>{tried.port}</code> <span class="yes">listening</span>') < history
+    assert session.index("logs/attempt_3.log</code>") < history
+    table = session[session.index('id="tried"') : history]
+    assert table.count(">dead</span>") == 2 and table.count(">running</span>") == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory" in table
+    assert "ValueError: fp8 quantization needs compute capability 8.9" in table
+    assert "--quantization fp8 added; --max-model-len 32768 → 8192" in table
+    assert session.index(f'<a class="button" href="/s/{tried.sid}/now">') < running
+    # its journal lists the launches the agent's commands made
+    journal = session[session.index('id="journal"') : session.index('id="watches"')]
+    assert journal.count("<td>launch ") == 3
+    assert "--max-model-len 32768" in journal and "attempt 3: running for" in journal
+    # The version page: its title once (not again as the dump's heading and bold line), its
+    # signals once (not again as the dump's Now).
+    assert version.count(str(escape(TITLE))) == 1
+    signals = tried.snapshot["signals"]
+    assert signals and version.count('<div class="signal">') == len(signals)
+    for signal in signals:
+        assert main_of(version).count(str(escape(signal["text"]))) == 1, signal["text"]
+    assert version.count('id="now"') == 1 and version.count('href="#now"') == 1
+    assert "kimi_k2_instruct_tp8_max_model_len_32768_attempt_1.log</a>" in version  # the TOC
+
+
 # --- every template under StrictUndefined, in process ------------------------------------------
 
 
@@ -251,7 +373,7 @@ def test_every_page_template_renders_under_strict_undefined(snapshotter):
     store = snapshotter.store
     contexts = {
         "index.html": {"rows": pagedata.index(store)},
-        "session.html": {"sid": "s1", "page": pagedata.session_page(store, "s1")},
+        "session.html": {"sid": "s1", "page": pagedata.session_page(snapshotter, "s1")},
         "version.html": {"sid": "s1", "page": pagedata.version_page(store, "s1", 2)},
         "diff.html": {"sid": "s1", "page": pagedata.diff_page(snapshotter, "s1", None, None)},
         "now.html": {"sid": "s1", "page": pagedata.now_page(snapshotter, "s1")},
@@ -302,3 +424,14 @@ def test_markdown_html_escapes_raw_html_and_unsafe_links_and_anchors_headings():
     assert '<h2 id="logs-2">' in dump.html
     table = markdown_html("| a | b |\n| --- | ---: |\n| 1 | 2 |\n").html
     assert 'class="align-right"' in table and "style=" not in table
+
+
+def test_a_snapshot_page_shows_the_dump_without_what_it_states_itself():
+    dump = pagedata.snapshot_html(
+        "# s · v1 · trigger `manual`\n\n**A title**\n\n## Objective\n\nserve it\n\n"
+        "## Now\n\n- **info**: a signal\n\n## Logs\n\n```text\n## Now\n```\n\n- a\n  b\n"
+    )
+    assert [h.anchor for h in dump.toc] == ["objective", "logs"]
+    assert "<h1" not in dump.html and "A title" not in dump.html and "a signal" not in dump.html
+    assert "## Now\n</code>" in dump.html  # a log line that reads as a heading stays
+    assert "a<br />\nb" in dump.html  # a line break in the dump is one on the page

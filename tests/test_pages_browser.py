@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Server, start_server, stop_server
-from tests.test_pages import BUSY, PAGES, PAYLOADS, seed
+from tests.test_pages import BUSY, PAGES, PAYLOADS, seed, try_three_times
 
 CHROMIUM = Path("/usr/bin/chromium")
+VIEWPORT = {"width": 1280, "height": 900}
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 ARGS = [
     "--no-sandbox",
@@ -61,7 +62,7 @@ class Watched:
 
     def __init__(self, browser, base: str, javascript: bool = True) -> None:
         self.context = browser.new_context(
-            base_url=base, java_script_enabled=javascript, viewport={"width": 1280, "height": 900}
+            base_url=base, java_script_enabled=javascript, viewport=VIEWPORT
         )
         self.page = self.context.new_page()
         self.errors: list[str] = []
@@ -100,9 +101,10 @@ def test_every_page_loads_without_console_errors_or_outside_requests(tab):
 
 def test_version_page_shows_the_dump_sections_with_a_working_toc(tab):
     tab.page.goto("/s/demo/v/2")
-    headings = tab.page.locator("article.dump h2").all_inner_texts()
-    for section in ("Objective", "Now", "Processes", "Logs", "Changes since v1"):
-        assert section in headings, headings
+    headings = tab.page.locator(".column h2").all_inner_texts()
+    for section in ("Now", "Objective", "Processes", "Logs", "Changes since v1"):
+        assert headings.count(section) == 1, headings
+    assert tab.page.locator(".column h1").count() == 0  # the page's own h1 says the title
     tab.page.locator("nav.toc a", has_text="Logs").first.click()
     assert tab.page.url.endswith("#logs")
 
@@ -184,3 +186,44 @@ def test_screenshots_for_a_person_to_look_at(tab):
         tab.page.screenshot(path=str(target), full_page=name != "version")
         assert target.stat().st_size > 5000
     assert tab.errors == []
+
+
+# Each link of the table of contents and the column beside it, as the page lays them out.
+BOXES = """() => {
+  const right = (e) => e.getBoundingClientRect().right;
+  return {
+    toc: right(document.querySelector("nav.toc")),
+    column: document.querySelector(".column").getBoundingClientRect().left,
+    links: [...document.querySelectorAll("nav.toc a")].map(
+      (a) => ({text: a.textContent, right: right(a), lines: a.getClientRects().length})),
+    page: document.documentElement.scrollWidth,
+  };
+}"""
+
+
+def test_a_running_attempt_and_two_failed_ones_in_chromium(browser, rooted_server, tmp_path, tag):
+    """The session page shows the running attempt in its first screen, above the history; the
+    version page's long log path wraps inside the table of contents. Screenshots of both."""
+    tried = try_three_times(rooted_server, tmp_path, tag)
+    tab = Watched(browser, rooted_server.url)
+    try:
+        tab.page.goto(f"/s/{tried.sid}")
+        current = tab.page.locator(".current")
+        assert f"pid {tried.pid}" in current.inner_text() and "running" in current.inner_text()
+        box, history = current.bounding_box(), tab.page.locator("#timeline").bounding_box()
+        assert box is not None and history is not None
+        assert box["y"] + box["height"] <= VIEWPORT["height"] and box["y"] < history["y"]
+        ARTIFACTS.mkdir(exist_ok=True)
+        tab.page.screenshot(path=str(ARTIFACTS / "pages-attempts-session.png"), full_page=True)
+
+        tab.page.goto(f"/s/{tried.sid}/v/{tried.version}")
+        boxes = tab.page.evaluate(BOXES)
+        assert boxes["toc"] <= boxes["column"] and boxes["page"] <= VIEWPORT["width"]
+        for link in boxes["links"]:
+            assert link["right"] <= boxes["toc"] + 0.5, link  # inside its column, wrapped
+        (long,) = [link for link in boxes["links"] if "kimi_k2_instruct" in link["text"]]
+        assert long["lines"] > 1
+        tab.page.screenshot(path=str(ARTIFACTS / "pages-attempts-version.png"))
+        assert tab.errors == [] and tab.foreign == []
+    finally:
+        tab.close()

@@ -85,7 +85,7 @@ class PageController(Controller):
 
     @get("/s/{sid:str}", sync_to_thread=True, media_type=HTML)
     def session(self, state: State, sid: SessionPath) -> Template:
-        page = pagedata.session_page(snapshotter(state).store, sid)
+        page = pagedata.session_page(snapshotter(state), sid)
         return Template("session.html", context={"sid": sid, "page": page})
 
     @get("/search", sync_to_thread=True, media_type=HTML)

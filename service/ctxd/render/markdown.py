@@ -1,10 +1,12 @@
 """Jinja2 rendering: a Snapshot to its Markdown dump, that dump cut to a budget or made HTML."""
 
 import re
+from collections.abc import Set
 from dataclasses import dataclass
 
 import jinja2
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 # human_bytes and utc are imported from here by the pages too
 from ctxd import shipped
@@ -212,7 +214,10 @@ class HtmlDump:
 def _markdown_parser() -> MarkdownIt:
     # Raw HTML off: every observed string renders as text. Images off: a journal or log line
     # must not make the reader's browser fetch anything.
-    return MarkdownIt("commonmark", {"html": False}).enable("table").disable("image")
+    # A line break in the dump is one on the page too (an attempt's command under its outcome).
+    return (
+        MarkdownIt("commonmark", {"html": False, "breaks": True}).enable("table").disable("image")
+    )
 
 
 _MD = _markdown_parser()
@@ -223,9 +228,14 @@ def slug(text: str) -> str:
     return "-".join(words)[:60].strip("-") or "section"
 
 
-def markdown_html(markdown: str) -> HtmlDump:
-    """A dump as HTML: an id on every heading and a table of contents of levels 2 and 3."""
-    tokens = _MD.parse(markdown)
+def markdown_html(
+    markdown: str, sections_only: bool = False, leave_out: Set[str] = frozenset()
+) -> HtmlDump:
+    """A dump as HTML: an id on every heading and a table of contents of levels 2 and 3.
+    `sections_only`: without its lines before the first section (its title, trigger and note,
+    which a page states in its own header); `leave_out`: sections, by their level-2 heading,
+    that a page shows its own way."""
+    tokens = _sections(_MD.parse(markdown), sections_only, leave_out)
     toc: list[Heading] = []
     seen: dict[str, int] = {}
     for i, token in enumerate(tokens):
@@ -244,3 +254,18 @@ def markdown_html(markdown: str) -> HtmlDump:
         if level in (2, 3):
             toc.append(Heading(level, text, anchor))
     return HtmlDump(_MD.renderer.render(tokens, _MD.options, {}), toc)
+
+
+def _sections(tokens: list[Token], sections_only: bool, leave_out: Set[str]) -> list[Token]:
+    """The tokens of the dump's sections but those left out; a section starts at a level-2
+    heading of the document itself (not one inside a list item or a quote)."""
+    if not sections_only and not leave_out:
+        return tokens
+    kept: list[Token] = []
+    keep = not sections_only
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open" and token.tag == "h2" and token.level == 0:
+            keep = tokens[i + 1].content not in leave_out
+        if keep:
+            kept.append(token)
+    return kept

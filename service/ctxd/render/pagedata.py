@@ -9,7 +9,9 @@ from ctxd import redact
 from ctxd.errors import NotFound
 from ctxd.models import (
     Diff,
+    HistoryItem,
     JournalEntry,
+    LogInfo,
     ProcessWatch,
     Session,
     Signal,
@@ -32,6 +34,11 @@ TIMELINE_PARTS = frozenset({"signals", "changes", "observations.processes"})
 # A diff of two dumps with long logs can run to thousands of lines; past this it stops helping.
 DIFF_LINES_MAX = 4000
 SEARCH_PAGE_HITS = 25
+# The dump's sections a snapshot's page states itself, above the dump: Now is its signals.
+STATED_BY_THE_PAGE = frozenset({"Now"})
+# An attempt's state, in the words of the session page: its process runs, is not seen yet
+# (its command was given), or is gone.
+STATES = {"running": "running", "started": "waiting", "ended": "dead"}
 
 
 @dataclass
@@ -73,13 +80,51 @@ class ProcessSeries:
 
 
 @dataclass
+class Tried:
+    """One line of the dump's Attempts (`launch_history.history`), with its state's word."""
+
+    item: HistoryItem
+    state: str  # running, waiting, dead; "" for a folded line or the agent's own note
+
+
+@dataclass
+class LogNow:
+    path: str
+    seen: LogInfo | None  # as the log watch read it; None: no watch reads it
+
+
+@dataclass
+class RunsNow:
+    """What runs now and what was tried, from a snapshot's Attempts and observations."""
+
+    observed_at: datetime
+    current: Tried | None  # the running attempt (the newest, if several), else the newest one
+    logs: list[LogNow]  # the current attempt's output files
+    tried: list[Tried]  # oldest first, as in the dump
+    signals: list[Signal]
+
+
+@dataclass
+class JournalRow:
+    """An entry the agent wrote, or a launch its command made (an attempt)."""
+
+    at: datetime
+    kind: str
+    text: str
+    status: str | None = None
+    outcome: str | None = None
+    key: str | None = None
+
+
+@dataclass
 class SessionPage:
     session: Session
+    now: RunsNow
     rows: list[VersionRow]
     total: int
     strip: Strip
     series: list[ProcessSeries]
-    entries: list[JournalEntry]
+    journal: list[JournalRow]
     watches: list[Watch]
 
 
@@ -121,8 +166,47 @@ def series(snapshots: list[Snapshot], watches: list[Watch]) -> list[ProcessSerie
     return out
 
 
-def session_page(store: Store, sid: str) -> SessionPage:
+def tried(item: HistoryItem) -> Tried:
+    state = STATES.get(item.status or "", "") if item.source == "launch" else ""
+    return Tried(item, state)
+
+
+def runs_now(snapshot: Snapshot) -> RunsNow:
+    """The attempts of a snapshot as the session page leads with them: the one running (or
+    the newest), its ports and logs as observed, and each one tried."""
+    history = [tried(item) for item in snapshot.narrative.history]
+    launches = [t for t in history if t.item.source == "launch" and t.item.status != "folded"]
+    running = [t for t in launches if t.state in ("running", "waiting")]
+    current = (running or launches)[-1] if launches else None
+    seen = {log.path: log for log in snapshot.observations.logs.items}
+    paths = current.item.logs if current else []
+    return RunsNow(
+        observed_at=snapshot.header.taken_at,
+        current=current,
+        logs=[LogNow(path, seen.get(path)) for path in paths],
+        tried=history,
+        signals=snapshot.signals,
+    )
+
+
+def journal_rows(entries: list[JournalEntry], history: list[HistoryItem]) -> list[JournalRow]:
+    """The journal and the session's launches (the dump's Attempts: what its commands started,
+    a process found running), by time."""
+    rows = [JournalRow(e.created_at, e.kind, e.text, e.status, e.outcome, e.key) for e in entries]
+    for item in history:
+        if item.source == "launch":
+            said = "; ".join(part for part in (item.ran, item.error) if part) or item.outcome
+            outcome = f"{item.label}: {said}" if item.label and said else item.label or said
+            text = item.command or item.text
+            rows.append(JournalRow(item.at, "launch", text, tried(item).state or None, outcome))
+    return sorted(rows, key=lambda row: row.at)
+
+
+def session_page(snap: Snapshotter, sid: str) -> SessionPage:
+    """The session: what runs now (observed live, not stored), then its history."""
+    store = snap.store
     session = redact.scrub(store.get_session(sid))
+    live, _ = snap.preview(sid)
     summaries = store.list_snapshots(sid)
     shown = [
         store.get_snapshot(sid, s.version, TIMELINE_PARTS)
@@ -143,13 +227,20 @@ def session_page(store: Store, sid: str) -> SessionPage:
     strip = charts.strip([(s.header.version, s.header.trigger, s.signals) for s in shown])
     return SessionPage(
         session=session,
+        now=runs_now(live),
         rows=rows,
         total=len(summaries),
         strip=strip,
         series=series(shown, watches),
-        entries=redact.scrub(store.list_entries(sid)),
+        journal=journal_rows(redact.scrub(store.list_entries(sid)), live.narrative.history),
         watches=watches,
     )
+
+
+def snapshot_html(markdown: str) -> HtmlDump:
+    """A dump as a snapshot's page shows it below its own header and signals: its sections
+    but Now, so the title and the signals are said once."""
+    return markdown_html(markdown, sections_only=True, leave_out=STATED_BY_THE_PAGE)
 
 
 @dataclass
@@ -166,7 +257,7 @@ def version_page(store: Store, sid: str, version: int) -> VersionPage:
     latest = store.latest_version(sid)
     return VersionPage(
         snapshot=snapshot,
-        dump=markdown_html(store.get_markdown(sid, version)),
+        dump=snapshot_html(store.get_markdown(sid, version)),
         latest=latest,
         previous=version - 1 if version > 1 else None,
         next=version + 1 if version < latest else None,
@@ -222,7 +313,7 @@ class NowPage:
 
 def now_page(snap: Snapshotter, sid: str) -> NowPage:
     snapshot, markdown = snap.preview(sid)
-    return NowPage(snapshot, markdown_html(markdown), snap.store.latest_version(sid))
+    return NowPage(snapshot, snapshot_html(markdown), snap.store.latest_version(sid))
 
 
 @dataclass
