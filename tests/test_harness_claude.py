@@ -120,7 +120,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
         [sys.executable, "-m", "ctxd", "--url", server.url, "install", "claude"],
         capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
     )  # fmt: skip
-    assert "updated" in installed.stdout
+    assert "created" in installed.stdout
 
     model = ScriptedModel(
         [

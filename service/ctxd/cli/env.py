@@ -21,8 +21,20 @@ def with_scheme(address: str) -> str:
 
 
 def token() -> str | None:
-    """The bearer token of a service that wants one."""
-    return os.environ.get("CTXD_TOKEN") or None
+    """The bearer token of a service that wants one: CTXD_TOKEN, else the first line of the
+    file CTXD_TOKEN_FILE names (the one `ctxd token --new` wrote)."""
+    if given := os.environ.get("CTXD_TOKEN"):
+        return given
+    try:
+        with open(token_file() or "", encoding="utf-8") as held:
+            return held.readline(600).strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+def token_file() -> str | None:
+    """The file holding the token (CTXD_TOKEN_FILE, or a hook's `--token-file`)."""
+    return os.environ.get("CTXD_TOKEN_FILE") or None
 
 
 def session() -> str | None:

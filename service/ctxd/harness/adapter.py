@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from ctxd import DEFAULT_URL
+from ctxd.cli import env
 
 if TYPE_CHECKING:  # the hook path imports this module: only what it runs
     from pathlib import Path
@@ -58,6 +59,7 @@ class Adapter(Protocol):
 
     name: HarnessName
     label: str  # its name for people: "Claude Code"
+    program: str  # its command, found on PATH where it is installed: "claude"
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         """The harness's hook payload (as its hook forwarded it) in ctxd's words."""
@@ -65,6 +67,10 @@ class Adapter(Protocol):
 
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         """What `ctxd install` (or, with `remove`, uninstall) writes, file by file."""
+        ...
+
+    def notes(self, scope: str) -> list[str]:
+        """What the person must still do after an install (Codex: trust the new hooks)."""
         ...
 
 
@@ -97,11 +103,14 @@ class CommandHook(Protocol):
 
 def hook_command(harness: str, url: str) -> str:
     """The hook command a harness's settings hold: this installation's ctxd (so the harness
-    needs no PATH), with `--url` unless it is the default."""
+    needs no PATH), with `--url` unless it is the default, and the token file in use
+    (CTXD_TOKEN_FILE) when there is one: the harness's environment need not carry either."""
     script = os.path.join(os.path.dirname(sys.executable), "ctxd")
     argv = [script] if os.path.exists(script) else [sys.executable, "-m", "ctxd"]
     if url != DEFAULT_URL:
         argv += ["--url", url]
+    if token_file := env.token_file():
+        argv += ["--token-file", os.path.abspath(token_file)]
     return shlex.join([*argv, "hook", harness])
 
 

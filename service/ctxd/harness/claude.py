@@ -23,13 +23,12 @@ from ctxd.harness.adapter import (
     text_of,
 )
 from ctxd.harness.files import (
-    MCP_NAME,
     Change,
-    drop,
     json_text,
     read_json,
     read_text,
-    without_hooks,
+    with_hooks,
+    with_mcp_server,
 )
 
 # `startup` too: a fresh start is where a conversation is bound to its session (and told of
@@ -51,6 +50,7 @@ KINDS: dict[str, EventKind] = {
 class ClaudeCode:
     name: HarnessName = "claude"
     label = "Claude Code"
+    program = "claude"
     # Events a person waits on get the time a fresh snapshot may take; the others are quick.
     slow_events = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
     # Events whose trouble the person should see (a note per tool call would be noise).
@@ -95,25 +95,27 @@ class ClaudeCode:
             if line not in exports.read():
                 exports.write(line)
 
+    def notes(self, scope: str) -> list[str]:
+        return []
+
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         settings_path, mcp_path = targets(scope, project, home)
-        settings, mcp = read_json(settings_path), read_json(mcp_path)
-        hooks = without_hooks(settings.get("hooks", {}), "hook claude")
-        if not remove:
-            for event, entries in config(hook_command(self.name, url))["hooks"].items():
-                hooks.setdefault(event, []).extend(entries)
-        new_settings = {**settings, "hooks": hooks} if hooks else drop(settings, "hooks")
-        servers = {k: v for k, v in mcp.get("mcpServers", {}).items() if k != MCP_NAME}
-        if not remove:
-            servers[MCP_NAME] = {"type": "http", "url": url.rstrip("/") + "/mcp"}
-        new_mcp = {**mcp, "mcpServers": servers} if servers else drop(mcp, "mcpServers")
-        return [
-            Change(settings_path, read_text(settings_path), json_text(new_settings, settings_path)),
-            Change(mcp_path, read_text(mcp_path), json_text(new_mcp, mcp_path)),
-        ]
+        hooks = None if remove else config(hook_command(self.name, url))["hooks"]
+        changes = [_with_hooks(settings_path, hooks)]
+        if scope == "project":  # an earlier ctxd put them in the shared settings.json
+            changes.append(_with_hooks(project / ".claude" / "settings.json", None))
+        server = None if remove else {"type": "http", "url": url.rstrip("/") + "/mcp"}
+        new_mcp = with_mcp_server(read_json(mcp_path), server)
+        return [*changes, Change(mcp_path, read_text(mcp_path), json_text(new_mcp, mcp_path))]
 
 
 ADAPTER = ClaudeCode()
+
+
+def _with_hooks(path: Path, hooks: dict[str, list[Any]] | None) -> Change:
+    """A Claude Code settings file with ctxd's `hooks` (None: without them)."""
+    new_settings = with_hooks(read_json(path), "hook claude", hooks)
+    return Change(path, read_text(path), json_text(new_settings, path))
 
 
 def config(command: str) -> dict[str, Any]:
@@ -138,7 +140,9 @@ def config(command: str) -> dict[str, Any]:
 
 
 def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
-    """(settings.json holding the hooks, the file holding the MCP servers) for a scope."""
+    """(the settings file holding the hooks, the file holding the MCP servers) for a scope.
+    A project's hooks go in its personal `settings.local.json`: they name this machine's ctxd,
+    which a teammate's checkout of the shared `settings.json` would not have."""
     if scope == "project":
-        return project / ".claude" / "settings.json", project / ".mcp.json"
+        return project / ".claude" / "settings.local.json", project / ".mcp.json"
     return home / ".claude" / "settings.json", home / ".claude.json"

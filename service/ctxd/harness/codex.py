@@ -21,7 +21,6 @@ wrote is left alone. Standard library only: the hook path imports it.
 
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,7 @@ PROJECT_NOTE = (
 class Codex:
     name: HarnessName = "codex"
     label = "Codex"
+    program = "codex"
     # Events a person waits on get the time a fresh snapshot may take; the others are quick.
     slow_events = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
     # Events whose trouble the person should see (a note per tool call would be noise).
@@ -111,15 +111,15 @@ class Codex:
     def remember(self, event: str, sid: str) -> None:
         """Codex has no file of exports for its shells: nothing to keep."""
 
+    def notes(self, scope: str) -> list[str]:
+        return [TRUST_NOTE] + ([PROJECT_NOTE] if scope == "project" else [])
+
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         hooks_path, config_path = targets(scope, project, home)
         ours = None if remove else config(hook_command(self.name, url))["hooks"]
         new_settings = with_hooks(read_json(hooks_path), "hook codex", ours)
         before_toml = read_text(config_path)
         after_toml = mcp_toml(before_toml, None if remove else url, config_path)
-        if not remove:
-            notes = [TRUST_NOTE] + ([PROJECT_NOTE] if scope == "project" else [])
-            print("\n".join(f"note: {n}" for n in notes), file=sys.stderr)
         return [
             Change(hooks_path, read_text(hooks_path), json_text(new_settings, hooks_path)),
             Change(config_path, before_toml, after_toml),

@@ -41,6 +41,7 @@ KINDS: dict[str, EventKind] = {
 class Opencode:
     name: HarnessName = "opencode"
     label = "opencode"
+    program = "opencode"
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "event")
@@ -56,6 +57,9 @@ class Opencode:
 
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
         return plan(url, scope, project, home, remove)
+
+    def notes(self, scope: str) -> list[str]:
+        return []
 
 
 ADAPTER = Opencode()
