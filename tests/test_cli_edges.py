@@ -277,3 +277,16 @@ def test_the_api_says_the_session_name_rule_in_words(client: httpx.Client):
     assert answer.json()["detail"].startswith("a session name is lowercase letters")
     long = client.get("/api/sessions/" + "a" * 65)
     assert long.status_code == 400 and "up to 64 characters" in long.json()["detail"]
+
+
+def test_a_cli_call_does_not_import_httpxs_own_command_line():
+    """httpx imports its CLI (rich, pygments, click) when it can: some 50 ms on every `ctxd`
+    call, for nothing ctxd uses."""
+    probe = (
+        "import sys, ctxd.cli.main, ctxd.cli.commands;"
+        "print(sorted({'rich', 'pygments'} & set(sys.modules)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == "[]"
