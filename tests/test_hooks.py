@@ -161,6 +161,19 @@ def test_print_config_is_the_hooks_block_for_settings_json():
     assert command["type"] == "command" and command["command"].endswith("hook claude")
 
 
+@pytest.mark.parametrize("harness", ["codex", "gemini"])
+def test_print_config_of_each_harness_that_runs_hook_commands(harness: str, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxd", "hook", harness, "--print-config"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    hooks = json.loads(out.stdout)["hooks"]
+    commands = {h["command"] for entries in hooks.values() for e in entries for h in e["hooks"]}
+    assert len(commands) == 1 and commands.pop().endswith(f"hook {harness}")
+    assert list(tmp_path.iterdir()) == []  # printed, nothing written
+
+
 def test_parse_payload_and_continue_words():
     parsed = parse_payload(CLAUDE, json.dumps(payload("PreCompact", "/w", trigger="manual")))
     assert (parsed["hook_event_name"], parsed["cwd"]) == ("PreCompact", "/w")

@@ -269,3 +269,36 @@ def test_a_hook_installed_with_a_token_file_reaches_a_service_that_wants_the_tok
         assert [s["id"] for s in listed.json()] == ["work"]
     finally:
         stop_server(server)
+
+
+def test_install_and_doctor_speak_json_for_scripts(server, tmp_path: Path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    done = ctxd(home, work, "--url", server.url, "install", "claude", "--json")
+    said = json.loads(done.stdout)
+    assert [h["harness"] for h in said] == ["claude"]
+    assert {what for _, what in said[0]["files"]} == {"created"}
+    doctor = ctxd(home, work, "--json", "--url", server.url, "doctor")
+    findings = json.loads(doctor.stdout)
+    assert doctor.returncode == 0 and all(f["ok"] for f in findings)
+    assert any("Claude Code (user)" in f["what"] for f in findings)
+
+
+def test_the_cli_takes_a_token_file(tmp_path: Path):
+    token = "cli-token-" + "y" * 20
+    held = tmp_path / "token"
+    held.write_text(token + "\n")
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env={"CTXD_TOKEN": token})
+    try:
+        home = tmp_path / "home"
+        home.mkdir()
+        refused = ctxd(home, tmp_path, "--url", server.url, "sessions")
+        assert refused.returncode != 0
+        listed = ctxd(home, tmp_path, "--url", server.url, "--token-file", str(held), "sessions")
+        assert listed.returncode == 0, listed.stderr
+        by_env = ctxd(home, tmp_path, "--url", server.url, "sessions",
+                      env={"CTXD_TOKEN_FILE": str(held)})  # fmt: skip
+        assert by_env.returncode == 0, by_env.stderr
+    finally:
+        stop_server(server)

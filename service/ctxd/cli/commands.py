@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import shlex
-import sys
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -282,13 +281,19 @@ def search(args: argparse.Namespace) -> int:
 
 
 def hook(args: argparse.Namespace) -> int:
-    from ctxd.harness import claude, hook
-    from ctxd.harness.adapter import hook_command
+    """`ctxd hook HARNESS --print-config` (the hook itself is run before argparse)."""
+    import tempfile
+    from pathlib import Path
 
-    if args.print_config:
-        _print_json(claude.config(hook_command(claude.ADAPTER.name, args.url)))
-        return 0
-    return hook.run(claude.ADAPTER, args.url, sys.stdin, sys.stdout, sys.stderr)
+    from ctxd.harness.registry import adapter
+
+    for where in ("CODEX_HOME", "GEMINI_CLI_HOME", "XDG_CONFIG_HOME"):  # the user's own files
+        os.environ.pop(where, None)
+    with tempfile.TemporaryDirectory() as empty:
+        home = Path(empty)
+        hooks_file = adapter(args.harness).plan(args.url, "user", home, home, False)[0]
+    print(hooks_file.after, end="")
+    return 0
 
 
 def prune(args: argparse.Namespace) -> int:

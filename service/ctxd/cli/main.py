@@ -41,6 +41,7 @@ exit status:
 environment:
   CTXD_URL    the service, as host:port or a URL (default {DEFAULT_URL})
   CTXD_TOKEN  the bearer token of a service that asks for one
+  CTXD_TOKEN_FILE  a file holding it (`ctxd token --new` writes one)
 """
 JSON_HELP = "print JSON, for scripts (see `ctxd help`)"
 DATA_DIR_SAID = "$XDG_DATA_HOME/ctxd, else ~/.local/share/ctxd"
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is None:  # bare `ctxd`: the help, and 2 as git and uv do (nothing was done)
         parser.print_help()
         return EXIT_USAGE
+    if args.token_file:  # read by every request (env.token), and by an install's hooks
+        os.environ["CTXD_TOKEN_FILE"] = args.token_file
     try:
         if not args.url_unused:
             args.url = _service_url(args.url)
@@ -115,7 +118,7 @@ def _session(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from ctxd.cli import commands, setup
-    from ctxd.harness.registry import MODULES
+    from ctxd.harness.registry import COMMAND_HOOKS, MODULES
 
     parser = argparse.ArgumentParser(
         prog="ctxd",
@@ -127,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--url",
         help=f"the running service, as host:port or a URL (default: CTXD_URL, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="a file holding the service's bearer token (default: CTXD_TOKEN_FILE)",
     )
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(func=None, url_unused=False)
@@ -391,8 +399,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=commands.health)
 
     p = sub.add_parser("hook", help="be an agent harness's hook command (reads its JSON on stdin)")
-    p.add_argument("harness", choices=["claude"], help="the harness whose event comes on stdin")
-    p.add_argument("--print-config", action="store_true", help="print the settings block")
+    p.add_argument(
+        "harness", choices=list(COMMAND_HOOKS), help="the harness whose event comes on stdin"
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the hooks file `ctxd install HARNESS` writes (into an empty home), to "
+        "paste by hand",
+    )
     p.set_defaults(func=commands.hook)
 
     for name, p in sub.choices.items():

@@ -3,10 +3,12 @@ install|uninstall` and `ctxd doctor`; files on this machine, no call to the serv
 doctor's."""
 
 import argparse
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from ctxd.cli import service_unit
 from ctxd.cli.commands import EXIT_SERVICE, EXIT_USAGE, CliError
@@ -21,24 +23,41 @@ def doctor(args: argparse.Namespace) -> int:
 
     project = Path(git_root(os.getcwd()) or os.getcwd())
     findings = list(checks.examine(args.url, Path.home(), project))
-    for finding in findings:
-        print(finding.line())
+    if getattr(args, "json", False):
+        print(json.dumps([vars(f) for f in findings], indent=2))
+    else:
+        print("\n".join(f.line() for f in findings))
     return 0 if all(f.ok for f in findings) else EXIT_SERVICE
 
 
 def install(args: argparse.Namespace) -> int:
     """`ctxd install|uninstall [HARNESS]`: the harness named, or each one found on this
-    machine (its command on PATH, or for an uninstall ctxd wired into it)."""
+    machine (its command on PATH, or for an uninstall ctxd wired into it). One line per file
+    written (with --json, one object per harness)."""
     project = Path(git_root(os.getcwd()) or os.getcwd())
     names = [args.harness] if args.harness else [n for n in MODULES if _found(n, args, project)]
-    if not names:
+    done = [_install_one(name, args, project) for name in names]
+    if getattr(args, "json", False):
+        print(json.dumps(done, indent=2))
+    elif not names:
         verb = "uninstall" if args.remove else "install"
         found = "ctxd is not wired into any harness" if args.remove else "no harness found"
         print(f"{found} (known: {', '.join(MODULES)}); name one: `ctxd {verb} claude`")
-        return 0
-    for name in names:
-        _install_one(name, args, project, said_which=not args.harness)
+    else:
+        for said in done:
+            _say(said, "" if args.harness else f"{adapter(said['harness']).label}: ", args.remove)
     return 0
+
+
+def _say(said: dict[str, Any], prefix: str, remove: bool) -> None:
+    if said["diff"]:
+        print(said["diff"])
+    for path, what in said["files"]:
+        print(f"{prefix}{what} {path}")
+    if not said["files"] and not said["diff"]:
+        print(prefix + ("nothing to remove" if remove else "already installed: nothing to change"))
+    for note in said["notes"]:
+        print(f"{prefix}note: {note}")
 
 
 def _found(name: HarnessName, args: argparse.Namespace, project: Path) -> bool:
@@ -52,27 +71,22 @@ def _found(name: HarnessName, args: argparse.Namespace, project: Path) -> bool:
     return any(c.changed for c in plan)
 
 
-def _install_one(name: HarnessName, args: argparse.Namespace, project: Path, said_which: bool):
+def _install_one(name: HarnessName, args: argparse.Namespace, project: Path) -> dict[str, Any]:
+    """What an install (or uninstall, or a dry run of either) did to one harness's files."""
     harness = adapter(name)
-    prefix = f"{harness.label}: " if said_which else ""
     try:
         changes = harness.plan(args.url, args.scope, project, Path.home(), args.remove)
     except InstallError as exc:
+        prefix = "" if args.harness else f"{harness.label}: "
         raise CliError(prefix + str(exc), EXIT_USAGE) from None
     changed = [c for c in changes if c.changed]
-    if not changed:
-        print(
-            prefix
-            + ("nothing to remove" if args.remove else "already installed: nothing to change")
-        )
-    elif args.dry_run:
-        print("\n".join(c.diff() for c in changed))
-    else:
-        for path, done in apply(changed, remove=args.remove):
-            print(f"{prefix}{done} {path}")
-        if not args.remove:
-            for note in harness.notes(args.scope):
-                print(f"{prefix}note: {note}")
+    said: dict[str, Any] = {"harness": name, "files": [], "diff": "", "notes": []}
+    if args.dry_run:
+        said["diff"] = "\n".join(c.diff() for c in changed)
+    elif changed:
+        said["files"] = [(str(path), what) for path, what in apply(changed, remove=args.remove)]
+        said["notes"] = [] if args.remove else harness.notes(args.scope)
+    return said
 
 
 def always_on(args: argparse.Namespace) -> int:
@@ -90,12 +104,24 @@ def always_on(args: argparse.Namespace) -> int:
         changes = [c for c in service_unit.plan(args.url, Path.home(), remove) if c.changed]
     except InstallError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    said: dict[str, Any]
+    if args.dry_run:
+        said = {"files": [], "diff": "\n".join(c.diff() for c in changes), "next": ""}
+    else:
+        files = [(str(path), done) for path, done in apply(changes, remove=remove)]
+        said = {
+            "files": files,
+            "diff": "",
+            "next": service_unit.next_steps(remove) if files else "",
+        }
+    if getattr(args, "json", False):
+        print(json.dumps(said, indent=2))
+        return 0
     if not changes:
         print("nothing to remove" if remove else "already installed: nothing to change")
-    elif args.dry_run:
-        print("\n".join(c.diff() for c in changes))
-    else:
-        for path, done in apply(changes, remove=remove):
-            print(f"{done} {path}")
-        print(service_unit.next_steps(remove))
+    for path, done in said["files"]:
+        print(f"{done} {path}")
+    for text in (said["diff"], said["next"]):
+        if text:
+            print(text)
     return 0
