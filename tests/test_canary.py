@@ -5,12 +5,14 @@ cut off by the tail window), artifact names, a command's output and journal entr
 adds `-p VALUE`, `-u user:password`, tokens in URL query strings, names ending in KEY, a
 DATABASE_URL password that reappears bare, a secret fact, a value learned before a restart.
 Round three adds what an agent writes through the MCP tools (an objective, a finding, an
-attempt's outcome, a recorded command and its output). Searched: the database (every value,
+attempt's outcome, a recorded command and its output); round four a harness hook's payload (a
+Bash call's command and output). Searched: the database (every value,
 decompressed, and the raw -wal and -shm bytes), the Markdown files, every HTTP response, every
 MCP tool's answer (each tool the server lists, its errors too) and every resource, and ctxd's
 own log. Each channel also plants a marker that is no secret: the marker must come out where
 that channel shows (in the stored snapshot's own section and in the dump MCP resumes from),
-beside a redaction, so a channel that was never read cannot pass as one that leaked nothing.
+and each of its secrets' places must read redacted there (`[REDACTED]` where the secret
+stood), so a channel, or a secret, that was never read cannot pass as one that leaked nothing.
 """
 
 import asyncio
@@ -20,6 +22,7 @@ import json
 import sqlite3
 import sys
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,54 +65,126 @@ OUTCOME_KEY = "canary-outcome-key-7245"
 ACTION_PW = "canary-action-pw-5821"
 ACTION_TOKEN = "xoxb-" + "CanaryAction0" * 2
 
+# Round four: a harness hook's payload (a Bash tool call, its command and its output).
+HOOK_TOKEN = "ghp_" + "CanaryHookTok0" * 2 + "xyzw1234"
+HOOK_OUT_KEY = "canary-hook-out-key-6218"
+
 CANARIES = [
     FLAG_TOKEN, FLAG_VALUE, URL_PASSWORD, ENV_VALUE, HF_VALUE, LOG_BEARER, PEM_LINE,
     ARTIFACT_TOKEN, CMD_PASSWORD, CMD_TOKEN,
     MYSQL_P, CURL_PW, QUERY_TOKEN, QUERY_LOG_TOKEN, KEY_VALUE, NOTE_KEY, DBURL_PW, FACT_VALUE,
     ENC_VALUE,
     OBJECTIVE_PW, FINDING_PW, OUTCOME_KEY, ACTION_PW, ACTION_TOKEN,
+    HOOK_TOKEN, HOOK_OUT_KEY,
 ]  # fmt: skip
+
+R = "[REDACTED]"
 
 
 @dataclass(frozen=True)
 class Channel:
     """One way a secret reaches ctxd: where the stored snapshot shows it (a dotted path in
-    the snapshot's JSON), a text that is no secret and must show there, and its secrets."""
+    the snapshot's JSON, list items by index), a text that is no secret and must show there,
+    its secrets, and each secret's place as it must read there once redacted: the secret was
+    read, and replaced where it stood. `stored`: places that show in the database only (an
+    output kept for search, not shown in a snapshot)."""
 
     section: str
     marker: str
     secrets: tuple[str, ...]
+    redacted: tuple[str, ...]
+    stored: tuple[str, ...] = ()
 
 
 CHANNELS = {
     "process flags": Channel(
-        "observations.processes.items",
+        "observations.processes.items.0.argv",
         "visible-argv-marker",
         (FLAG_TOKEN, FLAG_VALUE, URL_PASSWORD, MYSQL_P, CURL_PW, QUERY_TOKEN),
+        (
+            f"--api-key\n{R}",
+            f"--hub={R}",
+            f"--db=postgres://app:{R}@db:5432/x",
+            f"-p\n{R}",
+            f"-u\ncanuser:{R}",
+            f"--endpoint\nhttps://api.example.com/v1?api_key={R}",
+        ),
     ),
     "process environment": Channel(
-        "observations.processes.items",
-        "visible-env-marker",
+        "observations.processes.items.0.env",
+        "CANARY_RUN_MODE=visible-env-marker",
         (ENV_VALUE, HF_VALUE, ENC_VALUE, KEY_VALUE, DBURL_PW),
+        (
+            f"CANARY_SERVICE_TOKEN={R}",
+            f"HF_TOKEN={R}",
+            f"CANARY_ENC_TOKEN={R}",
+            f"MY_SERVICE_KEY={R}",
+            f"DATABASE_URL=postgres://app:{R}@db/x",
+        ),
     ),
     "log": Channel(
-        "observations.logs",
+        "observations.logs.items.0.lines",
         "visible-log-marker",
         (PEM_LINE, LOG_BEARER, QUERY_LOG_TOKEN, ENV_VALUE, ENC_VALUE, KEY_VALUE, DBURL_PW),
+        (
+            f"{R}-----END PRIVATE KEY-----",
+            f"Authorization: Bearer {R}",
+            # the known values (the environment's), each in its four planted forms
+            *[
+                f"loaded {R} from the environment",
+                f"blob dXNlcjp{R} end",
+                f"GET /cb?q={R}&x=1",
+                f'payload {{"note": "{R}"}}',
+            ]
+            * 2,
+            f"access_token={R}",
+            f"MY_SERVICE_KEY={R}",
+            f"auth failed for password {R}",
+        ),
     ),
     "artifact names": Channel(
-        "observations.artifacts", "visible-artifact-marker", (ARTIFACT_TOKEN, ENV_VALUE)
+        "observations.artifacts",
+        "visible-artifact-marker",
+        (ARTIFACT_TOKEN, ENV_VALUE),
+        (f"/model-{R}.bin", f"/cache-{R}.bin"),
     ),
     "command output": Channel(
-        "observations.commands", "visible-command-marker", (CMD_PASSWORD, CMD_TOKEN, ENV_VALUE)
+        "observations.commands.items.0.output",
+        "visible-command-marker",
+        (CMD_PASSWORD, CMD_TOKEN, ENV_VALUE),
+        (f"db password={R}\n", f"token {R}\n", f"k {R}\n"),
     ),
-    "journal note": Channel("narrative.notes", "visible-note-marker", (NOTE_KEY,)),
-    "journal fact": Channel("narrative.facts", "visible_api_key", (FACT_VALUE,)),
-    "MCP objective": Channel("narrative.objective", "visible-objective-marker", (OBJECTIVE_PW,)),
-    "MCP finding": Channel("narrative.findings", "visible-finding-marker", (FINDING_PW,)),
-    "MCP attempt outcome": Channel("narrative.attempts", "visible-outcome-marker", (OUTCOME_KEY,)),
+    "journal note": Channel(
+        "narrative.notes", "visible-note-marker", (NOTE_KEY,), (f"MY_SERVICE_KEY={R}",)
+    ),
+    "journal fact": Channel(
+        "narrative.facts", "visible_api_key", (FACT_VALUE,), (f"visible_api_key={R}",)
+    ),
+    "MCP objective": Channel(
+        "narrative.objective", "visible-objective-marker", (OBJECTIVE_PW,), (f"PASSWORD={R}",)
+    ),
+    "MCP finding": Channel(
+        "narrative.findings",
+        "visible-finding-marker",
+        (FINDING_PW,),
+        (f"DB_PASSWORD={R} still works",),
+    ),
+    "MCP attempt outcome": Channel(
+        "narrative.attempts", "visible-outcome-marker", (OUTCOME_KEY,), (f"401 with api_key={R}",)
+    ),
     "MCP recorded command": Channel(
-        "narrative.recent_commands", "visible-action-marker", (ACTION_PW, ACTION_TOKEN)
+        "narrative.recent_commands",
+        "visible-action-marker",
+        (ACTION_PW, ACTION_TOKEN),
+        (f"curl -u deploy:{R} https://example.com/visible-action-marker",),
+        stored=(f"uploaded; api_token={R} refreshed",),
+    ),
+    "hook payload": Channel(
+        "narrative.recent_commands",
+        "visible-hook-marker",
+        (HOOK_TOKEN, HOOK_OUT_KEY),
+        (f"export GITHUB_TOKEN={R}; ./push.sh --tag visible-hook-marker",),
+        stored=(f"pushed; api_key={R} ok",),
     ),
 }
 
@@ -176,6 +251,22 @@ def _planted_lines(value: str) -> list[str]:
         f"GET /cb?q={quote(value, safe='')}&x=1",
         f"payload {json.dumps({'note': value})}",
     ]
+
+
+def _hook_payload(cwd: Path) -> dict[str, Any]:
+    """Claude Code's PostToolUse event of a Bash call, as its hook hands it to ctxd."""
+    return {
+        "session_id": "3f1c2a9e-5b7d-4c1e-9a0b-7e2d8c6f4a11",
+        "transcript_path": str(cwd / "transcript.jsonl"),
+        "cwd": str(cwd),
+        "permission_mode": "default",
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": f"export GITHUB_TOKEN={HOOK_TOKEN}; ./push.sh --tag "
+                                  "visible-hook-marker"},
+        "tool_response": {"stdout": f"pushed; api_key={HOOK_OUT_KEY} ok", "stderr": "",
+                          "interrupted": False},
+    }  # fmt: skip
 
 
 def _plant(tmp_path: Path, spawn: Any) -> tuple[Any, Path, Path]:
@@ -316,19 +407,32 @@ async def _mcp_session(url: str, sid: str, cwd: Path) -> McpRun:
 
 
 def _section(snapshot: dict[str, Any], dotted: str) -> str:
+    """The part of the snapshot at `dotted`, as text: a string as it is, a list of strings a
+    line each, a mapping of strings `key=value` a line each, anything else as JSON."""
     part: Any = snapshot
     for key in dotted.split("."):
-        part = part[key]
+        part = part[int(key)] if key.isdigit() else part[key]
+    if isinstance(part, str):
+        return part
+    if isinstance(part, list) and all(isinstance(x, str) for x in part):
+        return "".join(f"{x}\n" for x in part)
+    if isinstance(part, dict) and all(isinstance(x, str) for x in part.values()):
+        return "".join(f"{k}={v}\n" for k, v in part.items())
     return json.dumps(part)
 
 
-def _each_channel_was_read(snapshot: dict[str, Any], dump: str) -> None:
-    """Each channel's marker is in its own section of the stored snapshot beside a redaction,
-    and in the dump MCP resumed from; none of its secrets is in either, in any planted form."""
+def _each_channel_was_read(snapshot: dict[str, Any], dump: str, stored: str) -> None:
+    """Each channel's marker is in its own section of the stored snapshot, and in the dump MCP
+    resumed from; each of its secrets was read and replaced where it stood (its place reads
+    as the channel's `redacted` text there, or `stored` in the database); none of its secrets
+    is in either, in any planted form."""
     for name, channel in CHANNELS.items():
         section = _section(snapshot, channel.section)
         assert channel.marker in section, f"{name}: not read ({channel.section}: {section[:300]})"
-        assert "[REDACTED]" in section, f"{name}: nothing redacted in {channel.section}"
+        for place, times in Counter(channel.redacted).items():
+            assert section.count(place) >= times, f"{name}: {place!r} not in {section[:600]}"
+        for place in channel.stored:
+            assert place in stored, f"{name}: {place!r} not in the database"
         assert channel.marker in dump, f"{name}: missing from the resumed dump"
         forms = [form for value in channel.secrets for form in _forms(value)]
         leaked = [f for f in forms if f in section] + [f"dump: {f}" for f in forms if f in dump]
@@ -372,6 +476,12 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
                 {"kind": "fact", "key": "visible_api_key", "text": FACT_VALUE},
             ):
                 assert call("POST", "/api/sessions/canary/journal", json=entry).status_code < 300
+            hooked = call(
+                "POST",
+                "/api/hooks/claude",
+                json={"session": "canary", "payload": _hook_payload(tmp_path)},
+            )
+            assert hooked.status_code == 200, hooked.text  # fmt: skip
             call("POST", "/api/sessions/canary/snapshots", json={"force": True})
             call("POST", "/api/sessions/canary/snapshots", json={"force": True, "note": "two"})
             try:
@@ -401,7 +511,6 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
             call("POST", "/api/sessions/canary/messages", json={"text": ""})
             stored = call("GET", f"/api/sessions/canary/snapshots/{latest}").json()
             assert stored["observations"]["commands"]["items"], "the command ran"
-            _each_channel_was_read(stored, mcp.dump)
         raw_files = {p.name: p.read_bytes() for p in data.glob("ctxd.db*")}
         assert any(name.endswith("-wal") for name in raw_files), "read while the WAL is live"
     finally:
@@ -409,6 +518,7 @@ def test_canaries_never_come_out(tmp_path: Path, spawn: Any) -> None:
 
     places = {f"response {i}": text for i, text in enumerate(responses)}
     places["database values"] = _db_text(data / "ctxd.db")
+    _each_channel_was_read(stored, mcp.dump, places["database values"])
     places |= {name: raw.decode("latin-1") for name, raw in raw_files.items()}
     markdown = [p for p in data.rglob("*.md")]
     assert markdown

@@ -143,6 +143,33 @@ def test_service_down_or_bad_input_never_blocks_the_agent(tmp_path: Path):
         assert out.returncode == 0 and out.stderr.startswith("ctxd hook: "), out.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["nonsense"], "ctxd hook: no harness 'nonsense' runs hook commands (known: "),
+        (["--bogus", "claude"], "ctxd hook: no harness '--bogus' runs hook commands"),
+        (["claude", "--bogus"], "ctxd hook: ignored arguments '--bogus'"),
+        (["claude", "extra", "words"], "ctxd hook: ignored arguments 'extra words'"),
+        ([], "ctxd hook: "),
+    ],
+)
+def test_bad_arguments_never_block_the_agent(tmp_path: Path, args: list[str], said: str):
+    """A hook command mistyped in a settings file exits 0 whatever its stdin, saying why on
+    stderr: a harness treats another exit as the hook's failure and may block the agent."""
+    down = f"http://127.0.0.1:{free_port()}"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
+    good = json.dumps(payload("UserPromptSubmit", tmp_path, prompt="hi"))
+    for stdin in (good, "", "not json", "\x00\xff garbage"):
+        out = subprocess.run(
+            [sys.executable, "-m", "ctxd", "--url", down, "hook", *args],
+            input=stdin, capture_output=True, text=True, timeout=60,
+            env={**environ, "CTXD_AUTOSTART": "0"},
+        )  # fmt: skip
+        assert out.returncode == 0, (args, stdin, out.stderr)
+        assert out.stderr.startswith(said), (args, stdin, out.stderr)
+        assert "Traceback" not in out.stderr
+
+
 def test_print_config_is_the_hooks_block_for_settings_json():
     out = subprocess.run(
         [sys.executable, "-m", "ctxd", "hook", "claude", "--print-config"],
@@ -248,10 +275,12 @@ def test_ten_hooks_at_once_start_one_service(tmp_path: Path):
         assert httpx.get(f"{url}/health", timeout=5).json()["status"] == "ok"
         assert (tmp_path / "xdg" / "ctxd" / "ctxd.db").exists()
     finally:
-        servers = [
-            p for p in psutil.process_iter(["cmdline"])
-            if "serve" in (p.info["cmdline"] or []) and str(port) in (p.info["cmdline"] or [])
-        ]  # fmt: skip
+        # this test's own: the service the hooks started serves a data dir under its folder
+        def ours(argv: list[str]) -> bool:
+            data = argv[argv.index("--data-dir") + 1 :][:1] if "--data-dir" in argv else []
+            return "serve" in argv and bool(data) and Path(data[0]).is_relative_to(tmp_path)
+
+        servers = [p for p in psutil.process_iter(["cmdline"]) if ours(p.info["cmdline"] or [])]
         for server in servers:
             server.terminate()
         psutil.wait_procs(servers, timeout=10)
