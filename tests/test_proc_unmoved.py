@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,7 +18,7 @@ from ctxd.collectors.proc import procfs, procrows
 from ctxd.models import ProcessWatch, Watch
 from ctxd.settings import Settings
 
-from tests.conftest import wait_until
+from tests.conftest import asleep, settled, wait_until
 
 # One thread, asleep; on SIGUSR1 it moves to another directory and opens a file there.
 MOVER = """
@@ -46,6 +45,7 @@ def mover(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        wait_until(lambda: asleep(proc.pid, "nanosleep"), "the mover asleep")
         yield proc, tag
     finally:
         proc.kill()
@@ -96,8 +96,8 @@ def test_an_unmoved_process_is_not_read_again_and_a_moved_one_is(
         first[0].waiting,
     )
     os.kill(proc.pid, signal.SIGUSR1)
-    wait_until(lambda: (tmp_path / "opened-after").exists(), 10)
-    time.sleep(0.2)  # back asleep
+    wait_until(lambda: (tmp_path / "opened-after").exists(), "the mover to move")
+    wait_until(lambda: asleep(proc.pid, "nanosleep"), "the mover back asleep")
     moved = collect(tag, ctx)
     assert moved[0].cwd == str(tmp_path) and moved[0].open_files == first[0].open_files + 1
     assert len(counted_cmdlines) == read_first + 2  # its stat line and command line
@@ -127,13 +127,12 @@ def test_cpu_between_two_rows_comes_from_the_stat_line_before_the_sampler_has_it
     ctx = CollectContext(settings=QUIET_SAMPLER, memory={})
     try:
         processes.collect([watch], ctx)
-        deadline = time.monotonic() + 30
-        while True:  # a shared machine may lend it little CPU for a while
-            time.sleep(0.2)
+
+        def busy_cpu() -> float | None:  # a shared machine may lend it little CPU for a while
             cpu = processes.collect([watch], ctx).items[0].cpu_percent
-            if cpu is not None and cpu > 10:
-                break
-            assert time.monotonic() < deadline, f"never seen busy (last {cpu})"
+            return cpu if cpu is not None and cpu > 10 else None
+
+        cpu = wait_until(busy_cpu, "a busy figure between two rows", every=0.2)
         assert cpu <= 100 * (os.cpu_count() or 1)
     finally:
         busy.kill()
@@ -150,10 +149,10 @@ def test_an_unmoved_process_shows_its_new_parent_when_the_old_one_dies(tmp_path:
         f"open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(60)"
     )
     parent = subprocess.Popen([sys.executable, "-c", code])
-    wait_until(lambda: pidfile.exists() and pidfile.read_text(), 10)
+    wait_until(lambda: pidfile.exists() and pidfile.read_text(), "the child's pid")
     child = int(pidfile.read_text())
     try:
-        time.sleep(0.5)  # asleep, and settled in the process table
+        wait_until(lambda: asleep(child, "nanosleep") and settled(child), "the child settled")
         ctx = CollectContext(settings=Settings(cpu_sample_s=0), memory={})
         pattern = "^sleep " + tag.replace(".", r"\.")
         assert [r.ppid for r in collect(pattern, ctx)] == [parent.pid]
@@ -178,7 +177,7 @@ def test_a_probe_row_names_its_tree_and_keeps_the_process_sampled(tmp_path: Path
     tag = f"ctxd-glimpse-{uuid.uuid4().hex[:12]}"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
     try:
-        time.sleep(0.3)
+        wait_until(lambda: asleep(proc.pid, "nanosleep") and settled(proc.pid), "it settled")
         proctree.shared(0.0)  # a probe may use a table read within the last second
         settings = Settings(cpu_sample_s=0, sample_interval_s=1800)  # a sampler of its own
         probe = CollectContext(settings=settings, probe=True, memory={})

@@ -24,6 +24,8 @@ from ctxd.models import (
 from ctxd.render.markdown import render_dump
 from ctxd.settings import Settings
 
+from tests.conftest import asleep, wait_until
+
 # Prints a line, waits for a file to appear, prints another, then sleeps.
 CHATTY = """
 import os, sys, time
@@ -58,10 +60,7 @@ def test_a_log_written_through_stdout_since_launch_is_fresh(spawn, tmp_path: Pat
         proc = spawn(sys.executable, "-c", CHATTY, str(go), tag, stdout=out,
                      stderr=subprocess.STDOUT)  # fmt: skip
     go.touch()
-    deadline = time.monotonic() + 10
-    while "ready" not in log.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: "ready" in log.read_text(), "the child's second line")
     section = collect(watch(LogWatch(path=str(log)), 1), watch(ProcessWatch(match=tag), 2))
     (info,) = section.items
     assert info.writer_pid == proc.pid and info.writer_streams == "its stdout and stderr"
@@ -78,10 +77,7 @@ def test_an_appended_log_is_said_to_hold_older_output(spawn, tmp_path: Path) -> 
     with open(log, "a") as out:  # `cmd >> append.log`
         proc = spawn(sys.executable, "-c", CHATTY, str(go), stdout=out)
     go.touch()
-    deadline = time.monotonic() + 10
-    while "ready" not in log.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: "ready" in log.read_text(), "the child's second line")
     # no process watch: the writer is found by walking every process
     section = collect(watch(LogWatch(path=str(log)), 1))
     (info,) = section.items
@@ -99,7 +95,7 @@ def test_a_log_older_than_the_running_launch_is_stale(spawn, tmp_path: Path) -> 
     os.utime(log, (old, old))
     tag = f"ctxd-stale-{uuid.uuid4().hex[:10]}"
     proc = spawn(sys.executable, "-c", "import time; time.sleep(60)", tag)
-    time.sleep(0.2)
+    wait_until(lambda: asleep(proc.pid, "nanosleep"), "the watched process started")
     section = collect(watch(LogWatch(path=str(log)), 1), watch(ProcessWatch(match=tag), 2))
     (info,) = section.items
     assert info.writer_pid is None and info.newest_root_pid == proc.pid
@@ -115,8 +111,12 @@ time.sleep(60)
 """
 
 
-def artifacts_part(watches: list[Watch]) -> tuple[list, str]:
-    section = artifacts.collect(watches, CollectContext(settings=Settings()))
+def artifacts_part(watches: list[Watch], roots: list[Path]) -> tuple[list, str]:
+    """The artifacts section and its text, watching under `roots` only: the default roots
+    (home, /tmp, the working directory) hold the interpreter's files on one machine, not on
+    another."""
+    settings = Settings(watch_roots=roots)
+    section = artifacts.collect(watches, CollectContext(settings=settings))
     header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
     markdown = render_dump(Snapshot(header=header, observations=Observations(artifacts=section)))
     return section.items, markdown.split("## Artifacts\n", 1)[1].split("\n## ", 1)[0]
@@ -130,7 +130,8 @@ def test_a_watched_library_is_said_to_be_mapped_or_not(spawn, tmp_path: Path) ->
     copy.write_bytes(Path(library).read_bytes())
     process = watch(ProcessWatch(match=tag), 1)
     items, text = artifacts_part(
-        [process, watch(ArtifactWatch(path=library), 2), watch(ArtifactWatch(path=str(copy)), 3)]
+        [process, watch(ArtifactWatch(path=library), 2), watch(ArtifactWatch(path=str(copy)), 3)],
+        roots=[Path(os.path.realpath(library)).parent, tmp_path],
     )
     used = {i.path: i.in_use for i in items}
     assert used[os.path.realpath(library)] == f"mapped by the watched pid {proc.pid}"
@@ -143,11 +144,11 @@ def test_a_watched_library_is_said_to_be_mapped_or_not(spawn, tmp_path: Path) ->
 def test_a_watched_wheel_is_compared_with_what_the_process_imports(spawn, tmp_path: Path) -> None:
     tag = f"ctxd-wheel-{uuid.uuid4().hex[:10]}"
     proc = spawn(sys.executable, "-c", "import time; time.sleep(60)", tag)
-    time.sleep(0.2)
+    wait_until(lambda: asleep(proc.pid, "nanosleep"), "the watched process started")
     wheel = tmp_path / "pydantic-0.0.1-py3-none-any.whl"
     wheel.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: only its name is read
-    items, text = artifacts_part([watch(ProcessWatch(match=tag), 1),
-                                  watch(ArtifactWatch(path=str(wheel)), 2)])  # fmt: skip
+    watched = [watch(ProcessWatch(match=tag), 1), watch(ArtifactWatch(path=str(wheel)), 2)]
+    items, text = artifacts_part(watched, roots=[tmp_path])
     (info,) = items
     said = f"the watched pid {proc.pid} imports pydantic {pydantic.VERSION}: not this wheel's 0.0.1"
     assert info.in_use == said and said in text
@@ -166,7 +167,7 @@ def test_the_walk_for_a_writer_is_repeated_only_when_the_log_changed(spawn, tmp_
     holder = spawn(
         sys.executable, "-c", f"f = open({str(log)!r}, 'a'); import time; time.sleep(60)"
     )
-    time.sleep(0.3)
+    wait_until(lambda: asleep(holder.pid, "nanosleep"), "the holder to open the log")
     (second,) = logs.collect([spec], ctx).items
     assert second.writer_pid is None
     # it writes: the log changed, the walk runs again and finds it; then it is asked first
@@ -174,10 +175,7 @@ def test_the_walk_for_a_writer_is_repeated_only_when_the_log_changed(spawn, tmp_
     holder.wait()
     with open(log, "a") as out:
         writer = spawn(sys.executable, "-c", CHATTY, str(tmp_path), stdout=out)
-    deadline = time.monotonic() + 10
-    while "ready" not in log.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: "ready" in log.read_text(), "the child's second line")
     (third,) = logs.collect([spec], ctx).items
     assert third.writer_pid == writer.pid and memory.last == {str(log): writer.pid}
     assert str(log) not in memory.unwritten

@@ -6,7 +6,6 @@ import random
 import signal as signals_module
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 
 from ctxd.collectors import CollectContext, processes
@@ -24,6 +23,8 @@ from ctxd.models import (
 from ctxd.settings import Settings
 from ctxd.signals import derive as signals
 
+from tests.conftest import asleep, wait_until
+
 BLOCKED = """
 import subprocess, sys, time
 code = "import threading; threading.Event().wait()"  # blocked in one call, like NCCL waiting
@@ -38,7 +39,8 @@ def test_blocked_workers_show_one_kernel_waiting_point(spawn) -> None:
     root = spawn(sys.executable, "-c", BLOCKED, tag, stdout=subprocess.PIPE, text=True)
     kids = [int(pid) for pid in root.stdout.readline().split()]
     try:
-        time.sleep(0.5)  # let every worker reach its wait
+        wait_until(lambda: all(asleep(pid, "futex") for pid in kids), "every worker in its wait")
+        wait_until(lambda: asleep(root.pid, "nanosleep"), "the root in its sleep")
         watch = Watch(id=1, session="s", created_at=datetime.now(UTC),
                       spec=ProcessWatch(match=tag))  # fmt: skip
         section = processes.collect([watch], CollectContext(settings=Settings(cpu_sample_s=0)))
