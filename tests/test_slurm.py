@@ -14,13 +14,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
 from ctxd.collectors import slurm
-from ctxd.models import SlurmWatch
+from ctxd.models import SessionIn, SlurmWatch
+from ctxd.snapshotter import triggers
 
-from tests.conftest import free_port, start_server, stop_server
+from tests.conftest import (
+    StepClock,
+    free_port,
+    start_server,
+    stop_server,
+    ticked_watcher,
+    wait_until,
+)
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
 
@@ -62,13 +72,12 @@ class Cluster:
         ).stdout
         return out.split("JobState=")[1].split()[0] if "JobState=" in out else ""
 
-    def wait_state(self, job: str, states: set[str], within: float = 30) -> str:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if (state := self.state(job)) in states:
-                return state
-            time.sleep(0.2)
-        raise AssertionError(f"job {job} still {self.state(job)}, not {states}")
+    def wait_state(self, job: str, states: set[str], within: float = 60) -> str:
+        def reached() -> str | None:
+            state = self.state(job)
+            return state if state in states else None
+
+        return wait_until(reached, f"job {job} to be {states}", limit=within, every=0.2)
 
 
 def _write_conf(root: Path) -> Path:
@@ -163,7 +172,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             ).stdout
             return out.strip() == "idle"
 
-        _wait(idle, "the node to be idle", within=60)
+        _wait(idle, "the node to be idle", within=120)
         yield cluster
     finally:
         for proc in reversed(started):
@@ -176,13 +185,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     proc.wait()
 
 
-def _wait(ready, what: str, within: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"waited {within:g} s for {what}")
+def _wait(ready, what: str, within: float = 60) -> None:  # type: ignore[no-untyped-def]
+    wait_until(ready, what, limit=within, every=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +254,7 @@ def test_a_job_that_fails(cluster: Cluster, ctxd: httpx.Client) -> None:
 def test_a_job_pending_on_an_impossible_constraint(cluster: Cluster, ctxd: httpx.Client) -> None:
     job = cluster.sbatch("-J", "waits", "--constraint=h200", "--wrap", "echo never")
     cluster.wait_state(job, {"PENDING"})
-    time.sleep(1)
+    time.sleep(1)  # a gap the watch must see: pending for a second (SubmitTime is whole seconds)
 
     watch = {"kind": "slurm", "job": job, "pending_after_s": 1}
     taken, markdown = dump(ctxd, "waits", watch)
@@ -267,30 +271,43 @@ def test_a_job_pending_on_an_impossible_constraint(cluster: Cluster, ctxd: httpx
 
 
 def test_a_job_whose_log_grows_then_goes_silent(cluster: Cluster, ctxd: httpx.Client) -> None:
-    script = "for i in $(seq 1 15); do echo step $i; sleep 0.2; done; sleep 60"
-    job = cluster.sbatch("-J", "grows", "-o", "grows.out", "-t", "5", "--wrap", script)
-    cluster.wait_state(job, {"RUNNING"})
-    time.sleep(0.5)
-    watch = {"kind": "slurm", "job": job, "lines": 3, "silent_after_s": 1.5}
-    first, _ = dump(ctxd, "grows", watch)
-    time.sleep(1.0)
+    # It prints until the test says stop, then one last line, then nothing: each step waits
+    # on what the job wrote, not on how fast a busy machine runs it.
+    stop, out = cluster.jobs / "grows.stop", cluster.jobs / "grows.out"
+    script = (
+        f"i=0; while [ ! -e {stop} ]; do i=$((i+1)); echo step $i; sleep 0.2; done; "
+        "echo step last; sleep 60"
+    )
+    job = cluster.sbatch("-J", "grows", "-o", out.name, "-t", "5", "--wrap", script)
+    try:
+        cluster.wait_state(job, {"RUNNING"})
+        wait_until(lambda: out.exists() and "step 1\n" in out.read_text(), "its first line")
+        watch = {"kind": "slurm", "job": job, "lines": 3, "silent_after_s": 1.5}
+        first, _ = dump(ctxd, "grows", watch)
+        before = first["observations"]["slurm"]["items"][0]["logs"][0]
+        wait_until(lambda: out.stat().st_size > before["size"], "the job to write more")
 
-    second, markdown = snapshot(ctxd, "grows")
+        second, markdown = snapshot(ctxd, "grows")
 
-    before = first["observations"]["slurm"]["items"][0]["logs"][0]
-    after = second["observations"]["slurm"]["items"][0]["logs"][0]
-    assert after["size"] > before["size"] and after["growth_bytes"] > 0
-    assert "grew" in markdown and second["observations"]["slurm"]["items"][0]["time_limit_s"] == 300
-    time.sleep(3.5)  # the loop is done by now; the job sleeps on, printing nothing
+        after = second["observations"]["slurm"]["items"][0]["logs"][0]
+        assert after["size"] > before["size"] and after["growth_bytes"] > 0
+        assert "grew" in markdown
+        assert second["observations"]["slurm"]["items"][0]["time_limit_s"] == 300
+        stop.touch()
+        wait_until(lambda: out.read_text().endswith("step last\n"), "its last line")
+        # silent since: its last write dated ten seconds back instead of waiting them out
+        written = out.stat().st_mtime - 10
+        os.utime(out, (written, written))
 
-    third, _ = snapshot(ctxd, "grows")
+        third, _ = snapshot(ctxd, "grows")
 
-    (info,) = third["observations"]["slurm"]["items"]
-    assert info["state"] == "RUNNING" and info["logs"][0]["lines"][-1] == "step 15"
-    (signal,) = [s for s in third["signals"] if s["code"] == "slurm_silent"]
-    assert "but its output is silent for" in signal["text"]
-    assert signal["text"].endswith("last line: step 15")
-    subprocess.run(["scancel", job], env=cluster.env(), check=False)
+        (info,) = third["observations"]["slurm"]["items"]
+        assert info["state"] == "RUNNING" and info["logs"][0]["lines"][-1] == "step last"
+        (signal,) = [s for s in third["signals"] if s["code"] == "slurm_silent"]
+        assert "but its output is silent for" in signal["text"]
+        assert signal["text"].endswith("last line: step last")
+    finally:
+        subprocess.run(["scancel", job], env=cluster.env(), check=False)
 
 
 def test_a_job_the_controller_does_not_know(cluster: Cluster, ctxd: httpx.Client) -> None:
@@ -316,13 +333,12 @@ def test_a_job_that_ends_takes_a_snapshot_at_once(
             cluster.wait_state(job, {"RUNNING"})
             dump(client, "ends", {"kind": "slurm", "job": job})
             cluster.wait_state(job, {"COMPLETED"})
-            deadline = time.monotonic() + 15
-            triggers: list[str] = []
-            while time.monotonic() < deadline and "event:slurm-job-end" not in triggers:
-                time.sleep(0.3)
+
+            def ended() -> bool:
                 listed = client.get("/api/sessions/ends/snapshots").json()
-                triggers = [s["trigger"] for s in listed]
-            assert "event:slurm-job-end" in triggers
+                return "event:slurm-job-end" in [s["trigger"] for s in listed]
+
+            wait_until(ended, "a snapshot for the job's end", limit=60, every=0.3)
     finally:
         stop_server(server)
 
@@ -362,22 +378,42 @@ def test_mine_under_a_workdir_reads_only_the_jobs_it_shows(
 
 
 def test_the_event_probe_asks_the_controller_once_a_minute_not_every_probe(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path, calls = counting(tmp_path / "bin", "scontrol")
-    quick = {"CTXD_EVENT_PROBE_S": "0.3", "CTXD_TRIGGER_INTERVAL_S": "0.3", "PATH": path}
-    server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=cluster.env() | quick)
+    """The trigger loop ticked by the test on a clock the test steps: probes every 0.3 s of
+    it, the controller asked once per 60 s of it, however long each tick takes."""
+    job = cluster.sbatch("-J", "probed", "-t", "2", "--wrap", "sleep 30")
     try:
-        with server.client() as client:
-            job = cluster.sbatch("-J", "probed", "-t", "2", "--wrap", "sleep 30")
-            dump(client, "probed", {"kind": "slurm", "job": job})
-            time.sleep(3)  # some ten probes of the other sources
+        cluster.wait_state(job, {"RUNNING"})
+        path, calls = counting(tmp_path / "bin", "scontrol")  # ctxd's calls from here on
+        monkeypatch.setenv("PATH", path)
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        clock = StepClock()
+        monkeypatch.setattr(triggers, "time", SimpleNamespace(monotonic=clock))
+        with ticked_watcher(tmp_path / "data", monkeypatch, 0.3, 3600) as watcher:
+            probes = []
+            observe = watcher.snap.runner.observe
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                probes.append(kwargs.get("purpose"))
+                return observe(*args, **kwargs)
+
+            monkeypatch.setattr(watcher.snap.runner, "observe", counted)
+            watcher.snap.store.put_session("probed", SessionIn())
+            watcher.snap.store.add_watch("probed", SlurmWatch(job=job), limit=100)
+            watcher.snap.take("probed", force=True)
+            assert len(calls.read_text().splitlines()) == 1, "the snapshot's look"
+            for _ in range(100):  # 30 s of probes, one each 0.3 s
+                watcher.tick()
+                clock.advance(0.3)
+            assert probes.count("probe") == 100
             asked = calls.read_text().splitlines()
-            # the snapshot's look, and the first probe's
-            assert 1 <= len(asked) <= 2, asked
+            assert len(asked) == 2, asked  # and the first probe's, not a hundred
+            clock.advance(60)
+            watcher.tick()
+            assert len(calls.read_text().splitlines()) == 3, "asked again a minute on"
     finally:
-        stop_server(server)
-        subprocess.run(["scancel", "-n", "probed"], env=cluster.env(), check=False)
+        subprocess.run(["scancel", job], env=cluster.env(), check=False)
 
 
 def test_output_patterns_become_the_files_the_job_wrote(
