@@ -1,16 +1,25 @@
 """Triggers against a real server with short intervals: quiet, continue, events, dedup."""
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from ctxd.models import LogWatch, ProcessWatch, SessionIn
+from ctxd.snapshotter import triggers
 from ctxd.snapshotter.triggers import Watcher
 
-from tests.conftest import Server, app_client, start_server, stop_server, ticked_watcher, wait_until
+from tests.conftest import (
+    Server,
+    StepClock,
+    app_client,
+    start_server,
+    stop_server,
+    ticked_watcher,
+    wait_until,
+)
 
 MIN_GAP_S = 4.0
 FAST = {
@@ -56,20 +65,24 @@ def test_quiet_fires_once_after_silence_and_again_only_after_activity(
     fast_server: Server, fast: httpx.Client
 ):
     fast.put("/api/sessions/q", json={"objective": "wait", "quiet_after_s": 1})
-    first = wait_until(lambda: dumps_on_disk(fast_server, "q"), limit=15, every=0.1)
+    first = wait_until(lambda: dumps_on_disk(fast_server, "q"), limit=60, every=0.1)
     assert "trigger `quiet`" in first[0]
-    time.sleep(2.5)  # more than two quiet periods with no activity
+    # Two more quiet periods, told by the loop itself rather than by a sleep: a session made
+    # now, quiet after 2 s, gets its quiet dump in a tick that then looks at "q" (sessions
+    # are looked at in id order) two seconds or more after q's dump.
+    fast.put("/api/sessions/a-later", json={"quiet_after_s": 2})
+    wait_until(lambda: dumps_on_disk(fast_server, "a-later"), "the later session's quiet dump")
     assert len(dumps_on_disk(fast_server, "q")) == 1
     assert "Still true" not in dumps_on_disk(fast_server, "q")[0]
 
     fast.post("/api/sessions/q/journal", json={"kind": "finding", "text": "new evidence"})
     second = wait_until(
-        lambda: (d := dumps_on_disk(fast_server, "q")) and len(d) == 2 and d, limit=15, every=0.1
+        lambda: (d := dumps_on_disk(fast_server, "q")) and len(d) == 2 and d, limit=60, every=0.1
     )
     assert "trigger `quiet`" in second[1] and "new evidence" in second[1]
 
     fast.post("/api/sessions/q/heartbeat")  # activity without change: confirmed, not a version
-    wait_until(lambda: "Still true" in dumps_on_disk(fast_server, "q")[-1], limit=15, every=0.1)
+    wait_until(lambda: "Still true" in dumps_on_disk(fast_server, "q")[-1], limit=60, every=0.1)
     assert len(dumps_on_disk(fast_server, "q")) == 2
 
 
@@ -109,11 +122,28 @@ time.sleep(600)
 """
 
 
+PROBE_S = 0.01
+
+
 @pytest.fixture
-def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watcher]:
+def clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
+    """The trigger loop's clock (its probe periods and event gap), stepped by the test."""
+    stepped = StepClock()
+    monkeypatch.setattr(triggers, "time", SimpleNamespace(monotonic=stepped))
+    return stepped
+
+
+@pytest.fixture
+def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: StepClock) -> Iterator[Watcher]:
     """The trigger loop's Watcher on a real store, ticked by the test instead of a timer."""
-    with ticked_watcher(tmp_path / "data", monkeypatch, 0.01, MIN_GAP_S) as ticked:
+    with ticked_watcher(tmp_path / "data", monkeypatch, PROBE_S, MIN_GAP_S) as ticked:
         yield ticked
+
+
+def tick(watcher: Watcher) -> None:
+    """One tick, then one probe period on the loop's clock."""
+    watcher.tick()
+    triggers.time.monotonic.advance(PROBE_S)  # type: ignore[attr-defined]
 
 
 def event_versions(watcher: Watcher, sid: str) -> list:
@@ -123,7 +153,7 @@ def event_versions(watcher: Watcher, sid: str) -> list:
 def tick_until_event(watcher: Watcher, sid: str, count: int) -> list:
     """Ticks as the loop would until `count` event versions exist; fails after 30 s."""
     return wait_until(
-        lambda: watcher.tick() or (len(e := event_versions(watcher, sid)) >= count and e),
+        lambda: tick(watcher) or (len(e := event_versions(watcher, sid)) >= count and e),
         "event versions",
     )
 
@@ -135,12 +165,12 @@ def test_a_watched_process_exit_takes_an_event_snapshot_that_keeps_the_log(
     script = tmp_path / "event_worker.py"
     script.write_text(LOGGER)
     child = spawn(sys.executable, str(script), str(log))
-    wait_until(lambda: log.exists() and "all_reduce" in log.read_text(), limit=15, every=0.1)
+    wait_until(lambda: log.exists() and "all_reduce" in log.read_text(), limit=60, every=0.1)
     store = watcher.snap.store
     store.put_session("e", SessionIn(quiet_after_s=3600))
     store.add_watch("e", ProcessWatch(pid=child.pid), limit=100)
     store.add_watch("e", LogWatch(path=str(log)), limit=100)
-    watcher.tick()  # probes the living process: what its exit is compared with
+    tick(watcher)  # probes the living process: what its exit is compared with
     assert store.list_snapshots("e") == []
 
     child.kill()
@@ -153,29 +183,30 @@ def test_a_watched_process_exit_takes_an_event_snapshot_that_keeps_the_log(
     assert "exited" in dump
 
 
-def test_at_most_one_event_snapshot_per_min_gap(watcher: Watcher, spawn):
+def test_at_most_one_event_snapshot_per_min_gap(watcher: Watcher, spawn, clock: StepClock):
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     first, second = spawn(*sleeper), spawn(*sleeper)
     store = watcher.snap.store
     store.put_session("g", SessionIn(quiet_after_s=3600))
     for child in (first, second):
         store.add_watch("g", ProcessWatch(pid=child.pid), limit=100)
-    watcher.tick()
+    tick(watcher)
     assert store.list_snapshots("g") == []
 
     first.kill()
     first.wait()
-    before_first = time.monotonic()
-    tick_until_event(watcher, "g", 1)
+    (one,) = tick_until_event(watcher, "g", 1)
+    at_first = clock()
     second.kill()
     second.wait()
-    for _ in range(3):  # the exit is seen, and held back: the gap has not passed
-        watcher.tick()
-    assert time.monotonic() - before_first < MIN_GAP_S, "the machine was too slow to tell"
+    for _ in range(30):  # the exit is seen, and held back: the gap has not passed
+        tick(watcher)
+    assert clock() - at_first < MIN_GAP_S
     assert len(event_versions(watcher, "g")) == 1
+    assert str(second.pid) not in (store.get_snapshot("g", one.version).header.note or "")
 
+    clock.advance(MIN_GAP_S)
     two = max(tick_until_event(watcher, "g", 2), key=lambda v: v.version)
-    assert time.monotonic() - before_first >= MIN_GAP_S
     assert "process-exit" in two.trigger
     assert str(second.pid) in store.get_snapshot("g", two.version).header.note
 
@@ -243,12 +274,13 @@ def test_schedule_takes_snapshots_while_the_session_is_active(
     fast_server: Server, fast: httpx.Client
 ):
     fast.put("/api/sessions/s", json={"quiet_after_s": 3600, "schedule_every_s": 1})
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not dumps_on_disk(fast_server, "s"):
-        fast.post("/api/sessions/s/heartbeat")
-        time.sleep(0.2)
-    dumps = dumps_on_disk(fast_server, "s")
-    assert dumps and "trigger `schedule`" in dumps[0]
+
+    def active_then_dumped() -> list[str]:
+        fast.post("/api/sessions/s/heartbeat")  # active: a schedule snapshots active sessions
+        return dumps_on_disk(fast_server, "s")
+
+    dumps = wait_until(active_then_dumped, "a scheduled dump", limit=60, every=0.2)
+    assert "trigger `schedule`" in dumps[0]
 
 
 def test_detect_events_is_pure_and_names_what_happened():

@@ -1,25 +1,44 @@
 """The trigger watcher probes each watch set once per period for every session watching it."""
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from ctxd.models import LogWatch, PortWatch, ProcessWatch, SessionIn
+from ctxd.snapshotter import triggers
 from ctxd.snapshotter.triggers import Watcher
 
-from tests.conftest import free_port, ticked_watcher, wait_until
+from tests.conftest import StepClock, free_port, ticked_watcher, wait_until
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n'
 
 
+PERIOD_S = 1.0
+STEP_S = 0.05  # the loop's clock between two ticks: a period spans twenty
+
+
 @pytest.fixture
-def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watcher]:
-    """A Watcher ticked by the test; a probe period long enough for one tick to span it."""
-    with ticked_watcher(tmp_path / "data", monkeypatch, 1.0, 0) as ticked:
+def clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
+    """The trigger loop's clock, stepped by `tick`: however long a tick takes on a busy
+    machine, every session of one tick sees the same moment of the period."""
+    stepped = StepClock()
+    monkeypatch.setattr(triggers, "time", SimpleNamespace(monotonic=stepped))
+    return stepped
+
+
+@pytest.fixture
+def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: StepClock) -> Iterator[Watcher]:
+    """A Watcher ticked by the test, its probe period PERIOD_S on the stepped clock."""
+    with ticked_watcher(tmp_path / "data", monkeypatch, PERIOD_S, 0) as ticked:
         yield ticked
+
+
+def tick(watcher: Watcher) -> None:
+    watcher.tick()
+    triggers.time.monotonic.advance(STEP_S)  # type: ignore[attr-defined]
 
 
 def events_of(watcher: Watcher, sid: str) -> list:
@@ -27,7 +46,7 @@ def events_of(watcher: Watcher, sid: str) -> list:
 
 
 def tick_until_event(watcher: Watcher, sid: str) -> list:
-    return wait_until(lambda: watcher.tick() or events_of(watcher, sid), f"an event of {sid}")
+    return wait_until(lambda: tick(watcher) or events_of(watcher, sid), f"an event of {sid}")
 
 
 def probed(watcher: Watcher) -> set[str]:
@@ -45,7 +64,7 @@ def test_sessions_with_the_same_watches_share_one_probe_and_each_gets_the_event(
         store.put_session(sid, SessionIn(quiet_after_s=3600))
         for spec in order:
             store.add_watch(sid, spec, limit=100)
-    watcher.tick()  # the baseline every session compares the exit with
+    tick(watcher)  # the baseline every session compares the exit with
     assert probed(watcher) == {"a"}
 
     child.kill()
@@ -67,29 +86,31 @@ def test_a_session_whose_watches_change_leaves_the_shared_probe_for_its_own(
     for sid in ("a", "b"):
         store.put_session(sid, SessionIn(quiet_after_s=3600))
         store.add_watch(sid, ProcessWatch(pid=child.pid), limit=100)
-    watcher.tick()
+    tick(watcher)
     store.add_watch("b", LogWatch(path=str(log)), limit=100)
-    wait_until(lambda: watcher.tick() or "b" in probed(watcher), "b probing its new watch set")
+    wait_until(lambda: tick(watcher) or "b" in probed(watcher), "b probing its new watch set")
 
     with log.open("a") as handle:
         handle.write(TRACEBACK)
     (event,) = tick_until_event(watcher, "b")
     assert "log-error" in event.trigger
-    watcher.tick()
+    tick(watcher)
     assert events_of(watcher, "a") == []  # a does not watch that log
 
 
-def test_a_watch_set_nobody_watches_any_more_is_forgotten(watcher: Watcher, spawn):
+def test_a_watch_set_nobody_watches_any_more_is_forgotten(
+    watcher: Watcher, spawn, clock: StepClock
+):
     child = spawn(*SLEEPER)
     store = watcher.snap.store
     store.put_session("a", SessionIn(quiet_after_s=3600))
     first = store.add_watch("a", ProcessWatch(pid=child.pid), limit=100)
-    watcher.tick()
+    tick(watcher)
     store.add_watch("a", PortWatch(port=free_port()), limit=100)
     store.delete_watch("a", first.id)
-    wait_until(lambda: watcher.tick() or len(watcher._shared) == 2, "the new set probed")
+    wait_until(lambda: tick(watcher) or len(watcher._shared) == 2, "the new set probed")
     # the old set is kept a period after its last probe, then dropped: memory stays bounded
-    wait_until(lambda: watcher.tick() or len(watcher._shared) == 1, "the old set forgotten")
-    time.sleep(2.5)  # two more periods: the set still watched stays
-    watcher.tick()
+    wait_until(lambda: tick(watcher) or len(watcher._shared) == 1, "the old set forgotten")
+    clock.advance(2.5 * PERIOD_S)  # two more periods: the set still watched stays
+    tick(watcher)
     assert len(watcher._shared) == 1
