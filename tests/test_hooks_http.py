@@ -3,7 +3,6 @@ ctxd, a chunked answer, an answer that is not HTTP, nobody listening, a mute lis
 
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -16,15 +15,18 @@ from tests.conftest import Server
 
 @contextmanager
 def answering(
-    reply: bytes, wait_s: float = 0.0, drip_s: float = 0.0, hold_s: float = 0.0,
+    reply: bytes, mute: bool = False, drip_s: float = 0.0, hold: bool = False,
     host: str = "127.0.0.1",
 ) -> Iterator[tuple[str, Callable[[], bytes]]]:  # fmt: skip
-    """A listener that reads one request, then (after `wait_s`) sends `reply` (a byte every
-    `drip_s` when set), keeps the connection open `hold_s` more, and closes."""
+    """A listener that reads one request, then sends `reply` (a byte every `drip_s` when set)
+    and closes. `mute`: sends nothing until the block ends; `hold`: keeps the connection open
+    after the reply until the block ends. What the client does meanwhile is then told by its
+    own answer, not by a clock."""
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     listener.bind((host, 0))
     listener.listen(1)
     got: list[bytes] = []
+    done = threading.Event()
 
     def serve() -> None:
         conn, _ = listener.accept()
@@ -33,14 +35,18 @@ def answering(
             while b"\r\n\r\n" not in data:
                 data += conn.recv(65536)
             got.append(data)
-            time.sleep(wait_s)
+            if mute:
+                done.wait(120)
+                return
             try:
                 for at in range(0, len(reply), 1 if drip_s else len(reply)):
                     conn.sendall(reply[at : at + (1 if drip_s else len(reply))])
-                    time.sleep(drip_s)
+                    if done.wait(drip_s):
+                        return
             except OSError:
                 return  # the client gave up
-            time.sleep(hold_s)
+            if hold:
+                done.wait(120)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -48,6 +54,7 @@ def answering(
         name = f"[{host}]" if ":" in host else host
         yield f"http://{name}:{listener.getsockname()[1]}", lambda: got[0]
     finally:
+        done.set()
         listener.close()
 
 
@@ -77,7 +84,7 @@ def test_what_is_not_an_answer_is_an_oserror():
     not_http = answering(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
     with not_http as (url, _), pytest.raises(ConnectionError, match="not an HTTP answer"):
         hook_http.request(url, "GET", "/", b"", {}, timeout=5)
-    mute = answering(b"HTTP/1.1 200 OK\r\n\r\n", wait_s=3)
+    mute = answering(b"HTTP/1.1 200 OK\r\n\r\n", mute=True)
     with mute as (url, _), pytest.raises(TimeoutError):
         hook_http.request(url, "GET", "/", b"", {}, timeout=0.5)
     with socket.socket() as sock:
@@ -99,17 +106,16 @@ def test_an_ipv6_literal_is_bracketed_in_host_and_ctxd_lets_it_in():
 
 
 def test_the_answer_ends_at_its_content_length_though_the_connection_stays_open():
+    # The listener keeps the connection open until the request has returned: a client that
+    # read on to the connection's end would get no answer, only its timeout.
     reply = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"
-    with answering(reply, hold_s=5) as (url, _):
-        started = time.monotonic()
-        assert hook_http.request(url, "GET", "/", b"", {}, timeout=3) == (200, b"hello")
-        assert time.monotonic() - started < 2
+    with answering(reply, hold=True) as (url, _):
+        assert hook_http.request(url, "GET", "/", b"", {}, timeout=30) == (200, b"hello")
 
 
 def test_a_slow_drip_answer_is_cut_at_the_one_overall_timeout():
-    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 40\r\n\r\n" + b"x" * 40
-    with answering(reply, drip_s=0.1) as (url, _):
-        started = time.monotonic()
-        with pytest.raises(TimeoutError):
-            hook_http.request(url, "GET", "/", b"", {}, timeout=1)
-        assert time.monotonic() - started < 2.5
+    # A byte each 0.1 s for a minute: every read is well within the 1 s timeout, so only a
+    # timeout over the whole request can end it before the answer is complete.
+    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 600\r\n\r\n" + b"x" * 600
+    with answering(reply, drip_s=0.1) as (url, _), pytest.raises(TimeoutError):
+        hook_http.request(url, "GET", "/", b"", {}, timeout=1)

@@ -6,13 +6,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 from ctxd.peers.client import REFUSED, token_folders, token_rule
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, StepClock, start_server, stop_server
 
 if TYPE_CHECKING:
     from ctxd.models import Watch
@@ -20,8 +21,10 @@ if TYPE_CHECKING:
 
 TOKEN = "peer-token-0123456789-abcdefghij"
 
-# Past this a peer made a snapshot hang (the deadline is 2 s; the machine is shared and noisy).
-HANG_S = 2 + 6
+# A bound for waiting on a request that must end on its own (its deadline is 2 s): generous,
+# a busy machine is no failure; the deadline itself is shown by the peer still holding the
+# request when the snapshot is back, not by a clock.
+HANG_S = 60
 
 
 def token_file(data_dir: Path, token: str = TOKEN, name: str = "peer.token") -> Path:
@@ -44,7 +47,8 @@ def node2(tmp_path: Path) -> Iterator[Server]:
 
 
 def take(client: httpx.Client, sid: str) -> tuple[dict, str, float]:
-    """A stored snapshot (JSON, Markdown) and how long it took, seen from the client."""
+    """A stored snapshot (JSON, Markdown) and how long it took, seen from the client (printed
+    by tests that report it; never asserted: bench/ measures speed)."""
     started = time.monotonic()
     answer = client.post(f"/api/sessions/{sid}/snapshots", json={"force": True})
     took = time.monotonic() - started
@@ -73,7 +77,7 @@ def test_a_peer_watch_is_collected_there_and_named_by_host(
     session_with_logs(client, tmp_path, "node2")
     (tmp_path / "there.log").write_text("remote line one\nAKIAIOSFODNN7EXAMPLE key\n")
 
-    snapshot, markdown, took = take(client, "s")
+    snapshot, markdown, _ = take(client, "s")
 
     logs = {item["path"]: item for item in snapshot["observations"]["logs"]["items"]}
     remote = logs[f"node2:{tmp_path / 'there.log'}"]
@@ -82,13 +86,14 @@ def test_a_peer_watch_is_collected_there_and_named_by_host(
     assert "AKIAIOSFODNN7EXAMPLE" not in markdown  # redacted by the peer, and here again
     assert f"### node2:{tmp_path / 'there.log'}" in markdown
     assert "unavailable" not in markdown
-    assert took < HANG_S
     # the Host section names this host and the peer that answered, with its own facts
     assert " (this host): " in markdown and "- peer `node2` (`" in markdown
 
     status = client.get("/api/peers").json()
     assert status[0]["name"] == "node2" and status[0]["reachable"] is True
-    assert abs(status[0]["clock_offset_s"]) < 1  # the same clock, on one machine
+    # the same clock, on one machine: its reading falls within the request, so the offset is
+    # at most half the round trip (and the 1 ms of rounding), however slow the machine
+    assert abs(status[0]["clock_offset_s"]) <= status[0]["latency_ms"] / 2000 + 0.002
     assert status[0]["warning"] is None  # http:// on loopback stays on this machine
 
 
@@ -159,8 +164,9 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
         # which could reach ctxd before the answer and read as a broken connection
         self.rfile.read(int(self.headers.get("content-length") or 0))
         mode = server.mode  # type: ignore[attr-defined]
-        if mode == "slow":
-            time.sleep(10)
+        if mode == "slow":  # holds the request until the test lets go (at its end)
+            server.release.wait(120)  # type: ignore[attr-defined]
+            server.answered += 1  # type: ignore[attr-defined]
             return
         if mode == "refuses":  # as ctxd's access check refuses a Host it does not know
             body = b'{"status_code": 403, "detail": "Host \'10.0.0.2\' is not allowed"}'
@@ -210,11 +216,14 @@ def fake_peer() -> Iterator[http.server.ThreadingHTTPServer]:
     server.daemon_threads = True
     server.mode = "garbage"  # type: ignore[attr-defined]
     server.requests = 0  # type: ignore[attr-defined]
+    server.answered = 0  # type: ignore[attr-defined]
+    server.release = threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield server
     finally:
+        server.release.set()  # type: ignore[attr-defined]
         server.shutdown()
         server.server_close()
 
@@ -245,41 +254,52 @@ def test_a_misbehaving_peer_is_one_line_within_the_deadline(
     )
     session_with_logs(client, tmp_path, "node2")
 
-    _, markdown, took = take(client, "s")
+    _, markdown, _ = take(client, "s")
 
     lines = [line for line in markdown.splitlines() if "host node2" in line]  # shown on failure
     assert f"- unavailable: `host node2`: log {tmp_path / 'there.log'}: {expected}" in lines
     assert f"- unavailable: `host node2`: GPUs: {expected}" in lines
     assert "local line one" in markdown
-    assert took < HANG_S
+    if mode == "slow":  # the snapshot is back while the peer still holds the request
+        assert fake_peer.requests >= 1 and fake_peer.answered == 0  # type: ignore[attr-defined]
 
 
 def test_a_failed_peer_rests_instead_of_being_asked_each_time(
-    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path
+    fake_peer: http.server.ThreadingHTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A first rest of 3 s: five snapshots fit in it even on a loaded machine.
-    here = start_server(
-        tmp_path / "here", tmp_path / "here.log", env={"CTXD_PEER_BACKOFF_MIN_S": "3"}
-    )
-    url = f"http://127.0.0.1:{fake_peer.server_address[1]}"
-    try:
-        with httpx.Client(base_url=here.url, timeout=30) as client:
-            client.put(
-                "/api/peers/node2",
-                json={"url": url, "token_file": str(token_file(tmp_path / "here"))},
-            )
-            session_with_logs(client, tmp_path, "node2")
-            started = time.monotonic()
-            lines = [take(client, "s")[1] for _ in range(5)]
-            assert time.monotonic() - started < 3, "five snapshots outlasted the rest"
+    # The rest is kept on the peer directory's clock, stepped here: five snapshots fall
+    # within the first rest (3 s) however long a busy machine takes for them.
+    from ctxd.models import Observations
+    from ctxd.peers import fanout
 
-            assert fake_peer.requests == 1  # type: ignore[attr-defined]  # 3 s of rest, then 6 s, ...
-            assert "(resting before the next try)" in lines[-1]
-            time.sleep(3.1)
-            take(client, "s")
-            assert fake_peer.requests == 2  # type: ignore[attr-defined]
-    finally:
-        stop_server(here)
+    # starts at the real clock: the request's own deadline, read by the client, is on that
+    clock = StepClock(time.monotonic())
+    monkeypatch.setattr(fanout, "time", SimpleNamespace(monotonic=clock, time=time.time))
+
+    with peers_of(tmp_path, fake_peer, peer_backoff_min_s=3) as peers:
+
+        def snapshot() -> str:
+            into = Observations()
+            peers.merge(peers.ask("s", "snapshot", {"node2": [log_watch(tmp_path)]}, None), into)
+            return into.logs.unavailable[0].reason
+
+        reasons = []
+        for _ in range(5):
+            reasons.append(snapshot())
+            clock.advance(0.5)
+
+        assert fake_peer.requests == 1  # type: ignore[attr-defined]  # 3 s of rest, then 6 s, ...
+        assert reasons[0].endswith("answered 250 B that are not JSON")
+        assert reasons[-1].endswith("(resting before the next try)")
+        clock.advance(0.6)  # 3.1 s after the failure
+        snapshot()
+        assert fake_peer.requests == 2  # type: ignore[attr-defined]
+        clock.advance(5.9)  # the second rest is 6 s: 5.9 s on, still resting
+        assert snapshot().endswith("(resting before the next try)")
+        assert fake_peer.requests == 2  # type: ignore[attr-defined]
+        clock.advance(0.2)
+        snapshot()
+        assert fake_peer.requests == 3  # type: ignore[attr-defined]
 
 
 def test_an_unreadable_token_is_a_line_and_a_rest_not_a_failed_snapshot(
@@ -427,10 +447,10 @@ def test_a_dead_peer_is_unreachable_at_once(client: httpx.Client, tmp_path: Path
     )
     session_with_logs(client, tmp_path, "node2")
 
-    _, markdown, took = take(client, "s")
+    _, markdown, _ = take(client, "s")
 
+    # refused, not waited out: a deadline's words would be "no connection within 2 s"
     assert "`host node2`: log" in markdown and "unreachable: Connection refused" in markdown
-    assert took < HANG_S
 
 
 def test_an_unknown_host_is_named(client: httpx.Client, tmp_path: Path) -> None:

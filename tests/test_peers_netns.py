@@ -4,8 +4,10 @@ Root only (network namespaces); skipped with the reason otherwise. node1 is the 
 test's own namespace; node2 listens on its veth address only, with a token, like a real peer.
 """
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -17,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Server, free_port
-from tests.test_peers import HANG_S, TOKEN, take, token_file
+from tests.conftest import Server, free_port, start_server, stop_server, wait_until
+from tests.test_peers import TOKEN, take, token_file
 
 
 def _netns_problem() -> str | None:
@@ -130,21 +132,52 @@ def test_a_peer_in_another_namespace_answers(
     assert f"### node2:{tmp_path / 'there.log'}" in markdown and "remote line one" in markdown
     assert "unavailable" not in markdown
     (status,) = client.get("/api/peers").json()
-    assert status["reachable"] and abs(status["clock_offset_s"]) < 1
+    # one machine's clock: at most half the round trip off (and the 1 ms of rounding)
+    assert status["reachable"]
+    assert abs(status["clock_offset_s"]) <= status["latency_ms"] / 2000 + 0.002
     print(f"two hosts across a veth pair: snapshot in {took * 1000:.0f} ms")
 
 
-def test_a_peer_killed_mid_snapshot(client: httpx.Client, node2: Node2, tmp_path: Path) -> None:
-    two_hosts(client, node2, tmp_path, slow=True)
-    threading.Timer(0.5, node2.process.kill).start()
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
-    _, markdown, took = take(client, "s")
 
-    assert "- unavailable: `host node2`: log " in markdown
+def test_a_peer_killed_mid_snapshot(node2: Node2, tmp_path: Path) -> None:
+    # node1 waits for node2 up to a minute: the kill, not the deadline, ends the request
+    node1 = start_server(tmp_path / "data", tmp_path / "node1.log",
+                         env={"CTXD_PEER_DEADLINE_S": "60"})  # fmt: skip
+    busy: list[int] = []
+
+    def kill_when_busy() -> None:
+        # node2 runs the watch's `sleep 30`: the request is in, its answer not yet out
+        def running() -> list[int]:
+            return [c for c in _children(node2.process.pid)
+                    if Path(f"/proc/{c}/cmdline").read_bytes() == b"sleep\x0030\x00"]  # fmt: skip
+
+        busy.extend(wait_until(running, "node2 running the slow command"))
+        node2.process.kill()
+
+    killer = threading.Thread(target=kill_when_busy)
+    try:
+        with node1.client() as client:
+            two_hosts(client, node2, tmp_path, slow=True)
+            killer.start()
+            _, markdown, took = take(client, "s")
+            killer.join()
+    finally:
+        stop_server(node1)
+        for pid in busy:  # node2's command, left behind by its kill
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    assert busy, "node2 was killed while it answered"
     line = next(x for x in markdown.splitlines() if "unavailable: `host node2`: log" in x)
-    assert "closed the connection" in line or "no answer within 2 s" in line, line
+    assert "closed the connection before answering" in line, line
     assert "local line one" in markdown
-    assert took < HANG_S
     print(f"killed mid-snapshot: {line!r} after {took * 1000:.0f} ms")
 
 
@@ -164,20 +197,22 @@ def test_a_link_taken_down(client: httpx.Client, node2: Node2, tmp_path: Path, s
     _, markdown, took = take(client, "s")
 
     line = next(x for x in markdown.splitlines() if "unavailable: `host node2`: log" in x)
-    assert "no connection within 2 s" in line or "unreachable" in line, line
+    if side == "near":  # no route: refused at once
+        assert "unreachable: " in line, line
+    else:  # packets vanish: the deadline ends it (the connect's or the snapshot's own wait)
+        assert "within 2 s" in line, line
     assert "local line one" in markdown
-    assert took < HANG_S
     print(f"link down ({side} end): {line!r} after {took * 1000:.0f} ms")
     (status,) = client.get("/api/peers").json()
     assert status["reachable"] is False
 
     ip(*down, "up")
     # back after its rest (1 s, doubling per failure): asking meanwhile sends nothing to it
-    deadline = time.monotonic() + 20
-    while "remote line one" not in markdown and time.monotonic() < deadline:
-        time.sleep(0.5)
-        _, markdown, _ = take(client, "s")
-    assert "remote line one" in markdown and "unavailable" not in markdown
+    markdown = wait_until(
+        lambda: (md := take(client, "s")[1]) and "remote line one" in md and md,
+        "node2 back after its rest", limit=60, every=0.5,
+    )  # fmt: skip
+    assert "unavailable" not in markdown
 
 
 def test_a_wrong_token_across_the_link(
