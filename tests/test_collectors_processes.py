@@ -170,10 +170,8 @@ def test_busy_process_has_meaningful_cpu() -> None:
 def test_zombie_is_reported_not_raised() -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        deadline = time.monotonic() + 10
-        while psutil.Process(dead.pid).status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, "child never became a zombie"
-            time.sleep(0.02)
+        zombie = lambda: psutil.Process(dead.pid).status() == psutil.STATUS_ZOMBIE  # noqa: E731
+        wait_until(zombie, "the child a zombie")
         section = processes.collect([watch(pid=dead.pid)], context())
         assert [row.state for row in section.items] == ["zombie"]
         assert section.items[0].name
@@ -359,10 +357,7 @@ def test_orphaned_workers_of_a_killed_launcher_stay_in_view(spawn, tmp_path) -> 
         f"open({str(pidfile)!r}, 'w').write(str(w.pid)); time.sleep(120)"
     )
     launcher = spawn(sys.executable, "-c", code, "--orphan-test-marker")
-    deadline = time.monotonic() + 10
-    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    worker = int(pidfile.read_text())
+    worker = int(wait_until(lambda: pidfile.exists() and pidfile.read_text(), "the worker's pid"))
     watches = [
         Watch(id=1, session="t", created_at=datetime.now(UTC),
               spec=ProcessWatch(match="--orphan-test-marker"))
@@ -466,7 +461,7 @@ def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(
     try:
         watch_of = watch(match=tag)
         assert processes.collect([watch_of], context()).items == []  # still the script
-        wait_until(lambda: tag in Path(f"/proc/{proc.pid}/cmdline").read_text(), 10)
+        wait_until(lambda: tag in Path(f"/proc/{proc.pid}/cmdline").read_text(), "its exec")
         for _ in range(proctree.REFRESH_EVERY + 1):
             rows = processes.collect([watch_of], context()).items
             if rows:

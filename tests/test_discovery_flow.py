@@ -6,7 +6,6 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from ctxd.discovery.workspace import git_section
 from ctxd.harness.hook import git_root
 from ctxd.models import Watch, WatchIn
 from ctxd.settings import Settings
+
+from tests.conftest import wait_until
 
 SERVER = """
 import socket, sys, time
@@ -50,13 +51,11 @@ def launch(work: Path, args: str) -> tuple[subprocess.Popen, str]:
 
 
 def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"port {port} never opened")
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_until(listening, f"port {port} listening")
 
 
 def bash_payload(command: str, cwd: Path) -> dict:

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +12,8 @@ from ctxd.collectors import CollectContext, processes
 from ctxd.discovery import procscan
 from ctxd.models import ProcessesSection, ProcessWatch, Watch
 from ctxd.settings import Settings
+
+from tests.conftest import asleep, wait_until
 
 SERVER = """
 import socket, subprocess, sys, time
@@ -27,13 +28,8 @@ time.sleep(60)
 """
 
 
-def wait_for(predicate, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+def wait_for(predicate):  # type: ignore[no-untyped-def]
+    return wait_until(predicate)
 
 
 @pytest.fixture
@@ -171,16 +167,13 @@ def test_a_working_directory_is_read_again_once_its_reading_is_old(
         stdin=subprocess.PIPE,
         text=True,
     )
-    try:
-        time.sleep(0.3)
+    try:  # started, and waiting for its word outside the workspace
+        wait_until(lambda: asleep(proc.pid, "read"), "the process reading its stdin")
         assert not procscan.workspace_processes([str(workspace)], min_age_s=0)
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        deadline = time.monotonic() + 5
-        while os.readlink(f"/proc/{proc.pid}/cwd") != str(workspace):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: os.readlink(f"/proc/{proc.pid}/cwd") == str(workspace), "moved")
         assert not procscan.workspace_processes([str(workspace)], min_age_s=0)  # trusted
         monkeypatch.setattr(procscan, "CWD_MAX_AGE_S", 0.0)
         found = procscan.workspace_processes([str(workspace)], min_age_s=0)
@@ -223,7 +216,7 @@ def test_a_scan_tests_again_what_changed_and_in_whole_once_a_cwd_may_have_moved(
         wait_for(lambda: [c.pid for c in procscan.workspace_processes([str(work)], 0)])
         os.kill(mover.pid, signal.SIGUSR1)
         found = wait_for(lambda: {c.pid for c in procscan.workspace_processes([str(work)], 0)}
-                         - {born.pid}, timeout=10)  # fmt: skip
+                         - {born.pid})  # fmt: skip
         assert found == {mover.pid}
         born.kill()
         born.wait(timeout=10)

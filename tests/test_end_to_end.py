@@ -2,13 +2,12 @@
 
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import httpx
 
-from tests.conftest import Server
+from tests.conftest import Server, wait_until
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 API_KEY = "sk-ant-api03-" + "Q" * 40 + "-canary"
@@ -31,22 +30,15 @@ time.sleep(600)
 """
 
 
-def _wait_for(path: Path, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
+def _wait_for(path: Path) -> str:
+    return wait_until(lambda: path.exists() and path.read_text().strip(), f"{path} written")
 
 
-def _wait_log(path: Path, needle: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and needle in path.read_text(errors="replace"):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} never written to {path}")
+def _wait_log(path: Path, needle: str) -> None:
+    wait_until(
+        lambda: path.exists() and needle in path.read_text(errors="replace"),
+        f"{needle!r} written to {path}",
+    )
 
 
 def test_two_versions_of_a_real_process_tree(server: Server, client: httpx.Client, spawn, tmp_path):
@@ -116,9 +108,7 @@ def test_two_versions_of_a_real_process_tree(server: Server, client: httpx.Clien
         assert needle in md1.text, needle
 
     os.kill(worker_pid, 9)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and Path(f"/proc/{worker_pid}").exists():
-        time.sleep(0.05)
+    wait_until(lambda: not Path(f"/proc/{worker_pid}").exists(), "the worker gone")
     artifact.write_bytes(b"PK\x03\x04" + os.urandom(400_000))
 
     second = client.post("/api/sessions/sglang-sm120/snapshots")

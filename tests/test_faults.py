@@ -5,7 +5,6 @@ import errno
 import importlib.util
 import os
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -105,17 +104,15 @@ def hung_smi(tmp_path: Path) -> Path:
     folder = tmp_path / "bin"
     folder.mkdir()
     fake = folder / "nvidia-smi"
-    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")  # a hang: it never answers by itself
     fake.chmod(0o755)
     return folder
 
 
 def test_nvidia_smi_hanging_is_bounded(hung_smi: Path) -> None:
-    started = time.monotonic()
+    # Bounded, or the test runs into its own timeout (the fake would answer in ten minutes)
     section = gpus.observe(1.0, str(hung_smi / "nvidia-smi"), use_nvml=False)
     assert "did not answer" in section.unavailable[0].reason
-    # Not a speed assertion: a hang would take the fake's full 60 s.
-    assert time.monotonic() - started < 30
 
 
 def test_nvidia_smi_hanging_through_the_server(hung_smi: Path, tmp_path: Path) -> None:

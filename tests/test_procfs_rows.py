@@ -4,7 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -13,6 +12,8 @@ from ctxd.collectors.proc import procfs
 from ctxd.collectors.proc.procstatic import user_name
 from psutil import _pslinux
 
+from tests.conftest import asleep, wait_until
+
 
 @pytest.fixture
 def odd_sleeper(tmp_path: Path):
@@ -20,7 +21,7 @@ def odd_sleeper(tmp_path: Path):
     program = tmp_path / "a) b (c"
     shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
     proc = subprocess.Popen([str(program), "60"])
-    time.sleep(0.1)
+    wait_until(lambda: asleep(proc.pid, "nanosleep"), "the sleeper asleep")
     yield proc
     proc.kill()
     proc.wait()
@@ -51,8 +52,13 @@ def test_a_threaded_python_matches_psutil() -> None:
         "for _ in range(3): threading.Thread(target=time.sleep, args=(60,)).start()\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
+
+    def settled() -> bool:  # its three threads started, and every thread of it asleep
+        tasks = list(Path(f"/proc/{proc.pid}/task").iterdir())
+        return len(tasks) == 4 and all(asleep(int(t.name)) for t in tasks)
+
     try:
-        time.sleep(0.5)
+        wait_until(settled, "three sleeping threads")
         own, theirs = _own_view(proc.pid), _psutil_view(proc.pid)
         assert own[3] == theirs[3] == 4
         assert own[:4] == theirs[:4] and own[5:] == theirs[5:]

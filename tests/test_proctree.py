@@ -59,10 +59,10 @@ def test_a_new_process_is_read_and_a_reparented_child_read_again(
         f"open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(60)"
     )
     parent = subprocess.Popen([sys.executable, "-c", code])
-    wait_until(lambda: pidfile.exists() and pidfile.read_text(), 10)
+    wait_until(lambda: pidfile.exists() and pidfile.read_text(), "the child's pid")
     child = int(pidfile.read_text())
     try:
-        wait_until(lambda: proctree.scan()[child].text == "sleep 60", 10)
+        wait_until(lambda: proctree.scan()[child].text == "sleep 60", "the child's exec")
         time.sleep(proctree.SETTLED_S + 0.1)
         proctree.scan()  # settled: not read again for being young
         assert proctree.scan()[child].ppid == parent.pid
@@ -96,12 +96,12 @@ def test_a_pattern_follows_the_table_as_processes_come_and_go() -> None:
     assert matched() == []
     first = subprocess.Popen([sys.executable, "-c", code, tag])
     try:
-        wait_until(lambda: matched() == [first.pid], 10)
+        wait_until(lambda: matched() == [first.pid], "the first matched")
         time.sleep(proctree.SETTLED_S + 0.1)
         assert matched() == [first.pid] == matched()  # the same table: the same answer
         second = subprocess.Popen([sys.executable, "-c", code, tag])
         try:
-            wait_until(lambda: matched() == sorted([first.pid, second.pid]), 10)
+            wait_until(lambda: matched() == sorted([first.pid, second.pid]), "both matched")
         finally:
             second.kill()
             second.wait()

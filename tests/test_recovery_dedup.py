@@ -10,6 +10,8 @@ from ctxd.snapshotter import changes
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.store.database import Store
 
+from tests.conftest import asleep, wait_until
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -21,9 +23,8 @@ def test_an_unchanged_session_is_confirmed_not_versioned_again(tmp_path: Path, s
     quiet = tmp_path / "quiet.log"
     quiet.write_text("INFO ready\n")
     child = spawn(sys.executable, "-c", "import time; time.sleep(60)")
-    deadline = time.monotonic() + 10  # asleep first: a process still starting is news
-    while time.monotonic() < deadline and _state(child.pid) != "S":
-        time.sleep(0.05)
+    # asleep first: a process still starting is news
+    wait_until(lambda: asleep(child.pid, "nanosleep"), "the child asleep")
     settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0)
     snap = Snapshotter(settings, Store(settings.db_path))
     try:
@@ -32,7 +33,7 @@ def test_an_unchanged_session_is_confirmed_not_versioned_again(tmp_path: Path, s
         snap.store.add_watch("s", LogWatch(path=str(quiet)), limit=10)
         snap.store.add_watch("s", ProcessWatch(pid=child.pid), limit=10)
         first = snap.take("s")
-        time.sleep(0.2)
+        time.sleep(0.2)  # time passes (ages, idle times grow): no news, no version
         second = snap.take("s")
         assert first.header.version == 1
         assert second.header.version == 1 and second.header.confirmations == 1
@@ -43,11 +44,6 @@ def test_an_unchanged_session_is_confirmed_not_versioned_again(tmp_path: Path, s
         assert third.header.version == 2
     finally:
         snap.close()
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_the_news_fields_of_a_log_do_not_enter_the_key(tmp_path: Path) -> None:

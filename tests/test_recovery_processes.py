@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from ctxd.collectors import CollectContext, processes
 from ctxd.models import (
@@ -21,6 +22,8 @@ from ctxd.models import (
 )
 from ctxd.render.markdown import render_dump
 from ctxd.settings import Settings
+
+from tests.conftest import asleep, wait_until
 
 LAUNCHER = """
 import subprocess, sys, time
@@ -49,18 +52,13 @@ def start_launcher(spawn, tag: str) -> tuple[subprocess.Popen, list[int]]:
     root = spawn(sys.executable, "-c", LAUNCHER, tag, stdout=subprocess.PIPE, text=True)
     kids = [int(pid) for pid in root.stdout.readline().split()]
     settled = [root.pid, *kids]  # each asleep in time.sleep: alike, not some still starting
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len({_wchan(pid) for pid in settled}) != 1:
-        time.sleep(0.05)
+    wait_until(lambda: all(asleep(pid, "nanosleep") for pid in settled), "all asleep")
     return root, kids
 
 
-def _wchan(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/wchan") as handle:
-            return handle.read()
-    except OSError:
-        return "?"
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2]
 
 
 def test_alike_workers_are_one_row_with_their_ranks(spawn) -> None:
@@ -85,7 +83,7 @@ def test_a_worker_that_differs_keeps_its_own_row(spawn) -> None:
     _, kids = start_launcher(spawn, tag)
     os.kill(kids[3], signal.SIGSTOP)
     try:
-        time.sleep(0.1)
+        wait_until(lambda: _state(kids[3]) == "T", "the worker stopped")
         part = processes_part(section_of(tag))
     finally:
         for pid in kids:

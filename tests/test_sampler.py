@@ -11,6 +11,8 @@ import pytest
 from ctxd.collectors.proc.sampler import Sampler, steady_growth
 from ctxd.thresholds import IDLE_CPU_PERCENT
 
+from tests.conftest import asleep, wait_until
+
 
 @pytest.fixture
 def sampler() -> Iterator[Sampler]:
@@ -123,7 +125,7 @@ def test_a_sleeper_that_has_not_run_is_not_read_again(
         "while True: time.sleep(60)\n"
     )
     child = spawn(sys.executable, "-c", code)
-    time.sleep(0.5)  # past its start-up: asleep
+    wait_until(lambda: asleep(child.pid, "nanosleep"), "past its start-up: asleep")
     reads: list[int] = []
     real = procfs.stat_fields
     monkeypatch.setattr(procfs, "stat_fields", lambda pid, *a: reads.append(pid) or real(pid))
