@@ -1,5 +1,6 @@
-"""The real opencode CLI, offline against a scripted OpenAI-compatible model, with ctxd's
-plugin as `ctxd install opencode` puts it.
+"""The real opencode CLI (1.18.33, the 1.x npm serves), offline against a scripted
+OpenAI-compatible model, with ctxd's plugin as `ctxd install opencode` puts it: the one file
+that also carries opencode 2's plugin definition (its default export), loaded by 1.x.
 
 Nothing is registered with ctxd by hand: the scripted agent launches a training run in the
 background with `nohup` that dies at once with CUDA out of memory, relaunches it with a
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -66,6 +68,8 @@ def offline_env(home: Path, work: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "OPENAI_"))}
     return {
         **env,
+        # the opencode `ctxd install` finds, as on a machine where npm installed it
+        "PATH": f"{OPENCODE.parent}{os.pathsep}{env['PATH']}",
         "HOME": str(home),
         "PWD": str(work),  # opencode takes its directory from PWD, not from the process cwd
         "XDG_CONFIG_HOME": str(home / ".config"),
@@ -102,6 +106,12 @@ def opencode(args: list[str], work: Path, env: dict[str, str]) -> str:
     done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
+
+
+def trainer_session(server: Server) -> str:
+    """The ctxd session the plugin recorded the conversation in (the checkout's only one)."""
+    (session,) = httpx.get(f"{server.url}/api/sessions", timeout=10).json()
+    return str(session["id"])
 
 
 def trainer(workspace: Path) -> psutil.Process:
@@ -141,6 +151,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     )  # fmt: skip
     assert "updated" in installed.stdout, installed.stdout + installed.stderr
     assert (home / ".config" / "opencode" / "plugins" / "ctxd.js").exists()
+    # the 1.x form: the installed opencode is 1.18.33, read from its npm package
     assert json.loads(config.read_text())["mcp"]["ctxd"]["url"] == f"{server.url}/mcp"
     try:
         opencode(["The training run stalls after three steps; find out why."], workspace, env)
@@ -171,6 +182,12 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     # ctxd's MCP tools, from the entry `ctxd install opencode` merged into opencode.json
     offered = [tool["function"]["name"] for tool in model.requests[0]["tools"]]
     assert any(name.startswith("ctxd") for name in offered), offered
+    # every model call's system prompt says, once, that ctxd records the session and where
+    sid = trainer_session(server)
+    for request in model.requests:
+        system = "\n".join(model.texts(m) for m in request["messages"] if m["role"] == "system")
+        assert system.count("[ctxd] ctxd records the working state of this session") == 1
+        assert f"`ctxd resume {sid}` prints it" in system
     # the first turn got no dump: nothing was lost then
     first_turn = "\n".join(
         json.dumps(m) for m in model.requests[0]["messages"] if m["role"] == "user"

@@ -1,6 +1,7 @@
 """`ctxd install|uninstall opencode` on real config folders that already hold other settings:
-the plugin file in place, the MCP entry in the 1.x or the 2.0 form the file uses, nothing of
-theirs changed, idempotent, a dry run writes nothing, uninstall removes exactly ours."""
+the plugin file in place, the MCP entry in the 1.x or the 2.0 form the file uses (a file with
+none: the installed opencode's form), nothing of theirs changed, idempotent, a dry run writes
+nothing, uninstall removes exactly ours."""
 
 import json
 import os
@@ -23,10 +24,11 @@ THEIRS_V2 = {
 }
 
 
-def ctxd(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def ctxd(home: Path, cwd: Path, *args: str, path: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "XDG_"))}
+    env = {**env, "HOME": str(home), **({"PATH": path} if path is not None else {})}
     return subprocess.run(
-        [sys.executable, "-m", "ctxd", *args], cwd=cwd, env={**env, "HOME": str(home)},
+        [sys.executable, "-m", "ctxd", *args], cwd=cwd, env=env,
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
@@ -125,19 +127,24 @@ def test_the_installed_plugin_is_a_module_node_can_load(tmp_path: Path):
     work.mkdir()
     ctxd(home, work, "--url", "http://127.0.0.1:9", "install", "opencode").check_returncode()
     plugin = home / ".config" / "opencode" / "plugins" / "ctxd.js"
-    # opencode calls every export as a plugin: exactly one, and it builds its hooks
+    # opencode 1.x calls the named export (older loaders) or the default export's server, 2.x
+    # the default export's setup: the two exports, and the 1.x plugin builds its hooks
     probe = (
         f"const m = await import({json.dumps(plugin.as_uri())});"
         "const hooks = await m.CtxdPlugin({directory: '/', worktree: '/'});"
-        "console.log(JSON.stringify([Object.keys(m), Object.keys(hooks).sort()]))"
+        "const d = m.default;"
+        "console.log(JSON.stringify([Object.keys(m).sort(), Object.keys(hooks).sort(),"
+        " [d.id, typeof d.setup, d.server === m.CtxdPlugin]]))"
     )
     done = subprocess.run(
         [node, "--input-type=module", "-e", probe], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    exports, hooks = json.loads(done.stdout)
-    assert exports == ["CtxdPlugin"]
+    exports, hooks, definition = json.loads(done.stdout)
+    assert exports == ["CtxdPlugin", "default"]
     assert {"event", "chat.message", "tool.execute.after"} <= set(hooks)
+    assert {"experimental.chat.system.transform", "experimental.session.compacting"} <= set(hooks)
+    assert definition == ["ctxd", "function", True]
 
 
 def test_doctor_checks_the_opencode_plugin_only_once_installed(server, tmp_path: Path):
@@ -186,3 +193,90 @@ def test_the_baked_in_url_is_one_js_string_literal_whatever_it_holds():
     url = 'http://127.0.0.1:8765/a"b\\c\nd'
     line = next(x for x in opencode.plugin_text(url).splitlines() if "DEFAULT_URL =" in x)
     assert json.loads(line.split(" = ", 1)[1]) == url
+
+
+def fake_opencode(where: Path, package: str | None, version: str) -> str:
+    """A folder for PATH holding an `opencode` command: a link into an npm package of that
+    name and version (as `npm install -g` leaves it), or, with no package, a native binary
+    that says its version (as opencode 2's installer leaves it). Nothing runs it but ctxd."""
+    bin_dir = where / "bin"
+    bin_dir.mkdir(parents=True)
+    script = f"#!/bin/sh\necho {version}\n"
+    if package is None:
+        (bin_dir / "opencode").write_text(script)
+        (bin_dir / "opencode").chmod(0o755)
+    else:
+        root = where / "lib" / "node_modules" / package
+        (root / "bin").mkdir(parents=True)
+        meta = {"name": package, "version": version, "bin": {"opencode": "./bin/opencode"}}
+        (root / "package.json").write_text(json.dumps(meta))
+        (root / "bin" / "opencode").write_text("#!/bin/sh\nexit 3\n")  # not asked: read
+        (root / "bin" / "opencode").chmod(0o755)
+        (bin_dir / "opencode").symlink_to(root / "bin" / "opencode")
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "form"),
+    [
+        ("@opencode/cli", "2.0.22", "2.x"),  # npm's opencode 2
+        (None, "2.1.3", "2.x"),  # opencode 2's installer: a native binary, asked
+        ("opencode-ai", "1.18.33", "1.x"),
+        (None, "1.18.33", "1.x"),
+        (None, "", "1.x"),  # says no version: the form both read
+        ("opencode-ai", "1.17.2", "1.x"),
+    ],
+)
+def test_a_new_config_gets_the_form_the_installed_opencode_reads(
+    tmp_path: Path, package: str | None, version: str, form: str
+):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    path = fake_opencode(tmp_path / "opencode", package, version)
+    folder = home / ".config" / "opencode"
+    config, plugin = folder / "opencode.json", folder / "plugins" / "ctxd.js"
+    done = ctxd(home, work, "install", "opencode", path=path)
+    assert done.returncode == 0, done.stderr
+    # an opencode older than the plugin's known floor is said, with what to do
+    assert ("note: opencode 1.17.2 is older than 1.18.29" in done.stdout) == (version == "1.17.2")
+    mcp = json.loads(config.read_text())["mcp"]
+    ours = mcp["servers"]["ctxd"] if form == "2.x" else mcp["ctxd"]
+    assert ours["url"] == "http://127.0.0.1:8765/mcp" and len(mcp) == 1
+    # in the plugin folder both read, named by no `plugin` or `plugins` key (a second load)
+    assert plugin.read_text().startswith("// ctxd for opencode")
+    assert set(json.loads(config.read_text())) == {"mcp"}
+    assert "already installed" in ctxd(home, work, "install", "opencode", path=path).stdout
+    ctxd(home, work, "uninstall", "opencode", path=path).check_returncode()
+    assert not config.exists() and not plugin.exists()
+
+
+def test_a_config_in_one_form_keeps_it_whatever_opencode_is_installed(tmp_path: Path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    folder = home / ".config" / "opencode"
+    folder.mkdir(parents=True)
+    config = folder / "opencode.json"
+    v2 = fake_opencode(tmp_path / "v2", "@opencode/cli", "2.0.22")
+    v1 = fake_opencode(tmp_path / "v1", "opencode-ai", "1.18.33")
+
+    config.write_text(json.dumps(THEIRS))  # 1.x form, opencode 2 installed: 2 reads it
+    ctxd(home, work, "install", "opencode", path=v2).check_returncode()
+    assert json.loads(config.read_text())["mcp"]["ctxd"]["type"] == "remote"
+    ctxd(home, work, "uninstall", "opencode", path=v2).check_returncode()
+    assert json.loads(config.read_text()) == THEIRS
+
+    config.write_text(json.dumps(THEIRS_V2))  # the 2.x form stays the 2.x form
+    ctxd(home, work, "install", "opencode", path=v1).check_returncode()
+    assert "ctxd" in json.loads(config.read_text())["mcp"]["servers"]
+    ctxd(home, work, "uninstall", "opencode", path=v1).check_returncode()
+    assert json.loads(config.read_text()) == THEIRS_V2
+
+    # installed by ctxd for 1.x, reinstalled after opencode 2 came: the 2.x form
+    config.write_text("{}")
+    ctxd(home, work, "install", "opencode", path=v1).check_returncode()
+    assert set(json.loads(config.read_text())["mcp"]) == {"ctxd"}
+    ctxd(home, work, "install", "opencode", path=v2).check_returncode()
+    assert json.loads(config.read_text())["mcp"] == {
+        "servers": {"ctxd": json.loads(config.read_text())["mcp"]["servers"]["ctxd"]}
+    }

@@ -1,19 +1,30 @@
 // ctxd for opencode: heartbeats, snapshots at compaction, the resume dump in the compaction
-// prompt, and an empty user message as the "continue" signal. `ctxd install opencode` puts
-// it in .opencode/plugins/ (one project) or ~/.config/opencode/plugins/ (all of them).
+// prompt, an empty user message as the "continue" signal, and a line in the system prompt that
+// says ctxd records the session. `ctxd install opencode` puts it in .opencode/plugins/ (one
+// project) or ~/.config/opencode/plugins/ (all of them), where opencode 1.x and 2.x both look.
 // Settings come from the environment: CTXD_URL, CTXD_TOKEN, CTXD_SESSION, CTXD_HOOK_MAX_CHARS.
-// opencode calls every export of a plugin file as a plugin: only CtxdPlugin is exported.
+//
+// One file for both plugin APIs. opencode 1.x (1.18.29 and later) reads the default export's
+// `server` (the V1 plugin function, also exported by name as CtxdPlugin for the 1.x loaders
+// that call every export); opencode 2.x reads the default export's `id` and `setup` (its V2
+// plugin definition, `Plugin.define({id, setup})` without the package: `define` returns what
+// it is given). Both ends are thin: what ctxd does is `ctxd()` below, shared.
+
+import { existsSync } from "node:fs"
+import path from "node:path"
 
 const DEFAULT_URL = "http://127.0.0.1:8765"
+const LEAD = "[ctxd]" // the pointer line starts with it: put in a system prompt once
+const COMPACTION_INTRO =
+  "The working state ctxd recorded for this session follows. Keep its objective, " +
+  "attempts with outcomes, running processes and next steps in the summary.\n\n"
 
-export const CtxdPlugin = async ({ client, directory, worktree }) => {
+// What ctxd does for one opencode instance, whichever plugin API called it.
+function ctxd({ directory, root, log }) {
   const url = (process.env.CTXD_URL || DEFAULT_URL).replace(/\/+$/, "")
   const token = process.env.CTXD_TOKEN
   // Unset: the budget the server answers with the session (one definition, server side).
   const givenMaxChars = Number(process.env.CTXD_HOOK_MAX_CHARS) || 0
-  // opencode reports "/" as the worktree of a folder that is not a git checkout.
-  const root = worktree && worktree !== "/" ? worktree : directory
-  let session = null
 
   async function call(method, route, body, timeoutMs = 30000) {
     const response = await fetch(url + route, {
@@ -35,7 +46,9 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
   // checkout, by the same rule as `ctxd hook claude` (service/ctxd/harness/conversations.py); a
   // sub-agent's child session counts as its parent's. CTXD_SESSION overrides it all.
   const sessions = new Map() // opencode sessionID -> Promise<{ id, maxChars }>
+  const known = new Map() // opencode sessionID -> ctxd session id, once found
   const parents = new Map() // child sessionID -> parent sessionID, from session.created
+  const idle = new Set() // conversations told idle since their last prompt or busy status
   // opencode runs this plugin in its own process: the server checks that pid to tell a
   // second opencode working in this checkout from this one starting a new session.
   const local = ["127.0.0.1", "localhost", "[::1]"].includes(new URL(url).hostname)
@@ -60,6 +73,7 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
     const response = await call("POST", "/api/hooks/opencode", body)
     if (response.status !== 200) throw new Error(`no session: ${(await response.text()).slice(0, 300)}`)
     const found = await response.json()
+    known.set(conversation, found.session)
     return { id: found.session, maxChars: Math.max(200, givenMaxChars || found.hook_max_chars) }
   }
 
@@ -80,75 +94,176 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
     return `/api/sessions/${(await resolved(sessionID)).id}`
   }
 
-  async function dump(sessionID) {
-    const found = await resolved(sessionID)
-    const response = await call("GET", `/api/sessions/${found.id}/resume?fresh=true&max_chars=${found.maxChars}`)
-    return response.status === 200 ? await response.text() : ""
-  }
-
   async function warn(message) {
     try {
-      await client?.app?.log?.({ body: { service: "ctxd", level: "warn", message } })
+      await log(message)
     } catch {
       // Logging is best effort: nothing here may break the agent's turn.
     }
   }
 
-  // Every hook swallows its own failure: a missing ctxd must never stop opencode.
-  const safe = (fn) => async (...args) => {
-    try {
-      await fn(...args)
-    } catch (error) {
-      await warn(`ctxd at ${url}: ${error?.message || error}; opencode goes on without it`)
-    }
-  }
-
   return {
-    event: safe(async ({ event }) => {
-      const info = event?.properties?.info
-      if (event?.type === "session.created" && info?.parentID) {
-        parents.set(info.id, info.parentID)
-      } else if (event?.type === "session.idle") {
-        await call("POST", `${await base(event.properties?.sessionID)}/heartbeat`, undefined, 5000)
-      } else if (event?.type === "session.compacted") {
-        const note = { note: "opencode compacted the conversation" }
-        await call("POST", `${await base(event.properties?.sessionID)}/snapshots`, note)
+    // Every hook swallows its own failure: a missing ctxd must never stop opencode.
+    safe: (fn) => async (...args) => {
+      try {
+        await fn(...args)
+      } catch (error) {
+        await warn(`ctxd at ${url}: ${error?.message || error}; opencode goes on without it`)
       }
-    }),
+    },
 
-    "experimental.session.compacting": safe(async (input, output) => {
-      const markdown = await dump(input?.sessionID)
-      if (markdown) {
-        output.context.push(
-          "The working state ctxd recorded for this session follows. Keep its objective, " +
-            "attempts with outcomes, running processes and next steps in the summary.\n\n" +
-            markdown,
-        )
-      }
-    }),
+    child(id, parentID) {
+      if (id && parentID) parents.set(id, parentID)
+    },
 
-    // What the agent did, for ctxd to watch and recall by itself (issue: zero configuration):
-    // forwarded as opencode gave it; the server maps it to actions. Never awaited by a turn.
-    "tool.execute.after": safe(async (input, output) => {
+    // opencode says a session went idle more than once per turn (1.x sends `session.status`
+    // idle and the older `session.idle` both; 2.x its execution events too): one heartbeat
+    // each time it goes idle, and none again until it was busy.
+    async idle(sessionID) {
+      const conversation = conversationOf(sessionID)
+      if (idle.has(conversation)) return
+      idle.add(conversation)
+      await call("POST", `${await base(sessionID)}/heartbeat`, undefined, 5000)
+    },
+
+    busy(sessionID) {
+      idle.delete(conversationOf(sessionID))
+    },
+
+    async compacted(sessionID) {
+      const note = { note: "opencode compacted the conversation" }
+      await call("POST", `${await base(sessionID)}/snapshots`, note)
+    },
+
+    // The dump for a compaction prompt ("" when there is none).
+    async dump(sessionID) {
+      const found = await resolved(sessionID)
+      const route = `/api/sessions/${found.id}/resume?fresh=true&max_chars=${found.maxChars}`
+      const response = await call("GET", route)
+      const markdown = response.status === 200 ? await response.text() : ""
+      return markdown ? COMPACTION_INTRO + markdown : ""
+    },
+
+    // What the agent did, for ctxd to watch and recall by itself: forwarded in the shape of
+    // 1.x's `tool.execute.after` (the server maps it to actions). Never awaited by a turn.
+    async tool(sessionID, tool, callID, args, title, output, metadata) {
       const payload = {
         event: "tool.execute.after",
-        sessionID: input?.sessionID,
-        input: { tool: input?.tool, sessionID: input?.sessionID, callID: input?.callID, args: input?.args },
-        output: { title: output?.title, output: String(output?.output ?? "").slice(-8000), metadata: output?.metadata },
-        args: input?.args,
+        sessionID,
+        input: { tool, sessionID, callID, args },
+        output: { title, output: String(output ?? "").slice(-8000), metadata },
+        args,
       }
       await call("POST", "/api/hooks/opencode", hookBody(payload), 5000)
+    },
+
+    // A user message: the server tells a bare "continue" (answered with the dump, 200) from a
+    // message (202). The dump, or "".
+    async prompt(sessionID, text) {
+      idle.delete(conversationOf(sessionID))
+      const said = { text: text.slice(0, 100000), max_chars: (await resolved(sessionID)).maxChars }
+      const response = await call("POST", `${await base(sessionID)}/prompts`, said)
+      return response.status === 200 ? await response.text() : ""
+    },
+
+    // The line a system prompt gets: that ctxd records this session, and where to read it.
+    // Only once ctxd has answered for the session: with ctxd down it says nothing.
+    pointer(sessionID) {
+      const id = known.get(conversationOf(sessionID))
+      if (!id) return ""
+      return (
+        `${LEAD} ctxd records the working state of this session (objective, attempts, ` +
+        `processes, logs) as ctxd session \`${id}\`: \`ctxd resume ${id}\` prints it, and ` +
+        `\`ctxd note ${id} KIND TEXT\` adds to its journal.`
+      )
+    },
+
+    // The session found, waiting at most `ms` (a hook that runs before every model call),
+    // quietly: the hooks that send something say when ctxd is not there.
+    async soon(sessionID, ms = 2000) {
+      let timer
+      const late = new Promise((resolve) => (timer = setTimeout(resolve, ms)))
+      try {
+        await Promise.race([resolved(sessionID), late])
+      } catch {
+        // not found now: no line this time
+      } finally {
+        clearTimeout(timer)
+      }
+    },
+  }
+}
+
+// The checkout holding `directory` (a `.git` folder or file), or the directory itself.
+function gitRoot(directory) {
+  for (let folder = directory; folder; ) {
+    if (existsSync(path.join(folder, ".git"))) return folder
+    const up = path.dirname(folder)
+    if (up === folder) break
+    folder = up
+  }
+  return directory
+}
+
+function withPointer(system, line, asText) {
+  const has = system.some((part) => String(asText ? part?.text : part).startsWith(LEAD))
+  if (line && !has) system.push(asText ? { type: "text", text: line } : line)
+}
+
+// A 1.x loader older than 1.18.29 calls every export, the default export's `server` among
+// them, with one input: started twice from one input, the plugin starts once.
+const started = new WeakSet()
+
+// opencode 1.x: a function of opencode's input that returns its hooks.
+export const CtxdPlugin = async (input) => {
+  const { client, directory, worktree } = input ?? {}
+  if (input && typeof input === "object") {
+    if (started.has(input)) return {}
+    started.add(input)
+  }
+  // opencode reports "/" as the worktree of a folder that is not a git checkout.
+  const root = worktree && worktree !== "/" ? worktree : directory
+  const log = (message) => client?.app?.log?.({ body: { service: "ctxd", level: "warn", message } })
+  const core = ctxd({ directory, root, log })
+
+  return {
+    event: core.safe(async ({ event }) => {
+      const properties = event?.properties ?? {}
+      if (event?.type === "session.created") {
+        core.child(properties.info?.id, properties.info?.parentID)
+      } else if (event?.type === "session.status") {
+        if (properties.status?.type === "idle") await core.idle(properties.sessionID)
+        else core.busy(properties.sessionID)
+      } else if (event?.type === "session.idle") {
+        await core.idle(properties.sessionID)
+      } else if (event?.type === "session.compacted") {
+        await core.compacted(properties.sessionID)
+      }
     }),
 
-    "chat.message": safe(async (input, output) => {
+    "experimental.session.compacting": core.safe(async (input, output) => {
+      const text = await core.dump(input?.sessionID)
+      if (text) output.context.push(text)
+    }),
+
+    // No session-start hook in 1.x: the system prompt of each model call says it.
+    "experimental.chat.system.transform": core.safe(async (input, output) => {
+      if (!input?.sessionID || !Array.isArray(output?.system)) return
+      await core.soon(input.sessionID)
+      withPointer(output.system, core.pointer(input.sessionID), false)
+    }),
+
+    "tool.execute.after": core.safe(async (input, output) => {
+      await core.tool(
+        input?.sessionID, input?.tool, input?.callID, input?.args,
+        output?.title, output?.output, output?.metadata,
+      )
+    }),
+
+    "chat.message": core.safe(async (input, output) => {
       const parts = output?.parts || []
       const texts = parts.filter((p) => p.type === "text" && !p.synthetic)
-      const text = texts.map((p) => p.text || "").join("\n")
-      // The server tells a bare "continue" (answered with the dump, 200) from a message (202).
-      const said = { text: text.slice(0, 100000), max_chars: (await resolved(input?.sessionID)).maxChars }
-      const response = await call("POST", `${await base(input?.sessionID)}/prompts`, said)
-      if (response.status !== 200) return
-      const markdown = await response.text()
+      const markdown = await core.prompt(input?.sessionID, texts.map((p) => p.text || "").join("\n"))
       if (!markdown) return
       const blank = texts.find((p) => !(p.text || "").trim())
       if (blank) {
@@ -166,3 +281,105 @@ export const CtxdPlugin = async ({ client, directory, worktree }) => {
     }),
   }
 }
+
+// opencode 2.x's names for a tool and the text of its result, in 1.x's: its shell tool is
+// `shell` (1.x `bash`), and a result's text is `content` (a string or text parts).
+const V2_TOOLS = { shell: "bash" }
+// 2.x's events of a run that ended (`session.idle` and `session.status` still come too)
+const ENDED = /^session\.execution\.(succeeded|failed|interrupted)$/
+
+function resultText(result) {
+  const content = result?.content ?? result?.output
+  if (typeof content === "string") return content
+  if (Array.isArray(content)) return content.map((part) => part?.text ?? "").join("")
+  return ""
+}
+
+function exitOf(metadata) {
+  for (const key of ["exit", "exitCode", "code"]) {
+    if (Number.isInteger(metadata?.[key])) return metadata[key]
+  }
+  return undefined
+}
+
+// opencode 2.x: the plugin's setup registers its hooks through the context (the V2 plugin
+// types, packages/plugin/src/promise/*.ts in the opencode repository): tool and session hooks
+// get one mutable event each; opencode's events come from `ctx.event.subscribe` as envelopes
+// ({type, data}); registrations are disposed of with the plugin, the subscription ends on
+// the cleanup this returns.
+async function setup(ctx) {
+  const directory = ctx?.location?.directory || process.cwd()
+  const log = (message) => console.warn(message)
+  const core = ctxd({ directory, root: gitRoot(directory), log })
+  // A domain this opencode lacks is said once and skipped: the others still work.
+  const hook = async (domain, name, fn) => {
+    if (typeof ctx?.[domain]?.hook === "function") return await ctx[domain].hook(name, core.safe(fn))
+    log(`ctxd: this opencode has no ${domain}.hook("${name}"); ctxd goes on without it`)
+  }
+
+  await hook("tool", "execute.after", async (event) => {
+    const input = event?.input && typeof event.input === "object" ? event.input : {}
+    const args = { ...input, filePath: input.filePath ?? input.path ?? input.file_path }
+    const tool = V2_TOOLS[event?.tool] ?? event?.tool
+    let text = resultText(event?.result)
+    let metadata = { ...event?.result?.metadata, exit: exitOf(event?.result?.metadata) }
+    if (event?.status === "error") {
+      text = String(event.error?.message ?? event.error ?? "")
+      metadata = {}
+    }
+    await core.tool(event?.sessionID, tool, event?.id, args, input.command, text, metadata)
+  })
+
+  await hook("session", "prompt", async (event) => {
+    const prompt = event?.prompt
+    if (!prompt || typeof prompt.text !== "string") return
+    const markdown = await core.prompt(event.sessionID, prompt.text)
+    if (markdown) prompt.text = prompt.text.trim() ? `${prompt.text}\n\n${markdown}` : markdown
+  })
+
+  // Before each model call: the pointer line among the system parts.
+  await hook("session", "context", async (event) => {
+    if (!event?.sessionID || !Array.isArray(event.system)) return
+    await core.soon(event.sessionID)
+    withPointer(event.system, core.pointer(event.sessionID), true)
+  })
+
+  // The compaction request's context: the dump as a system part (never `result`, which
+  // would stand for the summary and skip the model).
+  await hook("session", "compaction", async (event) => {
+    if (!Array.isArray(event?.system)) return
+    const text = await core.dump(event.sessionID)
+    if (text) event.system.push({ type: "text", text })
+  })
+
+  const stop = new AbortController()
+  const react = core.safe(async (event) => {
+    const data = event?.data ?? event?.properties ?? {}
+    const sessionID = data.sessionID ?? event?.durable?.aggregateID
+    const type = event?.type
+    if (type === "session.created") {
+      core.child(data.info?.id ?? sessionID, data.info?.parentID ?? data.parentID)
+    } else if (type === "session.status") {
+      if (data.status?.type === "idle") await core.idle(sessionID)
+      else core.busy(sessionID)
+    } else if (type === "session.idle" || ENDED.test(type)) {
+      await core.idle(sessionID)
+    } else if (type === "session.execution.started") {
+      core.busy(sessionID)
+    } else if (type === "session.compacted") {
+      await core.compacted(sessionID)
+    }
+  })
+  ;(async () => {
+    try {
+      for await (const event of ctx.event.subscribe({ signal: stop.signal })) await react(event)
+    } catch (error) {
+      // subscribe missing, or the stream broken: ctxd goes on with the hooks above
+      if (!stop.signal.aborted) console.warn(`ctxd: opencode's events ended: ${error?.message || error}`)
+    }
+  })()
+  return () => stop.abort()
+}
+
+// The V2 definition, with the V1 plugin as `server` for opencode 1.x's loader.
+export default { id: "ctxd", server: CtxdPlugin, setup }

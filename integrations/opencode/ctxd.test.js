@@ -9,6 +9,7 @@ import path from "node:path"
 import { after, before, test } from "node:test"
 import { fileURLToPath } from "node:url"
 
+import * as plugin_module from "./ctxd.js"
 import { CtxdPlugin } from "./ctxd.js"
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
@@ -234,4 +235,219 @@ test("each opencode session is keyed by its sessionID; a sub-agent counts as its
     other.kill("SIGKILL")
   }
   assert.deepEqual(client.logs, [])
+})
+
+// The requests the plugin sends, by method and path, while `fn` runs.
+async function recording(fn) {
+  const seen = []
+  const real = globalThis.fetch
+  globalThis.fetch = async (resource, init) => {
+    seen.push(`${init?.method ?? "GET"} ${new URL(String(resource)).pathname}`)
+    return real(resource, init)
+  }
+  try {
+    await fn(seen)
+  } finally {
+    globalThis.fetch = real
+  }
+  return seen
+}
+
+const heartbeats = (seen) => seen.filter((r) => r.endsWith("/heartbeat")).length
+
+test("one heartbeat each time a session goes idle, however many ways opencode says it", async () => {
+  const project = path.join(work, "idler")
+  mkdirSync(project)
+  const { hooks, client } = await plugin(project)
+  const sessionID = "ses_01JZIDLE00000000000000001"
+  const idle = { type: "session.status", properties: { sessionID, status: { type: "idle" } } }
+  const seen = await recording(async (seen) => {
+    await hooks["chat.message"](...userMessage(sessionID, "tune the learning rate"))
+    // 1.18 says it twice: the status, then the deprecated event
+    await hooks.event({ event: idle })
+    await hooks.event({ event: { type: "session.idle", properties: { sessionID } } })
+    assert.equal(heartbeats(seen), 1, seen.join("\n"))
+    // busy again, then idle: one more
+    await hooks.event({ event: { type: "session.status", properties: { sessionID, status: { type: "busy" } } } })
+    await hooks.event({ event: idle })
+    assert.equal(heartbeats(seen), 2)
+    // a new message makes it busy too
+    await hooks["chat.message"](...userMessage(sessionID, "and the warmup"))
+    await hooks.event({ event: { type: "session.idle", properties: { sessionID } } })
+  })
+  assert.equal(heartbeats(seen), 3)
+  assert.deepEqual(client.logs, [])
+})
+
+test("the system prompt says ctxd records the session, once, and nothing while ctxd is down", async () => {
+  const project = path.join(work, "pointer")
+  mkdirSync(project)
+  const { hooks, client } = await plugin(project)
+  const sessionID = "ses_01JZPOINTER000000000000001"
+  await hooks["chat.message"](...userMessage(sessionID, "profile the data loader"))
+  const output = { system: ["You are opencode."] }
+  const transform = hooks["experimental.chat.system.transform"]
+  await transform({ sessionID, model: {} }, output)
+  await transform({ sessionID, model: {} }, output)
+  assert.equal(output.system.length, 2, output.system.join("\n"))
+  assert.match(output.system[1], /^\[ctxd\] ctxd records the working state of this session/)
+  assert.match(output.system[1], /`ctxd resume pointer` prints it/)
+  // stated as facts, not orders
+  assert.doesNotMatch(output.system[1], /\b(you must|always|never|record progress)\b/i)
+  // a call with no session (a title, say) gets nothing
+  const untitled = { system: [] }
+  await transform({ model: {} }, untitled)
+  assert.deepEqual(untitled.system, [])
+
+  const closed = `http://127.0.0.1:${await freePort()}`
+  const offline = await plugin(project, { CTXD_URL: closed })
+  const quiet = { system: [] }
+  await offline.hooks["experimental.chat.system.transform"]({ sessionID, model: {} }, quiet)
+  assert.deepEqual(quiet.system, [])
+  assert.deepEqual(offline.client.logs, [], "no warning before every model call")
+  assert.deepEqual(client.logs, [])
+})
+
+test("the default export is opencode 2's plugin definition, with the 1.x plugin as server", () => {
+  // opencode 2 reads `export default {id, setup}` (packages/plugin/src/promise/plugin.ts:
+  // `interface Plugin { id: string; setup(context) => Promise<Cleanup | void> | Cleanup | void }`);
+  // opencode 1.18.29 and later read the same object's `server`; older 1.x loaders call every
+  // export, and the plugin starts once per input all the same
+  const definition = plugin_module.default
+  assert.deepEqual(Object.keys(plugin_module).sort(), ["CtxdPlugin", "default"])
+  assert.equal(definition.id, "ctxd")
+  assert.equal(typeof definition.setup, "function")
+  assert.equal(definition.server, CtxdPlugin)
+})
+
+test("the 1.x plugin started twice from one input starts once", async () => {
+  const input = { client: fakeClient(), directory: work, worktree: work }
+  const first = await CtxdPlugin(input)
+  const second = await plugin_module.default.server(input)
+  assert.ok(Object.keys(first).length > 0)
+  assert.deepEqual(second, {})
+})
+
+// A stand-in for opencode 2's plugin context: the hook registrations it offers (tool, session)
+// and its event stream, in the shapes of its plugin types.
+function fakeContext(directory) {
+  const hooks = {}
+  const queue = []
+  let wake = () => {}
+  const register = (domain) => ({
+    hook: async (name, callback) => {
+      hooks[`${domain}.${name}`] = callback
+      return { dispose: async () => delete hooks[`${domain}.${name}`] }
+    },
+  })
+  return {
+    hooks,
+    emit(event) {
+      queue.push(event)
+      wake()
+    },
+    ctx: {
+      location: { directory },
+      options: {},
+      tool: register("tool"),
+      session: register("session"),
+      event: {
+        subscribe: ({ signal }) => ({
+          async *[Symbol.asyncIterator]() {
+            signal.addEventListener("abort", () => wake())
+            while (!signal.aborted) {
+              if (queue.length) yield queue.shift()
+              else await new Promise((resolve) => (wake = resolve))
+            }
+          },
+        }),
+      },
+    },
+  }
+}
+
+async function until(check, what) {
+  const deadline = Date.now() + 30000
+  while (Date.now() < deadline) {
+    const value = await check()
+    if (value) return value
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  throw new Error(`not within 30 s: ${what}`)
+}
+
+test("opencode 2: setup registers the hooks, and they and its events reach ctxd", async () => {
+  const project = path.join(work, "Loader V2")
+  mkdirSync(project)
+  const fake = fakeContext(project)
+  const saved = { ...process.env }
+  process.env.CTXD_URL = url
+  let cleanup
+  try {
+    cleanup = await plugin_module.default.setup(fake.ctx)
+  } finally {
+    Object.assign(process.env, saved)
+  }
+  assert.equal(typeof cleanup, "function")
+  assert.deepEqual(Object.keys(fake.hooks).sort(), [
+    "session.compaction", "session.context", "session.prompt", "tool.execute.after",
+  ])
+  const sessionID = "ses_01JZV2000000000000000001"
+  const base = { sessionID, agent: "build", model: { providerID: "scripted", modelID: "m" } }
+
+  // a prompt: the session of this checkout, with the user's words
+  const first = { sessionID, messageID: "msg_01", prompt: { text: "why does the loader stall?" }, delivery: "immediate" }
+  await fake.hooks["session.prompt"](first)
+  assert.equal(first.prompt.text, "why does the loader stall?")
+  const scoped = (await api("GET", `/api/sessions?cwd=${encodeURIComponent(project)}`)).body
+  assert.deepEqual(scoped.map((s) => s.id), ["loader-v2"])
+
+  // the shell tool's call, as 2.x's execute.after gives it: a launch ctxd watches by itself
+  const command = "nohup python3 serve.py --port 30778 > serve.log 2>&1 &"
+  await fake.hooks["tool.execute.after"]({
+    tool: "shell", sessionID, agent: "build", messageID: "msg_02", id: "call_1",
+    input: { command, description: "start" }, status: "completed",
+    result: { content: "", metadata: { exit: 0 } },
+  })
+  const watches = (await api("GET", "/api/sessions/loader-v2/watches")).body
+  assert.deepEqual(watches.map((w) => w.spec.kind).sort(), ["log", "process"])
+
+  // before each model call: one pointer line among the system parts
+  const request = { ...base, kind: "primary", system: [{ type: "text", text: "You are opencode." }], messages: [], options: {}, tools: {} }
+  await fake.hooks["session.context"](request)
+  await fake.hooks["session.context"](request)
+  assert.equal(request.system.length, 2)
+  assert.match(request.system[1].text, /`ctxd resume loader-v2` prints it/)
+
+  // compaction: the dump as a system part; the summary is still the model's to write
+  const compaction = { ...base, kind: "compaction", system: [], messages: [], options: {}, tools: {} }
+  await fake.hooks["session.compaction"](compaction)
+  assert.equal(compaction.system.length, 1)
+  assert.match(compaction.system[0].text, /why does the loader stall\?/)
+  assert.match(compaction.system[0].text, /serve\.py --port 30778/)
+  assert.equal(compaction.result, undefined)
+
+  // events: idle said twice (the status, the compatibility event) is one heartbeat; then the
+  // compaction's event, whose snapshot shows that everything before it was handled
+  const seen = await recording(async () => {
+    fake.emit({ id: "evt_1", type: "session.status", data: { sessionID, status: { type: "idle" } } })
+    fake.emit({ id: "evt_2", type: "session.idle", data: { sessionID } })
+    fake.emit({ id: "evt_3", type: "session.execution.succeeded", data: { sessionID } })
+    fake.emit({ id: "evt_4", type: "session.compacted", data: { sessionID } })
+    await until(async () => {
+      const versions = (await api("GET", "/api/sessions/loader-v2/snapshots")).body
+      if (!versions.length) return false
+      const newest = (await api("GET", `/api/sessions/loader-v2/snapshots/${versions[0].version}`)).body
+      return newest.header.note === "opencode compacted the conversation"
+    }, "the compaction's snapshot")
+  })
+  assert.equal(heartbeats(seen), 1, seen.join("\n"))
+
+  // a bare message: the dump is the prompt's text
+  const blank = { sessionID, messageID: "msg_03", prompt: { text: "" }, delivery: "immediate" }
+  await fake.hooks["session.prompt"](blank)
+  assert.match(blank.prompt.text, /^# loader-v2/m)
+
+  await cleanup()
+  fake.emit({ id: "evt_5", type: "session.idle", data: { sessionID } }) // after cleanup: unheard
 })

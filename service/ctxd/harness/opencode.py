@@ -7,16 +7,20 @@ The plugin (`integrations/opencode/ctxd.js`) forwards `tool.execute.after` and t
 lookup as `{"event", "sessionID", "cwd", ...}` to `POST /api/hooks/opencode`; it injects the
 dump itself (a bare "continue" through `/prompts`, compaction through opencode's own hook).
 
-opencode loads every `{plugin,plugins}/*.{ts,js}` of its config folders (`.opencode/` in a
-project, `~/.config/opencode/` for the user). Its config names MCP servers either in the 1.x
-form (`mcp.NAME`) or the 2.0 form (`mcp.servers.NAME`); ctxd writes into whichever form the
-file already uses and removes its entry from both. The plugin file is ctxd's whole: it is
-recognised by its first line, and a `ctxd.js` that is not ours is never touched.
+opencode 1.x and 2.x both load every `{plugin,plugins}/*.{ts,js}` of their config folders
+(`.opencode/` in a project, `~/.config/opencode/` for the user), so the plugin goes there and
+no `plugin` (1.x) or `plugins` (2.x) key names it: a key would load it a second time. The one
+file loads in both (see its header). The config names MCP servers in the 1.x form (`mcp.NAME`)
+or the 2.x form (`mcp.servers.NAME`; 2.x still reads the 1.x form); ctxd writes into the form
+the file already uses, else the installed opencode's (`installed_version`: 2.x's for 2.x, the
+1.x form, which both read, otherwise), and removes its entry from both. The plugin file is
+ctxd's whole: it is recognised by its first line, and a `ctxd.js` not ours is never touched.
 """
 
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,10 @@ from ctxd.discovery import payloads
 from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, text_of
 from ctxd.harness.files import MCP_NAME, Change, InstallError, json_text, read_json, read_text
 
+# The npm packages that carry opencode's command: 1.x, and 2.x
+PACKAGES = ("opencode-ai", "@opencode/cli")
+VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+LOADS_BOTH = (1, 18, 29)  # the first 1.x reported to load a plugin with a V2 default export
 PLUGIN_NAME = "ctxd.js"
 PLUGIN_MARK = "// ctxd for opencode"
 DEFAULT_URL_LINE = re.compile(r'^const DEFAULT_URL = "[^"\n]*"$', re.MULTILINE)
@@ -59,7 +67,15 @@ class Opencode:
         return plan(url, scope, project, home, remove)
 
     def notes(self, scope: str) -> list[str]:
-        return []
+        version = installed_version()
+        if version is None or version >= LOADS_BOTH or version[0] >= 2:
+            return []
+        found = ".".join(map(str, version))
+        return [
+            f"opencode {found} is older than 1.18.29, the first 1.x known to load a plugin file "
+            "that also serves opencode 2 (ctxd's does); if ctxd's plugin does not load, "
+            "`opencode upgrade`."
+        ]
 
 
 ADAPTER = Opencode()
@@ -101,7 +117,7 @@ def plan(url: str, scope: str, project: Path, home: Path, remove: bool) -> list[
     config = read_json(config_path)
     # no OAuth discovery: ctxd takes a bearer token, or nothing on loopback
     entry = {"type": "remote", "url": url.rstrip("/") + "/mcp", "enabled": True, "oauth": False}
-    new_config = _with_server(config, None if remove else entry)
+    new_config = _with_server(config, None if remove else entry, _reads_v2_form)
     after = before if theirs else "" if remove else plugin_text(url)
     return [
         Change(plugin_path, before, after, backup=False),
@@ -109,25 +125,71 @@ def plan(url: str, scope: str, project: Path, home: Path, remove: bool) -> list[
     ]
 
 
-def _with_server(config: dict[str, Any], entry: dict[str, Any] | None) -> dict[str, Any]:
-    """The config with ctxd's MCP entry set (or, with None, gone) in the form it uses."""
+def _with_server(
+    config: dict[str, Any], entry: dict[str, Any] | None, v2_default: Callable[[], bool]
+) -> dict[str, Any]:
+    """The config with ctxd's MCP entry set (or, with None, gone) in the form it uses; a file
+    with no server yet takes the 2.x form where `v2_default()` says so."""
     mcp = config.get("mcp", {})
     if not isinstance(mcp, dict):
         raise InstallError("its 'mcp' is not an object; fix the file by hand first")
     servers = mcp.get("servers")
     v2 = isinstance(servers, dict) and "type" not in servers  # a 1.x server may be "servers"
+    v1 = any(isinstance(v, dict) and k != MCP_NAME for k, v in mcp.items() if k != "servers")
+    if entry is not None and not v1 and servers is None and v2_default():
+        servers, v2 = {}, True
     new_mcp = {k: v for k, v in mcp.items() if k != MCP_NAME}
     if v2:
         assert isinstance(servers, dict)
         inner = {k: v for k, v in servers.items() if k != MCP_NAME}
         if entry is not None:
             inner[MCP_NAME] = entry
-        new_mcp["servers"] = inner
+        new_mcp["servers"] = inner  # in its place, where it was one
+        if not inner and entry is None:  # a "servers" that held ctxd's alone goes with it
+            del new_mcp["servers"]
     elif entry is not None:
         new_mcp[MCP_NAME] = entry
     if new_mcp:
         return {**config, "mcp": new_mcp}
     return {k: v for k, v in config.items() if k != "mcp"}
+
+
+def _reads_v2_form() -> bool:
+    version = installed_version()
+    return version is not None and version[0] >= 2
+
+
+def installed_version() -> tuple[int, int, int] | None:
+    """The version of the opencode on PATH; None when there is none, or it names none. Read
+    from the package.json of the npm package its command is a link into (opencode-ai, 1.x;
+    @opencode/cli, 2.x), else asked (`opencode --version`, a second: a native binary)."""
+    import shutil  # only when installing
+
+    command = shutil.which("opencode")
+    if command is None:
+        return None
+    for folder in list(Path(os.path.realpath(command)).parents)[:3]:
+        try:
+            package = json.loads((folder / "package.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(package, dict) and package.get("name") in PACKAGES:
+            return _version(package.get("version"))
+    import subprocess  # only when installing, and only for a command outside npm
+
+    try:
+        done = subprocess.run(
+            [command, "--version"], capture_output=True, text=True, timeout=10,
+            stdin=subprocess.DEVNULL, env={**os.environ, "OPENCODE_DISABLE_AUTOUPDATE": "1"},
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _version(done.stdout) if done.returncode == 0 else None
+
+
+def _version(text: Any) -> tuple[int, int, int] | None:
+    found = VERSION.search(text) if isinstance(text, str) else None
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
 
 
 def installed(scope: str, project: Path, home: Path) -> tuple[Path, bool, str | None]:
