@@ -9,20 +9,15 @@ summaries and tool results are not the user's words.
 """
 
 import json
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxd import confine
+from ctxd.discovery.harness_files import read_named
 from ctxd.harness.policy import CONTINUE_WORDS
-from ctxd.named_files import NotRegular, TimedReads, TooSlow, changed, open_named, opened_name
 
 TRANSCRIPT_MAX_BYTES = 4 * 1024 * 1024  # the first prompt is near the start
-TRANSCRIPT_READ_S = 5.0
-# Transcripts read at once; past that many stuck on a hung filesystem, the next is refused.
-_READS = TimedReads("transcript", slots=4)
 LINE_MAX_BYTES = 1024 * 1024
 MIN_WORDS = 3
 # No request either: the continue words, and a bare yes (CONTINUE_WORDS is the harness's)
@@ -70,41 +65,12 @@ def first_prompt_in_transcript(
 ) -> str | None:
     """The first substantive user prompt in a Claude Code transcript; None when there is none,
     or the file cannot be read. Only the first `max_bytes` are read; bad lines are skipped.
-
-    A hook names the file, so nothing it names can make the request wait: a fifo, socket or
-    device is refused without blocking (see named_files.open_named), and the whole read runs
-    under TRANSCRIPT_READ_S. What is read is the file the name names: the opened descriptor's
-    real path must be the name itself, so what a caller checked about the name holds for what
-    is read (a name with a link in it is refused: resolve it first). With `roots`, the name
-    is resolved here and only a `.jsonl` under a `.claude/projects` folder inside the roots is
-    read, checked on the descriptor the same way.
+    The file a hook names is read as harness_files.read_named reads one: never blocking,
+    within a time, the file the name names; with `roots`, only a `.jsonl` under a
+    `.claude/projects` folder inside the roots.
     """
-    try:
-        return _READS.run(lambda: _read(path, max_bytes, roots), TRANSCRIPT_READ_S)
-    except (OSError, ValueError, NotRegular, TooSlow):  # ValueError: a NUL in the name
-        return None
 
-
-def _may_read(given: str, real: str, roots: Sequence[Path]) -> bool:
-    """A `.jsonl` under `.claude/projects`, inside the roots as named and as resolved (as
-    confine.check_path wants both)."""
-    return (
-        real.endswith(".jsonl")
-        and "/.claude/projects/" in real
-        and confine.refusal(real, roots) is None
-        and confine.refusal(os.path.abspath(given), roots) is None
-    )
-
-
-def _read(path: str, max_bytes: int, roots: Sequence[Path] | None) -> str | None:
-    name = os.path.abspath(path) if roots is None else os.path.realpath(path)
-    if roots is not None and not _may_read(path, name, roots):
-        return None
-    fd, st = open_named(name)
-    with os.fdopen(fd, "rb") as f:
-        opened = opened_name(fd)
-        if opened != name or changed(opened, st):
-            return None  # a parent was swapped, or the file renamed, since the name was checked
+    def first(f: Any, _: object) -> str | None:
         for raw in _lines(f, max_bytes):
             try:
                 text = _user_text(json.loads(raw))
@@ -112,7 +78,9 @@ def _read(path: str, max_bytes: int, roots: Sequence[Path] | None) -> str | None
                 continue  # a half-written or foreign line
             if text is not None and is_substantive(text):
                 return text.strip()
-    return None
+        return None
+
+    return read_named(path, roots, (".jsonl",), first)
 
 
 def _lines(f: Any, max_bytes: int) -> Any:
