@@ -6,17 +6,22 @@ then waits forever for its ranks) and rebuilds a wheel; then the user sends a ba
 "continue". What the model receives for that turn is what this test reads.
 """
 
+import json
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
+from ctxd.render import pagedata
+from ctxd.store.database import Store
 
-from tests.conftest import Server
+from tests.conftest import Server, wait_until
 from tests.scripted_model import ScriptedModel, Step
 
 CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
@@ -182,3 +187,122 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     for path in server.data_dir.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+SUMMARY = "The user asked which dataset shard is corrupt; the agent found shard 7 is."
+LONG_OUTPUT = (
+    "for n in $(seq 1 40000); do echo shard $n ok; done;"
+    " echo 'FATAL: checksum mismatch in shard 7, see verify.log'"
+)
+
+
+def recorded(server: Server, sid: str, command: str) -> dict:
+    """The command action ctxd recorded, once it has (PostToolUse is reported asynchronously)."""
+    store = Store(server.data_dir / "ctxd.db")
+
+    def found() -> list[dict]:
+        return [a for a in store.list_actions(sid, "command") if a["command"] == command]
+
+    return wait_until(found, f"{command!r} recorded")[0]
+
+
+def notes(server: Server, sid: str) -> dict[int, str]:
+    """The note of each version of a session."""
+    base = f"{server.url}/api/sessions/{sid}/snapshots"
+    versions = [v["version"] for v in httpx.get(base, timeout=10).json()]
+    return {
+        n: httpx.get(f"{base}/{n}", timeout=10).json()["header"]["note"] or "" for n in versions
+    }
+
+
+@pytest.mark.skipif(
+    not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
+)
+def test_a_long_output_and_a_compaction_as_the_real_cli_reports_them(
+    server: Server, tmp_path: Path
+) -> None:
+    home, work = tmp_path / "home", tmp_path / "shards"
+    home.mkdir()
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "claude"],
+        capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    # (the `sleep` keeps `claude -p` running while the long output's asynchronous hook reports)
+    steps = [Step(bash=LONG_OUTPUT), Step(bash="sleep 2; ls"), Step(text="Shard 7 is corrupt.")]
+    model = ScriptedModel([*steps, Step(text=SUMMARY)])
+    try:
+        claude(["-p", "Which dataset shard is corrupt? The loader says one is."], work, home, model)
+        # its output was too long to inline: Claude Code kept it in a file, ctxd read its end
+        action = recorded(server, "shards", LONG_OUTPUT)
+        assert action["output_tail"].endswith(
+            "FATAL: checksum mismatch in shard 7, see verify.log\n"
+        )
+        assert "shard 1 ok" not in action["output_tail"]
+        assert isinstance(action["duration_s"], float)  # the CLI's duration_ms
+        claude(["--continue", "-p", "/compact"], work, home, model)
+    finally:
+        model.close()
+    # PreCompact took a version; PostCompact's summary (reported asynchronously) went with it
+    store = Store(server.data_dir / "ctxd.db")
+    compacting = "Claude Code: compaction (manual trigger)"
+    (taken,) = [n for n, note in notes(server, "shards").items() if note == compacting]
+    wait_until(lambda: store.harness_summary("shards", taken), "PostCompact's summary kept")
+    page = pagedata.version_page(store, "shards", taken)
+    assert page.harness_summary is not None, "PostCompact's summary was never kept"
+    assert page.harness_summary.text == SUMMARY and page.harness_summary.harness == "Claude Code"
+    assert "verify.log" in page.harness_summary.only_in_dump  # the dump has it, the summary not
+
+
+class FailingModel(ScriptedModel):
+    """A model API that refuses every request as too long (HTTP 400), as Anthropic's does."""
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        class Refusing(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                error = {"type": "invalid_request_error", "message": "prompt is too long"}
+                body = json.dumps({"type": "error", "error": error}).encode()
+                self.send_response(400)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Refusing
+
+
+@pytest.mark.skipif(
+    not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
+)
+def test_a_turn_the_api_refuses_leaves_a_snapshot_saying_so(server: Server, tmp_path: Path):
+    home, work = tmp_path / "home", tmp_path / "refused"
+    home.mkdir()
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "claude"],
+        capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    model = FailingModel([])
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
+        "HOME": str(home), "ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-x",
+        "IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }  # fmt: skip
+    argv = [str(CLAUDE), "-p", "Summarize the training logs.", "--output-format", "json"]
+    try:
+        done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    finally:
+        model.close()
+    assert done.returncode == 1  # the turn failed: Claude Code ran its StopFailure hooks
+    failed = "Claude Code: the turn failed: invalid_request"
+    wait_until(  # StopFailure is reported asynchronously
+        lambda: any(n.startswith(failed) for n in notes(server, "refused").values()),
+        "a snapshot of the failed turn",
+    )

@@ -177,8 +177,8 @@ def test_print_config_is_the_hooks_block_for_settings_json():
     )  # fmt: skip
     config = json.loads(out.stdout)["hooks"]
     assert set(config) == {
-        "PreCompact", "SessionStart", "UserPromptSubmit", "Stop", "PostToolUse",
-        "PostToolUseFailure", "SessionEnd",
+        "PreCompact", "PostCompact", "SessionStart", "UserPromptSubmit", "Stop", "StopFailure",
+        "PostToolUse", "PostToolUseFailure", "SessionEnd",
     }  # fmt: skip
     assert config["SessionStart"][0]["matcher"] == "startup|compact|resume|clear|fork"
     tools = config["PostToolUse"][0]

@@ -132,7 +132,7 @@ def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_serv
                 for e in entries for h in e["hooks"]]  # fmt: skip
     assert commands and not any("-m service" in c for c in commands)
     assert all(c.endswith("hook claude") for c in commands)
-    assert sum(1 for c in commands if c.endswith("hook claude")) == 7  # one per event, once
+    assert sum(1 for c in commands if c.endswith("hook claude")) == 9  # one per event, once
 
 
 def test_project_install_moves_hooks_an_earlier_ctxd_put_in_the_shared_settings(tmp_path):

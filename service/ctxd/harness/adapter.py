@@ -32,6 +32,8 @@ EventKind = Literal[
     "prompt",  # the user sent a prompt
     "tool",  # a tool call ended: its actions are recorded
     "compact",  # the harness is about to compact its context
+    "compacted",  # it compacted it: its own summary (`summary`) goes with the version before
+    "failed",  # the turn ended on an error (`error`): a snapshot of where it stood
     "idle",  # the turn ended; the agent waits
     "end",  # the conversation ended
     "other",  # nothing ctxd acts on (still binds the conversation)
@@ -52,6 +54,12 @@ class HookEvent(NamedTuple):
     transcript_path: str = ""
     compaction: str = ""  # of a compact: manual or auto
     actions: tuple[dict[str, Any], ...] = ()  # of a tool call (`discovery/payloads.py` shapes)
+    output_file: str = ""  # of a tool call: where the harness kept an output too long to inline
+    summary: str = ""  # of a compacted: the harness's own summary of the conversation
+    error: str = ""  # of a failed turn: what failed, in the harness's words
+    # This very event, where the harness names it (a prompt's or a tool call's id): the same
+    # event delivered twice (ctxd's hooks wired by its plugin and by `ctxd install`) counts once.
+    event_id: str = ""
 
 
 class Adapter(Protocol):

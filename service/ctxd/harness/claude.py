@@ -42,8 +42,18 @@ KINDS: dict[str, EventKind] = {
     "PostToolUse": "tool",
     "PostToolUseFailure": "tool",
     "PreCompact": "compact",
+    "PostCompact": "compacted",
     "Stop": "idle",
+    "StopFailure": "failed",
     "SessionEnd": "end",
+}
+# An event's own id (`event_id`), from the fields Claude Code gives every event: its prompt's
+# (`prompt_id`, absent before the first prompt of a process: a start is told apart by its
+# source and, on the service's side, the process), a tool call's.
+IDENTIFIED: dict[EventKind, tuple[str, ...]] = {
+    "start": ("source", "prompt_id"),
+    "prompt": ("prompt_id",),
+    "tool": ("tool_use_id",),
 }
 
 
@@ -52,7 +62,9 @@ class ClaudeCode:
     label = "Claude Code"
     program = "claude"
     # Events a person waits on get the time a fresh snapshot may take; the others are quick.
-    slow_events = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
+    slow_events = {
+        "SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0, "StopFailure": 30.0,
+    }  # fmt: skip
     # Events whose trouble the person should see (a note per tool call would be noise).
     tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
 
@@ -63,6 +75,9 @@ class ClaudeCode:
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "hook_event_name")
         kind = KINDS.get(name, "other")
+        response = payload.get("tool_response") if kind == "tool" else None
+        response = response if isinstance(response, dict) else {}
+        identity = [text_of(payload, field) for field in IDENTIFIED.get(kind, ())]
         return HookEvent(
             kind=kind,
             name=name,
@@ -73,6 +88,11 @@ class ClaudeCode:
             transcript_path=text_of(payload, "transcript_path"),
             compaction=text_of(payload, "trigger"),
             actions=tuple(payloads.from_claude(payload)) if kind == "tool" else (),
+            # a Bash output past its inline limit: the start inline, the whole in this file
+            output_file=text_of(response, "persistedOutputPath"),
+            summary=text_of(payload, "compact_summary"),
+            error=" ".join(filter(None, (text_of(payload, "error"), _details(payload)))),
+            event_id=":".join((name, *identity)) if any(identity) or kind == "start" else "",
         )
 
     def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
@@ -112,6 +132,12 @@ class ClaudeCode:
 ADAPTER = ClaudeCode()
 
 
+def _details(payload: dict[str, Any]) -> str:
+    """A StopFailure's `error_details` (the API's answer), in brackets, cut to a line."""
+    details = text_of(payload, "error_details")
+    return f"({details[:300]})" if details else ""
+
+
 def _with_hooks(path: Path, hooks: dict[str, list[Any]] | None) -> Change:
     """A Claude Code settings file with ctxd's `hooks` (None: without them)."""
     new_settings = with_hooks(read_json(path), "hook claude", hooks)
@@ -120,7 +146,8 @@ def _with_hooks(path: Path, hooks: dict[str, list[Any]] | None) -> Change:
 
 def config(command: str) -> dict[str, Any]:
     """The `hooks` block for Claude Code's settings.json. Tool calls are reported
-    asynchronously: no tool call ever waits on ctxd."""
+    asynchronously: no tool call ever waits on ctxd. The summary after a compaction and a
+    failed turn are not: an asynchronous hook is cut off when `claude -p` exits."""
 
     def entry(timeout: int, matcher: str | None = None, **extra: Any) -> list[dict[str, Any]]:
         hook = {"type": "command", "command": command, "timeout": timeout, **extra}
@@ -133,7 +160,9 @@ def config(command: str) -> dict[str, Any]:
             "UserPromptSubmit": entry(60),
             "PostToolUse": entry(30, TOOLS, **{"async": True}),
             "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
+            "PostCompact": entry(10),
             "Stop": entry(10),
+            "StopFailure": entry(30),
             "SessionEnd": entry(10),
         }
     }

@@ -1,7 +1,8 @@
-"""A harness's hook event as the HTTP route takes it and answers it, and the one-dump-per-turn
-marks. The hooks forward the harness's own payload as it is (`POST /api/hooks/{harness}`);
-its adapter reads it (`adapter.py`), and `UseCases.hook` acts on it: the conversation's
-session (`conversations.py`), the actions to record, the text to hand back to the model."""
+"""A harness's hook event as the HTTP route takes it and answers it, the one-dump-per-turn
+marks, and the events already seen (one delivered twice counts once). The hooks forward the
+harness's own payload as it is (`POST /api/hooks/{harness}`); its adapter reads it
+(`adapter.py`), and `UseCases.hook` acts on it: the conversation's session
+(`conversations.py`), the actions to record, the text to hand back to the model."""
 
 import threading
 import time
@@ -14,9 +15,14 @@ from ctxd.models import SESSION_ID_PATTERN, Strict
 
 # Claude Code shows hook output over 10,000 characters as a preview: stay below it.
 INJECT_MAX_CHARS = 9_500
+# A harness's own summary after a compaction, as kept beside the version (a few thousand
+# characters, as Claude Code writes one).
+SUMMARY_MAX_CHARS = 50_000
 # A dump injected at the start of a turn (SessionStart) stands for this long: the "continue"
 # prompt of the same turn gets no second copy.
 ONE_DUMP_PER_TURN_S = 120.0
+# The same hook event delivered twice comes within moments (two hooks run for it at once).
+SAME_EVENT_S = 30.0
 Text = Annotated[str, Field(max_length=4096)]
 
 
@@ -46,7 +52,21 @@ class TurnMarks:
 
     def __init__(self) -> None:
         self._marked: dict[tuple[str, str], float] = {}
+        self._seen: dict[tuple[object, ...], float] = {}
         self._lock = threading.Lock()
+
+    def first(self, event: tuple[object, ...]) -> bool:
+        """Whether this event (a harness's id of it, with what tells its deliveries apart) is
+        new: the second delivery of one, within SAME_EVENT_S, is not (ctxd's hooks wired by
+        its plugin and by `ctxd install` both run)."""
+        now = time.monotonic()
+        with self._lock:
+            for key, when in list(self._seen.items()):
+                if now - when > SAME_EVENT_S:
+                    del self._seen[key]
+            new = event not in self._seen
+            self._seen.setdefault(event, now)
+        return new
 
     def mark(self, sid: str, conversation: str) -> None:
         with self._lock:

@@ -19,8 +19,9 @@ from ctxd.models import (
     SnapshotSummary,
     Watch,
 )
-from ctxd.render import charts
+from ctxd.render import charts, harness_summary
 from ctxd.render.charts import Sparkline, Strip
+from ctxd.render.harness_summary import HarnessSummary
 from ctxd.render.markdown import HtmlDump, markdown_html
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.store.database import Store
@@ -250,17 +251,22 @@ class VersionPage:
     latest: int
     previous: int | None
     next: int | None
+    # the harness's own summary of the conversation it compacted as this version was taken,
+    # and what of the dump it leaves out; None for a version with none
+    harness_summary: HarnessSummary | None = None
 
 
 def version_page(store: Store, sid: str, version: int) -> VersionPage:
     snapshot = store.get_snapshot(sid, version)
     latest = store.latest_version(sid)
+    markdown = store.get_markdown(sid, version)
     return VersionPage(
         snapshot=snapshot,
-        dump=snapshot_html(store.get_markdown(sid, version)),
+        dump=snapshot_html(markdown),
         latest=latest,
         previous=version - 1 if version > 1 else None,
         next=version + 1 if version < latest else None,
+        harness_summary=harness_summary.beside(store.harness_summary(sid, version), markdown),
     )
 
 

@@ -179,3 +179,10 @@ def m010_attempts(db: Database) -> None:
     launches.add_column("error_log", str)
     launches.add_column("exit_status", int)
     launches.add_column("seen", int, not_null_default=1)
+
+
+@migrations()
+def m011_harness_summary(db: Database) -> None:
+    """A harness's own summary of a conversation it compacted (Claude Code's PostCompact
+    `compact_summary`), kept with the version taken as it compacted: JSON {harness, text, at}."""
+    db.table("snapshots").add_column("harness_summary", str)

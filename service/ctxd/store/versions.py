@@ -76,6 +76,21 @@ class SnapshotRows(Connection):
             at = self._snapshot_row(sid, version, "taken_at")["taken_at"]
             store_search.index_dump(db, sid, version, at, markdown)
 
+    def set_harness_summary(self, sid: str, version: int, summary: dict[str, str]) -> None:
+        """A harness's own summary of the conversation it compacted ({harness, text, at}),
+        kept with the version taken as it compacted, beside ctxd's dump of it."""
+        self._snapshot_row(sid, version, "version")  # NotFound for a version not there
+        with self._tx() as db:
+            db.execute(
+                "update snapshots set harness_summary = ? where session = ? and version = ?",
+                [json.dumps(summary), sid, version],
+            )
+
+    def harness_summary(self, sid: str, version: int) -> dict[str, str] | None:
+        """The harness's summary kept with this version ({harness, text, at}), or None."""
+        raw = self._snapshot_row(sid, version, "harness_summary")["harness_summary"]
+        return json.loads(raw) if raw else None
+
     def content_key(self, sid: str, version: int) -> str:
         return self._snapshot_row(sid, version, "content_key")["content_key"] or ""
 

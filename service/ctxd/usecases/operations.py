@@ -6,13 +6,17 @@ anything is stored, watch admission, journal status rules, and activity marking 
 about a session counts as its activity; the quiet trigger waits for silence).
 """
 
+from datetime import UTC, datetime
+
 from ctxd import __version__, confine, redact
-from ctxd.discovery.actions import Action, parse_action
+from ctxd.discovery.actions import Action, CommandAction, parse_action
+from ctxd.discovery.harness_files import output_tail
 from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
+from ctxd.discovery.payloads import OUTPUT_TAIL_MAX_CHARS
 from ctxd.errors import Invalid, NotFound
 from ctxd.harness import conversations, resolve
 from ctxd.harness.adapter import RESUME_SOURCES, HarnessName
-from ctxd.harness.events import INJECT_MAX_CHARS, HookIn, HookOut, TurnMarks
+from ctxd.harness.events import INJECT_MAX_CHARS, SUMMARY_MAX_CHARS, HookIn, HookOut, TurnMarks
 from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
 from ctxd.harness.registry import adapter as harness_adapter
 from ctxd.harness.resolve import Resolved, ResolveIn
@@ -57,6 +61,7 @@ class UseCases:
         self.intake = ActionIntake(snap, lambda sid, spec, why: self.add_watch(sid, spec, why)[0])
         self._transcripts_read: set[str] = set()
         self.turns = TurnMarks()
+        self._compacting: dict[tuple[str, str], int] = {}  # the version taken as it compacts
 
     def close(self) -> None:
         self.intake.close()
@@ -297,12 +302,16 @@ class UseCases:
             self, ask, event.kind == "end", event.source, given.harness_pid
         )
         sid = placed.sid
+        seen = (harness, event.conversation, event.event_id, given.harness_pid)
+        if event.event_id and not self.turns.first(seen):
+            return HookOut(session=sid)  # delivered again: ctxd's hooks are wired twice
         budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
         out = HookOut(session=sid, message=placed.pointer)
         if event.kind in ("start", "prompt") and event.transcript_path:
             self.objective_from_transcript(sid, event.transcript_path)
         if event.kind == "tool":
-            self.record_actions(sid, [parse_action(a) for a in event.actions])
+            actions = [parse_action(a) for a in event.actions]
+            self.record_actions(sid, self._whole_output(actions, event.output_file))
         elif event.kind == "start" and event.source in RESUME_SOURCES:
             out.context = self.resume(sid, max_chars=budget)
             self.turns.mark(sid, event.conversation)
@@ -314,10 +323,45 @@ class UseCases:
                 out.context = self.prompt(sid, event.prompt, max_chars=budget)
         elif event.kind == "compact":
             note = f"{adapter.label}: compaction ({event.compaction or 'unknown'} trigger)"
-            self.take(sid, note=note)
+            if len(self._compacting) > 10_000:  # one per conversation compacting: bounded anyway
+                self._compacting.clear()
+            self._compacting[(sid, event.conversation)] = self.take(sid, note=note).header.version
+        elif event.kind == "compacted":
+            version = self._compacting.pop((sid, event.conversation), None)
+            self.keep_harness_summary(sid, adapter.label, event.summary, version)
+        elif event.kind == "failed":
+            self.take(sid, note=f"{adapter.label}: the turn failed: {event.error or 'unknown'}")
         elif event.kind in ("idle", "end"):
             self.heartbeat(sid)
         return out
+
+    def _whole_output(self, actions: list[Action], output_file: str) -> list[Action]:
+        """A command whose output the harness kept in a file, too long to inline, ends as that
+        file ends (read confined and never blocking: harness_files.output_tail), not as the
+        start the payload carried does."""
+        roots = confine.roots(self.settings)
+        tail = output_tail(output_file, roots, OUTPUT_TAIL_MAX_CHARS) if output_file else None
+        if tail is None:
+            return actions
+        return [
+            a.model_copy(update={"output_tail": tail}) if isinstance(a, CommandAction) else a
+            for a in actions
+        ]
+
+    def keep_harness_summary(
+        self, sid: str, harness: str, text: str, version: int | None = None
+    ) -> None:
+        """A harness's own summary of the conversation it compacted, kept (redacted) with the
+        version taken as it compacted (else the session's latest, or one taken now)."""
+        if not text.strip():
+            return
+        version = version or self.store.latest_version(sid) or self.take(sid).header.version
+        summary = {
+            "harness": harness,
+            "text": redact.text(text)[:SUMMARY_MAX_CHARS],
+            "at": datetime.now(UTC).isoformat(),
+        }
+        self.store.set_harness_summary(sid, version, summary)
 
     def diff(self, sid: str, from_version: int, to_version: int) -> Diff:
         return recovery.diff(self.snap, self._active(sid), from_version, to_version)
