@@ -1,8 +1,11 @@
 """ctxd as a Claude Code plugin (`integrations/claude-code/`): the same hooks and MCP server
-`ctxd install claude` registers, and the real CLI loading the folder with `--plugin-dir`."""
+`ctxd install claude` registers, the real CLI loading the folder with `--plugin-dir`, adding the
+folder as a marketplace (its `.claude-plugin/marketplace.json`) and installing ctxd from it, and
+ctxd wired twice (plugin and `ctxd install`) acting once per event."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,12 +16,14 @@ import pytest
 from ctxd import __version__
 from ctxd.harness import claude
 from ctxd.harness.files import MCP_NAME
+from ctxd.store.database import Store
 
 from tests.conftest import Server
 from tests.scripted_model import ScriptedModel, Step
 from tests.test_harness_claude import CLAUDE
 
 PLUGIN = Path(__file__).resolve().parents[1] / "integrations" / "claude-code"
+MARKETPLACE = PLUGIN / ".claude-plugin" / "marketplace.json"
 PROMPT = "Find out why the nightly export writes an empty CSV."
 
 
@@ -32,22 +37,26 @@ def test_the_plugin_registers_what_install_registers():
     assert servers == {MCP_NAME: {"type": "http", "url": "http://127.0.0.1:8765/mcp"}}
 
 
-@pytest.mark.skipif(
-    not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
-)
-def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(
-    server: Server, tmp_path: Path
-):
-    home, work, bin_dir = tmp_path / "home", tmp_path / "exporter", tmp_path / "bin"
-    for folder in (home, work, bin_dir):
-        folder.mkdir()
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
-    # the plugin calls `ctxd` from PATH: this installation's, as a user's would be
+def test_the_marketplace_lists_this_folder_as_the_plugin():
+    market = json.loads(MARKETPLACE.read_text())
+    manifest = json.loads((PLUGIN / ".claude-plugin" / "plugin.json").read_text())
+    # what Claude Code's marketplace schema requires: a kebab-case name, an owner, the plugins
+    assert re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", market["name"]) and market["owner"]["name"]
+    (entry,) = market["plugins"]
+    assert entry["name"] == manifest["name"]
+    assert (MARKETPLACE.parents[1] / entry["source"]).resolve() == PLUGIN  # this very folder
+    assert entry["description"] == manifest["description"]  # said alike before and after
+    assert entry.get("version", manifest["version"]) == manifest["version"]
+
+
+def claude_env(home: Path, bin_dir: Path, server: Server, model: ScriptedModel) -> dict[str, str]:
+    """Claude Code offline against `model`, with this installation's ctxd as `ctxd` on PATH
+    (the plugin's hooks call it so, as a user's would)."""
+    bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "ctxd"
     shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m ctxd "$@"\n')
     shim.chmod(0o755)
-    model = ScriptedModel([Step(bash="echo rows=0 > export.log"), Step(text="Empty export.")])
-    env = {
+    return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "CTXD_URL": server.url,
@@ -59,13 +68,69 @@ def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
-    argv = [str(CLAUDE), "-p", PROMPT, "--plugin-dir", str(PLUGIN),
-            "--dangerously-skip-permissions", "--output-format", "json"]  # fmt: skip
+
+
+def run_claude(args: list[str], work: Path, env: dict[str, str]) -> None:
+    argv = [str(CLAUDE), *args, "--dangerously-skip-permissions", "--output-format", "json"]
+    done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+# A tool call's hooks run asynchronously, and `claude -p` ends the ones still running when it
+# exits: a last step that takes a moment leaves the call before it the time to report.
+STAY = Step(bash="sleep 2; ls")
+
+needs_claude = pytest.mark.skipif(
+    not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
+)
+
+
+@needs_claude
+def test_claude_code_adds_the_marketplace_and_installs_ctxd_from_it(tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
+        "HOME": str(home),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+
+    def plugin(*args: str) -> str:
+        done = subprocess.run(
+            [str(CLAUDE), "plugin", *args], cwd=tmp_path, env=env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    checked = plugin("validate", str(PLUGIN))  # the marketplace file, by Claude Code's schema
+    assert "Validation passed" in checked and "warning" not in checked.lower(), checked
+    plugin("marketplace", "add", str(PLUGIN))  # what `/plugin marketplace add` does
+    plugin("install", "ctxd@ctxd")
+    (ours,) = [p for p in json.loads(plugin("list", "--json")) if p["id"] == "ctxd@ctxd"]
+    assert ours["enabled"] and ours["version"] == __version__
+    assert ours["mcpServers"] == {MCP_NAME: {"type": "http", "url": "http://127.0.0.1:8765/mcp"}}
+    details = plugin("details", "ctxd@ctxd")
+    hooks = next(line for line in details.splitlines() if line.strip().startswith("Hooks"))
+    assert f"Hooks ({len(claude.config('x')['hooks'])})" in hooks
+    assert all(event in hooks for event in claude.config("x")["hooks"])
+
+
+@needs_claude
+def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(
+    server: Server, tmp_path: Path
+):
+    home, work = tmp_path / "home", tmp_path / "exporter"
+    for folder in (home, work):
+        folder.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    model = ScriptedModel([Step(bash="echo rows=0 > export.log"), STAY, Step(text="Empty.")])
+    env = claude_env(home, tmp_path / "bin", server, model)
     try:
-        done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=240)
+        run_claude(["-p", PROMPT, "--plugin-dir", str(PLUGIN)], work, env)
     finally:
         model.close()
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
     # UserPromptSubmit ran `ctxd hook claude`: the session of this checkout has the objective
     sessions = httpx.get(f"{server.url}/api/sessions", timeout=10).json()
@@ -79,3 +144,37 @@ def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(
         time.sleep(0.2)
     assert PROMPT in dump
     assert "echo rows=0 > export.log" in dump
+
+
+@needs_claude
+def test_ctxd_wired_twice_by_its_plugin_and_by_install_acts_once_per_event(
+    server: Server, tmp_path: Path
+):
+    home, work = tmp_path / "home", tmp_path / "exporter"
+    for folder in (home, work):
+        folder.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    model = ScriptedModel(
+        [Step(bash="echo rows=0 > export.log"), STAY, Step(text="Empty."), Step(text="On it.")]
+    )
+    env = claude_env(home, tmp_path / "bin", server, model)
+    # ctxd's hooks in the user's settings (this installation's path) and in the plugin
+    # (`ctxd` from PATH): two commands, so Claude Code runs both for every event
+    installed = subprocess.run(
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "claude"],
+        capture_output=True, text=True, env=env, cwd=work, timeout=60,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    try:
+        run_claude(["-p", PROMPT, "--plugin-dir", str(PLUGIN)], work, env)
+        run_claude(["--continue", "-p", "continue", "--plugin-dir", str(PLUGIN)], work, env)
+    finally:
+        model.close()
+    # the resume's dump once, though both hooks asked for it
+    context = model.context_of_last_turn()
+    assert context.count("## Objective") == 1, context
+    assert "echo rows=0 > export.log" in context
+    # the tool call recorded once, though both hooks reported it
+    store = Store(server.data_dir / "ctxd.db")
+    commands = [a["command"] for a in store.list_actions("exporter", "command")]
+    assert commands.count("echo rows=0 > export.log") == 1, commands
