@@ -200,13 +200,17 @@ def for_stuck(
     for key in set(kept) - set(members):
         del kept[key]  # the episode ended (or the process did): the next one takes anew
     wanted = [p for key, p in members.items() if key not in kept][:PIDS_MAX]
+    # Where each waits in the kernel, read before py-spy stops them: read after, a member
+    # not yet run again since py-spy let go still shows py-spy's stop (ptrace_stop), and
+    # folds apart from its alike peers on a busy machine.
+    kernels = {p.pid: kernel_stack(p.pid) for p in wanted}
     python = [p.pid for p in wanted if _is_python(p)]
     fresh = take(python, program=py_spy()) if python else {}
     now = datetime.now(UTC)
     for p in wanted:
         python_stack = fresh.get(p.pid, Taken((), None, now))
         kept[p.key] = Taken(python_stack.lines, python_stack.note, python_stack.at,
-                            kernel_stack(p.pid))  # fmt: skip
+                            kernels[p.pid])  # fmt: skip
     stacks: list[StuckStack] = []
     for tree, group in stuck.items():
         folded: dict[tuple, StuckStack] = {}
