@@ -81,6 +81,14 @@ def test_the_summary_after_a_compaction_stays_with_the_version_taken_as_it_compa
     assert page.harness_summary.text == kept["text"]
     assert page.harness_summary.harness == "Claude Code"
     assert pagedata.version_page(store(server), sid, latest).harness_summary is None
+
+    # the page itself: the summary once, beside the dump, with what only the dump says
+    html = client.get(f"/s/{sid}/v/{taken['version']}").text
+    assert html.count('id="harness-summary"') == 1 and 'href="#harness-summary"' in html
+    assert "relaunched it with --enforce-eager" in html
+    said = "Only in ctxd's dump" if page.harness_summary.only_in_dump else "names every pid"
+    assert said in html
+    assert 'id="harness-summary"' not in client.get(f"/s/{sid}/v/{latest}").text
     for path in server.data_dir.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
