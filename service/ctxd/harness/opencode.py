@@ -192,20 +192,5 @@ def _version(text: Any) -> tuple[int, int, int] | None:
     return (int(found[1]), int(found[2]), int(found[3])) if found else None
 
 
-def installed(scope: str, project: Path, home: Path) -> tuple[Path, bool, str | None]:
-    """(the plugin's path, whether ctxd's plugin is there, the MCP URL configured or None)."""
-    plugin_path, config_path = targets(scope, project, home)
-    ours = read_text(plugin_path).startswith(PLUGIN_MARK)
-    try:
-        mcp = read_json(config_path).get("mcp", {})
-    except InstallError:
-        return plugin_path, ours, None
-    servers = mcp.get("servers") if isinstance(mcp, dict) else None
-    for holder in (mcp, servers):
-        if isinstance(holder, dict) and isinstance(holder.get(MCP_NAME), dict):
-            return plugin_path, ours, holder[MCP_NAME].get("url")
-    return plugin_path, ours, None
-
-
 def _js_string(value: str) -> str:
     return json.dumps(value)  # a JSON string is a JS string literal: newlines escaped too
