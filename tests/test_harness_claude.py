@@ -112,6 +112,40 @@ def running_launcher(workspace: Path) -> psutil.Process:
     raise AssertionError("the relaunched server is not running")
 
 
+def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) -> None:
+    """What the model must be handed of this scenario, whatever the harness: the objective,
+    the running launch with its tree, flags, log and port, both attempts each with its own
+    end, the wheel, and never the secret (nor in ctxd's files)."""
+    # the objective from the first prompt, as the user's words
+    assert "hangs after loading the weights" in context
+    # the running launch: PID, tree, flags
+    assert str(launcher.pid) in context
+    workers = launcher.children()
+    assert len(workers) == 8 and all(str(w.pid) in context for w in workers[:1])
+    assert "--disable-cuda-graph" in context and "--log-level" in context
+    # its log tail, its expected port not listening
+    assert "Capturing batches (bs=8): waiting for all ranks" in context
+    assert re.search(r"30000.*not listening|not listening.*30000", context), context
+    # both attempts, in order: the first died before ctxd saw it, with its own log's error;
+    # the second runs, with what changed; the old error is not the live attempt's
+    attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
+    first, second = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
+    assert "--max-model-len 32768" in first and "before ctxd saw it run" in first
+    assert "torch.OutOfMemoryError: CUDA out of memory" in first
+    assert f"(pid {launcher.pid})" in second and "**running**" in second
+    assert "--max-model-len 32768 → 8192" in second and "OutOfMemoryError" not in second
+    now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
+    assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
+    # the rebuilt wheel and the recent commands
+    assert "kernel-0.2-py3-none-any.whl" in context
+    assert "make wheel" in context
+    # the token the agent put on a command line: never in what ctxd adds, nor in its files
+    assert SECRET not in context
+    for path in data_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
 @pytest.mark.skipif(
     not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
 )
@@ -154,39 +188,12 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
     (Path(__file__).parent / "artifacts" / "harness_claude_continue.txt").write_text(context)
     launcher = running_launcher(workspace)
-    workers = launcher.children()
 
     # once, and within Claude Code's 10,000-character hook output limit
     assert context.count("## Objective") == 1, context
     added = context[context.index("## Objective") - 400 :]
     assert len(added) <= 10_000
-    # the objective from the first prompt, as the user's words
-    assert "hangs after loading the weights" in context
-    # the running launch: PID, tree, flags
-    assert str(launcher.pid) in context
-    assert len(workers) == 8 and all(str(w.pid) in context for w in workers[:1])
-    assert "--disable-cuda-graph" in context and "--log-level" in context
-    # its log tail, its expected port not listening
-    assert "Capturing batches (bs=8): waiting for all ranks" in context
-    assert re.search(r"30000.*not listening|not listening.*30000", context), context
-    # both attempts, in order: the first died before ctxd saw it, with its own log's error;
-    # the second runs, with what changed; the old error is not the live attempt's
-    attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
-    first, second = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
-    assert "--max-model-len 32768" in first and "before ctxd saw it run" in first
-    assert "torch.OutOfMemoryError: CUDA out of memory" in first
-    assert f"(pid {launcher.pid})" in second and "**running**" in second
-    assert "--max-model-len 32768 → 8192" in second and "OutOfMemoryError" not in second
-    now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
-    assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
-    # the rebuilt wheel and the recent commands
-    assert "kernel-0.2-py3-none-any.whl" in context
-    assert "make wheel" in context
-    # the token the agent put on a command line: never in what ctxd adds, nor in its files
-    assert SECRET not in context
-    for path in server.data_dir.rglob("*"):
-        if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
+    check_scenario_dump(context, launcher, server.data_dir)
 
 
 SUMMARY = "The user asked which dataset shard is corrupt; the agent found shard 7 is."
