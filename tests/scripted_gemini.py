@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.scripted_model import Scripted, Step
+from tests.scripted_model import JsonHandler, Scripted, Step
 
 MODEL = "gemini-2.5-flash"
 # One text for every side request: the router's classification (`reasoning`, `model_choice`),
@@ -95,13 +95,9 @@ def _answer(step: Step, n: int) -> dict[str, Any]:
 
 
 def _handler(model: ScriptedGemini) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = self._body()
             method = self.path.split("?", 1)[0].rsplit(":", 1)[-1]
             if method == "countTokens":
                 self._json({"totalTokens": 10})
@@ -122,13 +118,5 @@ def _handler(model: ScriptedGemini) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             self._json({"models": [{"name": f"models/{MODEL}"}]})
-
-        def _json(self, value: Any, status: int = 200) -> None:
-            data = json.dumps(value).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
     return Handler

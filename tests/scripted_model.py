@@ -156,14 +156,29 @@ def _events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
-def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
+class JsonHandler(BaseHTTPRequestHandler):
+    """A stand-in's HTTP side: a request's JSON body in, JSON answers out, no access log."""
 
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("content-length") or 0)
+        return dict(json.loads(self.rfile.read(length) or b"{}"))
+
+    def _json(self, value: Any, status: int = 200) -> None:
+        data = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = self._body()
             if "count_tokens" in self.path:
                 self._json({"input_tokens": 100})
                 return
@@ -180,13 +195,5 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             self._json({})
-
-        def _json(self, value: Any) -> None:
-            data = json.dumps(value).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
     return Handler

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.scripted_model import Scripted, Step
+from tests.scripted_model import JsonHandler, Scripted, Step
 
 MODEL = "scripted"
 
@@ -84,13 +84,9 @@ def _whole(step: Step, n: int) -> dict[str, Any]:
 
 
 def _handler(model: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = self._body()
             if not self.path.endswith("/chat/completions"):
                 self._json({"error": {"message": f"not scripted: {self.path}"}}, 404)
                 return
@@ -109,13 +105,5 @@ def _handler(model: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             self._json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-        def _json(self, value: Any, status: int = 200) -> None:
-            data = json.dumps(value).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
     return Handler
