@@ -115,7 +115,7 @@ def test_a_same_named_launcher_of_another_directory_stays_out_of_this_sessions_d
     (their_pid,) = [pid for pid, cwd in pids.items() if cwd == theirs]
 
     dump = _hook(server, mine, "UserPromptSubmit", prompt="continue").json()["context"]
-    assert f"pid {my_pid}" in dump or f"| {my_pid} " in dump
+    assert f"pid {my_pid}" in dump and f"| {my_pid} " in dump  # its attempt and its row
     assert str(their_pid) not in dump
     watches = httpx.get(f"{server.url}/api/sessions/mine/watches").json()
     process = [w["spec"] for w in watches if w["spec"]["kind"] == "process"]
