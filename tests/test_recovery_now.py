@@ -7,7 +7,6 @@ compilers and real processes; the dump is rendered by the real Snapshotter.
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from ctxd.models import LogWatch, PortWatch, ProcessWatch, SessionIn, Snapshot
@@ -164,8 +163,7 @@ def test_an_exit_and_a_closed_port_lead_with_the_root_cause(tmp_path: Path, spaw
         with open(log, "a") as handle:
             handle.write(fixture_text("vllm_worker_free_memory_chain_issue535_excerpt.log"))
         child.kill()
-        child.wait()
-        time.sleep(0.05)
+        child.wait()  # reaped: gone from the process table when the snapshot looks
         _, markdown = s.take()
         now = now_section(markdown)
         exit_line = next(line for line in now.splitlines() if "crashed" in line)
