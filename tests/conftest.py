@@ -257,7 +257,10 @@ def asleep(pid: int, call: str = "") -> bool:
     except OSError:
         return False
     point = procfs.waiting_point(pid) or ""
-    return stat[stat.rfind(")") + 2 :].startswith("S") and bool(point) and call in point
+    # a point with no name (no wchan, a system call by number off x86_64) cannot tell `call`
+    unnamed = point.startswith("syscall ")
+    sleeping = stat[stat.rfind(")") + 2 :].startswith("S")
+    return sleeping and bool(point) and (call in point or unnamed)
 
 
 def settled(pid: int) -> bool:
