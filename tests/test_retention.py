@@ -110,7 +110,7 @@ def test_the_api_route_and_ctxd_prune_thin_out_and_remove_files(tmp_path: Path) 
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        assert '"removed": 8' in done.stdout, done.stdout
+        assert done.stdout == "removed 8 versions older than 10 days\n", done.stdout
         with srv.client() as c:
             versions = c.get("/api/sessions/three/snapshots").json()
             assert sorted(v["version"] for v in versions) == KEPT
