@@ -1,7 +1,5 @@
 """The ctxd CLI against a real server, and its answer when no server runs."""
 
-import time
-
 from tests.conftest import Server, ctxd, free_port
 
 
@@ -44,12 +42,10 @@ def test_cli_errors_are_one_line_with_what_to_do(server: Server):
 
 
 def test_cli_without_a_service_says_how_to_start_one():
-    started = time.monotonic()
     down = ctxd(f"http://127.0.0.1:{free_port()}", "resume", "anything")
     assert down.returncode == 1
     assert "cannot reach the service" in down.stderr and "ctxd serve" in down.stderr
     assert "Traceback" not in down.stderr
-    assert time.monotonic() - started < 30
 
 
 def test_token_new_writes_a_private_file_the_server_then_requires(tmp_path):

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from ctxd.harness import claude
 from ctxd.harness.files import MCP_NAME
 from ctxd.store.database import Store
 
-from tests.conftest import Server
+from tests.conftest import Server, wait_until
 from tests.scripted_model import ScriptedModel, Step
 from tests.test_harness_claude import CLAUDE
 
@@ -136,12 +135,12 @@ def test_claude_code_loads_the_plugin_folder_and_its_hooks_reach_ctxd(
     sessions = httpx.get(f"{server.url}/api/sessions", timeout=10).json()
     ours = [s for s in sessions if s["id"] == "exporter"]
     assert ours, sessions
-    dump = ""
-    for _ in range(50):  # PostToolUse is asynchronous: its record may land just after exit
+
+    def dump_with_the_command() -> str:  # PostToolUse is asynchronous: it may land after exit
         dump = httpx.get(f"{server.url}/api/sessions/exporter/resume", timeout=30).text
-        if "echo rows=0" in dump:
-            break
-        time.sleep(0.2)
+        return dump if "echo rows=0" in dump else ""
+
+    dump = wait_until(dump_with_the_command, "the tool call's record", limit=60)
     assert PROMPT in dump
     assert "echo rows=0 > export.log" in dump
 
