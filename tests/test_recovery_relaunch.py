@@ -132,3 +132,22 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_output_to_a_file_without_a_name_is_no_redirection_to_write(tmp_path: Path) -> None:
+    """A process writing to an anonymous file (O_TMPFILE, as pytest's own capture makes) shows
+    it as `DIR/#INODE`: a name no shell can open again, so the block leaves it out; a named
+    file stays."""
+    import tempfile
+
+    named = tmp_path / "server.log"
+    with tempfile.TemporaryFile(dir=tmp_path) as anonymous, open(named, "w") as log:
+        child = subprocess.Popen(["sleep", "60"], stdout=anonymous, stderr=log)
+        try:
+            assert "#" in os.readlink(f"/proc/{child.pid}/fd/1")  # anonymous, as said
+            pieces = relaunch.redirections(child.pid)
+        finally:
+            child.kill()
+            child.wait()
+    words = [word for word, _ in pieces]
+    assert len(words) == 2 and words[0] == "2>" and str(named) in words[1], words

@@ -94,11 +94,16 @@ def login_env() -> dict[str, str] | None:
         return _login
 
 
+ANONYMOUS = re.compile(r"/#\d+$")
+
+
 def _redirect(pid: int, fd: int) -> tuple[str, bool] | None:
     """(file, appends) when descriptor `fd` of pid is a regular file, else None."""
     d = _holders.descriptor(pid, fd)
     if d is None or not d.target.startswith("/") or d.target.startswith(("/dev/", "/proc/")):
         return None  # a terminal, pipe or socket: nothing to write in a block
+    if ANONYMOUS.search(d.target) and not os.path.exists(d.target):
+        return None  # a file without a name (O_TMPFILE, shown as DIR/#INODE): none to give
     return d.target, d.appends
 
 
