@@ -112,7 +112,7 @@ def test_listings_print_a_table_and_json_either_side(cli: Cli, tmp_path: Path):
     assert cli("snapshot", "tab").code == 0
     tables = {
         ("sessions",): ["SESSION", "VERSIONS", "tab", "Tables"],
-        ("watches", "tab"): ["ID", "WATCHES", f"log {log}", "you"],
+        ("watches", "tab"): ["ID", "WATCH", f"log {log}", "you"],
         ("journal", "tab"): ["KIND", "STATUS", "attempt", "running", "first try"],
         ("snapshots", "tab"): ["VERSION", "TRIGGER", "v1", "manual"],
         ("versions", "tab"): ["VERSION", "v1"],

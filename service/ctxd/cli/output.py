@@ -75,7 +75,7 @@ def watches(sid: str, found: list[dict[str, Any]]) -> str:
         ]
         for w in found
     ]
-    return table(["ID", "WATCHES", "HOST", "ADDED", "BY"], rows)
+    return table(["ID", "WATCH", "HOST", "ADDED", "BY"], rows)
 
 
 def _host(spec: dict[str, Any]) -> str:
