@@ -3,6 +3,7 @@
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -103,3 +104,23 @@ class TailerMachine(RuleBasedStateMachine):
 
 TailerMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 test_tailer_state_machine = TailerMachine.TestCase
+
+
+def test_a_file_made_again_under_the_old_inode_with_the_same_bytes_at_the_offset_is_read_whole(
+    tmp_path: Path,
+) -> None:
+    """Found by the state machine on a busy CI run: delete a log, write a new one, and the
+    filesystem may give it the old inode; when its bytes before the old offset happen to be the
+    same (equal-length lines of x's ending there), only its first line tells it apart."""
+    path = tmp_path / "app.log"
+    path.write_text("".join(f"line {n} {'x' * 83}\n" for n in range(10, 18)))  # 8 x 92 bytes
+    first = follow_path(str(path), None, Limits())
+    assert not isinstance(first, str)
+    path.unlink()
+    path.write_text("".join(f"line {n} {'x' * 83}\n" for n in range(20, 28)))  # same shape
+    st = path.stat()
+    reused = replace(first.cursor, dev=st.st_dev, ino=st.st_ino)  # as if the inode came back
+    again = follow_path(str(path), reused, Limits())
+    assert not isinstance(again, str)
+    assert [line.split()[1] for line in again.lines] == [str(n) for n in range(20, 28)]
+    assert again.event == "truncated"

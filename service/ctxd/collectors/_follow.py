@@ -25,6 +25,7 @@ class Cursor:
     ino: int
     offset: int  # just after the last whole line already scanned
     check: bytes  # the bytes before `offset`: if they differ now, the file was rewritten
+    head: bytes = b""  # the file's first bytes: another file under a reused inode differs here
     size: int = 0
     mtime_ns: int = 0
     tail: list[str] | None = None
@@ -48,8 +49,14 @@ class Follow:
 
 
 def _unchanged_prefix(fd: int, cursor: Cursor) -> bool:
+    """Whether the file still holds what the cursor saw: its start and the bytes before the
+    offset (a file deleted and made again can get the old one's inode, and even the same
+    bytes at the offset; its first line is then what tells it apart)."""
     start = cursor.offset - len(cursor.check)
-    return read_exact(fd, len(cursor.check), start) == cursor.check
+    return (
+        read_exact(fd, len(cursor.check), start) == cursor.check
+        and read_exact(fd, len(cursor.head), 0) == cursor.head
+    )
 
 
 def _read_lines(fd: int, start: int, end: int, aligned: bool, limits: Limits) -> tuple:
@@ -109,7 +116,8 @@ def follow_fd(
         offset = cursor.offset if keep and cursor is not None else offset
         if not keep and offset:
             check = read_exact(fd, min(CHECK_BYTES, offset), max(0, offset - CHECK_BYTES))
-    new_cursor = Cursor(st.st_dev, st.st_ino, offset, check, st.st_size, st.st_mtime_ns)
+    head = read_exact(fd, min(CHECK_BYTES, offset), 0) if offset else b""
+    new_cursor = Cursor(st.st_dev, st.st_ino, offset, check, head, st.st_size, st.st_mtime_ns)
     return Follow(
         lines=lines + new,
         cursor=new_cursor,
