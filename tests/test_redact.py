@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from ctxd import redact
+from ctxd.fmt import printable
 from ctxd.models import Flag, ProcessInfo
 from ctxd.redact import REDACTED, WITHHELD
 from ctxd.redact import known as redact_known
@@ -516,11 +517,13 @@ def test_known_value_never_survives_any_encoding(value: str, before: str, after:
 )
 def test_never_lengthens_a_secret_into_view(before: str, secret: str, after: str, sep: str) -> None:
     # No 12-character window of a planted secret is visible after redaction, whatever
-    # surrounds it, and redacting never grows the text beyond one marker per secret.
+    # surrounds it, and redacting never grows the text beyond one marker per secret (the text
+    # around it as it reads printable: a control character is written escaped, `\x1f`).
     out = redact.text(before + sep + secret + sep + after)
     windows = {secret[i : i + 12] for i in range(len(secret) - 11)}
     assert not any(w in out and w not in before + after for w in windows)
-    assert len(out) <= len(before + sep + sep + after) + len(REDACTED) * 2 + len(secret)
+    around = printable(before + sep + sep + after)
+    assert len(out) <= len(around) + len(REDACTED) * 2 + len(secret)
 
 
 def test_a_p_flag_of_a_program_where_it_is_no_password_is_kept():
