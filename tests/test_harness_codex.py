@@ -15,21 +15,18 @@ Codex runs a hook only once a person trusts it (`/hooks` in its TUI); a headless
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import Server
 from tests.scripted_model import Step
 from tests.scripted_responses import MODEL, ScriptedResponses
 from tests.test_harness_claude import (
-    LAUNCHER,
-    MAKEFILE,
     SECRET,
     check_scenario_dump,
     running_launcher,
+    workspace,  # noqa: F401  (the scenario's checkout, a fixture)
 )
 
 MODULES = Path(__file__).resolve().parents[1] / ".harness" / "node_modules"
@@ -41,19 +38,6 @@ CODEX = MODULES / ".bin" / "codex"  # the npm launcher (node), which starts the 
 NATIVE = sorted(MODULES.glob("@openai/codex-*/vendor/*/bin/codex"))
 LAUNCH = "setsid nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
 KEY_VARIABLE = "SCRIPTED_RESPONSES_KEY"
-
-
-@pytest.fixture
-def codex_workspace(tmp_path: Path) -> Iterator[Path]:
-    top = tmp_path / "sglang-debug"
-    top.mkdir()
-    (top / "launch_server.py").write_text(LAUNCHER)
-    (top / "Makefile").write_text(MAKEFILE)
-    subprocess.run(["git", "init", "-q", str(top)], check=True)
-    yield top
-    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
-        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
-            proc.kill()
 
 
 def model_config(url: str) -> str:
@@ -83,9 +67,10 @@ def codex(args: list[str], cwd: Path, home: Path) -> None:
 
 @pytest.mark.skipif(not CODEX.exists(), reason="Codex not installed (`make test` does, with npm)")
 def test_continue_after_unregistered_work_carries_what_the_agent_did(
-    server: Server, codex_workspace: Path, tmp_path: Path
+    server: Server,
+    workspace: Path,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
-    workspace = codex_workspace
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
     model = ScriptedResponses(

@@ -14,21 +14,18 @@ Gemini runs hooks only in a folder it trusts: a headless run passes `--skip-trus
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import Server
 from tests.scripted_gemini import MODEL, ScriptedGemini
 from tests.scripted_model import Step
 from tests.test_harness_claude import (
-    LAUNCHER,
-    MAKEFILE,
     SECRET,
     check_scenario_dump,
     running_launcher,
+    workspace,  # noqa: F401  (the scenario's checkout, a fixture)
 )
 
 GEMINI = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "gemini"
@@ -36,19 +33,6 @@ LAUNCH = "nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --p
 # Gemini's own settings for a scripted model: an API key (any) and no folder-trust prompt.
 ITS_OWN_VARIABLES = ("CTXD_", "GEMINI_", "GOOGLE_")  # of this machine: not the test's
 AUTH = '{"security": {"auth": {"selectedType": "gemini-api-key"}}}\n'
-
-
-@pytest.fixture
-def gemini_workspace(tmp_path: Path) -> Iterator[Path]:
-    top = tmp_path / "sglang-debug"
-    top.mkdir()
-    (top / "launch_server.py").write_text(LAUNCHER)
-    (top / "Makefile").write_text(MAKEFILE)
-    subprocess.run(["git", "init", "-q", str(top)], check=True)
-    yield top
-    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
-        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
-            proc.kill()
 
 
 def gemini(args: list[str], cwd: Path, home: Path, model_url: str) -> None:
@@ -70,9 +54,10 @@ def gemini(args: list[str], cwd: Path, home: Path, model_url: str) -> None:
     not GEMINI.exists(), reason="Gemini CLI not installed (`make test` does, with npm)"
 )
 def test_continue_after_unregistered_work_carries_what_the_agent_did(
-    server: Server, gemini_workspace: Path, tmp_path: Path
+    server: Server,
+    workspace: Path,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
-    workspace = gemini_workspace
     home = tmp_path / "home"
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(AUTH)
