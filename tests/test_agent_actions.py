@@ -7,13 +7,19 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 from ctxd.usecases.agent_actions import built_since
 
 from tests.conftest import Server
 from tests.test_mcp import _session_calls as mcp_session
+
+if TYPE_CHECKING:
+    from ctxd.usecases.operations import UseCases
 
 SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
 
@@ -175,3 +181,92 @@ def test_the_settling_snapshot_takes_the_process_table_its_scan_just_read(
         proc.wait(timeout=10)
         cases.close()
         snap.close()
+
+
+@pytest.fixture
+def cases(tmp_path: Path) -> Iterator["UseCases"]:
+    """The use cases in this process, over a store of this test's own."""
+    from ctxd.settings import Settings
+    from ctxd.snapshotter.snapshotter import Snapshotter
+    from ctxd.snapshotter.triggers import Activity
+    from ctxd.store.database import Store
+    from ctxd.usecases.operations import UseCases
+
+    settings = Settings(data_dir=tmp_path / "data", cpu_sample_s=0, watch_roots=[tmp_path])
+    snap = Snapshotter(settings, Store(settings.db_path))
+    use_cases = UseCases(snap, Activity())
+    yield use_cases
+    use_cases.close()
+    snap.close()
+
+
+def _launch_crossing(tmp_path: Path, tag: str) -> tuple[Path, list[str], str]:
+    """A workspace with a server script, the argv of its launch, and the line that launches it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "serve.py").write_text("import time; print('loading', flush=True); time.sleep(60)")
+    argv = [sys.executable, "serve.py", "--run", "1", "--tag", tag]
+    return work, argv, f"nohup {' '.join(argv)} > run1.log 2>&1 &"
+
+
+def test_a_command_reported_while_a_snapshot_is_stored_joins_the_process_it_saw(
+    cases: "UseCases", tmp_path: Path, tag: str, monkeypatch
+):
+    """The snapshot sees the launch's process first (no command accounts for it yet), the
+    harness reports the command before that snapshot writes its attempts: one attempt, the
+    process's, with its command (not a second one that 'died before ctxd saw it')."""
+    from ctxd.discovery import rules
+    from ctxd.discovery.actions import CommandAction
+    from ctxd.models import ProcessWatch, SessionIn, Trigger
+
+    work, argv, line = _launch_crossing(tmp_path, tag)
+    cases.store.put_session("cross", SessionIn(cwd=str(work)))
+    pattern = rules.program_pattern(argv)
+    cases.add_watch("cross", ProcessWatch(match=pattern), "an earlier launch")
+    proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.DEVNULL)
+    assemble = cases.snap.assemble
+
+    def assemble_then_report(*args, **kwargs):
+        assembled = assemble(*args, **kwargs)
+        assert [p.pid for p in assembled.snapshot.observations.processes.items] == [proc.pid]
+        cases.intake.record("cross", [CommandAction(command=line, cwd=str(work))])
+        return assembled
+
+    monkeypatch.setattr(cases.snap, "assemble", assemble_then_report)
+    cases.snap.take("cross", Trigger.MANUAL)
+    (attempt,) = cases.store.list_launches("cross")
+    assert attempt["pid"] == proc.pid and attempt["command"] == line and attempt["seen"]
+
+
+def test_a_command_reported_while_a_snapshot_looks_is_not_ended_by_it(
+    cases: "UseCases", tmp_path: Path, tag: str, monkeypatch
+):
+    """The snapshot read the process table before the launch, the command is reported before
+    it reads the attempts (its time a while back, as a harness may say): that snapshot cannot
+    know the process died, so the attempt waits for the next, which finds it running."""
+    from datetime import UTC, datetime, timedelta
+
+    from ctxd.discovery.actions import CommandAction
+    from ctxd.models import SessionIn, Trigger
+
+    work, argv, line = _launch_crossing(tmp_path, tag)
+    cases.store.put_session("cross", SessionIn(cwd=str(work)))
+    observe = cases.snap.runner.observe
+    launched = []
+
+    def observe_then_launch(*args, **kwargs):
+        observations = observe(*args, **kwargs)
+        if not launched:
+            launched.append(subprocess.Popen(argv, cwd=work, stdout=subprocess.DEVNULL))
+            at = datetime.now(UTC) - timedelta(seconds=5)
+            cases.intake.record("cross", [CommandAction(command=line, cwd=str(work), at=at)])
+        return observations
+
+    monkeypatch.setattr(cases.snap.runner, "observe", observe_then_launch)
+    cases.snap.take("cross", Trigger.MANUAL)
+    (attempt,) = cases.store.list_launches("cross")
+    assert attempt["ended_at"] is None and not attempt["seen"]  # not judged by that look
+    cases.snap.take("cross", Trigger.MANUAL)
+    (attempt,) = cases.store.list_launches("cross")
+    assert attempt["pid"] == launched[0].pid and attempt["ended_at"] is None
+    assert attempt["command"] == line

@@ -56,7 +56,10 @@ def test_every_running_launch_is_seen_to_end_not_only_the_newest_twenty(tmp_path
     store.save_launches("s", crowd)
     watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="sleep 3599"))
     files = launch_history.LogFiles((tmp_path,), Limits())
-    ended = launch_history.observed(store, "s", [watch], Observations(), files)  # none runs
+    seen = Observations()  # none runs
+    ended = launch_history.observed(
+        store, "s", [watch], seen, files, launch_history.cutoff(store, "s")
+    )
     launch_history.save(store, "s", ended)
     assert store.running_launches("s") == []
     ended = store.list_launches("s", limit=100)
@@ -102,3 +105,28 @@ def test_a_command_reported_after_a_snapshot_saw_its_process_is_one_attempt(tmp_
                                "logs": attempt["logs"]}])  # fmt: skip
     (row,) = store.list_launches("s")
     assert row["command"] == "nohup python3 serve.py …" and row["logs"] == ["/srv/run7.log"]
+
+
+def test_an_attempt_whose_process_is_a_zombie_has_ended_with_its_logs_error(tmp_path):
+    """A root whose parent has not reaped it yet still shows in the process table: it exited,
+    so its attempt ends with its log's error, and the dump keeps the argv it ran with."""
+    from ctxd.models.processes import ProcessInfo, process_key
+
+    store = _store(tmp_path)
+    log = tmp_path / "run7.log"
+    log.write_text("loading\nRuntimeError: NCCL error in run 7 (code 57)\n")
+    at = datetime.now(UTC) - timedelta(seconds=5)
+    argv = ["python", "serve.py", "--run", "7"]
+    key = process_key(4242, at)
+    store.save_launches("s", [{**_launch(4242, argv, at), "start_key": key, "logs": [str(log)]}])
+    zombie = ProcessInfo(watch_id=1, pid=4242, ppid=1, name="python", state="zombie",
+                         started_at=at, age_s=5, argv=[], root=True, tree=4242)  # fmt: skip
+    seen = Observations.model_validate({"processes": {"items": [zombie.model_dump()]}})
+    watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="serve.py"))
+    files = launch_history.LogFiles((tmp_path,), Limits())
+    rows = launch_history.observed(
+        store, "s", [watch], seen, files, launch_history.cutoff(store, "s")
+    )
+    (item,) = launch_history.history(store, "s", [], rows)
+    assert item.status == "ended" and item.text.startswith("`python serve.py` (pid 4242)")
+    assert item.error == "RuntimeError: NCCL error in run 7 (code 57)"

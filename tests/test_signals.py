@@ -243,3 +243,8 @@ def test_an_idle_span_is_read_against_the_age_of_the_process() -> None:
         "the watched process is alive at <1% CPU for 7 s of its 11 s: "
         "too early to call a hang (stuck takes 2 min idle)"
     )
+
+
+def test_a_zombie_is_not_counted_among_processes_alive_at_low_cpu() -> None:
+    codes = {s.code: s.text for s in signals.derive(obs(proc(12), proc(11, state="zombie")), None)}
+    assert codes["all_idle"].startswith("the watched process is alive at <1% CPU")

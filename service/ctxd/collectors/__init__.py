@@ -31,9 +31,9 @@ class CollectContext:
     # A probe only looks for events (exits, ports opening, errors, changes): collectors may
     # skip what costs and only a dump needs, such as socket owners and health requests.
     probe: bool = False
-    # How old the shared process table may be (seconds): a probe's watcher tick shares one
-    # read among sessions; the settling snapshot takes the table its workspace scan just read.
-    table_age_s: float = 0.0
+    # A shared process table read since this time.monotonic() will do (None: read afresh); a
+    # probe's watcher tick shares one read among sessions, whatever this says (see proctree).
+    table_since: float | None = None
     # True when this context lives for one collection run (the runner's): then what several
     # collectors read (the process table, the LISTEN sockets) is read once, by the first that
     # asks, and all of them see the same moment. A context kept across collects reads afresh.

@@ -143,7 +143,9 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
 
 def idle_processes(current: Observations) -> list[Signal]:
     """Many idle workers say "stuck" louder than one row each: group them."""
-    procs = [p for p in current.processes.items if p.cpu_percent is not None]
+    procs = [
+        p for p in current.processes.items if p.cpu_percent is not None and p.state != "zombie"
+    ]  # a zombie has exited: it is said so on its own
     idle = [p for p in procs if p.cpu_percent is not None and p.cpu_percent < IDLE_CPU_PERCENT]
     if not procs or not idle or len(idle) != len(procs):
         return []

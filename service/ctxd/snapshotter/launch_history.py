@@ -15,6 +15,7 @@ Everything here reads: `observed` says which rows to write, and the snapshot wri
 """
 
 import re
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -43,6 +44,22 @@ SEEN_BEFORE_READ = 20  # the newest attempts a reported command may already be a
 
 
 @dataclass(frozen=True)
+class Cutoff:
+    """What a snapshot may judge by what it sees: the attempts recorded before it began to look
+    (`launch_id` and lower) and a process table read after that (`at`, time.monotonic()). A
+    command reported while it looked may have a process its table predates: such an attempt
+    is not ended as 'died before ctxd saw it' by this snapshot."""
+
+    launch_id: int
+    at: float
+
+
+def cutoff(store: Store, sid: str) -> Cutoff:
+    """The cutoff of a snapshot that begins to look now."""
+    return Cutoff(store.last_launch_id(sid), time.monotonic())
+
+
+@dataclass(frozen=True)
 class LogFiles:
     """Where an ended attempt's log may be read when no watch reads it: the watch roots and
     the bounds of a log read (the snapshot's settings)."""
@@ -52,12 +69,18 @@ class LogFiles:
 
 
 def observed(
-    store: Store, sid: str, watches: list[Watch], seen: Observations, files: LogFiles
+    store: Store,
+    sid: str,
+    watches: list[Watch],
+    seen: Observations,
+    files: LogFiles,
+    cut: Cutoff,
 ) -> list[dict]:
     """The attempt rows this observation calls for (read, not written): a new root binds the
-    attempt its command made (or starts one), vanished roots and attempts never seen end
-    theirs (with their log's error), running ones get their port state, idle time and logs.
-    The snapshot saves them once it is stored (`save`); a preview shows them unsaved."""
+    attempt its command made (or starts one), vanished roots and attempts never seen before
+    `cut` end theirs (with their log's error), running ones get their port state, idle time
+    and logs. The snapshot saves them once it is stored (`save`); a preview shows them
+    unsaved."""
     process_watches = {w.id: w for w in watches if isinstance(w.spec, ProcessWatch)}
     open_rows = store.running_launches(sid)
     if not process_watches and not open_rows:
@@ -81,7 +104,7 @@ def observed(
     saves: list[dict] = []
     for p in items:
         watch = process_watches.get(p.watch_id)
-        if not p.root or watch is None:
+        if not p.root or watch is None or p.state == "zombie":  # a zombie has exited
             continue
         assert isinstance(watch.spec, ProcessWatch)
         running.add(p.key)
@@ -99,17 +122,15 @@ def observed(
             "port_opened": int(bool(set(expected) & ports)) if expected else None,
             "idle_s": p.idle_for_s,
         }
+        row["logs"] = sorted(writes.get(p.pid, set()))
         known = stored.get(p.key)
         if known is None and (born := _born_with(p.argv, p.cwd, p.started_at, pending, bound)):
             bound.add(born["start_key"])
-            known = born
-            # it keeps its command's time (a kernel start time is a second coarse) and ports
-            row |= {"bound_from": born["start_key"], "seen": 1, "command": born["command"]}
-            started = min(_time(born["started_at"]), p.started_at)  # it ran before it was told
-            row |= {"started_at": started, "expected_ports": born["expected_ports"]}
-        elif known is not None and known["command"]:
-            row |= {"started_at": known["started_at"], "expected_ports": known["expected_ports"]}
-        row["logs"] = sorted(set(known["logs"] if known else ()) | writes.get(p.pid, set()))
+            row |= _bound(born, row)
+        elif known is not None:
+            row["logs"] = sorted(set(known["logs"]) | set(row["logs"]))
+            if known["command"]:
+                row |= {k: known[k] for k in ("started_at", "expected_ports")}
         saves.append(row)
     gone = {e.key: e.last_seen_at for e in seen.processes.exited if e.root}
     for row in open_rows:
@@ -121,13 +142,27 @@ def observed(
             if row["watch_id"] not in process_watches:
                 continue  # its watch was removed: it is no longer followed, not "gone"
             ended = gone.get(key) or now
-        elif (now - started).total_seconds() < PENDING_S:
-            continue  # its process may still be starting
+        elif row["id"] > cut.launch_id or (now - started).total_seconds() < PENDING_S:
+            continue  # reported while this snapshot looked, or its process may be starting
         else:
             ended = now  # it died before any snapshot saw it
         error = _error(row["logs"], logs, started, files)
         saves.append({"start_key": key, "ended_at": ended, **error})
     return saves
+
+
+def _bound(born: dict, row: dict) -> dict:
+    """What a root process's row takes from the attempt its command made: that attempt's
+    place (`bound_from`), its command, its time (the earlier: a kernel start time is a
+    second coarse) and expected ports, and its logs beside those the process writes."""
+    return {
+        "bound_from": born["start_key"],
+        "seen": 1,
+        "command": born["command"],
+        "started_at": min(_time(born["started_at"]), _time(row["started_at"])),
+        "expected_ports": born["expected_ports"],
+        "logs": sorted(set(born["logs"]) | set(row["logs"])),
+    }
 
 
 def _born_with(
@@ -211,9 +246,33 @@ def attempt_logs(store: Store, sid: str, pending: Sequence[dict] = ()) -> tuple[
 
 
 def save(store: Store, sid: str, saves: list[dict]) -> None:
-    """Write what `observed` found (after the snapshot that found it was stored)."""
-    if saves:
-        store.save_launches(sid, saves)
+    """Write what `observed` found (after the snapshot that found it was stored). A root
+    process it saw first, with no command, joins the attempt of a command reported since
+    (one attempt per launch); `agent_actions` binds the other way round, a command reported
+    after its process was saved. Both check and write holding the store, so whichever of the
+    two comes second finds the first."""
+    if not saves:
+        return
+    with store.held():
+        store.save_launches(sid, _join_reported(store, sid, saves))
+
+
+def _join_reported(store: Store, sid: str, saves: list[dict]) -> list[dict]:
+    waiting = store.unseen_launches(sid)
+    roots = {row["start_key"] for row in saves if "pid" in row and "bound_from" not in row}
+    if not waiting or not roots:
+        return saves
+    firsts = roots - store.launch_keys(sid, list(roots))
+    taken = {row["start_key"] for row in saves if "ended_at" in row}
+    joined = []
+    for row in saves:
+        if row["start_key"] in firsts:
+            born = _born_with(row["argv"], row["cwd"], _time(row["started_at"]), waiting, taken)
+            if born is not None:
+                taken.add(born["start_key"])
+                row = row | _bound(born, row)
+        joined.append(row)
+    return joined
 
 
 def history(
@@ -302,7 +361,8 @@ def _with_pending(stored: list[tuple[str, Launch]], pending: Sequence[dict]) -> 
             by_key[key] = replace(
                 current,
                 pid=row.get("pid", current.pid),
-                argv=tuple(row.get("argv", current.argv)),
+                # as stored: a process's argv is written once, when it binds its attempt
+                argv=tuple(row["argv"]) if "bound_from" in row else current.argv,
                 started_at=_time(row.get("started_at", current.started_at)),
                 env=row.get("env", current.env),
                 seen=bool(row.get("seen", current.seen)),

@@ -52,13 +52,13 @@ class CollectorRunner:
         purpose: str = "snapshot",
         only: frozenset[str] | None = None,
         remote: bool = True,
-        table_age_s: float = 0.0,
+        table_since: float | None = None,
     ) -> Observations:
         """Run every collector over the session's watches; a failure is a section, not a raise.
 
         Collector memory (read offsets, CPU baselines) is kept per purpose, so the watcher's
-        cheap probes never consume what the next real snapshot should report. `table_age_s`:
-        how old a process table read by someone else may be (see `CollectContext`).
+        cheap probes never consume what the next real snapshot should report. `table_since`:
+        a process table read by someone else since then may be used (see `CollectContext`).
         """
         key = f"{purpose}:{sid}"
         with self._guard:
@@ -68,7 +68,7 @@ class CollectorRunner:
             previous=previous,
             memory=memory,
             probe=purpose == "probe",
-            table_age_s=table_age_s,
+            table_since=table_since,
             one_run=True,
         )
         chosen = [c for c in self._collectors() if only is None or c.NAME in only]

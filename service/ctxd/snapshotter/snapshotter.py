@@ -82,12 +82,14 @@ class Snapshotter:
         trigger: Trigger,
         note: str | None = None,
         purpose: str = "snapshot",
-        table_age_s: float = 0.0,
+        cut: launch_history.Cutoff | None = None,
     ) -> "Assembled":
         """Observe and describe the session now, as the version after the latest stored one
-        (`table_age_s`: see `CollectorRunner.observe`). Reads only: what storing it must
-        write besides is in the answer, for `take` to apply after its commit."""
+        (`cut`: what it judges the attempts by, taken now when not given; its process table
+        is one read since). Reads only: what storing it must write besides is in the
+        answer, for `take` to apply after its commit."""
         started = time.perf_counter()
+        cut = cut or launch_history.cutoff(self.store, sid)
         clock = _Clock(self.last_phases.setdefault(sid, {}))
         clock.into.clear()
         session = self.store.get_session(sid)
@@ -98,12 +100,12 @@ class Snapshotter:
         watches = self.store.list_watches(sid)
         clock.lap("read previous")
         observations = self.runner.observe(
-            sid, watches, before, purpose=purpose, table_age_s=table_age_s
+            sid, watches, before, purpose=purpose, table_since=cut.at
         )
         clock.lap("collect + redact")
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         files = launch_history.LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
-        launches = launch_history.observed(self.store, sid, watches, observations, files)
+        launches = launch_history.observed(self.store, sid, watches, observations, files, cut)
         every_log, ended = launch_history.attempt_logs(self.store, sid, launches)
         retiring = self.retirement.review(watches, observations) if purpose == "snapshot" else []
         agent_context.enrich(narrative, self.store, session, watches, git.result(), launches)
@@ -145,7 +147,7 @@ class Snapshotter:
         trigger: Trigger = Trigger.MANUAL,
         note: str | None = None,
         force: bool = False,
-        table_age_s: float = 0.0,
+        cut: launch_history.Cutoff | None = None,
     ) -> Snapshot:
         """Store version N+1, or, when nothing changed (and not `force`), confirm version N.
 
@@ -154,7 +156,7 @@ class Snapshotter:
         (`files_behind` lists such versions; their files are written again later).
         """
         with self._lock(sid):
-            assembled = self.assemble(sid, trigger, note, table_age_s=table_age_s)
+            assembled = self.assemble(sid, trigger, note, cut=cut)
             snapshot = assembled.snapshot
             clock = _Clock(self.last_phases[sid])
             key = changes.content_key(snapshot)

@@ -174,6 +174,25 @@ class AgentRows(Connection):
         )
         return [_decoded(r) for r in rows]
 
+    def unseen_launches(self, sid: str) -> list[dict[str, Any]]:
+        """The attempts born with their command whose process no snapshot saw yet, not ended."""
+        rows = self._rows(
+            "select * from launches where session = ? and ended_at is null and seen = 0"
+            " order by id",
+            [sid],
+        )
+        return [_decoded(r) for r in rows]
+
+    def launch_keys(self, sid: str, keys: list[str]) -> set[str]:
+        """Those of these start keys the session's launches have."""
+        with self._lock:
+            return set(self._followed(self.db, sid, keys))
+
+    def last_launch_id(self, sid: str) -> int:
+        """The id of the session's newest launch row (0: none); ids only grow."""
+        rows = self._rows("select max(id) n from launches where session = ?", [sid])
+        return int(rows[0]["n"] or 0)
+
     def count_launches(self, sid: str) -> int:
         rows = self._rows("select count(*) n from launches where session = ?", [sid])
         return int(rows[0]["n"])

@@ -147,6 +147,13 @@ class Connection:
             )
         raise StorageFault("the database file was removed or replaced while ctxd ran", errno.ENOENT)
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """No other thread reads or writes the store meanwhile: for a read and the write it
+        decides (a check-then-write that must not interleave with another's)."""
+        with self._lock:
+            yield
+
     def _rows(self, sql: str, params: tuple | list = ()) -> list[dict]:
         with self._lock:
             return select_rows(self.db, sql, params)

@@ -11,9 +11,11 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field, ValidationError
@@ -94,10 +96,6 @@ class ActionIntake:
     def _command(self, sid: str, action: CommandAction) -> list[Watch]:
         facts = parse_command(action.command)
         launches = rules.launched(facts, action.background)
-        if launches:
-            attempts = [_attempt(action, facts, launch) for launch in launches]
-            self.store.save_launches(sid, [self._reported(sid, a) for a in attempts])
-            self._follow_newest(sid, attempts)
         counts = self._reads.setdefault(sid, Counter())
         existing = self._existing(sid)
         proposals = rules.propose_for_command(
@@ -116,6 +114,11 @@ class ActionIntake:
         if len(proposals) > room:
             room += self._make_room(sid, len(proposals) - room)
         added = [w for p in proposals[: max(0, room)] if (w := self._admit(sid, p)) is not None]
+        if launches:  # after its watches: a snapshot that reads the attempt has them too
+            attempts = [_attempt(action, facts, launch) for launch in launches]
+            self._follow_newest(sid, attempts)
+            with self.store.held():  # see launch_history.save
+                self.store.save_launches(sid, [self._reported(sid, a) for a in attempts])
         if facts.builds:
             with self._lock:
                 since = self._last_at.get(sid) or action.at - timedelta(seconds=BUILD_WINDOW_S)
@@ -200,12 +203,16 @@ class ActionIntake:
             self._pending.pop(sid, None)
             builds = self._builds.pop(sid, [])
         try:
+            # judged by what was recorded before the scan below read the process table
+            cut = launch_history.cutoff(self.store, sid)
             session = self.store.get_session(sid)
             if session.cwd:
                 self._from_machine(sid, session.cwd)
                 for since, tool in builds:
                     self._from_build(sid, session.cwd, since, tool)
-            self.snap.take(sid, Trigger.ACTION, table_age_s=SCAN_TABLE_AGE_S)
+            recent = time.monotonic() - SCAN_TABLE_AGE_S
+            cut = replace(cut, at=max(cut.at, recent))
+            self.snap.take(sid, Trigger.ACTION, cut=cut)
         except Exception:  # a background step must never take the service down
             log.exception("settling snapshot of %s failed", sid)
 

@@ -87,7 +87,10 @@ def of_run(ctx: CollectContext) -> RunTable:
     """The process table of this collection run: read once, by the first collector asking."""
 
     def read() -> RunTable:
-        table, children = shared(max(ctx.table_age_s, PROBE_TABLE_AGE_S if ctx.probe else 0.0))
+        age = PROBE_TABLE_AGE_S if ctx.probe else 0.0
+        if ctx.table_since is not None:
+            age = max(age, time.monotonic() - ctx.table_since)
+        table, children = shared(age)
         return RunTable(table, children, own_family(), psutil.boot_time())
 
     return ctx.once("process table", read)
