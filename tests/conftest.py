@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, TypeVar
 import httpx
 import pytest
 
+from tests.forkserver import Forked, ForkServer
+
 if TYPE_CHECKING:
     from ctxd.snapshotter.triggers import Watcher
 
@@ -33,6 +35,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="ctxd-test-data-")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    FORKS.close()
+
+
+FORKS = ForkServer()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -43,7 +52,7 @@ def free_port() -> int:
 class Server:
     url: str
     data_dir: Path
-    process: subprocess.Popen
+    process: subprocess.Popen | Forked
     log_path: Path
 
     def client(self) -> httpx.Client:
@@ -56,27 +65,27 @@ class Server:
 def start_server(
     data_dir: Path, log_path: Path, env: dict[str, str] | None = None, user: int | None = None
 ) -> Server:
-    """`ctxd serve` on a free port, once it answers /health; as `user` when given (root only)."""
+    """`ctxd serve` on a free port, once it answers /health; as `user` when given (root only).
+    Forked from the fork server (`tests/forkserver.py`: the imports paid once); run as the
+    command as another user, or with a PYTHON* variable (read as the interpreter starts)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "ctxd",
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-    ]
-    with open(log_path, "ab") as out:
-        process = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            **({"user": user, "group": user, "extra_groups": []} if user is not None else {}),
-        )
+    argv = ["serve", "--port", str(port), "--data-dir", str(data_dir)]
+    environment = {**os.environ, **(env or {})}
+    process: subprocess.Popen | Forked
+    if user is None and not any(name.startswith("PYTHON") for name in env or {}):
+        process = FORKS.start(argv, environment, log_path)
+    else:
+        with open(log_path, "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "ctxd", *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                user=user,
+                group=user,
+                extra_groups=[],
+            )
     token = (env or {}).get("CTXD_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + 30
