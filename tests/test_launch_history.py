@@ -130,3 +130,19 @@ def test_an_attempt_whose_process_is_a_zombie_has_ended_with_its_logs_error(tmp_
     (item,) = launch_history.history(store, "s", [], rows)
     assert item.status == "ended" and item.text.startswith("`python serve.py` (pid 4242)")
     assert item.error == "RuntimeError: NCCL error in run 7 (code 57)"
+
+
+def test_a_process_seen_exiting_with_no_command_line_is_no_attempt(tmp_path):
+    """Caught between its exit and its zombie state, a launch's process reads an empty command
+    line: it tells no attempt, so it neither makes one nor keeps its own running."""
+    from ctxd.models.processes import ProcessInfo
+
+    store = _store(tmp_path)
+    at = datetime.now(UTC) - timedelta(seconds=5)
+    exiting = ProcessInfo(watch_id=1, pid=4343, ppid=1, name="python", state="running",
+                          started_at=at, age_s=5, argv=[], root=True, tree=4343)  # fmt: skip
+    seen = Observations.model_validate({"processes": {"items": [exiting.model_dump()]}})
+    watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="serve.py"))
+    files = launch_history.LogFiles((tmp_path,), Limits())
+    cut = launch_history.cutoff(store, "s")
+    assert launch_history.observed(store, "s", [watch], seen, files, cut) == []

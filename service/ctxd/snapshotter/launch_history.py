@@ -26,7 +26,15 @@ from typing import Any
 from ctxd.collectors.logs import last_error
 from ctxd.discovery.launches import Launch, flag_diff, program_of, summary_line
 from ctxd.fmt import attempts, human_duration
-from ctxd.models import HistoryItem, JournalEntry, LogInfo, Observations, ProcessWatch, Watch
+from ctxd.models import (
+    HistoryItem,
+    JournalEntry,
+    LogInfo,
+    Observations,
+    ProcessInfo,
+    ProcessWatch,
+    Watch,
+)
 from ctxd.settings import Limits
 from ctxd.store.database import Store
 
@@ -104,7 +112,7 @@ def observed(
     saves: list[dict] = []
     for p in items:
         watch = process_watches.get(p.watch_id)
-        if not p.root or watch is None or p.state == "zombie":  # a zombie has exited
+        if not p.root or watch is None or _exiting(p):
             continue
         assert isinstance(watch.spec, ProcessWatch)
         running.add(p.key)
@@ -149,6 +157,12 @@ def observed(
         error = _error(row["logs"], logs, started, files)
         saves.append({"start_key": key, "ended_at": ended, **error})
     return saves
+
+
+def _exiting(p: ProcessInfo) -> bool:
+    """A process that has exited or is exiting: a zombie, or one whose memory is released
+    already (its command line reads empty), which no attempt can be told by."""
+    return p.state in ("zombie", "dead") or not p.argv
 
 
 def _bound(born: dict, row: dict) -> dict:
