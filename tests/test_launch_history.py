@@ -146,3 +146,37 @@ def test_a_process_seen_exiting_with_no_command_line_is_no_attempt(tmp_path):
     files = launch_history.LogFiles((tmp_path,), Limits())
     cut = launch_history.cutoff(store, "s")
     assert launch_history.observed(store, "s", [watch], seen, files, cut) == []
+
+
+def test_the_shell_of_a_command_is_no_attempt_unless_it_stays_or_was_the_launch(tmp_path):
+    """`bash -c 'nohup python serve.py … &'` (the shell a harness runs a command in) matches the
+    watch for a moment: it is no launch of its own while younger than a launch takes to start;
+    one that stays is an attempt, and a `bash -c …` the agent launched binds its command."""
+    from ctxd.models.processes import ProcessInfo
+
+    store = _store(tmp_path)
+    at = datetime.now(UTC)
+    line = "nohup python serve.py --run 1 > run1.log 2>&1 &"
+
+    def shell(pid: int, age: float) -> dict:
+        return ProcessInfo(watch_id=1, pid=pid, ppid=1, name="bash", state="sleeping",
+                           started_at=at - timedelta(seconds=age), age_s=age,
+                           argv=["bash", "-c", line], root=True, tree=pid,
+                           cwd="/srv").model_dump()  # fmt: skip
+
+    watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="serve\\.py"))
+    files = launch_history.LogFiles((tmp_path,), Limits())
+
+    def rows(*shells: dict) -> list[dict]:
+        seen = Observations.model_validate({"processes": {"items": list(shells)}})
+        cut = launch_history.cutoff(store, "s")
+        return launch_history.observed(store, "s", [watch], seen, files, cut)
+
+    assert rows(shell(100, 0.3)) == []  # passing through
+    assert [row["pid"] for row in rows(shell(101, 5.0))] == [101]  # it stays: an attempt
+    launched = {"start_key": "cmd:b", "argv": ["bash", "-c", line], "cwd": "/srv",
+                "started_at": at, "command": f"nohup bash -c '{line}' &", "logs": [],
+                "expected_ports": [], "seen": 0, "pid": None}  # fmt: skip
+    store.save_launches("s", [launched])
+    (bound,) = rows(shell(102, 0.3))
+    assert bound["bound_from"] == "cmd:b" and bound["pid"] == 102

@@ -68,9 +68,15 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     latest = f"Instruction {LAUNCHES // 10}: try NCCL_ALGO variant {LAUNCHES}"
     sid = "nccl-hunt"
     wait_until(lambda: "Waiting" in _log(workspace, LAUNCHES), "the last run to start")
-    before = len(client.get(f"/api/sessions/{sid}/snapshots").json())
-    wait_until(lambda: len(client.get(f"/api/sessions/{sid}/snapshots").json()) > before,
-               "the settling snapshot after the last launch")  # fmt: skip
+
+    def ended(run: int) -> bool:  # its error is stored with its attempt (and searchable)
+        q = f'"code {50 + run}"'
+        found = client.get(f"/api/sessions/{sid}/search", params={"q": q}).json()["hits"]
+        return any(hit["source"] == "launch" for hit in found)
+
+    # The settling snapshot after the last launch (a second after it) judges the one before:
+    # any earlier snapshot may come within the second a launch's process may take to start.
+    wait_until(lambda: ended(LAUNCHES - 1), "the last failed run seen to end")
 
     dump = hook("UserPromptSubmit", prompt="continue")["context"]
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 from ctxd.collectors.logs import last_error
 from ctxd.discovery.launches import Launch, flag_diff, program_of, summary_line
+from ctxd.discovery.procscan import SHELLS
 from ctxd.fmt import attempts, human_duration
 from ctxd.models import (
     HistoryItem,
@@ -135,6 +136,8 @@ def observed(
         if known is None and (born := _born_with(p.argv, p.cwd, p.started_at, pending, bound)):
             bound.add(born["start_key"])
             row |= _bound(born, row)
+        elif known is None and _passing_shell(p):
+            continue
         elif known is not None:
             row["logs"] = sorted(set(known["logs"]) | set(row["logs"]))
             if known["command"]:
@@ -163,6 +166,16 @@ def _exiting(p: ProcessInfo) -> bool:
     """A process that has exited or is exiting: a zombie, or one whose memory is released
     already (its command line reads empty), which no attempt can be told by."""
     return p.state in ("zombie", "dead") or not p.argv
+
+
+def _passing_shell(p: ProcessInfo) -> bool:
+    """A shell running a command line (`bash -c 'nohup python serve.py … &'`) younger than
+    PENDING_S: the shell of a command that starts something in the background, or its fork
+    not yet replaced by the program; not a launch of its own unless it stays (or its own
+    command was `bash -c …`, which binds it first)."""
+    options = [arg for arg in p.argv[1:-1] if arg.startswith("-") and not arg.startswith("--")]
+    shell = PurePosixPath(p.argv[0]).name in SHELLS and any("c" in arg for arg in options)
+    return shell and p.age_s < PENDING_S
 
 
 def _bound(born: dict, row: dict) -> dict:
