@@ -173,6 +173,8 @@ def test_the_shell_of_a_command_is_no_attempt_unless_it_stays_or_was_the_launch(
         return launch_history.observed(store, "s", [watch], seen, files, cut)
 
     assert rows(shell(100, 0.3)) == []  # passing through
+    nohup = {**shell(99, 0.1), "argv": ["nohup", "python", "serve.py", "--run", "1"]}
+    assert rows(nohup) == []  # about to become python
     assert [row["pid"] for row in rows(shell(101, 5.0))] == [101]  # it stays: an attempt
     launched = {"start_key": "cmd:b", "argv": ["bash", "-c", line], "cwd": "/srv",
                 "started_at": at, "command": f"nohup bash -c '{line}' &", "logs": [],

@@ -29,6 +29,9 @@ _LOG_NAME = re.compile(r"(?:\.(?:log|out|err|txt)$|log)", re.IGNORECASE)
 _CLIENTS = {"curl", "wget", "nc", "ncat", "telnet", "ssh", "scp", "rsync", "http", "grpcurl"}
 _WRAPPERS_BG = {"nohup", "setsid"}
 _WRAPPERS = {"exec", "time", "command", "builtin", "stdbuf", "nice", "ionice", "timeout", "sudo"}
+# Those of them that are programs of their own, and replace themselves by (or start) the
+# program they are given: a process of one may be the moment before the launch is seen.
+WRAPPER_PROGRAMS = frozenset(_WRAPPERS_BG | {"stdbuf", "nice", "ionice", "timeout", "sudo", "env"})
 
 
 @dataclass(frozen=True)

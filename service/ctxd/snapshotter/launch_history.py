@@ -26,6 +26,7 @@ from typing import Any
 from ctxd.collectors.logs import last_error
 from ctxd.discovery.launches import Launch, flag_diff, program_of, summary_line
 from ctxd.discovery.procscan import SHELLS
+from ctxd.discovery.shellparse import WRAPPER_PROGRAMS
 from ctxd.fmt import attempts, human_duration
 from ctxd.models import (
     HistoryItem,
@@ -136,7 +137,7 @@ def observed(
         if known is None and (born := _born_with(p.argv, p.cwd, p.started_at, pending, bound)):
             bound.add(born["start_key"])
             row |= _bound(born, row)
-        elif known is None and _passing_shell(p):
+        elif known is None and _passing(p):
             continue
         elif known is not None:
             row["logs"] = sorted(set(known["logs"]) | set(row["logs"]))
@@ -168,14 +169,15 @@ def _exiting(p: ProcessInfo) -> bool:
     return p.state in ("zombie", "dead") or not p.argv
 
 
-def _passing_shell(p: ProcessInfo) -> bool:
-    """A shell running a command line (`bash -c 'nohup python serve.py … &'`) younger than
-    PENDING_S: the shell of a command that starts something in the background, or its fork
-    not yet replaced by the program; not a launch of its own unless it stays (or its own
-    command was `bash -c …`, which binds it first)."""
+def _passing(p: ProcessInfo) -> bool:
+    """A shell running a command line (`bash -c 'nohup python serve.py … &'`) or a wrapper
+    (`nohup`, `setsid`, …) younger than PENDING_S: the shell of a command that starts
+    something in the background, its fork or a wrapper not yet replaced by the program; not
+    a launch of its own unless it stays (or its own command was that, which binds it first)."""
+    name = PurePosixPath(p.argv[0]).name
     options = [arg for arg in p.argv[1:-1] if arg.startswith("-") and not arg.startswith("--")]
-    shell = PurePosixPath(p.argv[0]).name in SHELLS and any("c" in arg for arg in options)
-    return shell and p.age_s < PENDING_S
+    shell = name in SHELLS and any("c" in arg for arg in options)
+    return (shell or name in WRAPPER_PROGRAMS) and p.age_s < PENDING_S
 
 
 def _bound(born: dict, row: dict) -> dict:
