@@ -562,3 +562,20 @@ def test_a_probes_first_look_starts_at_the_end_and_later_errors_are_still_news(
 
 def logs_only(item: LogInfo) -> Observations:
     return Observations(logs=LogsSection(items=[item]))
+
+
+def test_a_log_shown_without_its_tail_says_no_empty_last_lines(tmp_path: Path) -> None:
+    """A log whose tail was left out (the budget cut, or nothing after its error) shows no
+    'Last 0 lines:' over an empty block: a reader took that for a log that says nothing."""
+    from ctxd.models import Observations, Snapshot, SnapshotHeader
+    from ctxd.render.markdown import render_dump
+
+    path = tmp_path / "run7.log"
+    path.write_text("RuntimeError: NCCL error in run 7 (code 57)\n")
+    info = only_item(collect(make_watch(path))).model_copy(update={"lines": []})
+    snap = Snapshot(
+        header=SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t"),
+        observations=Observations(logs=LogsSection(items=[info])),
+    )
+    markdown = render_dump(snap)
+    assert "NCCL error in run 7" in markdown and "Last 0 lines" not in markdown
