@@ -116,7 +116,10 @@ def follow_fd(
         offset = cursor.offset if keep and cursor is not None else offset
         if not keep and offset:
             check = read_exact(fd, min(CHECK_BYTES, offset), max(0, offset - CHECK_BYTES))
-    head = read_exact(fd, min(CHECK_BYTES, offset), 0) if offset else b""
+    if cursor is not None and event is None and len(cursor.head) == min(CHECK_BYTES, offset):
+        head = cursor.head  # the same file, its start just checked by _unchanged_prefix
+    else:
+        head = read_exact(fd, min(CHECK_BYTES, offset), 0) if offset else b""
     new_cursor = Cursor(st.st_dev, st.st_ino, offset, check, head, st.st_size, st.st_mtime_ns)
     return Follow(
         lines=lines + new,
