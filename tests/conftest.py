@@ -29,14 +29,21 @@ if TYPE_CHECKING:
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+DATA_HOME = pytest.StashKey[str]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A service a test starts without a data directory keeps its store in the per-user one
-    (`ctxd.user_data_dir`): here, a folder of this run's, never the user's real store."""
-    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="ctxd-test-data-")
+    (`ctxd.user_data_dir`): here, a folder of this run's (removed at its end), never the
+    user's real store."""
+    os.environ["XDG_DATA_HOME"] = config.stash[DATA_HOME] = tempfile.mkdtemp(
+        prefix="ctxd-test-data-"
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     FORKS.close()
+    shutil.rmtree(config.stash[DATA_HOME], ignore_errors=True)  # this run's, made above
 
 
 FORKS = ForkServer()
