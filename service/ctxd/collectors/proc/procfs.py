@@ -214,12 +214,10 @@ def waiting_point(pid: int, proc: Path = PROC) -> str | None:
     """Where a sleeping process waits, the kernel's view: "futex_do_wait (futex)".
 
     /proc/PID/wchan names the kernel function; /proc/PID/syscall (readable with ptrace
-    rights) the call it sits in. None when it runs or nothing can be read.
+    rights) the call it sits in. None when it runs or nothing can be read. The call is read
+    first: the kernel answers it only once the process is off its CPU, and wchan says "0" for
+    one caught still going to sleep (a worker then folded apart from its alike peers).
     """
-    try:
-        wchan = read_proc(f"{proc}/{pid}/wchan").decode(errors="replace").strip()
-    except OSError:
-        wchan = ""
     call = ""
     try:
         first = read_proc(f"{proc}/{pid}/syscall").decode(errors="replace").split(maxsplit=1)[0]
@@ -229,6 +227,10 @@ def waiting_point(pid: int, proc: Path = PROC) -> str | None:
             call = known or f"syscall {number}"
     except (OSError, IndexError):
         pass
+    try:
+        wchan = read_proc(f"{proc}/{pid}/wchan").decode(errors="replace").strip()
+    except OSError:
+        wchan = ""
     if wchan in ("", "0"):
         return call or None
     return f"{wchan} ({call})" if call else wchan
