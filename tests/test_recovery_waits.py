@@ -6,9 +6,12 @@ import random
 import signal as signals_module
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime
+from pathlib import Path
 
 from ctxd.collectors import CollectContext, processes
+from ctxd.collectors.proc import procfs
 from ctxd.models import (
     LogInfo,
     LogsSection,
@@ -53,6 +56,32 @@ def test_blocked_workers_show_one_kernel_waiting_point(spawn) -> None:
     if platform.machine() == "x86_64":
         assert waits.pop().endswith("(futex)")
     assert rows[root.pid].waiting is not None and "futex" not in rows[root.pid].waiting
+
+
+def test_the_waiting_point_is_read_once_the_process_is_off_its_cpu(tmp_path: Path) -> None:
+    """The kernel answers /proc/PID/syscall only once the process is off its CPU; its wchan,
+    read before that, says "0" for one caught going to sleep. A FIFO plays the kernel: the
+    syscall line comes only after wchan names the function the process now sleeps in."""
+    pid = tmp_path / "4242"
+    pid.mkdir()
+    (pid / "wchan").write_text("0")  # still on its CPU
+    os.mkfifo(pid / "syscall")
+
+    def kernel() -> None:
+        with open(pid / "syscall", "w") as syscall:  # waits for the reader, as the kernel does
+            (pid / "wchan").write_text("hrtimer_nanosleep")  # it is off its CPU now
+            syscall.write("230 0x1 0x0 0x7ffd 0x0 0x0 0x0 0x7ffd 0x7f00\n")
+
+    thread = threading.Thread(target=kernel, daemon=True)  # never holds the run up
+    thread.start()
+    try:
+        point = procfs.waiting_point(4242, proc=tmp_path)
+    finally:
+        thread.join(timeout=10)
+    if platform.machine() == "x86_64":
+        assert point == "hrtimer_nanosleep (clock_nanosleep)"
+    else:
+        assert point == "hrtimer_nanosleep (syscall 230)"
 
 
 def test_the_stuck_signal_folds_waiting_points() -> None:
