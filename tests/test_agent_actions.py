@@ -270,3 +270,47 @@ def test_a_command_reported_while_a_snapshot_looks_is_not_ended_by_it(
     (attempt,) = cases.store.list_launches("cross")
     assert attempt["pid"] == launched[0].pid and attempt["ended_at"] is None
     assert attempt["command"] == line
+
+
+def test_a_long_session_watches_the_logs_of_its_newest_launches(
+    cases: "UseCases", tmp_path: Path, tag: str
+):
+    """Sixteen automatic watches at most: a new launch's log takes the place of the oldest
+    one of an attempt that ended, then of one launched and never seen running (a burst of
+    launches faster than any snapshot); the log a running attempt writes stays watched."""
+    from datetime import UTC, datetime, timedelta
+
+    from ctxd.discovery.actions import CommandAction
+    from ctxd.discovery.rules import AUTO_WATCH_CAP
+    from ctxd.models import LogWatch, SessionIn, Trigger
+
+    work, argv, line = _launch_crossing(tmp_path, tag)
+    cases.store.put_session("room", SessionIn(cwd=str(work)))
+    proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.DEVNULL)
+    try:
+        cases.intake.record("room", [CommandAction(command=line, cwd=str(work))])
+
+        def launch(run: int) -> None:  # reported a while after it was run (as a harness may)
+            dead = f"nohup {sys.executable} serve.py --run {run} --gone > run{run}.log 2>&1 &"
+            at = datetime.now(UTC) - timedelta(seconds=5)
+            cases.intake.record("room", [CommandAction(command=dead, cwd=str(work), at=at)])
+
+        def watched() -> list[int]:
+            logs = [w.spec for w in cases.store.list_watches("room")]
+            return [int(Path(s.path).stem[3:]) for s in logs if isinstance(s, LogWatch)]
+
+        full = AUTO_WATCH_CAP - 1  # the program's process watch is one of them
+        for run in range(2, full + 1):  # never started: each dies "before ctxd saw it"
+            launch(run)
+        assert watched() == list(range(1, full + 1))
+        cases.snap.take("room", Trigger.MANUAL)  # run 1 seen running; 2-15 ended
+        runs = cases.store.list_launches("room", limit=100)
+        assert [r["pid"] for r in runs if not r["ended_at"]] == [proc.pid]
+
+        for run in range(full + 1, 2 * full + 1):
+            launch(run)
+        # 2-15 made room, oldest first; then 16, launched and not seen, for 30
+        assert watched() == [1, *range(full + 2, 2 * full + 1)]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

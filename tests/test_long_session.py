@@ -95,6 +95,9 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     assert "attempts 1\N{EN DASH}" in dump  # the older ones, folded, not dropped
     for section in ("## Objective", "## Now", "## Attempts", "## Recent commands"):
         assert section in dump, section
+    logs = dump.split("## Logs")[1].split("\n## ")[0]
+    assert f"logs/run{LAUNCHES}.log\n" in logs  # the running attempt's log is watched ...
+    assert "logs/run1.log" not in logs  # ... not the first runs' (they ended long ago)
 
     found = client.get(f"/api/sessions/{sid}/search", params={"q": "50001"}).json()
     assert any("--run 1 " in hit["snippet"] for hit in found["hits"]), found

@@ -174,6 +174,20 @@ class AgentRows(Connection):
         )
         return [_decoded(r) for r in rows]
 
+    def idle_logs(self, sid: str, paths: list[str]) -> dict[str, bool]:
+        """Those of these paths that are logs of attempts none of which is seen running, each
+        with whether all those attempts ended (False: one was launched and not seen yet)."""
+        if not paths:
+            return {}
+        marks = ", ".join("?" * len(paths))
+        rows = self._rows(
+            "select log.value path, max(ended_at is null) open from launches,"
+            f" json_each(launches.logs) log where session = ? and log.value in ({marks})"
+            " group by log.value having max(ended_at is null and seen = 1) = 0",
+            [sid, *paths],
+        )
+        return {r["path"]: not r["open"] for r in rows}
+
     def unseen_launches(self, sid: str) -> list[dict[str, Any]]:
         """The attempts born with their command whose process no snapshot saw yet, not ended."""
         rows = self._rows(

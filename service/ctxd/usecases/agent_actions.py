@@ -25,7 +25,7 @@ from ctxd.discovery import procscan, rules
 from ctxd.discovery.actions import Action, CommandAction
 from ctxd.discovery.shellparse import CommandFacts, SimpleCommand, parse_command
 from ctxd.errors import CtxdError
-from ctxd.models import ProcessWatch, Strict, Trigger, Watch, WatchIn, WatchSpec
+from ctxd.models import LogWatch, ProcessWatch, Strict, Trigger, Watch, WatchIn, WatchSpec
 from ctxd.snapshotter import launch_history
 from ctxd.snapshotter.snapshotter import Snapshotter
 
@@ -56,9 +56,6 @@ ARTIFACT_SUFFIXES += (".deb", ".rpm", ".bin", ".exe", ".cubin", ".fatbin", ".ptx
 _SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages"}
 SCAN_ENTRIES_MAX = 20_000
 BUILT_WATCHES_MAX = 4
-# Attempts whose ended logs may be retired to make room: an automatic log watch belongs to
-# one of the newest (there are at most AUTO_WATCH_CAP of them)
-LAUNCHES_READ = 4 * rules.AUTO_WATCH_CAP
 
 
 class ActionIntake:
@@ -152,25 +149,23 @@ class ActionIntake:
                     self.store.replace_spec(sid, watch.id, spec.model_copy(update=update))
 
     def _make_room(self, sid: str, wanted: int) -> int:
-        """Retire up to `wanted` automatic log watches of attempts that ended (the error each
-        ended with is kept with its attempt), oldest first, so that a long session's new
-        launches are watched too; how many were retired."""
-        running = {path for row in self.store.running_launches(sid) for path in row["logs"]}
-        ended = {
-            path
-            for row in self.store.list_launches(sid, limit=LAUNCHES_READ)
-            if row["ended_at"]
-            for path in row["logs"]
-        }
-        retired = 0
-        for watch in self.store.list_watches(sid):
-            if retired >= wanted:
-                break
-            path = getattr(watch.spec, "path", None)
-            if watch.auto and watch.spec.kind == "log" and path in ended and path not in running:
-                self.store.delete_watch(sid, watch.id)
-                retired += 1
-        return retired
+        """Retire up to `wanted` automatic log watches, oldest first, so that a long session's
+        newest launches are watched too: those of attempts that ended (the error each ended
+        with is kept with its attempt), then those of attempts launched and not seen running
+        (a burst of launches faster than any snapshot); never one a running attempt writes.
+        How many were retired."""
+        logs = [
+            (w.id, w.spec.path)
+            for w in self.store.list_watches(sid)
+            if w.auto and isinstance(w.spec, LogWatch)
+        ]
+        idle = self.store.idle_logs(sid, [path for _, path in logs])
+        ended = [watch_id for watch_id, path in logs if idle.get(path) is True]
+        unseen = [watch_id for watch_id, path in logs if idle.get(path) is False]
+        retired = (ended + unseen)[:wanted]
+        for watch_id in retired:
+            self.store.delete_watch(sid, watch_id)
+        return len(retired)
 
     def _existing(self, sid: str) -> list[dict]:
         return [{**w.spec.model_dump(), "auto": w.auto} for w in self.store.list_watches(sid)]
