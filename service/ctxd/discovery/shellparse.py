@@ -28,10 +28,11 @@ _LOG_NAME = re.compile(r"(?:\.(?:log|out|err|txt)$|log)", re.IGNORECASE)
 # Programs that talk to a port rather than open one: their ports are not expected ports.
 _CLIENTS = {"curl", "wget", "nc", "ncat", "telnet", "ssh", "scp", "rsync", "http", "grpcurl"}
 _WRAPPERS_BG = {"nohup", "setsid"}
-_WRAPPERS = {"exec", "time", "command", "builtin", "stdbuf", "nice", "ionice", "timeout", "sudo"}
-# Those of them that are programs of their own, and replace themselves by (or start) the
-# program they are given: a process of one may be the moment before the launch is seen.
-WRAPPER_PROGRAMS = frozenset(_WRAPPERS_BG | {"stdbuf", "nice", "ionice", "timeout", "sudo", "env"})
+_WRAPPER_RUNNERS = {"stdbuf", "nice", "ionice", "timeout", "sudo"}  # programs, not builtins
+_WRAPPERS = {"exec", "time", "command", "builtin"} | _WRAPPER_RUNNERS
+# Those that are programs of their own, and replace themselves by (or start) the program
+# they are given: a process of one may be the moment before the launch is seen.
+WRAPPER_PROGRAMS = frozenset(_WRAPPERS_BG | _WRAPPER_RUNNERS | {"env"})
 
 
 @dataclass(frozen=True)
