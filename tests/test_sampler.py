@@ -142,3 +142,21 @@ def test_a_sleeper_that_has_not_run_is_not_read_again(
     sampler.sample()
     woke = sampler.reading(k)
     assert reads == [child.pid] and woke and woke.cpu_percent and woke.cpu_percent > 0
+
+
+def test_a_clock_step_does_not_blind_the_sampler(spawn, sampler: Sampler, monkeypatch) -> None:
+    """The kernel's boot time follows the wall clock: after a step, the process table keys a
+    process by the new one while the sampler had cached the old; it reads it again, and the
+    process is sampled (it was refused as "a reused pid", and no process was idle ever after)."""
+    from ctxd.collectors.proc import sampler as sampler_module
+
+    child = spawn(sys.executable, "-c", "import time; time.sleep(60)")
+    pid, started = key(child)
+    sampler_module._boot_time()  # cached before the step
+    boot = psutil.boot_time()
+    monkeypatch.setattr(psutil, "boot_time", lambda: boot + 2.0)  # the clock stepped 2 s on
+    stepped = (pid, started + 2.0)
+    sampler.track(stepped)
+    reading = sampler.reading(stepped)
+    assert reading is not None and reading.alive
+    sampler_module._boot_time.cache_clear()  # not the stepped value for the tests after

@@ -110,8 +110,10 @@ class Sampler:
                     start_ticks = procfs.stat_fields(key[0]).start_ticks
                 except (OSError, ValueError, IndexError):
                     return
-                if abs(start_ticks / procfs.CLOCK_TICKS + _boot_time() - key[1]) > 0.01:
-                    return  # the pid was reused: not the process we were asked about
+                if not _starts_at(start_ticks, key[1]):
+                    _boot_time.cache_clear()  # the clock was stepped: boot time reads anew
+                    if not _starts_at(start_ticks, key[1]):
+                        return  # the pid was reused: not the process we were asked about
                 track = self._tracks[key] = _Track(key[0], start_ticks, asked_at=now)
                 self._sample_one(track, now)
             track.asked_at = now
@@ -205,8 +207,14 @@ class Sampler:
 
 @functools.cache
 def _boot_time() -> float:
-    """psutil's boot time (it reads /proc/stat at every call): the start of a key."""
+    """psutil's boot time (it reads /proc/stat at every call): the start of a key. The kernel
+    derives it from the wall clock, so a clock step moves it: keys made after one (the process
+    table reads it afresh) no longer match the cached value until it is read again."""
     return psutil.boot_time()
+
+
+def _starts_at(start_ticks: int, started: float) -> bool:
+    return abs(start_ticks / procfs.CLOCK_TICKS + _boot_time() - started) <= 0.01
 
 
 _SHARED: dict[float, Sampler] = {}
