@@ -24,6 +24,7 @@ from ctxd.models.journal import (
     JournalKind,
     JournalUpdate,
     Narrative,
+    Said,
     check_status,
 )
 from ctxd.models.observations import (
@@ -119,6 +120,7 @@ __all__ = [
     "LongText",
     "MessageIn",
     "Narrative",
+    "Said",
     "Observations",
     "PathText",
     "PortInfo",

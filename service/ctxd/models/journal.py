@@ -95,6 +95,14 @@ class HistoryItem(BaseModel):
     logs: list[str] = Field(default_factory=list)
 
 
+class Said(BaseModel):
+    """Words of the conversation a dump quotes: the user's prompts, the agent's last reply
+    (redacted, as the harness reported them, with when)."""
+
+    at: datetime
+    text: str
+
+
 class Narrative(BaseModel):
     """The journal as a dump shows it: current state, grouped by kind."""
 
@@ -114,3 +122,7 @@ class Narrative(BaseModel):
     recent_commands: list[str] = []
     workspace: str | None = None  # git branch, HEAD, dirty and recently edited files
     auto_watches: list[str] = []
+    # The conversation's own words (issue 38's handover): the user's newest prompts, oldest
+    # first (a bare "continue" is an empty text), and what the agent last said it did or thought.
+    user_messages: list[Said] = []
+    agent_said: Said | None = None
