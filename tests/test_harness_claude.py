@@ -183,6 +183,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
         claude(["--continue", "-p", "continue"], workspace, home, model)
     finally:
         model.close()
+    check_conversation_words(server)
 
     context = model.context_of_last_turn()
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
@@ -194,6 +195,28 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     added = context[context.index("## Objective") - 400 :]
     assert len(added) <= 10_000
     check_scenario_dump(context, launcher, server.data_dir)
+
+
+def check_conversation_words(server: Server) -> None:
+    """The Stop hook's `last_assistant_message` and the prompts are in the narrative: the
+    version the resume took holds the first turn's last words; one taken now, the second's,
+    and both prompts, the bare "continue" as an empty text."""
+    (session,) = httpx.get(f"{server.url}/api/sessions", timeout=10).json()
+    base = f"{server.url}/api/sessions/{session['id']}/snapshots"
+    narratives = [
+        httpx.get(f"{base}/{v['version']}", timeout=10).json()["narrative"]
+        for v in httpx.get(base, timeout=10).json()
+    ]
+    said = [n["agent_said"]["text"] for n in narratives if n["agent_said"]]
+    assert "Relaunched with the debug flags; the server is loading." in said, said
+    taken = httpx.post(base, json={"force": True}, timeout=60).json()["header"]["version"]
+    now = httpx.get(f"{base}/{taken}", timeout=10).json()["narrative"]
+    assert now["agent_said"]["text"] == "Picking up where we were."
+    prompts = [m["text"] for m in now["user_messages"]]
+    assert prompts == [
+        "The SGLang server hangs after loading the weights on 8 GPUs; find out why.",
+        "",
+    ], prompts
 
 
 SUMMARY = "The user asked which dataset shard is corrupt; the agent found shard 7 is."

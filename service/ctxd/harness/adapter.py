@@ -57,6 +57,7 @@ class HookEvent(NamedTuple):
     output_file: str = ""  # of a tool call: where the harness kept an output too long to inline
     summary: str = ""  # of a compacted: the harness's own summary of the conversation
     error: str = ""  # of a failed turn: what failed, in the harness's words
+    said: str = ""  # of an idle: what the agent said as its turn ended (its last reply)
     # This very event, where the harness names it (a prompt's or a tool call's id): the same
     # event delivered twice (ctxd's hooks wired by its plugin and by `ctxd install`) counts once.
     event_id: str = ""

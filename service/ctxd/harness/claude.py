@@ -92,6 +92,7 @@ class ClaudeCode:
             output_file=text_of(response, "persistedOutputPath"),
             summary=text_of(payload, "compact_summary"),
             error=" ".join(filter(None, (text_of(payload, "error"), _details(payload)))),
+            said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
             event_id=":".join((name, *identity)) if any(identity) or kind == "start" else "",
         )
 

@@ -98,6 +98,7 @@ class Codex:
             transcript_path="",
             compaction=text_of(payload, "trigger"),
             actions=tuple(payloads.from_codex(payload)) if kind == "tool" else (),
+            said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
         )
 
     def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:

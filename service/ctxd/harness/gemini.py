@@ -65,6 +65,8 @@ KINDS: dict[str, EventKind] = {
 # by 0.61, which compresses within a session without a SessionStart).
 SOURCES = {"compress": "compact"}
 AUTO_COMPACT_EVERY_S = 600.0
+# What Gemini sends as an AfterAgent's `prompt_response` when the turn had no text.
+NO_RESPONSE = "[no response text]"
 # A SessionStart's context, which Gemini puts before the prompt a BeforeAgent payload carries.
 _HOOK_CONTEXT = re.compile(r"\A(?:\s*<hook_context>.*?</hook_context>)+\s*", re.DOTALL)
 TRUST_NOTE = (
@@ -128,6 +130,7 @@ class Gemini:
             transcript_path="",
             compaction=trigger,
             actions=tuple(payloads.from_gemini(payload)) if kind == "tool" else (),
+            said=_said(payload) if kind == "idle" else "",
         )
 
     def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
@@ -152,6 +155,13 @@ class Gemini:
 
 
 ADAPTER = Gemini()
+
+
+def _said(payload: dict[str, Any]) -> str:
+    """An AfterAgent's `prompt_response`: the text of the whole turn, which Gemini (0.61)
+    replaces with NO_RESPONSE when the model said nothing."""
+    text = text_of(payload, "prompt_response")
+    return "" if text == NO_RESPONSE else text
 
 
 def config(command: str) -> dict[str, list[Any]]:

@@ -61,6 +61,8 @@ class Opencode:
             cwd=text_of(payload, "cwd"),
             prompt=text_of(payload, "prompt"),
             actions=tuple(payloads.from_opencode(payload)) if kind == "tool" else (),
+            # the plugin's: the text of the session's last assistant message, sent on idle
+            said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
         )
 
     def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:

@@ -13,6 +13,7 @@ from ctxd.collectors import check_registry, registry
 from ctxd.models import (
     JournalEntry,
     Narrative,
+    Said,
     Snapshot,
     SnapshotHeader,
     Trigger,
@@ -111,6 +112,11 @@ class Snapshotter:
         agent_context.enrich(narrative, self.store, session, watches, git.result(), launches)
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
+        narrative.user_messages = [
+            Said(at=at, text=redact.text(t)) for at, t in self.store.prompts(sid)
+        ]
+        said = self.store.agent_said(sid)
+        narrative.agent_said = Said(at=said[0], text=redact.text(said[1])) if said else None
         clock.lap("narrative + launches")
         snapshot = Snapshot(
             header=SnapshotHeader(

@@ -30,6 +30,8 @@ from ctxd.store.conversations import ConversationRows
 from ctxd.store.versions import SnapshotRows
 
 DEFAULT_QUIET_AFTER_S = 300
+# The user's prompts a session keeps, newest: a dump quotes them.
+PROMPTS_KEPT = 5
 
 
 class Store(AgentRows, ConversationRows, SnapshotRows):
@@ -99,6 +101,41 @@ class Store(AgentRows, ConversationRows, SnapshotRows):
         if not rows or rows[0]["last_message"] is None:
             return None, None
         return rows[0]["last_message"], datetime.fromisoformat(rows[0]["last_message_at"])
+
+    def add_prompt(self, sid: str, text: str, at: datetime | None = None) -> None:
+        """A user's prompt ("" for a bare "continue"), as given; only the newest PROMPTS_KEPT
+        of a session are kept."""
+        with self._tx() as db:
+            self.get_session(sid)
+            db.table("prompts").insert({"session": sid, "at": iso(at or now()), "text": text})
+            db.execute(
+                "delete from prompts where session = ? and id not in"
+                " (select id from prompts where session = ? order by id desc limit ?)",
+                [sid, sid, PROMPTS_KEPT],
+            )
+
+    def prompts(self, sid: str) -> list[tuple[datetime, str]]:
+        """The session's newest prompts (at, text), oldest first."""
+        rows = self._rows(
+            "select at, text from (select id, at, text from prompts where session = ?"
+            " order by id desc limit ?) order by id",
+            [sid, PROMPTS_KEPT],
+        )
+        return [(datetime.fromisoformat(r["at"]), r["text"] or "") for r in rows]
+
+    def set_agent_said(self, sid: str, text: str, at: datetime | None = None) -> None:
+        """What the agent said last (its reply that ended a turn), as given."""
+        with self._tx() as db:
+            self.get_session(sid)
+            db.table("sessions").update(
+                sid, {"agent_said": text, "agent_said_at": iso(at or now())}
+            )
+
+    def agent_said(self, sid: str) -> tuple[datetime, str] | None:
+        rows = self._rows("select agent_said, agent_said_at from sessions where id = ?", [sid])
+        if not rows or rows[0]["agent_said"] is None:
+            return None
+        return datetime.fromisoformat(rows[0]["agent_said_at"]), rows[0]["agent_said"]
 
     # --- watches ----------------------------------------------------------------------------
 

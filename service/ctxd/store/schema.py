@@ -186,3 +186,17 @@ def m011_harness_summary(db: Database) -> None:
     """A harness's own summary of a conversation it compacted (Claude Code's PostCompact
     `compact_summary`), kept with the version taken as it compacted: JSON {harness, text, at}."""
     db.table("snapshots").add_column("harness_summary", str)
+
+
+@migrations()
+def m012_conversation_words(db: Database) -> None:
+    """The conversation's own words a dump quotes: the user's newest prompts (a bare
+    "continue" as an empty text), and the agent's last reply with when it came."""
+    db.table("prompts").create(
+        {"id": int, "session": str, "at": str, "text": str},
+        pk="id",
+        foreign_keys=[("session", "sessions", "id")],
+    )
+    db.table("prompts").create_index(["session", "id"])
+    db.table("sessions").add_column("agent_said", str)
+    db.table("sessions").add_column("agent_said_at", str)

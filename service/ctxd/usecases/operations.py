@@ -48,6 +48,7 @@ from ctxd.usecases.agent_actions import ActionIntake
 from ctxd.usecases.search import SearchResult, find
 
 OBJECTIVE_CHARS = 2000
+AGENT_SAID_MAX_CHARS = 2000  # the agent's last reply, as a dump quotes it
 
 
 class UseCases:
@@ -253,6 +254,7 @@ class UseCases:
         the objective while none was set."""
         if is_continue(text):
             self.store.touch(self._active(sid))
+            self.store.add_prompt(sid, "")  # a bare "continue" counts, as an empty text
             return
         self.message(sid, text)
         session = self.store.get_session(sid)
@@ -333,7 +335,17 @@ class UseCases:
             self.take(sid, note=f"{adapter.label}: the turn failed: {event.error or 'unknown'}")
         elif event.kind in ("idle", "end"):
             self.heartbeat(sid)
+            if event.kind == "idle" and event.said.strip():
+                self.note_agent_said(sid, event.said)
         return out
+
+    def note_agent_said(self, sid: str, text: str) -> None:
+        """What the agent said as its turn ended, kept redacted and cut to its last
+        AGENT_SAID_MAX_CHARS (a long reply ends with what it concluded)."""
+        said = redact.text(text.strip())
+        if len(said) > AGENT_SAID_MAX_CHARS:
+            said = "…" + said[-(AGENT_SAID_MAX_CHARS - 1) :]
+        self.store.set_agent_said(sid, said)
 
     def _whole_output(self, actions: list[Action], output_file: str) -> list[Action]:
         """A command whose output the harness kept in a file, too long to inline, ends as that

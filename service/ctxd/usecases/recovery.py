@@ -219,9 +219,12 @@ def _changes_since(snap: Snapshotter, sid: str, since: int, snapshot: Snapshot) 
 def message(snap: Snapshotter, sid: str, text: str) -> str | None:
     """Any message is activity; an empty or blank one means "continue": returns a fresh dump."""
     if text.strip():
-        snap.store.touch(sid, message=redact.text(text))  # a pasted token never reaches the db
+        said = redact.text(text)  # a pasted token never reaches the db
+        snap.store.touch(sid, message=said)
+        snap.store.add_prompt(sid, said)
         return None
     snap.store.touch(sid)
+    snap.store.add_prompt(sid, "")  # "the user's last message was empty: continue"
     version = snap.take(sid, Trigger.CONTINUE).header.version
     return snap.store.get_markdown(sid, version)
 
