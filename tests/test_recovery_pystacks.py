@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import json
 import os
 import shutil
 import signal
@@ -116,6 +117,11 @@ def test_a_stuck_tree_shows_one_python_stack_for_its_four_workers(
     (shared_stack,) = [s for s in stacks if len(s.pids) > 1]
     assert sorted(shared_stack.pids) == sorted(workers)
     assert any("wait_for_peers (worker.py:5)" in line for line in shared_stack.lines)
+    # the job's own lines, read from its files (its comment left out); not threading's
+    assert shared_stack.source["worker.py:5"] == "threading.Event().wait()"
+    assert not any(at.startswith("threading.py") for at in shared_stack.source)
+    shown = "  job's code: `worker.py:5` `threading.Event().wait()` \N{LEFTWARDS ARROW} `worker"
+    assert shown in markdown
     assert any(s.pids == [proc.pid] and any("serve_when_ready" in x for x in s.lines)
                for s in stacks)  # fmt: skip
     assert "\N{MULTIPLICATION SIGN}4, pids " in markdown
@@ -212,3 +218,49 @@ def test_a_py_spy_that_never_lets_go_costs_the_budget_not_forever(tmp_path: Path
         if holder.exists() and holder.read_text().strip():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(holder.read_text()), signal.SIGKILL)
+
+
+def test_parse_json_keeps_the_text_lines_and_names_the_job_frames() -> None:
+    dump = [{"thread_name": "MainThread", "active": False, "frames": [
+        {"name": "all_reduce", "line": 2501,
+         "filename": "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+         "short_filename": "torch/distributed/distributed_c10d.py"},
+        {"name": "main", "filename": "serve_tp.py", "short_filename": "serve_tp.py", "line": 12},
+        {"name": "<module>", "filename": "<string>", "short_filename": "<string>", "line": 1},
+    ]}]  # fmt: skip
+    lines, own = pystacks.parse_json(json.dumps(dump))
+    assert lines == [
+        'thread "MainThread" (idle)',
+        "  all_reduce (torch/distributed/distributed_c10d.py:2501)",
+        "  main (serve_tp.py:12)",
+        "  <module> (<string>:1)",
+    ]
+    assert own == [("serve_tp.py:12", "serve_tp.py")]
+
+
+def test_source_lines_are_read_confined_bounded_and_redacted(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "serve_tp.py").write_text(
+        "import time\n"
+        "token = 'ghp_" + "a" * 36 + "'\n"
+        "    dist.all_reduce(t)  # every rank must arrive\n"
+    )
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.py").write_text("password = 1\n")
+    (job / "linked.py").symlink_to(outside / "secret.py")
+    own = [("serve_tp.py:3", "serve_tp.py"), ("serve_tp.py:2", str(job / "serve_tp.py")),
+           ("serve_tp.py:9", "serve_tp.py"), ("gone.py:1", "gone.py"),
+           ("secret.py:1", str(outside / "secret.py")), ("linked.py:1", "linked.py")]  # fmt: skip
+    texts = pystacks.source_lines(own, str(job), [job], [16])
+    # relative to the process's working directory, its comment left out
+    assert texts["serve_tp.py:3"] == "dist.all_reduce(t)"
+    assert "ghp_" not in texts["serve_tp.py:2"]  # redacted
+    # past the end, missing, outside the roots (also through a link): left out
+    assert set(texts) == {"serve_tp.py:3", "serve_tp.py:2"}
+    # bounded: past the bytes read, a line is not shown; past the files allowed, none is read
+    (job / "long.py").write_text("x = 1\n" * (pystacks.SOURCE_READ_MAX // 6 + 10) + "late()\n")
+    late = pystacks.SOURCE_READ_MAX // 6 + 11
+    assert pystacks.source_lines([(f"long.py:{late}", "long.py")], str(job), [job], [16]) == {}
+    assert pystacks.source_lines([("serve_tp.py:3", "serve_tp.py")], str(job), [job], [0]) == {}

@@ -110,6 +110,9 @@ class StuckStack(BaseModel):
     note: str | None = None  # why there is no Python stack: ptrace not permitted, no py-spy...
     # kernel functions, innermost first (readable with root rights)
     kernel: list[str] = Field(default_factory=list)
+    # the job's own frames (not the interpreter's nor an installed library's): "file:line" as
+    # the frame lines name it -> the text of that line (redacted), "" where it was not read
+    source: dict[str, str] = Field(default_factory=dict)
     taken_at: datetime | None = None
     host: str | None = None  # the peer it was observed on; None: this host
 

@@ -6,9 +6,17 @@ member idle past the threshold, and an expected port of its watch not listening,
 silent past the threshold in the previous snapshot. Python stacks are taken for its Python
 members at once, within one time budget, kept per process while the episode lasts (not taken again
 each snapshot), and members that wait in the same stack fold into one entry.
+
+py-spy's JSON dump names each frame's file both shortened (as its text dump prints, and as
+the lines kept here show it) and in full: the full name tells the job's own code from the
+interpreter's and the libraries' (site-packages, lib/pythonX.Y), and the text of the line
+each own frame is at is read from that file (under the watch roots, at most SOURCE_READ_MAX
+bytes, redacted) so that where a rank waits can be shown without opening the file.
 """
 
 import contextlib
+import io
+import json
 import os
 import re
 import shutil
@@ -16,13 +24,18 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+import tokenize
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
-from ctxd import redact
+from ctxd import confine, redact
+from ctxd.collectors import _fs
 from ctxd.collectors.proc.argv import is_python
 from ctxd.models import Observations, ProcessInfo, ProcessWatch, StuckStack
+from ctxd.named_files import read_at_most
+from ctxd.settings import Settings
 
 BUDGET_S = 3.0
 PIDS_MAX = 32
@@ -32,6 +45,11 @@ KERNEL_FRAMES_MAX = 16
 _KERNEL_FRAME = re.compile(r"^\[<[0-9a-f]+>\] ([A-Za-z0-9_.]+)")
 _SYSCALL_ENTRY = ("do_syscall_64", "entry_SYSCALL")  # every syscall's: they tell nothing
 _THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \((\w+)\)(?:: "(.*)")?$')
+# Files of the interpreter and of installed libraries, by their full name: not the job's code.
+_NOT_OWN = re.compile(r"(^<|/site-packages/|/dist-packages/|/lib/python[\d.]*/|/lib/pypy)")
+SOURCE_READ_MAX = 32768  # bytes read of one source file: a line past them is not shown
+SOURCE_LINE_MAX = 200  # characters kept of one source line
+SOURCE_FILES_MAX = 16  # source files read per collection
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,10 @@ class Taken:
     note: str | None
     at: datetime
     kernel: tuple[str, ...] = ()
+    # the job's own frames: "file:line" as in `lines` -> the frame's full file name
+    own: tuple[tuple[str, str], ...] = ()
+    # "file:line" -> the text of that line (redacted), for the own frames whose file was read
+    source: dict[str, str] = field(default_factory=dict)
 
 
 def py_spy() -> str | None:
@@ -71,6 +93,105 @@ def parse(text: str) -> list[str]:
                 lines.append("  " + line.strip())
             elif frames == FRAMES_MAX + 1:
                 lines.append("  (outer frames left out)")
+    return lines
+
+
+def parse_json(text: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """py-spy's JSON dump as `parse` makes its text dump (the same lines), and the job's own
+    frames among them: ("file:line" as the lines show it, the file's full name), innermost
+    first. ValueError when the text is not such a dump."""
+    threads = json.loads(text)
+    if not isinstance(threads, list):
+        raise ValueError("not a list of threads")
+    lines: list[str] = []
+    own: list[tuple[str, str]] = []
+    for number, thread in enumerate(threads, 1):
+        if number > THREADS_MAX:
+            lines.append("(more threads left out)")
+            break
+        status = "idle" if not thread.get("active") else "active"
+        name = thread.get("thread_name")
+        lines.append(f'thread "{name}" ({status})' if name else f"thread ({status})")
+        for depth, frame in enumerate(thread.get("frames") or [], 1):
+            if depth > FRAMES_MAX:
+                lines.append("  (outer frames left out)")
+                break
+            full = str(frame.get("filename") or "")
+            short = str(frame.get("short_filename") or full)
+            at = f"{short}:{frame.get('line')}"
+            lines.append(f"  {frame.get('name')} ({at})")
+            if own_file(full):
+                own.append((redact.text(at), full))
+    return lines, own
+
+
+def own_file(full: str) -> bool:
+    """Whether a frame's full file name is the job's own code, not the interpreter's nor an
+    installed library's."""
+    return bool(full) and not _NOT_OWN.search(full)
+
+
+def source_lines(
+    own: Iterable[tuple[str, str]], cwd: str | None, roots: Iterable[Path], budget: list[int]
+) -> dict[str, str]:
+    """{"file:line": text} of the own frames whose file could be read: a relative name is
+    the process's working directory's, the file must lie under `roots` (not /proc, /sys,
+    /dev), only its first SOURCE_READ_MAX bytes are read, and the text is redacted. A file
+    missing, unreadable, outside or too short is left out. `budget` counts the files left
+    to read in this collection."""
+    texts: dict[str, str] = {}
+    files: dict[str, list[str] | None] = {}
+    for at, full in own:
+        number = at.rpartition(":")[2]
+        if at in texts or not number.isdigit() or int(number) < 1:
+            continue
+        path = full if os.path.isabs(full) else os.path.join(cwd or "", full)
+        if not os.path.isabs(path):
+            continue  # a relative name and no known working directory
+        if path not in files:
+            if budget[0] <= 0:
+                continue
+            budget[0] -= 1
+            files[path] = _read_source(path, roots)
+        lines = files[path]
+        if lines is not None and int(number) <= len(lines):
+            line = _without_comment(lines[int(number) - 1]).strip()
+            if line:
+                texts[at] = redact.cut(redact.text(line), SOURCE_LINE_MAX)
+    return texts
+
+
+def _without_comment(line: str) -> str:
+    """A source line without its trailing `# comment` (kept whole where it does not tokenize
+    alone: inside a bracket or a string that spans lines)."""
+    if "#" not in line:
+        return line
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline):
+            if token.type == tokenize.COMMENT:
+                return line.strip()[: token.start[1]]
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return line
+
+
+def _read_source(path: str, roots: Iterable[Path]) -> list[str] | None:
+    """The complete lines of the first SOURCE_READ_MAX bytes of a confined file, or None."""
+    try:
+        fd, _ = _fs.open_confined(path, roots)
+    except (OSError, _fs.NotRegular):
+        return None
+    try:
+        data = read_at_most(fd, SOURCE_READ_MAX)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if b"\0" in data:
+        return None  # not text
+    lines = data.decode(errors="replace").splitlines()
+    if len(data) == SOURCE_READ_MAX and not data.endswith(b"\n"):
+        lines = lines[:-1]  # cut inside its last line
     return lines
 
 
@@ -115,7 +236,7 @@ def take(
     for pid in pids:
         try:
             running[pid] = subprocess.Popen(
-                [program, "dump", "--pid", str(pid)], stdin=subprocess.DEVNULL,
+                [program, "dump", "--json", "--pid", str(pid)], stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
         except OSError as exc:
@@ -134,10 +255,26 @@ def take(
             taken[pid] = Taken((), why_not("", None), now)
             continue
         text = out.decode(errors="replace")
-        lines = parse(text) if proc.returncode == 0 else []
+        lines, own = _lines(text) if proc.returncode == 0 else ([], [])
         note = None if lines else why_not(text, proc.returncode)
-        taken[pid] = Taken(tuple(redact.lines(lines)), note and redact.text(note), now)
+        taken[pid] = Taken(tuple(redact.lines(lines)), note and redact.text(note), now,
+                           own=tuple(own))  # fmt: skip
     return taken
+
+
+def _lines(text: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The lines of a dump, JSON (with its own frames) or, from a py-spy without --json, text."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return parse_json(text)
+    return parse(text), []
+
+
+def _default_roots() -> list[Path]:
+    """The watch roots as the environment sets them; none (nothing is read) if it cannot."""
+    try:
+        return confine.roots(Settings())
+    except Exception:
+        return []
 
 
 def _is_python(p: ProcessInfo) -> bool:
@@ -192,9 +329,12 @@ def for_stuck(
     threshold: float,
     previous: Observations | None,
     kept: dict[str, Taken],
+    roots: Iterable[Path] | None = None,
 ) -> list[StuckStack]:
     """The folded stacks of every stuck tree; `kept` (per process key) is the memory of this
-    episode: a process's stacks are taken once, and forgotten when it is no longer stuck."""
+    episode: a process's stacks are taken once, and forgotten when it is no longer stuck.
+    `roots`: where the job's source files may be read (the watch roots; None: the settings'
+    from the environment)."""
     stuck = stuck_trees(items, specs, listening, threshold, previous)
     members = {p.key: p for group in stuck.values() for p in group}
     for key in set(kept) - set(members):
@@ -207,10 +347,16 @@ def for_stuck(
     python = [p.pid for p in wanted if _is_python(p)]
     fresh = take(python, program=py_spy()) if python else {}
     now = datetime.now(UTC)
+    if roots is None and any(t.own for t in fresh.values()):
+        roots = _default_roots()
+    budget = [SOURCE_FILES_MAX]
     for p in wanted:
         python_stack = fresh.get(p.pid, Taken((), None, now))
+        source = (
+            source_lines(python_stack.own, p.cwd, roots or (), budget) if python_stack.own else {}
+        )
         kept[p.key] = Taken(python_stack.lines, python_stack.note, python_stack.at,
-                            kernels[p.pid])  # fmt: skip
+                            kernels[p.pid], python_stack.own, source)  # fmt: skip
     stacks: list[StuckStack] = []
     for tree, group in stuck.items():
         folded: dict[tuple, StuckStack] = {}
@@ -224,5 +370,9 @@ def for_stuck(
                            kernel=list(got.kernel), taken_at=got.at),
             )  # fmt: skip
             entry.pids.append(p.pid)
+            for at, _ in got.own:  # own frames, with their text where it could be read
+                entry.source.setdefault(at, got.source.get(at, ""))
+                if got.source.get(at):
+                    entry.source[at] = got.source[at]
         stacks += sorted(folded.values(), key=lambda s: -len(s.pids))
     return stacks
