@@ -9,11 +9,14 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 from ctxd.collectors.proc.pystacks import py_spy
+from ctxd.models import ProcessInfo, StuckStack
+from ctxd.signals import ranks
 
 from tests.conftest import Server, start_server, stop_server, wait_until
 
@@ -121,9 +124,87 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
 
     def diagnosed() -> str | None:
         dump = hook("UserPromptSubmit", prompt="continue").get("context") or ""
-        return dump if "of 4 ranks wait in" in dump else None
+        return dump if "ranks 0\N{EN DASH}2 (pids" in dump else None
 
     dump = wait_until(diagnosed, "a dump that compares the ranks", limit=60, every=1.0)
     stuck = next(line for line in dump.splitlines() if "**critical**: stuck:" in line)
-    assert "3 of 4 ranks wait in Barrier.wait at launch.py:5 in all_reduce" in stuck
-    assert f"rank 3 (pid {ranks['3']}) is elsewhere: load_shard at launch.py:" in stuck
+    Path(os.environ.get("CTXD_TEST_OUT", os.devnull)).write_text(stuck)
+    together = ", ".join(str(ranks[r]) for r in "012")
+    # where the job's own code waits, with the text of its line and the library call it is in
+    assert (
+        f"ranks 0\N{EN DASH}2 (pids {together}) wait in `barrier.wait()` at launch.py:5 "
+        "(threading Barrier.wait)" in stuck
+    )
+    assert f"rank 3 (pid {ranks['3']}) in `time.sleep(600)` at launch.py:8" in stuck
+    # the launcher waits for its ranks by design: said apart, not counted among them
+    assert "; the launcher (pid " in stuck and "in `p.join()` at launch.py:" in stuck
+
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+# py-spy's frames as ctxd keeps them (innermost first): torch's decorator between the job's
+# call and the collective it makes; torchrun (the root) polls its ranks.
+TORCH_RANK = [
+    'thread "MainThread" (idle)',
+    "  wrapper (torch/distributed/c10d_logger.py:83)",
+    "  all_reduce (torch/distributed/distributed_c10d.py:2501)",
+    "  _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)",
+    "  main (serve_tp.py:12)",
+    "  <module> (serve_tp.py:20)",
+    'thread "pt_nccl_watchdog" (idle)',
+    "  run (torch/distributed/watchdog.py:9)",
+]
+LATE_RANK = ['thread "MainThread" (idle)', "  main (serve_tp.py:11)", "  <module> (serve_tp.py:20)"]
+TORCHRUN = [
+    'thread "MainThread" (idle)',
+    "  _invoke_run (torch/distributed/elastic/agent/server/api.py:835)",
+    "  run (torch/distributed/elastic/agent/server/api.py:680)",
+    "  main (torch/distributed/run.py:879)",
+    "  <module> (torchrun:8)",
+]
+
+
+def _member(pid: int, rank: str | None, root: bool = False, name: str = "python") -> ProcessInfo:
+    return ProcessInfo(watch_id=1, pid=pid, ppid=10, name=name, state="sleeping", started_at=T0,
+                       age_s=900, root=root, tree=10,
+                       env={"RANK": rank} if rank else {})  # fmt: skip
+
+
+def test_ranks_are_named_by_the_job_line_they_wait_at_with_its_text_and_library_call():
+    members = [_member(10, None, root=True, name="torchrun")] + [
+        _member(11 + r, str(r)) for r in range(4)
+    ]
+    source = {"serve_tp.py:12": "dist.all_reduce(t)", "serve_tp.py:20": "main()"}
+    stacks = [
+        StuckStack(tree=10, pids=[11, 12, 13], lines=TORCH_RANK, source=source),
+        StuckStack(tree=10, pids=[14], lines=LATE_RANK,
+                   source={"serve_tp.py:11": "time.sleep(3600)", "serve_tp.py:20": "main()"}),
+        StuckStack(tree=10, pids=[10], lines=TORCHRUN, source={"torchrun:8": "sys.exit(main())"}),
+    ]  # fmt: skip
+    (line,) = ranks.apart(members, stacks, "10")
+    assert line == (
+        "ranks 0\N{EN DASH}2 (pids 11, 12, 13) wait in `dist.all_reduce(t)` at serve_tp.py:12 "
+        "(torch.distributed all_reduce); rank 3 (pid 14) in `time.sleep(3600)` at "
+        "serve_tp.py:11; the launcher (pid 10, torchrun) in `sys.exit(main())` at torchrun:8 "
+        "(torch.distributed main)"
+    )
+
+
+def test_without_the_source_text_the_job_frame_is_named_and_not_a_decorator():
+    stack = StuckStack(tree=10, pids=[11], lines=TORCH_RANK)
+    assert ranks.where(stack) == "main at serve_tp.py:12 (torch.distributed all_reduce)"
+    # a backtick in the line does not close the code span early
+    stack.source = {"serve_tp.py:12": "run(`x`)"}
+    assert ranks.where(stack) == "``run(`x`)`` at serve_tp.py:12 (torch.distributed all_reduce)"
+
+
+def test_workers_without_ranks_and_all_ranks_in_one_place():
+    members = [_member(10, None, root=True)] + [_member(11 + i, None) for i in range(3)]
+    stacks = [
+        StuckStack(tree=10, pids=[11, 12], lines=TORCH_RANK),
+        StuckStack(tree=10, pids=[13], lines=LATE_RANK),
+    ]
+    (line,) = ranks.apart(members, stacks, "10")
+    assert line.startswith("2 workers (pids 11, 12) wait in main at serve_tp.py:12")
+    assert "; pid 13 in main at serve_tp.py:11" in line
+    together = [StuckStack(tree=10, pids=[11, 12, 13], lines=TORCH_RANK)]
+    assert ranks.apart(members, together, "10") == []

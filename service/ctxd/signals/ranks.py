@@ -3,23 +3,52 @@
 A hang of N ranks is most often one rank somewhere else (still loading, dead in a loop, in
 another collective) while the others wait for it in a collective. From the stuck tree's
 folded Python stacks and each member's rank (RANK / LOCAL_RANK in its environment, or a
-`--rank`, `--local-rank`, `--tp-rank`, `--node-rank` flag), this says it in one line: "3 of 4
-ranks wait in all_reduce at serve_tp.py:12 in main; rank 3 (pid 4242) is elsewhere:
-load_shard at serve_tp.py:9". Pure: observations in, words out.
+`--rank`, `--local-rank`, `--tp-rank`, `--node-rank` flag), this says it in one line, by
+where the job's own code waits (its innermost frame that is not the interpreter's nor a
+library's), with that line's text and the library call it is in:
+
+    ranks 0-2 (pids 11, 12, 13) wait in `dist.all_reduce(t)` at serve_tp.py:12
+    (torch.distributed all_reduce); rank 3 (pid 14) in `time.sleep(3600)` at serve_tp.py:11
+
+The launcher (the tree's root, with no rank: torchrun) waits apart from its ranks by design
+and is said apart. Pure: observations in, words out.
 """
 
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ctxd.models import ProcessInfo, StuckStack
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")
 RANK_FLAGS = ("--rank", "--local-rank", "--local_rank", "--tp-rank", "--node-rank", "--rank-id")
 _FRAME = re.compile(r"^\s+(?P<name>\S+) \((?P<file>[^:()]+):(?P<line>\d+)\)")
+_THREAD = re.compile(r'^thread (?:"(?P<name>.*)" )?\(')
 # Frames of the interpreter and of libraries: where a rank waits is the caller's frame.
 _LIBRARY = re.compile(r"(^|/)(lib/python[\d.]*/|site-packages/|dist-packages/|<frozen )")
+# A decorator's frame between the job's call and the library function it called.
+_WRAPPER = re.compile(r"(^|\.)(wrapper|wrapped|inner|decorator|decorated|_fn|fn)$|<locals>")
 APART_SHOWN = 3
+PIDS_SHOWN = 4
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one stack waits: the job's frame (or, with none of its own, the innermost one),
+    the text of its line where it was read, and the library call it is in."""
+
+    name: str
+    file: str
+    line: str
+    text: str = ""
+    call: str = ""  # "torch.distributed all_reduce"
+    own: bool = True
+
+    def words(self) -> str:
+        at = f"{_short(self.file)}:{self.line}"
+        said = f"{_code(self.text)} at {at}" if self.text else f"{self.name} at {at}"
+        return f"{said} ({self.call})" if self.call else said
 
 
 def rank_of(p: ProcessInfo) -> str | None:
@@ -38,22 +67,81 @@ def rank_of(p: ProcessInfo) -> str | None:
     return None
 
 
-def where(stack: StuckStack) -> str | None:
-    """Where a stack waits, in words: the call its program's own code is in, at that line
-    ("Barrier.wait at launch.py:5 in all_reduce", "all_reduce at serve_tp.py:12 in main"), or
-    its innermost frame when none of it is the program's own."""
-    frames = [m for line in stack.lines if (m := _FRAME.match(line))]
+def place(stack: StuckStack) -> Place | None:
+    """Where a stack waits (see Place): in its main thread (or its first one), at the
+    innermost frame of the job's own code. Own frames are those the collector read as such
+    (`stack.source`); without that, a script beside the program (`serve_tp.py`) and else any
+    frame not of the interpreter or a library."""
+    threads = _threads(stack.lines)
+    if not threads:
+        return None
+    frames = next((t for name, t in threads if name == "MainThread"), threads[0][1])
+    if not frames:
+        frames = next((t for _, t in threads if t), [])
     if not frames:
         return None
+    own = _own(frames, stack.source)
+    if own is None:
+        m = frames[0]
+        return Place(m["name"], m["file"], m["line"], own=False)
+    m = frames[own]
+    text = stack.source.get(f"{m['file']}:{m['line']}", "")
+    return Place(m["name"], m["file"], m["line"], text, _call(frames[:own]))
+
+
+def where(stack: StuckStack) -> str | None:
+    """Where a stack waits, in words ("`dist.all_reduce(t)` at serve_tp.py:12
+    (torch.distributed all_reduce)"); None without frames."""
+    found = place(stack)
+    return found.words() if found else None
+
+
+def _threads(lines: Sequence[str]) -> list[tuple[str | None, list[re.Match[str]]]]:
+    threads: list[tuple[str | None, list[re.Match[str]]]] = []
+    for line in lines:
+        if thread := _THREAD.match(line):
+            threads.append((thread["name"], []))
+        elif (frame := _FRAME.match(line)) is not None:
+            if not threads:
+                threads.append((None, []))
+            threads[-1][1].append(frame)
+    return threads
+
+
+def _own(frames: list[re.Match[str]], source: dict[str, str]) -> int | None:
+    if source:
+        marked = next((i for i, m in enumerate(frames) if f"{m['file']}:{m['line']}" in source),
+                      None)  # fmt: skip
+        if marked is not None:
+            return marked
     own = next((i for i, m in enumerate(frames) if _script(m["file"])), None)
     if own is None:
         own = next((i for i, m in enumerate(frames) if not _library(m["file"])), None)
-    if own is None:
-        m = frames[0]
-        return f"{m['name']} at {_short(m['file'])}:{m['line']}"
-    m = frames[own]
-    at = f"{_short(m['file'])}:{m['line']}"
-    return f"{frames[own - 1]['name']} at {at} in {m['name']}" if own else f"{m['name']} at {at}"
+    return own
+
+
+def _call(inner: list[re.Match[str]]) -> str:
+    """The library call the job's frame is in: of the frames just inside it, the outermost
+    that is not a decorator's wrapper, named with its module ("torch.distributed
+    all_reduce")."""
+    if not inner:
+        return ""
+    candidates = [m for m in reversed(inner) if not _WRAPPER.search(m["name"])]
+    m = candidates[0] if candidates else inner[-1]
+    module = _module(m["file"])
+    return f"{module} {m['name']}" if module else m["name"]
+
+
+def _module(path: str) -> str:
+    """A short module-ish name from a library frame's file: `torch/distributed/x.py` ->
+    "torch.distributed", `multiprocessing/synchronize.py` -> "multiprocessing",
+    `threading.py` -> "threading"."""
+    if path.startswith("<"):
+        return ""
+    tail = re.split(r"/(?:site-packages|dist-packages|lib/python[\d.]*)/", path)[-1]
+    parts = tail.lstrip("/").split("/")
+    folders = parts[:-1][:2]
+    return ".".join(folders) if folders else parts[-1].removesuffix(".py")
 
 
 def _script(path: str) -> bool:
@@ -68,37 +156,70 @@ def _library(path: str) -> bool:
 
 
 def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: str) -> list[str]:
-    """One line naming the ranks that wait apart from the others, when the tree's members
-    with a rank (or, without any rank, its workers) do not all wait in the same place."""
+    """One line saying where the tree's ranks (or, without any rank, its workers) wait, group
+    by group, when they do not all wait in the same place; the launcher's own wait (the
+    root's, with no rank) is said after them, apart."""
     by_pid = {p.pid: p for p in members}
     ranked = {p.pid: rank for p in members if (rank := rank_of(p)) is not None}
     workers = set(ranked) or {p.pid for p in members if not p.root}
+    launchers = {p.pid for p in members if p.root and p.pid not in ranked}
     places: dict[str, list[int]] = {}
+    launcher: list[tuple[int, str]] = []
     for stack in stacks:
         if stack.tree_ref != tree:
             continue
-        place = where(stack)
-        if place is None:
+        found = where(stack)
+        if found is None:
             continue
         pids = [pid for pid in stack.pids if pid in workers]
         if pids:
-            places.setdefault(place, []).extend(pids)
+            places.setdefault(found, []).extend(pids)
+        launcher += [(pid, found) for pid in stack.pids if pid in launchers]
     if len(places) < 2:
         return []
-    ordered = sorted(places.items(), key=lambda item: -len(item[1]))
-    (main, together), rest = ordered[0], ordered[1:]
-    total = sum(len(pids) for pids in places.values())
-    noun = "ranks" if ranked else "workers"
-    line = f"{len(together)} of {total} {noun} wait in {main}"
-    for place, pids in rest[:APART_SHOWN]:
-        who = ", ".join(_who(by_pid[pid], ranked) for pid in sorted(pids)[:4])
-        line += f"; {who} {'is' if len(pids) == 1 else 'are'} elsewhere: {place}"
-    return [line]
+    ordered = sorted(places.items(), key=lambda item: (-len(item[1]), min(item[1])))
+    parts = []
+    for i, (said, pids) in enumerate(ordered[: APART_SHOWN + 1]):
+        who = _who(sorted(pids), by_pid, ranked)
+        verb = ("waits" if len(pids) == 1 else "wait") if i == 0 else ""
+        parts.append(f"{who} {verb + ' ' if verb else ''}in {said}")
+    if len(ordered) > APART_SHOWN + 1:
+        parts.append(f"{len(ordered) - APART_SHOWN - 1} more places")
+    for pid, said in launcher[:1]:
+        name = by_pid[pid].name
+        parts.append(f"the launcher (pid {pid}{', ' + name if name else ''}) in {said}")
+    return ["; ".join(parts)]
 
 
-def _who(p: ProcessInfo, ranked: dict[int, str]) -> str:
-    rank = ranked.get(p.pid)
-    return f"rank {rank} (pid {p.pid})" if rank is not None else f"pid {p.pid}"
+def _who(pids: list[int], by_pid: dict[int, ProcessInfo], ranked: dict[int, str]) -> str:
+    """ "ranks 0-2 (pids 11, 12, 13)", "rank 3 (pid 14)", "pids 11, 12" (without ranks)."""
+    shown = ", ".join(str(pid) for pid in pids[:PIDS_SHOWN])
+    shown += ", …" if len(pids) > PIDS_SHOWN else ""
+    pid_word = "pid" if len(pids) == 1 else "pids"
+    ranks = sorted({int(ranked[pid]) for pid in pids if pid in ranked})
+    if not ranks:
+        return f"{pid_word} {shown}" if len(pids) == 1 else f"{len(pids)} workers (pids {shown})"
+    noun = "rank" if len(ranks) == 1 else "ranks"
+    return f"{noun} {_ranges(ranks)} ({pid_word} {shown})"
+
+
+def _ranges(numbers: list[int]) -> str:
+    """1, 2, 3, 5 -> "1-3, 5" (an en dash)."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}\N{EN DASH}{b}" for a, b in spans)
+
+
+def _code(text: str) -> str:
+    """Text as an inline code span, with enough backticks around it to hold its own."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
 def _short(path: str) -> str:
