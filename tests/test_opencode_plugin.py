@@ -21,4 +21,4 @@ def test_opencode_plugin_under_node_test_runner():
         env={**os.environ, "CTXD_PYTHON": sys.executable},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert "# fail 0" in done.stdout and "# pass 10" in done.stdout
+    assert "# fail 0" in done.stdout and "# pass 11" in done.stdout

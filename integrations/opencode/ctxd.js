@@ -4,6 +4,9 @@
 // project) or ~/.config/opencode/plugins/ (all of them), where opencode 1.x and 2.x both look.
 // Settings come from the environment: CTXD_URL, CTXD_TOKEN, CTXD_SESSION, CTXD_HOOK_MAX_CHARS.
 //
+// On idle it sends the text of the session's last assistant message (gathered from opencode's
+// message and part events), for a dump to quote what the agent last said.
+//
 // One file for both plugin APIs. opencode 1.x (1.18.29 and later) reads the default export's
 // `server` (the V1 plugin function, also exported by name as CtxdPlugin for the 1.x loaders
 // that call every export); opencode 2.x reads the default export's `id` and `setup` (its V2
@@ -15,6 +18,8 @@ import path from "node:path"
 
 const DEFAULT_URL = "http://127.0.0.1:8765"
 const LEAD = "[ctxd]" // the pointer line starts with it: put in a system prompt once
+// The agent's last reply sent on idle, at most (the server keeps its last 2,000 characters).
+const SAID_MAX_CHARS = 8000
 const COMPACTION_INTRO =
   "The working state ctxd recorded for this session follows. Keep its objective, " +
   "attempts with outcomes, running processes and next steps in the summary.\n\n"
@@ -48,7 +53,10 @@ function ctxd({ directory, root, log }) {
   const sessions = new Map() // opencode sessionID -> Promise<{ id, maxChars }>
   const known = new Map() // opencode sessionID -> ctxd session id, once found
   const parents = new Map() // child sessionID -> parent sessionID, from session.created
-  const idle = new Set() // conversations told idle since their last prompt or busy status
+  const idle = new Set() // sessionIDs told idle since their last prompt or busy status
+  // sessionID -> Map(messageID -> { role, parts: Map(partID -> text) }): the newest messages'
+  // text parts, as opencode's events stream them, for the agent's last reply on idle
+  const messages = new Map()
   // opencode runs this plugin in its own process: the server checks that pid to tell a
   // second opencode working in this checkout from this one starting a new session.
   const local = ["127.0.0.1", "localhost", "[::1]"].includes(new URL(url).hostname)
@@ -94,6 +102,36 @@ function ctxd({ directory, root, log }) {
     return `/api/sessions/${(await resolved(sessionID)).id}`
   }
 
+  // The message `messageID` of `sessionID` as gathered so far (a few per session are kept).
+  function gathered(sessionID, messageID) {
+    if (!sessionID || !messageID) return undefined
+    let ofSession = messages.get(sessionID)
+    if (!ofSession) {
+      ofSession = new Map()
+      messages.set(sessionID, ofSession)
+      if (messages.size > 100) messages.delete(messages.keys().next().value)
+    }
+    let message = ofSession.get(messageID)
+    if (!message) {
+      message = { role: undefined, parts: new Map() }
+      ofSession.set(messageID, message)
+      if (ofSession.size > 20) ofSession.delete(ofSession.keys().next().value)
+    }
+    return message
+  }
+
+  // The text of the session's newest assistant message that has some, used up ("" if none).
+  function lastReply(sessionID) {
+    const ofSession = messages.get(sessionID)
+    messages.delete(sessionID)
+    for (const message of [...(ofSession?.values() ?? [])].reverse()) {
+      if (message.role !== "assistant") continue
+      const text = [...message.parts.values()].join("\n").trim()
+      if (text) return text
+    }
+    return ""
+  }
+
   async function warn(message) {
     try {
       await log(message)
@@ -118,16 +156,44 @@ function ctxd({ directory, root, log }) {
 
     // opencode says a session went idle more than once per turn (1.x sends `session.status`
     // idle and the older `session.idle` both; 2.x its execution events too): one heartbeat
-    // each time it goes idle, and none again until it was busy.
+    // each time it goes idle, and none again until it was busy. Where the agent said something
+    // since, the heartbeat is the idle event with its last reply (a sub-agent's reply is not
+    // the agent's: its session only beats).
     async idle(sessionID) {
-      const conversation = conversationOf(sessionID)
-      if (idle.has(conversation)) return
-      idle.add(conversation)
-      await call("POST", `${await base(sessionID)}/heartbeat`, undefined, 5000)
+      if (idle.has(sessionID ?? "")) return
+      idle.add(sessionID ?? "")
+      const reply = lastReply(sessionID)
+      const said = parents.has(sessionID) ? "" : reply
+      if (!said) {
+        await call("POST", `${await base(sessionID)}/heartbeat`, undefined, 5000)
+        return
+      }
+      const payload = { event: "session.idle", sessionID, last_assistant_message: said.slice(-SAID_MAX_CHARS) }
+      await call("POST", "/api/hooks/opencode", hookBody(payload), 5000)
     },
 
     busy(sessionID) {
-      idle.delete(conversationOf(sessionID))
+      idle.delete(sessionID ?? "")
+    },
+
+    // A message's role, from `message.updated` (its `info`).
+    message(info) {
+      const message = gathered(info?.sessionID, info?.id)
+      if (message && typeof info.role === "string") message.role = info.role
+    },
+
+    // A text part, whole, from `message.part.updated` (its `part`); a synthetic one (ctxd's
+    // own dump among them) or another kind of part is not what the agent said.
+    part(part) {
+      if (part?.type !== "text" || part.synthetic || part.ignored) return
+      gathered(part.sessionID, part.messageID)?.parts.set(part.id, String(part.text ?? ""))
+    },
+
+    // A piece of a text part's text, from `message.part.delta`, once the part is known as text.
+    delta(data) {
+      if (data?.field !== "text" || typeof data.delta !== "string") return
+      const parts = gathered(data.sessionID, data.messageID)?.parts
+      if (parts?.has(data.partID)) parts.set(data.partID, parts.get(data.partID) + data.delta)
     },
 
     async compacted(sessionID) {
@@ -160,7 +226,7 @@ function ctxd({ directory, root, log }) {
     // A user message: the server tells a bare "continue" (answered with the dump, 200) from a
     // message (202). The dump, or "".
     async prompt(sessionID, text) {
-      idle.delete(conversationOf(sessionID))
+      idle.delete(sessionID ?? "")
       const said = { text: text.slice(0, 100000), max_chars: (await resolved(sessionID)).maxChars }
       const response = await call("POST", `${await base(sessionID)}/prompts`, said)
       return response.status === 200 ? await response.text() : ""
@@ -238,6 +304,12 @@ export const CtxdPlugin = async (input) => {
         await core.idle(properties.sessionID)
       } else if (event?.type === "session.compacted") {
         await core.compacted(properties.sessionID)
+      } else if (event?.type === "message.updated") {
+        core.message(properties.info)
+      } else if (event?.type === "message.part.updated") {
+        core.part(properties.part)
+      } else if (event?.type === "message.part.delta") {
+        core.delta(properties)
       }
     }),
 
@@ -368,6 +440,12 @@ async function setup(ctx) {
       core.busy(sessionID)
     } else if (type === "session.compacted") {
       await core.compacted(sessionID)
+    } else if (type === "message.updated") {
+      core.message(data.info)
+    } else if (type === "message.part.updated") {
+      core.part(data.part)
+    } else if (type === "message.part.delta") {
+      core.delta(data)
     }
   })
   ;(async () => {

@@ -279,6 +279,46 @@ test("one heartbeat each time a session goes idle, however many ways opencode sa
   assert.deepEqual(client.logs, [])
 })
 
+test("on idle the agent's last reply reaches ctxd, from opencode's message and part events", async () => {
+  const project = path.join(work, "replies")
+  mkdirSync(project)
+  const { hooks, client } = await plugin(project)
+  const sessionID = "ses_01JZREPLY0000000000000001"
+  const send = (type, properties) => hooks.event({ event: { type, properties } })
+  const info = (id, role) => ({ id, sessionID, role, time: { created: Date.now() } })
+  const text = (id, messageID, value, extra = {}) => ({ id, sessionID, messageID, type: "text", text: value, ...extra })
+  await hooks["chat.message"](...userMessage(sessionID, "why does the loader stall?"))
+  // the user's message and ctxd's own synthetic part are not the agent's words
+  await send("message.updated", { sessionID, info: info("msg_u1", "user") })
+  await send("message.part.updated", { sessionID, part: text("prt_u1", "msg_u1", "why does the loader stall?"), time: 1 })
+  // the assistant's reply: a reasoning part, then a text part streamed in deltas, then whole
+  await send("message.updated", { sessionID, info: info("msg_a1", "assistant") })
+  await send("message.part.updated", { sessionID, part: { id: "prt_r1", sessionID, messageID: "msg_a1", type: "reasoning", text: "" } })
+  await send("message.part.delta", { sessionID, messageID: "msg_a1", partID: "prt_r1", field: "text", delta: "thinking..." })
+  await send("message.part.updated", { sessionID, part: text("prt_a1", "msg_a1", "") })
+  await send("message.part.delta", { sessionID, messageID: "msg_a1", partID: "prt_a1", field: "text", delta: "The loader waits on " })
+  await send("message.part.delta", { sessionID, messageID: "msg_a1", partID: "prt_a1", field: "text", delta: "disk reads; " })
+  await send("message.part.updated", { sessionID, part: text("prt_s1", "msg_a1", "[ctxd dump]", { synthetic: true }) })
+  await send("message.part.delta", { sessionID, messageID: "msg_a1", partID: "prt_a1", field: "text", delta: "HF_TOKEN=hf_Tq7vK2mXw9LkP4sR8yB1nC5dF3gH6jZ0aW was set." })
+  const seen = await recording(async () => {
+    await send("session.status", { sessionID, status: { type: "idle" } })
+    await send("session.idle", { sessionID })
+  })
+  assert.deepEqual(seen.filter((r) => r.startsWith("POST")), ["POST /api/hooks/opencode"], seen.join("\n"))
+
+  const taken = await api("POST", "/api/sessions/replies/snapshots", { force: true })
+  const said = (await api("GET", `/api/sessions/replies/snapshots/${taken.body.header.version}`)).body.narrative
+  assert.match(said.agent_said.text, /^The loader waits on disk reads; HF_TOKEN=.* was set\.$/)
+  assert.doesNotMatch(said.agent_said.text, /hf_Tq7vK2m/)
+  assert.deepEqual(said.user_messages.map((m) => m.text), ["why does the loader stall?"])
+
+  // busy again, idle with nothing new said: a heartbeat, the words kept
+  await send("session.status", { sessionID, status: { type: "busy" } })
+  const again = await recording(async () => await send("session.idle", { sessionID }))
+  assert.equal(heartbeats(again), 1, again.join("\n"))
+  assert.deepEqual(client.logs, [])
+})
+
 test("the system prompt says ctxd records the session, once, and nothing while ctxd is down", async () => {
   const project = path.join(work, "pointer")
   mkdirSync(project)
