@@ -158,6 +158,15 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
         opencode(["--continue", "continue"], workspace, env)
     finally:
         model.close()
+    # the agent's last reply, which the plugin sends as the session goes idle
+    sid = trainer_session(server)
+    base = f"{server.url}/api/sessions/{sid}/snapshots"
+    taken = httpx.post(base, json={"force": True}, timeout=60).json()["header"]["version"]
+    narrative = httpx.get(f"{base}/{taken}", timeout=10).json()["narrative"]
+    assert narrative["agent_said"]["text"] == "Picking up where we were.", narrative
+    prompts = [m["text"] for m in narrative["user_messages"]]
+    assert len(prompts) == 2 and "stalls after three steps" in prompts[0], prompts
+    assert prompts[1] == "", prompts  # the bare "continue"
 
     context = model.context_of_last_turn()
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
