@@ -64,12 +64,12 @@ def test_the_relaunch_block_starts_the_same_process_again(spawn, tmp_path: Path)
     assert f"cd {relaunch.shlex.quote(str(work))}" in block
     assert "export NCCL_DEBUG=INFO" in block and "export HF_TOKEN='[REDACTED]'" in block
     assert token not in "\n".join(block)
-    assert block[-1].endswith(f" > {relaunch.shlex.quote(str(work / 'server.log'))} 2>&1")
+    assert block[-1].startswith("nohup ")  # it ran detached, its output to a file
+    assert block[-1].endswith(f" > {relaunch.shlex.quote(str(work / 'server.log'))} 2>&1 &")
     assert "'it'\"'\"'s a model'" in block[-1]  # argv shell-quoted
 
     # Run the block as the dump prints it, the secret filled in, the report sent elsewhere.
     script = "\n".join(block).replace("[REDACTED]", token).replace("first.json", "second.json")
-    script = script.replace(" 2>&1", " 2>&1 &")
     subprocess.run(["bash", "-c", script], check=True, timeout=10, env={"PATH": os.environ["PATH"]})
     again = wait_for(work / "second.json")
     try:

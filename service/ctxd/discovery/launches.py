@@ -70,6 +70,25 @@ def program_of(argv: list[str]) -> tuple[tuple[str, ...], list[str]]:
     return (argv[0].rsplit("/", 1)[-1],), argv[1:]
 
 
+def typed_name(argv: list[str] | tuple[str, ...]) -> str:
+    """A program as a person would type it: `python3 -m http.server`, `python3 serve.py`,
+    `torchrun` (an entry point script run by its interpreter), `vllm`; "?" for none."""
+    program, _ = program_of(list(argv))
+    if not program:
+        return "?"
+    if program[0] != "python":
+        return program[0]
+    interpreter = argv[0].rsplit("/", 1)[-1]
+    if program[1] == "-m":
+        return f"{interpreter} -m {program[2]}"
+    if program[1] == "-c":
+        return f"{interpreter} -c"
+    script = program[1].rsplit("/", 1)[-1]
+    if "/bin/" in program[1] and "." not in script:  # a console script: `torchrun`, `sglang`
+        return script
+    return f"{interpreter} {script}"
+
+
 def parse_flags(args: list[str]) -> tuple[dict[str, str | None], list[str]]:
     """({flag: value or None for a bare flag}, positional args); a repeated flag's values are
     joined with a space, so `--a 1 --a 2` differs from `--a 1`."""

@@ -2,7 +2,8 @@
 
 `cd` to its working directory, the selected environment variables whose value differs from
 what a login shell of ctxd's user sets (or that the process lacks), the argv shell-quoted,
-and its stdout/stderr redirections when they go to files. Every word is redacted, then
+and its stdout/stderr redirections when they go to files, then under `nohup … &` as it ran
+detached. Every word is redacted, then
 shell-quoted; a variable whose name is no shell name is left out (a name is never quoted, so
 `RX_;touch x;X` would run), and the block says how many. Redaction writes control characters
 escaped (`\\x1b`), so a secret reads `[REDACTED]` and such a value `\\x1b`: the block says both
@@ -208,7 +209,10 @@ def block(
         wanted.append([("cd", None), (_word(cwd), _QUOTED_REDACTED)])
     if unsets:
         wanted.append([("unset", None), *((name, None) for name in unsets)])
-    wanted += [*exports, command + redirections(pid)]
+    redirected = redirections(pid)
+    if redirected:  # its output went to files: it ran detached, and so would the line
+        command = [("nohup", None), *command, *redirected, ("&", None)]
+    wanted += [*exports, command]
     body = [line for line in map(_settled, wanted) if line is not None]
     lines: list[str] = []
     secrets = sum(x.count(REDACTED) for x in body)
