@@ -81,12 +81,13 @@ def test_a_launch_that_dies_at_once_is_an_attempt_with_its_command_and_its_logs_
 
     dump = _hook(server, workspace, "UserPromptSubmit", prompt="continue").json()["context"]
     attempts = dump.split("## Attempts", 1)[1].split("\n## ", 1)[0]
-    one, two = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
+    one, two = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
     # the first launch was never seen running, and still is an attempt, with its flags
-    assert "--max-model-len 32768" in one and "before ctxd saw it run" in one
+    failed = attempts.split("Attempt 1 (the newest failure), as you wrote it:", 1)[1]
+    assert "--max-model-len 32768" in failed.split("```")[1] and "before ctxd saw it run" in one
     assert "torch.OutOfMemoryError: CUDA out of memory" in one and "attempt1.log" in one
     # the relaunch is attempt 2, running, with its pid and what changed from attempt 1
-    assert f"(pid {live})" in two and "**running**" in two and "--max-model-len 32768 → 8192" in two
+    assert f"(pid {live})" in two and "running for" in two and "--max-model-len 32768 → 8192" in two
     assert "OutOfMemoryError" not in two
     # Now never blames the dead attempt's error on the live one
     now = dump.split("## Now", 1)[1].split("\n## ", 1)[0]

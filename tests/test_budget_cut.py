@@ -46,9 +46,9 @@ def test_what_matters_survives_any_budget(snap: Snapshotter, budget: int):
     snap.take("cut")
     dump = recovery.resume(snap, "cut", fresh=False, max_chars=budget)
     assert len(dump) <= budget
-    assert "## Objective" in dump and "dies at start" in dump
+    assert "## Handover" in dump and "dies at start" in dump
     assert "## Now" in dump
-    assert "**attempt 40**" in dump and "**running**" in dump  # the running attempt
+    assert "**attempt 40**" in dump and "running for" in dump  # the running attempt
     assert "NCCL error in run 39" in dump  # the newest failure
     assert NEXT in dump  # the next steps
     assert "Cut to fit" in dump
@@ -57,10 +57,10 @@ def test_what_matters_survives_any_budget(snap: Snapshotter, budget: int):
 def test_the_note_lists_the_cuts_in_the_order_the_steps_make_them(snap: Snapshotter):
     snap.take("cut")
     dump = recovery.resume(snap, "cut", fresh=False, max_chars=2500)
-    note = dump.split("left out: ", 1)[1].split(")", 1)[0]
+    note = dump.split("left out: ", 1)[1].split(". All of it", 1)[0]
     said = [part.strip() for part in note.split(", ")]
-    order = ["changes beyond 15", "minor process and artifact rows", "process environments",
-             "log tails", "observed sections", "recent commands", "findings, decisions",
-             "attempts but the running"]  # fmt: skip
+    order = ["the host", "GPUs no watched process holds", "changes beyond 15", "artifacts",
+             "minor process rows", "the environments of worker processes", "log tails",
+             "relaunch blocks", "recent commands", "findings, decisions"]  # fmt: skip
     positions = [i for o in order for i, part in enumerate(said) if part.startswith(o)]
     assert len(positions) >= 6 and positions == sorted(positions), said

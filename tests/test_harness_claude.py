@@ -126,16 +126,31 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # its log tail, its expected port not listening
     assert "Capturing batches (bs=8): waiting for all ranks" in context
     assert re.search(r"30000.*not listening|not listening.*30000", context), context
-    # both attempts, in order: the first died before ctxd saw it, with its own log's error;
-    # the second runs, with what changed; the old error is not the live attempt's
+    # both attempts, in order, a table row each: the first died before ctxd saw it, with its
+    # own log's error; the second runs, with what changed; the old error is not the live
+    # attempt's; each one's whole line as the agent wrote it, in its folder
     attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
-    first, second = attempts.split("**attempt 1**", 1)[1].split("**attempt 2**", 1)
-    assert "--max-model-len 32768" in first and "before ctxd saw it run" in first
-    assert "torch.OutOfMemoryError: CUDA out of memory" in first
-    assert f"(pid {launcher.pid})" in second and "**running**" in second
+    rows = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
+    first, second = rows
+    assert "before ctxd saw it run" in first and "torch.OutOfMemoryError: CUDA out of" in first
+    assert f"(pid {launcher.pid})" in second and "running for" in second
     assert "--max-model-len 32768 → 8192" in second and "OutOfMemoryError" not in second
+    lines = attempts.split("as you wrote it:", 2)
+    assert "--max-model-len 32768 > logs/attempt1.log 2>&1 &" in lines[1]
+    assert (
+        f"cd {launcher.cwd()} && " in lines[2]
+        and "--log-level debug > server.log 2>&1 &" in lines[2]
+    )
+    # the handover: the objective, what runs now in its phase with its workers, the failure
+    handover = context.split("## Handover", 1)[1].split("\n## ", 1)[0]
+    assert f"(pid {launcher.pid})" in handover and "8 workers expected, 8 running" in handover
+    assert "**starting**" in handover and "**Last failure**: attempt 1" in handover
     now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
     assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
+    # seconds after its launch a closed port is the attempt starting, not a failure
+    assert "critical" not in now, now
+    # no chatter of ctxd's own in what the model gets
+    assert "Where this dump lives" not in context and "Watched without being asked" not in context
     # the rebuilt wheel and the recent commands
     assert "kernel-0.2-py3-none-any.whl" in context
     assert "make wheel" in context
@@ -191,8 +206,8 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     launcher = running_launcher(workspace)
 
     # once, and within Claude Code's 10,000-character hook output limit
-    assert context.count("## Objective") == 1, context
-    added = context[context.index("## Objective") - 400 :]
+    assert context.count("## Handover") == 1, context
+    added = context[context.index("## Handover") - 400 :]
     assert len(added) <= 10_000
     check_scenario_dump(context, launcher, server.data_dir)
 

@@ -171,7 +171,7 @@ def test_ctxd_wired_twice_by_its_plugin_and_by_install_acts_once_per_event(
         model.close()
     # the resume's dump once, though both hooks asked for it
     context = model.context_of_last_turn()
-    assert context.count("## Objective") == 1, context
+    assert context.count("## Handover") == 1, context
     assert "echo rows=0 > export.log" in context
     # the tool call recorded once, though both hooks reported it
     store = Store(server.data_dir / "ctxd.db")

@@ -110,7 +110,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     launcher = running_launcher(workspace)
 
     # once, as a developer message before the user's "continue" (SessionStart, source resume)
-    assert context.count("## Objective") == 1, context
+    assert context.count("## Handover") == 1, context
     assert model.roles_of_last_turn() == ["developer", "user"], model.roles_of_last_turn()
     assert "[ctxd] Saved working state of session" in context
     # ctxd's MCP server, from the table install wrote into config.toml, offered to the model

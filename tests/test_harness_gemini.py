@@ -95,7 +95,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
 
     # once, in the user's turn before "continue" (SessionStart, source resume), as Gemini
     # wraps a hook's context; the "continue" itself got no second copy
-    assert context.count("## Objective") == 1, context
+    assert context.count("## Handover") == 1, context
     assert context.count("<hook_context>") == 1 and context.rstrip().endswith("continue")
     assert "[ctxd] Saved working state of session" in context
     # ctxd's MCP server, from the entry install wrote into settings.json, offered to the model

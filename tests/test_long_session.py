@@ -93,7 +93,7 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     newest = [f"**attempt {n}**" for n in (LAUNCHES - 1, LAUNCHES)]
     assert dump.index(newest[0]) < dump.index(newest[1])  # in the order they were made
     assert "attempts 1\N{EN DASH}" in dump  # the older ones, folded, not dropped
-    for section in ("## Objective", "## Now", "## Attempts", "## Recent commands"):
+    for section in ("## Handover", "## Now", "## Attempts", "## Recent commands"):
         assert section in dump, section
     logs = dump.split("## Logs")[1].split("\n## ")[0]
     assert f"logs/run{LAUNCHES}.log\n" in logs  # the running attempt's log is watched ...

@@ -158,7 +158,7 @@ def test_payloads_from_logs_command_lines_and_journal_render_as_text(client, see
 
 def test_version_page_has_anchored_sections_a_toc_and_links(client, seeded):
     html = client.get("/s/demo/v/2").text
-    for anchor in ("objective", "now", "processes", "logs", "changes-since-v1"):
+    for anchor in ("handover", "now", "processes", "logs", "changes-since-v1"):
         assert f'id="{anchor}"' in html and f'href="#{anchor}"' in html, anchor
     assert 'href="/s/demo/v/1"' in html and 'href="/s/demo/v/3"' in html
     assert 'href="/api/sessions/demo/snapshots/2/markdown"' in html

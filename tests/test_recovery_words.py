@@ -35,7 +35,7 @@ def dump(observations: Observations | None = None, previous: bool = True) -> str
 
 def test_the_dumps_own_timing_and_host_are_in_its_footer() -> None:
     text = dump()
-    top, footer = text.split("## Objective")[0], text.split("## Where this dump lives")[1]
+    top, footer = text.split("## Handover")[0], text.split("## Where this dump lives")[1]
     assert "took" not in top and "Previous" not in top and "gpu-7" not in top
     assert footer.startswith(
         "\n\n- This is v2, taken on host `gpu-7` in 35 ms; v1 came 5 s earlier\n"

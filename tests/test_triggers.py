@@ -96,7 +96,7 @@ def test_empty_message_returns_a_continue_dump_and_text_is_kept_as_instruction(
     assert dump.status_code == 200
     assert dump.headers["content-type"].startswith("text/markdown")
     assert "trigger `continue`" in dump.text
-    assert "Latest user message: try NCCL_P2P_DISABLE=1" in dump.text
+    assert "the user said**: " in dump.text and "“try NCCL_P2P_DISABLE=1”" in dump.text
     assert client.post("/api/sessions/c/messages", json={}).status_code == 200
 
 
@@ -229,7 +229,7 @@ def test_resume_fits_a_budget_and_keeps_what_matters(client: httpx.Client, tmp_p
         assert len(text) <= budget, (budget, len(text))
         for needle in ("OBJECTIVE-MARK", "ATTEMPT-0", "ATTEMPT-2", "NEXT-MARK", "not listening"):
             assert needle in text, (budget, needle)
-        assert "v0001.md" in text and "Cut to fit" in text
+        assert "`ctxd resume r`" in text and "Cut to fit" in text
 
 
 def test_journal_entries_update_in_place(client: httpx.Client):

@@ -76,7 +76,8 @@ class HistoryItem(BaseModel):
     text: str
     status: str | None = None
     outcome: str | None = None
-    command: str | None = None  # a launch's command line (redacted)
+    command: str | None = None  # a launch's command line (redacted), as the agent wrote it
+    cwd: str | None = None  # the folder that command ran in
     label: str | None = None  # "attempt 3", "attempts 1-18" (an en dash): fmt.attempts
     first: int | None = None  # the attempts it is about, by number
     last: int | None = None

@@ -29,6 +29,7 @@ class DumpLocation:
     json_url: str
     resume_url: str
     files_kept: int = 0  # the folder keeps the newest N versions' files; 0: every version's
+    page_url: str = ""  # the session's page
 
 
 def version_file(version: int) -> str:
@@ -76,6 +77,7 @@ class DumpFiles:
             json_url=f"{base}/api/sessions/{sid}/snapshots/{version}",
             resume_url=f"{base}/api/sessions/{sid}/resume",
             files_kept=self.settings.markdown_files,
+            page_url=f"{base}/s/{sid}",
         )
 
     def write(self, sid: str, version: int, markdown: str, *, latest: bool) -> bool:

@@ -1,8 +1,10 @@
 """Jinja2 rendering: a Snapshot to its Markdown dump, that dump cut to a budget or made HTML."""
 
 import re
-from collections.abc import Set
+import shlex
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from datetime import datetime
 
 import jinja2
 from markdown_it import MarkdownIt
@@ -11,8 +13,11 @@ from markdown_it.token import Token
 # human_bytes and utc are imported from here by the pages too
 from ctxd import shipped
 from ctxd.collectors import registry
+from ctxd.discovery.launches import typed_name
 from ctxd.fmt import human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
+from ctxd.render import attempts as attempt_table
+from ctxd.render import handover
 from ctxd.render import processes as render_processes
 from ctxd.render.dump_files import DumpLocation
 
@@ -53,6 +58,11 @@ def flag_text(flag: Flag) -> str:
     return flag.name if flag.value is None else f"{flag.name} {flag.value}"
 
 
+def called(p: ProcessInfo) -> str:
+    """A process by the name a person would type (`torchrun`, `python3 -m http.server`)."""
+    return typed_name(p.argv) if p.argv else p.name
+
+
 def shown(value: object) -> object:
     """What every `{{ }}` of a dump prints: text with control and bidi characters escaped.
     Observed text arrives so from the redactor; this covers what never passed it."""
@@ -81,8 +91,13 @@ def environment() -> jinja2.Environment:
         block=block,
         utc=utc,
         flag=flag_text,
+        clock=lambda at: f"{at:%H:%M:%S}",
+        shell_quote=shlex.quote,
+        called=called,
     )
     env.globals["process_view"] = render_processes.view
+    env.globals["handover"] = handover.lines
+    env.globals["attempt_rows"] = attempt_table.rows
     return env
 
 
@@ -90,10 +105,24 @@ def roots_first(processes: list[ProcessInfo]) -> list[ProcessInfo]:
     return [p for p in processes if p.root]
 
 
-def render_dump(snapshot: Snapshot, where: DumpLocation | None = None) -> str:
-    """The dump's Markdown; `where` fills its footer (none: a dump not stored anywhere)."""
+def render_dump(
+    snapshot: Snapshot,
+    where: DumpLocation | None = None,
+    *,
+    for_model: bool = False,
+    left_out: Mapping[str, str] | None = None,
+    served_at: datetime | None = None,
+) -> str:
+    """The dump's Markdown; `where` fills its footer (none: a dump not stored anywhere).
+    `for_model`: what a model is handed, without ctxd's own chatter (where the dump lives,
+    what ctxd watches unasked, hints), one footer line naming the full dump instead;
+    `left_out`: collector sections not shown, by name, each with the words that say so;
+    `served_at`: when a stored version is handed out later, said at its top."""
     template = _ENV.get_template("dump.md.j2")
     return template.render(
+        for_model=for_model,
+        left_out=dict(left_out or {}),
+        served_at=served_at,
         s=snapshot,
         h=snapshot.header,
         n=snapshot.narrative,
@@ -151,29 +180,33 @@ def cut(text: str, max_chars: int) -> str:
     return ""
 
 
-def fit(markdown: str, max_chars: int | None) -> str:
-    """Cut a dump to `max_chars`, leaving out the sections that do not fit, in its order.
+# What a resuming agent cannot do without: never dropped by `fit`, only cut at its end.
+KEPT_SECTIONS = ("Handover", "Now", "Attempts", "Next steps")
 
-    The title line and the objective come first in the dump, so they survive any cut; a
-    section too big for what is left goes, and the smaller ones after it still come; the
+
+def fit(markdown: str, max_chars: int | None) -> str:
+    """Cut a dump to `max_chars`, leaving out whole sections, the last first, until it fits.
+
+    The title and the KEPT_SECTIONS stay (a last cut shortens them at a line's end); the
     final "Where this dump lives" section is kept so the reader can fetch the rest.
     """
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
     parts = sections(markdown)
     footer = parts.pop() if parts and parts[-1].startswith("## Where") else ""
-    kept: list[str] = []
-    dropped: list[str] = []
     budget = max_chars - len(footer) - 200
-    for part in parts:  # in the dump's order, which is its order of importance
-        if len(part) <= budget:
-            kept.append(part)
-            budget -= len(part)
-        else:
-            dropped.append(part.splitlines()[0].lstrip("# ").strip())
+    kept = list(parts)
+    dropped: list[str] = []
+    for part in reversed(parts):
+        if sum(map(len, kept)) <= budget:
+            break
+        name = part.splitlines()[0].lstrip("# ").strip()
+        if part is parts[0] or any(name.startswith(k) for k in KEPT_SECTIONS):
+            continue
+        kept.remove(part)
+        dropped.insert(0, name)
     if dropped:
-        note = f"> Cut to fit {max_chars} characters; left out: {', '.join(dropped)}.\n\n"
-        kept.append(note)
+        kept.append(f"> Cut to fit {max_chars} characters; left out: {', '.join(dropped)}.\n\n")
     return cut("".join(kept) + footer, max_chars)
 
 

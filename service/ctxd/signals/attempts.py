@@ -9,11 +9,13 @@ the signals to show out.
 """
 
 from collections.abc import Set
+from datetime import UTC, datetime
 
 from ctxd.collectors._logtext import error_shape
-from ctxd.fmt import attempts
+from ctxd.fmt import attempts, human_duration
 from ctxd.models import SEVERITY_ORDER, HistoryItem, Observations, Signal
 from ctxd.snapshotter import happened
+from ctxd.thresholds import STUCK_AFTER_S
 
 # The newest failures named one by one; older ones fold into one line per kind of error.
 FAILURES_SHOWN = 3
@@ -36,16 +38,36 @@ def restate(
     told = {item.error_log for item in launches if item.error_log is not None}
     kept = [s for s in signals if not _restated(s, told | set(ended), logs)]
     running = [item for item in launches if item.status in ("running", "started")]
+    at = datetime.now(UTC)
     for item in running:
         mark = f"(pid {item.pid})"
+        starting = phase(item, signals, seen, at) == "starting"
         for i, signal in enumerate(kept):
             about_it = item.pid and signal.code == happened.PORT_CLOSED and mark in signal.text
             # every watched process idle, and each one is this attempt's
             about_it = about_it or (signal.code == "all_idle" and _all_its_own(item, seen))
-            if about_it:
+            if about_it and starting:  # within its start: news, not a failure
+                ago = human_duration((at - item.at).total_seconds())
+                text = f"{item.label} is starting (launched {ago} ago): {signal.text}"
+                kept[i] = signal.model_copy(update={"text": text, "severity": "info"})
+            elif about_it:
                 kept[i] = signal.model_copy(update={"text": f"{item.label}: {signal.text}"})
     added = [*_failures(launches, bool(running)), *(_running(i, seen) for i in running)]
     return sorted([*kept, *added], key=lambda s: SEVERITY_ORDER[s.severity])
+
+
+def phase(item: HistoryItem, signals: list[Signal], seen: Observations, at: datetime) -> str:
+    """What a live attempt is doing: `stuck` (its tree is), `serving` (its port opened),
+    `starting` (younger than the stuck threshold, or its process not seen yet) or `running`.
+    A launch seconds old with its port still closed is starting, not failing."""
+    if item.pid and any(s.code == "stuck" and s.subject == str(item.pid) for s in signals):
+        return "stuck"
+    if item.port_open:
+        return "serving"
+    threshold = seen.processes.stuck_after_s or STUCK_AFTER_S
+    if item.status == "started" or (at - item.at).total_seconds() < threshold:
+        return "starting"
+    return "running"
 
 
 def _all_its_own(item: HistoryItem, seen: Observations) -> bool:

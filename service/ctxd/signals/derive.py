@@ -3,6 +3,7 @@
 from collections import Counter
 from collections.abc import Set
 
+from ctxd.discovery.launches import typed_name
 from ctxd.fmt import human_duration
 from ctxd.models import SEVERITY_ORDER, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
@@ -151,6 +152,9 @@ def idle_processes(current: Observations) -> list[Signal]:
         return []
     if stuck_trees(current):
         return []  # the stuck signal already says it, with its evidence
+    expected = [port for port in current.ports.items if port.expected_by is not None]
+    if expected and all(port.listening and not port.health_error for port in expected):
+        return []  # serving: a server waiting for requests idles, and that is fine
     spans = [p.idle_for_s for p in procs]
     known = [s for s in spans if s is not None]
     age = max((p.age_s for p in procs), default=None)
@@ -185,7 +189,8 @@ def _expecting(current: Observations, watch_id: int | None) -> str:
     if not members:
         return "; the process watch that expects it matches no running process"
     lead = next((p for p in members if p.root), members[0])
-    return f"; expected by the watched process {lead.name} (pid {lead.pid})"
+    name = typed_name(lead.argv) if lead.argv else lead.name
+    return f"; expected by the watched process {name} (pid {lead.pid})"
 
 
 def expected_ports(current: Observations, earlier_runs: Set[str] = frozenset()) -> list[Signal]:

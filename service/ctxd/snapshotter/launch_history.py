@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ctxd.collectors.logs import last_error
-from ctxd.discovery.launches import Launch, flag_diff, program_of, summary_line
+from ctxd.discovery.launches import Launch, flag_diff, program_of, summary_line, typed_name
 from ctxd.discovery.procscan import SHELLS
 from ctxd.discovery.shellparse import WRAPPER_PROGRAMS
 from ctxd.fmt import attempts, human_duration
@@ -40,7 +40,7 @@ from ctxd.models import (
 from ctxd.settings import Limits
 from ctxd.store.database import Store
 
-COMMAND_CHARS = 400
+COMMAND_CHARS = 2000  # the running and the newest failed attempt show theirs whole
 LAUNCHES_FOLDED = 500  # the newest attempts read for the dump; older ones are searched
 SHOWN_IN_FULL = 6  # the newest attempts shown one by one; older ones fold by outcome
 FLAGS_COMPARED = 50  # of the folded ones, the newest whose flags say which varied
@@ -546,9 +546,11 @@ def _launch(row: dict[str, Any]) -> Launch:
 
 
 def _program(launch: Launch) -> str:
-    """How Attempts names a launch: its program's file name and first argument."""
-    argv = launch.argv
-    return " ".join([PurePosixPath(argv[0]).name, *argv[1:2]]) if argv else "?"
+    """How Attempts names a launch: as a person would type its program, with the word after
+    it when that is no flag (`vllm serve`, `sleep 60`)."""
+    _, args = program_of(list(launch.argv))
+    word = f" {args[0]}" if args and not args[0].startswith("-") else ""
+    return typed_name(launch.argv) + (word if " " not in typed_name(launch.argv) else "")
 
 
 def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -> HistoryItem:
@@ -590,6 +592,7 @@ def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -
         status=status,
         outcome="; ".join(notes),
         command=command,
+        cwd=launch.cwd,
         error=launch.error,
         error_log=launch.error_log,
         pid=launch.pid,

@@ -221,9 +221,20 @@ class Snapshotter:
         snapshot = self.assemble(sid, Trigger.PREVIEW, purpose="preview").snapshot
         return snapshot, self.render(snapshot)
 
-    def render(self, snapshot: Snapshot) -> str:
+    def render(
+        self,
+        snapshot: Snapshot,
+        *,
+        for_model: bool = False,
+        left_out: dict[str, str] | None = None,
+        served_at: datetime | None = None,
+    ) -> str:
+        """The dump's Markdown (see `render.render_dump` for what the options change)."""
         header = snapshot.header
-        return render.render_dump(snapshot, self.files.locate(header.session, header.version))
+        where = self.files.locate(header.session, header.version)
+        return render.render_dump(
+            snapshot, where, for_model=for_model, left_out=left_out, served_at=served_at
+        )
 
     def data_dir_bytes(self) -> int:
         """Database plus Markdown files; cached for a minute, as walking the folder costs."""

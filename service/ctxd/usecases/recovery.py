@@ -2,19 +2,46 @@
 
 import difflib
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from ctxd import redact
 from ctxd.errors import Invalid
-from ctxd.fmt import attempts
-from ctxd.models import Diff, HistoryItem, Snapshot, Trigger
+from ctxd.models import Diff, Snapshot, Trigger
 from ctxd.render import markdown as render
-from ctxd.render.dump_files import version_file
 from ctxd.snapshotter import changes
 from ctxd.snapshotter.snapshotter import Snapshotter
 
+# A stored version handed out this long after it was taken (or last found still true) says so
+# at its top: its ages are of the moment it was taken.
+SERVED_LATE = timedelta(seconds=10)
 
-def _logs_to(lines: int) -> Callable[[Snapshot], str]:
-    def cut(s: Snapshot) -> str:
+
+# A step cuts the copy of a snapshot a model is handed; it may name collector sections to
+# leave out (`left`, section name -> its words) and says in a few words what it cut.
+Step = Callable[[Snapshot, dict[str, str]], str]
+
+
+def _host(s: Snapshot, left: dict[str, str]) -> str:
+    left["host"] = "the host"
+    return "the host"
+
+
+def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
+    """GPUs no watched process holds tell a resuming agent nothing about its attempt."""
+    gpus = s.observations.gpus
+    gpus.items = [g for g in gpus.items if any(p.watched for p in g.processes)]
+    s.signals = [
+        sig
+        for sig in s.signals
+        if sig.code != "gpu_held_idle" or any(sig.subject == f"gpu{g.index}" for g in gpus.items)
+    ]
+    if not gpus.items:
+        left["gpus"] = "the GPUs (none holds a watched process)"
+    return "GPUs no watched process holds"
+
+
+def _logs_to(lines: int) -> Step:
+    def cut(s: Snapshot, left: dict[str, str]) -> str:
         for log in s.observations.logs.items:
             log.lines = log.lines[-lines:] if lines else []
         return f"log tails beyond {lines} lines" if lines else "log tails"
@@ -22,146 +49,146 @@ def _logs_to(lines: int) -> Callable[[Snapshot], str]:
     return cut
 
 
-def _changes(s: Snapshot) -> str:
+def _changes(s: Snapshot, left: dict[str, str]) -> str:
     s.changes = s.changes[:15]
     return "changes beyond 15"
 
 
-def _tables(s: Snapshot) -> str:
+def _recent_commands(keep: int) -> Step:
+    def cut(s: Snapshot, left: dict[str, str]) -> str:
+        s.narrative.recent_commands = s.narrative.recent_commands[-keep:]
+        return f"recent commands but {keep}"
+
+    return cut
+
+
+def _artifacts(s: Snapshot, left: dict[str, str]) -> str:
+    s.observations.artifacts.items = s.observations.artifacts.items[:3]
+    return "artifacts but 3"
+
+
+def _tables(s: Snapshot, left: dict[str, str]) -> str:
     procs = s.observations.processes.items
     roots = [p for p in procs if p.root]
     rest = sorted((p for p in procs if not p.root), key=lambda p: -(p.cpu_percent or 0))
     s.observations.processes.items = roots + rest[: max(0, 8 - len(roots))]
-    s.observations.artifacts.items = s.observations.artifacts.items[:10]
-    return "minor process and artifact rows"
+    return "minor process rows"
 
 
-def _older_narrative(keep: int) -> Callable[[Snapshot], str]:
-    def cut(s: Snapshot) -> str:
+def _older_narrative(keep: int) -> Step:
+    def cut(s: Snapshot, left: dict[str, str]) -> str:
         n = s.narrative
         n.findings, n.decisions, n.notes = n.findings[-keep:], n.decisions[-keep:], n.notes[-keep:]
         for entry in (*n.findings, *n.decisions):
-            entry.text = redact.cut(entry.text, 400)
+            entry.text = redact.cut(entry.text, 400 if keep > 1 else 200)
         return f"findings, decisions and notes but the newest {keep}"
 
     return cut
 
 
-def _environments(s: Snapshot) -> str:
+def _workers_environments(s: Snapshot, left: dict[str, str]) -> str:
+    """The environment of each tree's top stays: it is what the agent relaunches with."""
     for p in s.observations.processes.items:
-        p.env = {}
-    return "process environments"
+        if not p.root:
+            p.env = {}
+    return "the environments of worker processes"
 
 
-def _observed(s: Snapshot) -> str:
+def _observed(s: Snapshot, left: dict[str, str]) -> str:
     """Fewer rows, not empty sections: an emptied section would read "no log watched"."""
     o = s.observations
     o.processes.items = [p for p in o.processes.items if p.root][:3]
     for p in o.processes.items:
         p.relaunch = []
-    o.artifacts.items, o.commands.items = o.artifacts.items[:3], o.commands.items[:3]
+    o.artifacts.items, o.commands.items = o.artifacts.items[:1], o.commands.items[:3]
     o.logs.items = o.logs.items[-3:]
     return "relaunch blocks and observed rows but the first 3"
 
 
-_LEFT_OUT = "left out to fit; in the full dump"
+def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
+    """An attempt's row keeps what it changed and its error, shortened."""
+    for item in s.narrative.history:
+        item.changed = redact.cut(item.changed, 160) if item.changed else item.changed
+        item.error = redact.cut(item.error, 200) if item.error else item.error
+    return "the end of long attempt rows"
 
 
-def _attempts_to(shown: int) -> Callable[[Snapshot], str]:
-    """Fewer attempts in full: the folded line, the running ones and the newest failure stay."""
-
-    def cut(s: Snapshot) -> str:
-        history = s.narrative.history
-        launches = [i for i in history if i.source == "launch" and i.status != "folded"]
-        keep = {id(i) for i in launches[-shown:]}
-        keep |= {id(i) for i in launches if i.status in ("running", "started")}
-        failed = [i for i in launches if i.error]
-        keep |= {id(failed[-1])} if failed else set()
-        cut_out = [i for i in launches if id(i) not in keep]
-        earlier = [i for i in history if i.text == _LEFT_OUT]  # an earlier pass's note
-        left = [
-            i
-            for i in history
-            if i.text != _LEFT_OUT
-            and (i.source != "launch" or i.status == "folded" or id(i) in keep)
-        ]
-        numbers = [n for i in [*earlier, *cut_out] for n in (i.first, i.last) if n is not None]
-        if numbers:  # in their place, so the numbers read on
-            first, last = min(numbers), max(numbers)
-            at = min(i.at for i in [*earlier, *cut_out])
-            note = HistoryItem(at=at, source="launch", label=attempts(first, last), first=first,
-                               last=last, status="folded", text=_LEFT_OUT)  # fmt: skip
-            first_kept = next(
-                (n for n, i in enumerate(left) if i.first is not None and i.first > first), None
-            )
-            left.insert(len(left) if first_kept is None else first_kept, note)
-        for item in left:
-            if item.command and id(item) in keep and item.status not in ("running", "started"):
-                item.command = None  # its flags are in the running one's difference
-        s.narrative.history = left
-        return f"attempts but the running, the newest failure and {shown} more"
-
-    return cut
+def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
+    """The newest failure's whole line goes last: the running row says what it changed."""
+    running = any(i.status in ("running", "started") for i in s.narrative.history)
+    for item in s.narrative.history:
+        if running and item.status not in ("running", "started"):
+            item.command = None
+    return "the newest failure's own line (the running row says what changed from it)"
 
 
-def _recent_commands(s: Snapshot) -> str:
-    s.narrative.recent_commands = s.narrative.recent_commands[-3:]
-    return "recent commands but 3"
-
-
-def _shorter_lines(s: Snapshot) -> str:
+def _shorter_lines(s: Snapshot, left: dict[str, str]) -> str:
     for signal in s.signals:
         signal.text = redact.cut(signal.text, 240)
     for item in s.narrative.history:
         item.outcome = redact.cut(item.outcome, 240) if item.outcome else item.outcome
-        item.command = redact.cut(item.command, 240) if item.command else item.command
     return "the end of long lines"
 
 
-# In reverse order of importance: what goes first is what a reader misses least. The
-# objective, Now, the running attempt, the newest failure and the next steps are never cut:
-# the last steps shorten them instead.
-SHRINK_STEPS = (
+# By value: what goes first is what a resuming agent misses least. The handover, every
+# attempt's row, the running and the newest failed attempt's own command lines, what runs
+# now with the environment of its top process and its stuck ranks, and the next steps are
+# never cut.
+SHRINK_STEPS: tuple[Step, ...] = (
+    _host,
+    _idle_gpus,
     _logs_to(10),
     _changes,
+    _recent_commands(5),
+    _artifacts,
     _logs_to(3),
     _tables,
     _older_narrative(5),
-    _environments,
+    _workers_environments,
     _logs_to(0),
     _observed,
-    _attempts_to(3),
-    _recent_commands,
+    _recent_commands(2),
     _older_narrative(1),
-    _attempts_to(1),
+    _shorter_rows,
     _shorter_lines,
+    _failed_command,
 )
 
 
-def fit_to_budget(
-    snap: Snapshotter, snapshot: Snapshot, markdown: str, max_chars: int | None
+def for_model(
+    snap: Snapshotter,
+    snapshot: Snapshot,
+    max_chars: int | None,
+    served_at: datetime | None = None,
 ) -> str:
-    """The dump cut to `max_chars`, step by step, ending with where the full one lives."""
+    """The dump a model is handed: without ctxd's own chatter, cut by value, step by step,
+    to `max_chars`, saying what it left out and the command that shows it all."""
+    copy = snapshot.model_copy(deep=True)
+    left: dict[str, str] = {}
+    cuts: list[str] = []
+    sid = copy.header.session
+    markdown = snap.render(copy, for_model=True, served_at=served_at)
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
-    copy = snapshot.model_copy(deep=True)
-    cuts: list[str] = []
-    full = snap.session_dir(copy.header.session) / version_file(copy.header.version)
     for step in SHRINK_STEPS:
-        said = step(copy)
+        said = step(copy, left)
         # a step that cuts further what an earlier one cut says so in its place
         family = said.split(" but ")[0].split(" beyond ")[0]
         cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
         cuts.append(said)
         note = (
-            f"> Cut to fit {max_chars} characters (left out: {', '.join(cuts)}). "
-            f"Full dump: `{full.resolve()}`; earlier history: "
-            f"`ctxd search {copy.header.session} WORDS`\n\n"
+            f"> Cut to fit {max_chars} characters; left out: {', '.join(cuts)}. All of it: "
+            f"`ctxd resume {sid}`; earlier history: `ctxd search {sid} WORDS`.\n\n"
         )
-        shorter = _with_note(snap.render(copy), note)
-        if len(shorter) <= max_chars:
-            return shorter
-    return render.fit(shorter, max_chars)
+        markdown = snap.render(copy, for_model=True, left_out=left, served_at=served_at)
+        # the note names the full dump: the footer line that does too goes
+        markdown = _with_note(markdown.rsplit(_FOOTER, 1)[0] + "\n", note)
+        if len(markdown) <= max_chars:
+            return markdown
+    return render.fit(markdown, max_chars)
+
+
+_FOOTER = "\n---\n_The full dump"
 
 
 def _with_note(markdown: str, note: str) -> str:
@@ -202,7 +229,10 @@ def resume(
     snapshot = snap.store.get_snapshot(sid, version)
     lead = _changes_since(snap, sid, since, snapshot) if since and since != version else ""
     budget = max(200, max_chars - len(lead)) if max_chars else None
-    markdown = fit_to_budget(snap, snapshot, markdown, budget)
+    if budget is not None:  # a budget is a model's: the dump as it is handed to one
+        served = datetime.now(UTC)
+        late = served - (snapshot.header.confirmed_at or snapshot.header.taken_at)
+        markdown = for_model(snap, snapshot, budget, served if late > SERVED_LATE else None)
     if lead:
         title, _, rest = markdown.partition("\n\n")
         markdown = f"{title}\n\n{lead}{rest}"

@@ -1,0 +1,112 @@
+"""The dump's Attempts table: a row per attempt, runs that ended alike folded into one row.
+
+No attempt is ever left out: the newest failure and what runs keep rows of their own, and a
+run of attempts before them that died of the same error (its numbers aside) is one row naming
+the flags that varied among them. Pure: the narrative's history in, rows out.
+"""
+
+import re
+from dataclasses import dataclass
+
+from ctxd.fmt import attempts
+from ctxd.models import HistoryItem
+
+CHANGED_CHARS = 140
+FLAGS_NAMED = 6
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    launched: str
+    program: str
+    ran: str
+    changed: str
+    ended: str  # Markdown: the error as code, with its log
+
+
+def rows(history: list[HistoryItem]) -> list[Row]:
+    """The table's rows, oldest first."""
+    launches = [i for i in history if i.source == "launch" and i.status != "folded"]
+    failed = [i for i in launches if i.error and i.status == "ended"]
+    apart = {id(failed[-1])} if failed else set()
+    out: list[Row] = []
+    run: list[HistoryItem] = []
+    for item in history:
+        if _foldable(item, apart) and run and _shape(run[-1].error) == _shape(item.error):
+            run.append(item)
+            continue
+        out += _flush(run)
+        run = [item] if _foldable(item, apart) else []
+        if not run:
+            out.append(_row(item, first=not out))
+    return out + _flush(run)
+
+
+def _foldable(item: HistoryItem, apart: set[int]) -> bool:
+    return (
+        item.source == "launch"
+        and item.status == "ended"
+        and bool(item.error)
+        and id(item) not in apart
+    )
+
+
+def _flush(run: list[HistoryItem]) -> list[Row]:
+    if len(run) < 2:
+        return [_row(item) for item in run]
+    first, last = run[0].first or 0, run[-1].last or 0
+    varied = sorted({flag for item in run[1:] for flag in item.flags})
+    named = ", ".join(varied[:FLAGS_NAMED]) + (" …" if len(varied) > FLAGS_NAMED else "")
+    return [
+        Row(
+            label=f"**{attempts(first, last)}**",
+            launched=f"{run[0].at:%H:%M:%S} to {run[-1].at:%H:%M:%S}",
+            program=_program(run[-1]),
+            ran=f"each died the same way ({last - first + 1} times); the newest {run[-1].ran}",
+            changed=f"varied: {named}" if named else "",
+            ended=_ended(run[-1]),
+        )
+    ]
+
+
+def _row(item: HistoryItem, first: bool = False) -> Row:
+    if item.source == "journal":
+        status = f" (**{item.status}**)" if item.status else ""
+        return Row("noted by the agent", f"{item.at:%H:%M:%S}", "", f"{item.text}{status}", "",
+                   item.outcome or "")  # fmt: skip
+    if item.status == "folded":
+        return Row(f"**{item.label}**", f"from {item.at:%H:%M:%S}", "", item.text, "",
+                   _ended(item))  # fmt: skip
+    ran = item.ran or item.status or ""
+    if item.ports:
+        ports = ", ".join(map(str, item.ports))
+        state = "open" if item.port_open else "never opened" if item.status == "ended" else None
+        ran += f"; port {ports} {state or 'not open yet'}"
+    changed = (item.changed or "").removeprefix("relaunched with ")
+    if len(changed) > CHANGED_CHARS:
+        changed = changed[: CHANGED_CHARS - 1].rsplit(", ", 1)[0] + ", …"
+    return Row(
+        label=f"**{item.label}**",
+        launched=f"{item.at:%H:%M:%S}",
+        program=item.text.split(" at ")[0],
+        ran=ran,
+        changed=changed or ("-" if first else "the same"),
+        ended=_ended(item) or ("still running" if item.status in ("running", "started") else ""),
+    )
+
+
+def _ended(item: HistoryItem) -> str:
+    if not item.error:
+        return ""
+    code = item.error.replace("`", "'")
+    where = f" (in {item.error_log.rsplit('/', 1)[-1]})" if item.error_log else ""
+    return f"`{code}`{where}"
+
+
+def _program(item: HistoryItem) -> str:
+    return item.text.split(" (pid")[0].split(" at ")[0]
+
+
+def _shape(error: str | None) -> str:
+    return re.sub(r"\d+", "N", error or "")[:160]

@@ -1,0 +1,153 @@
+"""The dump's opening handover: what a resuming agent reads first, a fact with its time a line.
+
+Written the way an agent hands its own work over before its context goes: the objective, what
+the user last asked, what the agent itself last said, each live attempt in a sentence (its
+phase, its port, its workers against those its flags ask for, its log's last line), the last
+failure with its error line, and what changed since the version before. Pure: a snapshot in,
+Markdown list items out; every age in it is measured at the instant the snapshot was taken.
+"""
+
+import re
+from datetime import datetime
+
+from ctxd.fmt import human_duration
+from ctxd.models import HistoryItem, ProcessInfo, Snapshot
+from ctxd.signals.attempts import phase
+
+# The user's earlier prompts quoted after the latest, and how much of each.
+EARLIER_MESSAGES = 3
+MESSAGE_CHARS = 300
+AGENT_SAID_CHARS = 700
+CHANGES_SHOWN = 4
+# Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
+_WORKERS = re.compile(
+    r"(?:^|\s)--(?:tp|tp-size|tensor-parallel-size|nproc-per-node|nproc_per_node|num-gpus)"
+    r"(?:=|\s+)(\d+)"
+)
+
+
+def lines(s: Snapshot) -> list[str]:
+    """The handover's items, in the order a reader needs them."""
+    at = s.header.taken_at
+    n = s.narrative
+    out = [_objective(s)]
+    out += _user(s)
+    if n.agent_said is not None and n.agent_said.text.strip():
+        said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
+        out.append(f"**You last said** ({_clock(n.agent_said.at)}, your own words): {said}")
+    launches = [i for i in n.history if i.source == "launch" and i.label]
+    for item in launches:
+        if item.status in ("running", "started"):
+            out.append(_live(item, s, at))
+    failed = [i for i in launches if i.error and i.status != "running"]
+    if failed:
+        out.append(_failure(failed[-1]))
+    elif launches and not any(i.status in ("running", "started") for i in launches):
+        last = launches[-1]
+        out.append(f"**Nothing runs**: the last attempt, {last.label}, {last.ran or 'ended'}.")
+    if s.header.previous_version:
+        out.append(_since(s))
+    return out
+
+
+def _objective(s: Snapshot) -> str:
+    n = s.narrative
+    if not n.objective:
+        return "**Objective**: none recorded yet."
+    source = f" ({n.objective_source})" if n.objective_source else ""
+    return f"**Objective**{source}: {_quote(n.objective, 1200)}"
+
+
+def _user(s: Snapshot) -> list[str]:
+    n = s.narrative
+    said = n.user_messages
+    if not said:
+        if n.latest_message and n.latest_message != n.objective:
+            return [f"**The user's latest message**: {_quote(n.latest_message, MESSAGE_CHARS)}"]
+        return []
+    latest = said[-1]
+    if latest.text.strip():
+        words = _quote(latest.text, MESSAGE_CHARS)
+    else:
+        words = "empty: go on where you left off"
+    out = [f"**The user's latest message** ({_clock(latest.at)}): {words}"]
+    earlier = [m for m in said[:-1] if m.text.strip() and m.text != n.objective]
+    if earlier:
+        shown = "; ".join(
+            f"{_clock(m.at)} {_quote(m.text, MESSAGE_CHARS)}" for m in earlier[-EARLIER_MESSAGES:]
+        )
+        out.append(f"**Before it, the user said**: {shown}")
+    return out
+
+
+def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
+    tree = _tree(item, s)
+    ago = f", {human_duration(max(0.0, (at - item.at).total_seconds()))} before this dump"
+    pid = f" (pid {item.pid})" if item.pid else ""
+    now = phase(item, s.signals, s.observations, at)
+    words = [f"**Running now**: {item.label}, {_program(item)}{pid}, launched "
+             f"{_clock(item.at)}{ago}: **{now}**"]  # fmt: skip
+    if item.ports:
+        ports = ", ".join(map(str, item.ports))
+        words.append(f"port {ports} {'open' if item.port_open else 'not open yet'}")
+    expected = _WORKERS.search(" " + (item.command or ""))
+    workers = [p for p in tree if not p.root and p.state != "zombie"]
+    if expected:
+        words.append(f"{expected.group(1)} workers expected, {len(workers)} running")
+    elif workers:
+        words.append(f"{len(workers)} child process{'es' if len(workers) > 1 else ''}")
+    last = _log_line(item, s, {p.pid for p in tree})
+    if last:
+        words.append(f"its log says last: {last}")
+    return "; ".join(words) + "."
+
+
+def _failure(item: HistoryItem) -> str:
+    where = f" (in {item.error_log.rsplit('/', 1)[-1]})" if item.error_log else ""
+    ran = item.ran or "ended"
+    label = item.label if item.status != "folded" else f"{item.label} (the newest of them)"
+    return f"**Last failure**: {label}, launched {_clock(item.at)}, {ran}: `{item.error}`{where}."
+
+
+def _since(s: Snapshot) -> str:
+    head = f"**Since v{s.header.previous_version}**"
+    if s.header.previous_taken_at:
+        head += f" (taken {_clock(s.header.previous_taken_at)})"
+    if not s.changes:
+        return f"{head}: nothing changed."
+    shown = "; ".join(c.text for c in s.changes[:CHANGES_SHOWN])
+    more = len(s.changes) - CHANGES_SHOWN
+    return f"{head}: {shown}" + (f"; and {more} more (under Changes)." if more > 0 else ".")
+
+
+def _tree(item: HistoryItem, s: Snapshot) -> list[ProcessInfo]:
+    if not item.pid:
+        return []
+    return [p for p in s.observations.processes.items if item.pid in (p.pid, p.tree)]
+
+
+def _log_line(item: HistoryItem, s: Snapshot, pids: set[int]) -> str:
+    own = [log for log in s.observations.logs.items if log.writer_pid in pids and log.lines]
+    if not own:
+        own = [log for log in s.observations.logs.items if log.path in item.logs and log.lines]
+    if not own:
+        return ""
+    log = own[0]
+    return f"{_quote(log.lines[-1].strip(), 200)} ({log.path.rsplit('/', 1)[-1]})"
+
+
+def _program(item: HistoryItem) -> str:
+    """`python3 serve.py`: the attempt's program as its row names it."""
+    parts = item.text.split("`")
+    return f"`{parts[1]}`" if len(parts) > 2 else item.text
+
+
+def _quote(text: str, limit: int) -> str:
+    one = " ".join(text.split())
+    if len(one) > limit:
+        one = one[: limit - 1] + "…"
+    return f"“{one}”"
+
+
+def _clock(at: datetime) -> str:
+    return f"{at:%H:%M:%S}"
