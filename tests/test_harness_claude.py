@@ -21,15 +21,20 @@ import pytest
 from ctxd.render import pagedata
 from ctxd.store.database import Store
 
-from tests.conftest import Server, wait_until
+from tests.conftest import Server, start_server, stop_server, wait_until
 from tests.scripted_model import ScriptedModel, Step
 
 CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
 SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
 
 LAUNCHER = '''\
-"""An SGLang-like launcher: 8 workers load the weights, then wait forever; the port never opens."""
-import argparse, multiprocessing, sys, time
+"""An SGLang-like launcher: 8 workers load the weights, then wait forever; the port never opens.
+Its log lines carry the real time, as SGLang's do; the stand-in nvidia-smi shows its workers
+holding GPU memory."""
+import argparse, datetime, multiprocessing, sys, time
+
+def log(text, file=sys.stdout):
+    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] {text}", file=file, flush=True)
 
 def worker(rank):
     time.sleep(10**6)
@@ -41,21 +46,21 @@ if __name__ == "__main__":
     parser.add_argument("--disable-cuda-graph", action="store_true")
     parser.add_argument("--max-model-len", type=int, default=8192)
     args = parser.parse_args()
+    log(f"server_args: model_path={args.model_path} tp={args.tp} port={args.port}")
     if args.max_model_len > 16384:
         print("Traceback (most recent call last):", file=sys.stderr)
         print('  File "launch_server.py", line 14, in <module>', file=sys.stderr)
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB",
               file=sys.stderr)
         sys.exit(1)
-    print(f"server_args: tp={args.tp} port={args.port} log_level={args.log_level}", flush=True)
     workers = [multiprocessing.Process(target=worker, args=(r,)) for r in range(args.tp)]
     for w in workers:
         w.start()
-    for shard in range(1, 20):
-        pct = shard * 100 // 19
-        print(f"Loading safetensors checkpoint shards: {pct}% Completed | {shard}/19", flush=True)
-    print("Load weight end. avail mem=12.31 GB", flush=True)
-    print("Capturing batches (bs=8): waiting for all ranks", flush=True)
+    for shard in range(1, 5):  # a 7B model: 4 shards of some 4 GB, a second or two from NVMe
+        time.sleep(0.3)
+        log(f"Loading safetensors checkpoint shards: {shard * 25}% Completed | {shard}/4")
+    log("Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=120.31 GB")
+    log("Capturing batches (bs=8): waiting for all ranks")
     for w in workers:
         w.join()
 '''
@@ -67,7 +72,59 @@ wheel:
 \t  z.writestr('kernel/__init__.py', 'x = 2')"
 """
 
-LAUNCH = "nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
+LAUNCH = (
+    "nohup python3 launch_server.py --model-path /models/Qwen2.5-7B-Instruct --tp 8 --port 30000"
+)
+
+# A stand-in `nvidia-smi` first on the service's PATH: 8 H200s, the launcher's workers (its
+# children, in this test's folder) holding 78 GiB each, idle, the way a hang after the weights
+# loaded looks; the CUDA error of the first launch then happens on a machine with GPUs.
+NVIDIA_SMI = """\
+#!/usr/bin/env python3
+import os, sys
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def workers():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            parent = open(f"/proc/{ppid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if cwd.startswith(TOP) and b"launch_server.py" in b" ".join(cmd) and b"launch_server.py" in parent:
+            found.append(int(pid))
+    return sorted(found)[:8]
+held = workers()
+query = next((a for a in sys.argv if a.startswith("--query")), "")
+if query.startswith("--query-gpu"):
+    print("index, uuid, name, driver_version, compute_cap, utilization.gpu [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W]")
+    for i in range(8):
+        used = 79872 if i < len(held) else 4
+        print(f"{i}, GPU-0000000{i}-h200, NVIDIA H200, 570.211.01, 9.0, 0, {used}, 143771, 34, 118.50, 700.00")
+elif query.startswith("--query-compute-apps"):
+    print("gpu_uuid, pid, process_name, used_gpu_memory [MiB]")
+    for i, pid in enumerate(held):
+        print(f"GPU-0000000{i}-h200, {pid}, python3, 79360")
+else:
+    print("NVIDIA-SMI 570.211.01    Driver Version: 570.211.01    CUDA Version: 12.8")
+"""  # noqa: E501
+
+
+@pytest.fixture
+def gpu_server(tmp_path: Path) -> Iterator[Server]:
+    """ctxd serving with the stand-in nvidia-smi first on its PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log", env={"PATH": path})
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
 
 
 @pytest.fixture
@@ -165,8 +222,9 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     not CLAUDE.exists(), reason="Claude Code not installed (`make test` does, with npm)"
 )
 def test_continue_after_unregistered_work_carries_what_the_agent_did(
-    server: Server, workspace: Path, tmp_path: Path
+    gpu_server: Server, workspace: Path, tmp_path: Path
 ) -> None:
+    server = gpu_server
     home = tmp_path / "home"
     home.mkdir()
     # installed the way a user installs it: one command, nothing registered by hand

@@ -36,7 +36,10 @@ CODEX = MODULES / ".bin" / "codex"  # the npm launcher (node), which starts the 
 # launcher stays the binary's parent, a `node …/bin/codex` the workspace scan would take for
 # the agent's own work.
 NATIVE = sorted(MODULES.glob("@openai/codex-*/vendor/*/bin/codex"))
-LAUNCH = "setsid nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
+LAUNCH = (
+    "setsid nohup python3 launch_server.py --model-path /models/Qwen2.5-7B-Instruct --tp 8"
+    " --port 30000"
+)
 KEY_VARIABLE = "SCRIPTED_RESPONSES_KEY"
 
 

@@ -29,7 +29,9 @@ from tests.test_harness_claude import (
 )
 
 GEMINI = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "gemini"
-LAUNCH = "nohup python3 launch_server.py --model-path /models/kimi-k2 --tp 8 --port 30000"
+LAUNCH = (
+    "nohup python3 launch_server.py --model-path /models/Qwen2.5-7B-Instruct --tp 8 --port 30000"
+)
 # Gemini's own settings for a scripted model: an API key (any) and no folder-trust prompt.
 ITS_OWN_VARIABLES = ("CTXD_", "GEMINI_", "GOOGLE_")  # of this machine: not the test's
 AUTH = '{"security": {"auth": {"selectedType": "gemini-api-key"}}}\n'

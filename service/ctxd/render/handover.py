@@ -66,6 +66,8 @@ def _user(s: Snapshot) -> list[str]:
             return [f"**The user's latest message**: {_quote(n.latest_message, MESSAGE_CHARS)}"]
         return []
     latest = said[-1]
+    if len(said) == 1 and latest.text == n.objective:
+        return []  # the objective is that message, and says so
     if latest.text.strip():
         words = _quote(latest.text, MESSAGE_CHARS)
     else:
@@ -91,12 +93,23 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
         ports = ", ".join(map(str, item.ports))
         words.append(f"port {ports} {'open' if item.port_open else 'not open yet'}")
     expected = _WORKERS.search(" " + (item.command or ""))
-    workers = [p for p in tree if not p.root and p.state != "zombie"]
+    rows = [p for p in tree if not p.root and p.state != "zombie"]
+    grouped = sum(g.count for g in s.observations.processes.workers if g.tree == item.pid)
+    workers = max(len(rows), grouped)
     if expected:
-        words.append(f"{expected.group(1)} workers expected, {len(workers)} running")
+        words.append(f"{expected.group(1)} workers expected, {workers} running")
     elif workers:
-        words.append(f"{len(workers)} child process{'es' if len(workers) > 1 else ''}")
-    last = _log_line(item, s, {p.pid for p in tree})
+        words.append(f"{workers} child process{'es' if workers > 1 else ''}")
+    pids = {p.pid for p in tree} | {pid for g in s.observations.processes.workers
+                                     if g.tree == item.pid for pid in g.pids}  # fmt: skip
+    gpus = [g for g in s.observations.gpus.items if any(p.pid in pids for p in g.processes)]
+    if gpus:
+        busy = "/".join(sorted({f"{g.utilization_percent:.0f}%" for g in gpus
+                                if g.utilization_percent is not None})) or "?"  # fmt: skip
+        indices = ", ".join(str(g.index) for g in gpus)
+        plural = "s" if len(gpus) > 1 else ""
+        words.append(f"it holds {len(gpus)} GPU{plural} ({indices}) at {busy} utilisation")
+    last = _log_line(item, s, pids)
     if last:
         words.append(f"its log says last: {last}")
     return "; ".join(words) + "."

@@ -112,17 +112,20 @@ def render_dump(
     for_model: bool = False,
     left_out: Mapping[str, str] | None = None,
     served_at: datetime | None = None,
+    handover: list[str] | None = None,
 ) -> str:
     """The dump's Markdown; `where` fills its footer (none: a dump not stored anywhere).
     `for_model`: what a model is handed, without ctxd's own chatter (where the dump lives,
     what ctxd watches unasked, hints), one footer line naming the full dump instead;
     `left_out`: collector sections not shown, by name, each with the words that say so;
-    `served_at`: when a stored version is handed out later, said at its top."""
+    `served_at`: when a stored version is handed out later, said at its top; `handover`: its
+    opening lines as made before a budget cut shortened the snapshot."""
     template = _ENV.get_template("dump.md.j2")
     return template.render(
         for_model=for_model,
         left_out=dict(left_out or {}),
         served_at=served_at,
+        handover_lines=handover,
         s=snapshot,
         h=snapshot.header,
         n=snapshot.narrative,

@@ -4,7 +4,7 @@ from collections import Counter
 from collections.abc import Set
 
 from ctxd.discovery.launches import typed_name
-from ctxd.fmt import human_duration
+from ctxd.fmt import human_bytes, human_duration
 from ctxd.models import SEVERITY_ORDER, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
 from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_logs
@@ -242,23 +242,38 @@ def zombies(current: Observations) -> list[Signal]:
 
 
 def gpu_held_idle(current: Observations) -> list[Signal]:
-    """Memory held at 0 % utilisation: loaded weights waiting on something that never comes."""
-    signals = []
-    for gpu in current.gpus.items:
-        used = gpu.memory_used_bytes or 0
-        if gpu.utilization_percent != 0 or used < GPU_HELD_BYTES or not gpu.processes:
-            continue
-        watched = {p.pid for p in current.processes.items}
-        owners = ", ".join(
-            f"{p.pid}{' (watched)' if p.watched or p.pid in watched else ''}"
-            for p in gpu.processes[:8]
-        )
-        signals.append(
-            Signal(severity="warning", code="gpu_held_idle", subject=f"gpu{gpu.index}",
-                   text=f"GPU {gpu.index}: {used / 1024**3:.1f} GB held at 0% utilisation "
-                   f"by pid {owners}")
-        )  # fmt: skip
-    return signals
+    """Memory held at 0 % utilisation: loaded weights waiting on something that never comes.
+    One line for all such GPUs: eight alike warnings say no more than one."""
+    held = [
+        gpu
+        for gpu in current.gpus.items
+        if gpu.utilization_percent == 0
+        and (gpu.memory_used_bytes or 0) >= GPU_HELD_BYTES
+        and gpu.processes
+    ]
+    if not held:
+        return []
+    watched = {p.pid for p in current.processes.items}
+    owners = [p for gpu in held for p in gpu.processes]
+    mine = [p for p in owners if p.watched or p.pid in watched]
+    sizes = {human_bytes(gpu.memory_used_bytes) for gpu in held}
+    size = f"{sizes.pop()} each" if len(sizes) == 1 else "memory"
+    which = f"GPU {held[0].index}" if len(held) == 1 else f"GPUs {_indices(held)}"
+    pids = ", ".join(str(p.pid) for p in owners[:8]) + (" …" if len(owners) > 8 else "")
+    whose = f"{len(mine)} of them watched" if len(owners) > 1 else "watched" if mine else ""
+    text = f"{which}: {size} held at 0% utilisation by pid {pids}" + (
+        f" ({whose})" if whose else ""
+    )
+    subject = "gpus" if len(held) > 1 else f"gpu{held[0].index}"
+    return [Signal(severity="warning", code="gpu_held_idle", subject=subject, text=text)]
+
+
+def _indices(gpus: list) -> str:
+    """0-7, or 0, 2, 5: the GPUs by index, a run of them as its ends."""
+    numbers = [g.index for g in gpus]
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{numbers[0]}\N{EN DASH}{numbers[-1]}"
+    return ", ".join(map(str, numbers))
 
 
 def memory_growing(current: Observations) -> list[Signal]:

@@ -228,12 +228,18 @@ class Snapshotter:
         for_model: bool = False,
         left_out: dict[str, str] | None = None,
         served_at: datetime | None = None,
+        handover: list[str] | None = None,
     ) -> str:
         """The dump's Markdown (see `render.render_dump` for what the options change)."""
         header = snapshot.header
         where = self.files.locate(header.session, header.version)
         return render.render_dump(
-            snapshot, where, for_model=for_model, left_out=left_out, served_at=served_at
+            snapshot,
+            where,
+            for_model=for_model,
+            left_out=left_out,
+            served_at=served_at,
+            handover=handover,
         )
 
     def data_dir_bytes(self) -> int:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from ctxd import redact
 from ctxd.errors import Invalid
 from ctxd.models import Diff, Snapshot, Trigger
+from ctxd.render import handover
 from ctxd.render import markdown as render
 from ctxd.snapshotter import changes
 from ctxd.snapshotter.snapshotter import Snapshotter
@@ -30,21 +31,22 @@ def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
     """GPUs no watched process holds tell a resuming agent nothing about its attempt."""
     gpus = s.observations.gpus
     gpus.items = [g for g in gpus.items if any(p.watched for p in g.processes)]
-    s.signals = [
-        sig
-        for sig in s.signals
-        if sig.code != "gpu_held_idle" or any(sig.subject == f"gpu{g.index}" for g in gpus.items)
-    ]
     if not gpus.items:
+        s.signals = [sig for sig in s.signals if sig.code != "gpu_held_idle"]
         left["gpus"] = "the GPUs (none holds a watched process)"
     return "GPUs no watched process holds"
 
 
 def _logs_to(lines: int) -> Step:
+    """Shorter log tails; what runs keeps its own log's last 3 lines."""
+
     def cut(s: Snapshot, left: dict[str, str]) -> str:
+        live = {i.pid for i in s.narrative.history if i.status in ("running", "started")}
+        trees = {p.pid for p in s.observations.processes.items if {p.pid, p.tree} & live}
         for log in s.observations.logs.items:
-            log.lines = log.lines[-lines:] if lines else []
-        return f"log tails beyond {lines} lines" if lines else "log tails"
+            keep = max(lines, 3) if log.writer_pid in trees | live else lines
+            log.lines = log.lines[-keep:] if keep else []
+        return f"log tails beyond {lines} lines" if lines else "log tails but what runs writes"
 
     return cut
 
@@ -67,10 +69,18 @@ def _artifacts(s: Snapshot, left: dict[str, str]) -> str:
     return "artifacts but 3"
 
 
+def _live_trees(s: Snapshot) -> set[int]:
+    """The pids of what the running attempts started: their rows stay (alike workers fold
+    into one row anyway)."""
+    live = {i.pid for i in s.narrative.history if i.status in ("running", "started") and i.pid}
+    return {p.pid for p in s.observations.processes.items if {p.pid, p.tree} & live}
+
+
 def _tables(s: Snapshot, left: dict[str, str]) -> str:
     procs = s.observations.processes.items
-    roots = [p for p in procs if p.root]
-    rest = sorted((p for p in procs if not p.root), key=lambda p: -(p.cpu_percent or 0))
+    kept = _live_trees(s)
+    roots = [p for p in procs if p.root or p.pid in kept]
+    rest = sorted((p for p in procs if p not in roots), key=lambda p: -(p.cpu_percent or 0))
     s.observations.processes.items = roots + rest[: max(0, 8 - len(roots))]
     return "minor process rows"
 
@@ -97,7 +107,10 @@ def _workers_environments(s: Snapshot, left: dict[str, str]) -> str:
 def _observed(s: Snapshot, left: dict[str, str]) -> str:
     """Fewer rows, not empty sections: an emptied section would read "no log watched"."""
     o = s.observations
-    o.processes.items = [p for p in o.processes.items if p.root][:3]
+    kept = _live_trees(s)
+    o.processes.items = [p for p in o.processes.items if p.pid in kept] or [
+        p for p in o.processes.items if p.root
+    ][:3]
     for p in o.processes.items:
         p.relaunch = []
     o.artifacts.items, o.commands.items = o.artifacts.items[:1], o.commands.items[:3]
@@ -168,6 +181,7 @@ def for_model(
     cuts: list[str] = []
     sid = copy.header.session
     markdown = snap.render(copy, for_model=True, served_at=served_at)
+    told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
     for step in SHRINK_STEPS:
@@ -180,7 +194,9 @@ def for_model(
             f"> Cut to fit {max_chars} characters; left out: {', '.join(cuts)}. All of it: "
             f"`ctxd resume {sid}`; earlier history: `ctxd search {sid} WORDS`.\n\n"
         )
-        markdown = snap.render(copy, for_model=True, left_out=left, served_at=served_at)
+        markdown = snap.render(
+            copy, for_model=True, left_out=left, served_at=served_at, handover=told
+        )
         # the note names the full dump: the footer line that does too goes
         markdown = _with_note(markdown.rsplit(_FOOTER, 1)[0] + "\n", note)
         if len(markdown) <= max_chars:
