@@ -9,8 +9,10 @@ then waits forever for its ranks) and rebuilds a wheel; then the user sends a ba
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -26,6 +28,11 @@ from tests.scripted_model import ScriptedModel, Step
 
 CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
 SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
+# The user's first prompt: the hang happened before this conversation, so no attempt shows it.
+ASK = (
+    "Bring up our SGLang server for Qwen2.5-7B on this 8-GPU box: yesterday it hung after"
+    " loading the weights. Find out why."
+)
 
 LAUNCHER = '''\
 """An SGLang-like launcher: 8 workers load the weights, then wait forever; the port never opens.
@@ -44,14 +51,14 @@ if __name__ == "__main__":
     parser.add_argument("--model-path"); parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--port", type=int); parser.add_argument("--log-level", default="info")
     parser.add_argument("--disable-cuda-graph", action="store_true")
-    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--context-length", type=int, default=8192)
     args = parser.parse_args()
     log(f"server_args: model_path={args.model_path} tp={args.tp} port={args.port}")
-    if args.max_model_len > 16384:
+    if args.context_length > 16384:
         print("Traceback (most recent call last):", file=sys.stderr)
         print('  File "launch_server.py", line 14, in <module>', file=sys.stderr)
-        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB",
-              file=sys.stderr)
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 24.00 GiB. GPU 0 has"
+              " a total capacity of 139.81 GiB of which 11.94 GiB is free.", file=sys.stderr)
         sys.exit(1)
     workers = [multiprocessing.Process(target=worker, args=(r,)) for r in range(args.tp)]
     for w in workers:
@@ -59,8 +66,8 @@ if __name__ == "__main__":
     for shard in range(1, 5):  # a 7B model: 4 shards of some 4 GB, a second or two from NVMe
         time.sleep(0.3)
         log(f"Loading safetensors checkpoint shards: {shard * 25}% Completed | {shard}/4")
-    log("Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=120.31 GB")
-    log("Capturing batches (bs=8): waiting for all ranks")
+    log("Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=62.31 GB")
+    log("KV cache allocated; waiting for all ranks to report ready")
     for w in workers:
         w.join()
 '''
@@ -77,12 +84,11 @@ LAUNCH = (
 )
 
 # A stand-in `nvidia-smi` first on the service's PATH: 8 H200s, the launcher's workers (its
-# children, in this test's folder) holding 78 GiB each, idle, the way a hang after the weights
+# children, in the scenario's checkout) holding 78 GiB each, idle, the way a hang after the weights
 # loaded looks; the CUDA error of the first launch then happens on a machine with GPUs.
 NVIDIA_SMI = """\
 #!/usr/bin/env python3
 import os, sys
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def workers():
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -93,7 +99,7 @@ def workers():
             parent = open(f"/proc/{ppid}/cmdline", "rb").read()
         except OSError:
             continue
-        if cwd.startswith(TOP) and b"launch_server.py" in b" ".join(cmd) and b"launch_server.py" in parent:
+        if cwd.endswith("/sglang-debug") and b"launch_server.py" in b" ".join(cmd) and b"launch_server.py" in parent:
             found.append(int(pid))
     return sorted(found)[:8]
 held = workers()
@@ -129,7 +135,8 @@ def gpu_server(tmp_path: Path) -> Iterator[Server]:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Iterator[Path]:
-    top = tmp_path / "sglang-debug"
+    # a checkout as a person has one, not under pytest's folders: the model reads its path
+    top = Path(tempfile.mkdtemp(prefix="work-")) / "sglang-debug"
     top.mkdir()
     (top / "launch_server.py").write_text(LAUNCHER)
     (top / "Makefile").write_text(MAKEFILE)
@@ -138,6 +145,7 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
         if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
             proc.kill()
+    shutil.rmtree(top.parent, ignore_errors=True)
 
 
 def claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None:
@@ -174,14 +182,14 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     the running launch with its tree, flags, log and port, both attempts each with its own
     end, the wheel, and never the secret (nor in ctxd's files)."""
     # the objective from the first prompt, as the user's words
-    assert "hangs after loading the weights" in context
+    assert "it hung after loading the weights" in context
     # the running launch: PID, tree, flags
     assert str(launcher.pid) in context
     workers = launcher.children()
     assert len(workers) == 8 and all(str(w.pid) in context for w in workers[:1])
     assert "--disable-cuda-graph" in context and "--log-level" in context
     # its log tail, its expected port not listening
-    assert "Capturing batches (bs=8): waiting for all ranks" in context
+    assert "KV cache allocated; waiting for all ranks to report ready" in context
     assert re.search(r"30000.*not listening|not listening.*30000", context), context
     # both attempts, in order, a table row each: the first died before ctxd saw it, with its
     # own log's error; the second runs, with what changed; the old error is not the live
@@ -191,9 +199,9 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     first, second = rows
     assert "before ctxd saw it run" in first and "torch.OutOfMemoryError: CUDA out of" in first
     assert f"(pid {launcher.pid})" in second and "running for" in second
-    assert "--max-model-len 32768 → 8192" in second and "OutOfMemoryError" not in second
+    assert "--context-length 32768 → 8192" in second and "OutOfMemoryError" not in second
     lines = attempts.split("as you wrote it:", 2)
-    assert "--max-model-len 32768 > logs/attempt1.log 2>&1 &" in lines[1]
+    assert "--context-length 32768 > logs/attempt1.log 2>&1 &" in lines[1]
     assert (
         f"cd {launcher.cwd()} && " in lines[2]
         and "--log-level debug > server.log 2>&1 &" in lines[2]
@@ -236,10 +244,10 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
 
     model = ScriptedModel(
         [
-            Step(bash=f"mkdir -p logs; {LAUNCH} --max-model-len 32768 > logs/attempt1.log 2>&1 &"),
+            Step(bash=f"mkdir -p logs; {LAUNCH} --context-length 32768 > logs/attempt1.log 2>&1 &"),
             Step(bash="sleep 2; tail -3 logs/attempt1.log"),
             Step(
-                bash=f"HF_TOKEN={SECRET} {LAUNCH} --max-model-len 8192 --disable-cuda-graph"
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --context-length 8192 --disable-cuda-graph"
                 " --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),
@@ -250,7 +258,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     )
     try:
         claude(
-            ["-p", "The SGLang server hangs after loading the weights on 8 GPUs; find out why."],
+            ["-p", ASK],
             workspace, home, model,
         )  # fmt: skip
         claude(["--continue", "-p", "continue"], workspace, home, model)
@@ -287,7 +295,7 @@ def check_conversation_words(server: Server) -> None:
     assert now["agent_said"]["text"] == "Picking up where we were."
     prompts = [m["text"] for m in now["user_messages"]]
     assert prompts == [
-        "The SGLang server hangs after loading the weights on 8 GPUs; find out why.",
+        ASK,
         "",
     ], prompts
 

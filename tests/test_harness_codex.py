@@ -23,6 +23,7 @@ from tests.conftest import Server
 from tests.scripted_model import Step
 from tests.scripted_responses import MODEL, ScriptedResponses
 from tests.test_harness_claude import (
+    ASK,
     SECRET,
     check_scenario_dump,
     running_launcher,
@@ -78,10 +79,10 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     (home / ".codex").mkdir(parents=True)
     model = ScriptedResponses(
         [
-            Step(bash=f"mkdir -p logs; {LAUNCH} --max-model-len 32768 > logs/attempt1.log 2>&1 &"),
+            Step(bash=f"mkdir -p logs; {LAUNCH} --context-length 32768 > logs/attempt1.log 2>&1 &"),
             Step(bash="sleep 2; tail -3 logs/attempt1.log"),
             Step(
-                bash=f"HF_TOKEN={SECRET} {LAUNCH} --max-model-len 8192 --disable-cuda-graph"
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --context-length 8192 --disable-cuda-graph"
                 " --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),
@@ -101,7 +102,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     assert "/hooks" in installed.stdout and "trust" in installed.stdout
     headless = ["--dangerously-bypass-hook-trust", "--skip-git-repo-check"]
     try:
-        prompt = "The SGLang server hangs after loading the weights on 8 GPUs; find out why."
+        prompt = ASK
         codex([*headless, prompt], workspace, home)
         codex(["resume", "--last", *headless, "continue"], workspace, home)
     finally:

@@ -22,6 +22,7 @@ from tests.conftest import Server
 from tests.scripted_gemini import MODEL, ScriptedGemini
 from tests.scripted_model import Step
 from tests.test_harness_claude import (
+    ASK,
     SECRET,
     check_scenario_dump,
     running_launcher,
@@ -65,10 +66,10 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     (home / ".gemini" / "settings.json").write_text(AUTH)
     model = ScriptedGemini(
         [
-            Step(bash=f"mkdir -p logs; {LAUNCH} --max-model-len 32768 > logs/attempt1.log 2>&1 &"),
+            Step(bash=f"mkdir -p logs; {LAUNCH} --context-length 32768 > logs/attempt1.log 2>&1 &"),
             Step(bash="sleep 2; tail -3 logs/attempt1.log"),
             Step(
-                bash=f"HF_TOKEN={SECRET} {LAUNCH} --max-model-len 8192 --disable-cuda-graph"
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --context-length 8192 --disable-cuda-graph"
                 " --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),
@@ -84,7 +85,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     )  # fmt: skip
     assert "settings.json" in installed.stdout
     try:
-        prompt = "The SGLang server hangs after loading the weights on 8 GPUs; find out why."
+        prompt = ASK
         gemini(["-p", prompt], workspace, home, model.url)
         gemini(["--resume", "latest", "-p", "continue"], workspace, home, model.url)
     finally:

@@ -30,6 +30,12 @@ def human_duration(seconds: float) -> str:
     return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
 
 
+def between(earlier: datetime, later: datetime) -> str:
+    """The time from one clock reading to another as the two read to the second, so that a
+    dump's "launched 07:06:28, 6 s before" agrees with its "taken 07:06:34"."""
+    return human_duration(int(later.timestamp()) - int(earlier.timestamp()))
+
+
 def utc(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
 

@@ -7,8 +7,9 @@ the flags that varied among them. Pure: the narrative's history in, rows out.
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
-from ctxd.fmt import attempts
+from ctxd.fmt import attempts, between
 from ctxd.models import HistoryItem
 
 CHANGED_CHARS = 140
@@ -25,8 +26,8 @@ class Row:
     ended: str  # Markdown: the error as code, with its log
 
 
-def rows(history: list[HistoryItem]) -> list[Row]:
-    """The table's rows, oldest first."""
+def rows(history: list[HistoryItem], at: datetime) -> list[Row]:
+    """The table's rows, oldest first; `at`: the dump's instant, what runs is timed to."""
     launches = [i for i in history if i.source == "launch" and i.status != "folded"]
     failed = [i for i in launches if i.error and i.status == "ended"]
     apart = {id(failed[-1])} if failed else set()
@@ -39,7 +40,7 @@ def rows(history: list[HistoryItem]) -> list[Row]:
         out += _flush(run)
         run = [item] if _foldable(item, apart) else []
         if not run:
-            out.append(_row(item, first=not out))
+            out.append(_row(item, at, first=not out))
     return out + _flush(run)
 
 
@@ -70,7 +71,7 @@ def _flush(run: list[HistoryItem]) -> list[Row]:
     ]
 
 
-def _row(item: HistoryItem, first: bool = False) -> Row:
+def _row(item: HistoryItem, at: datetime | None = None, first: bool = False) -> Row:
     if item.source == "journal":
         status = f" (**{item.status}**)" if item.status else ""
         return Row("noted by the agent", f"{item.at:%H:%M:%S}", "", f"{item.text}{status}", "",
@@ -79,6 +80,8 @@ def _row(item: HistoryItem, first: bool = False) -> Row:
         return Row(f"**{item.label}**", f"from {item.at:%H:%M:%S}", "", item.text, "",
                    _ended(item))  # fmt: skip
     ran = item.ran or item.status or ""
+    if item.status == "running" and at is not None:  # of the dump's instant, to the second
+        ran = f"running for {between(item.at, at)}"
     if item.ports:
         ports = ", ".join(map(str, item.ports))
         state = "open" if item.port_open else "never opened" if item.status == "ended" else None

@@ -10,7 +10,7 @@ Markdown list items out; every age in it is measured at the instant the snapshot
 import re
 from datetime import datetime
 
-from ctxd.fmt import human_duration
+from ctxd.fmt import between
 from ctxd.models import HistoryItem, ProcessInfo, Snapshot
 from ctxd.signals.attempts import phase
 
@@ -45,7 +45,7 @@ def lines(s: Snapshot) -> list[str]:
     elif launches and not any(i.status in ("running", "started") for i in launches):
         last = launches[-1]
         out.append(f"**Nothing runs**: the last attempt, {last.label}, {last.ran or 'ended'}.")
-    if s.header.previous_version:
+    if s.header.previous_version and s.changes:  # "nothing changed" would tell nothing
         out.append(_since(s))
     return out
 
@@ -84,7 +84,7 @@ def _user(s: Snapshot) -> list[str]:
 
 def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     tree = _tree(item, s)
-    ago = f", {human_duration(max(0.0, (at - item.at).total_seconds()))} before this dump"
+    ago = f", {between(item.at, at)} before this dump"
     pid = f" (pid {item.pid})" if item.pid else ""
     now = phase(item, s.signals, s.observations, at)
     words = [f"**Running now**: {item.label}, {_program(item)}{pid}, launched "
@@ -126,8 +126,6 @@ def _since(s: Snapshot) -> str:
     head = f"**Since v{s.header.previous_version}**"
     if s.header.previous_taken_at:
         head += f" (taken {_clock(s.header.previous_taken_at)})"
-    if not s.changes:
-        return f"{head}: nothing changed."
     shown = "; ".join(c.text for c in s.changes[:CHANGES_SHOWN])
     more = len(s.changes) - CHANGES_SHOWN
     return f"{head}: {shown}" + (f"; and {more} more (under Changes)." if more > 0 else ".")

@@ -14,7 +14,7 @@ from markdown_it.token import Token
 from ctxd import shipped
 from ctxd.collectors import registry
 from ctxd.discovery.launches import typed_name
-from ctxd.fmt import human_bytes, human_duration, printable, utc
+from ctxd.fmt import between, human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import attempts as attempt_table
 from ctxd.render import handover
@@ -94,6 +94,7 @@ def environment() -> jinja2.Environment:
         clock=lambda at: f"{at:%H:%M:%S}",
         shell_quote=shlex.quote,
         called=called,
+        between=between,
     )
     env.globals["process_view"] = render_processes.view
     env.globals["handover"] = handover.lines

@@ -184,21 +184,22 @@ def for_model(
     told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
+    before = markdown
     for step in SHRINK_STEPS:
         said = step(copy, left)
-        # a step that cuts further what an earlier one cut says so in its place
-        family = said.split(" but ")[0].split(" beyond ")[0]
-        cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
-        cuts.append(said)
+        cut = snap.render(copy, for_model=True, left_out=left, served_at=served_at, handover=told)
+        if cut != before:  # a step that found nothing to cut is not named
+            # a step that cuts further what an earlier one cut says so in its place
+            family = said.split(" but ")[0].split(" beyond ")[0]
+            cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
+            cuts.append(said)
+        before = cut
         note = (
             f"> Cut to fit {max_chars} characters; left out: {', '.join(cuts)}. All of it: "
             f"`ctxd resume {sid}`; earlier history: `ctxd search {sid} WORDS`.\n\n"
         )
-        markdown = snap.render(
-            copy, for_model=True, left_out=left, served_at=served_at, handover=told
-        )
         # the note names the full dump: the footer line that does too goes
-        markdown = _with_note(markdown.rsplit(_FOOTER, 1)[0] + "\n", note)
+        markdown = _with_note(cut.rsplit(_FOOTER, 1)[0] + "\n", note)
         if len(markdown) <= max_chars:
             return markdown
     return render.fit(markdown, max_chars)

@@ -1,0 +1,244 @@
+"""The dump as a handover: one instant for every number, the attempts table that never loses an
+attempt, severity by the attempt's phase, and the budget cut that goes by value."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from ctxd import fmt
+from ctxd.models import (
+    HistoryItem,
+    Observations,
+    PortInfo,
+    PortsSection,
+    ProcessesSection,
+    ProcessInfo,
+    Said,
+    SessionIn,
+    Signal,
+    Snapshot,
+    SnapshotHeader,
+)
+from ctxd.render import attempts as attempt_table
+from ctxd.render import handover
+from ctxd.settings import Settings
+from ctxd.signals import attempts as attempt_signals
+from ctxd.signals import derive
+from ctxd.snapshotter import happened
+from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.store.database import Store
+from ctxd.usecases import recovery
+
+T0 = datetime.now(UTC) - timedelta(hours=3)
+
+
+@pytest.fixture
+def snap(tmp_path: Path):
+    settings = Settings(data_dir=tmp_path / "data")
+    snapshotter = Snapshotter(settings, Store(settings.db_path))
+    yield snapshotter
+    snapshotter.close()
+
+
+def launches(store: Store, sid: str, count: int, running: bool = True) -> None:
+    """`count` launches of one server, each with other flags, each dying of one NCCL error
+    (its numbers varying); the last one running when `running`."""
+    for n in range(1, count + 1):
+        flags = f"--tp 8 --nccl-algo v{n % 5} --max-model-len {4096 * (1 + n % 3)} --run {n}"
+        error = f"RuntimeError: NCCL error in ncclAllReduce: unhandled cuda error {n}"
+        ended = {
+            "ended_at": T0 + timedelta(minutes=n, seconds=30),
+            "error_log": f"/srv/r{n}.log",
+            "error": error,
+        }
+        last = n == count and running
+        row = {
+            "start_key": f"cmd:{n}",
+            "watch_id": None,
+            "pid": 4000 + n,
+            "started_at": T0 + timedelta(minutes=n),
+            "argv": ["python3", "serve.py", *flags.split()],
+            "cwd": "/srv",
+            "env": {},
+            "expected_ports": [30000],
+            "logs": [f"/srv/r{n}.log"],
+            "seen": 1,
+            "command": f"nohup python3 serve.py {flags} > r{n}.log 2>&1 &",
+        }
+        store.save_launches(sid, [{**row, **({} if last else ended)}])
+
+
+def attempts_section(dump: str) -> str:
+    return dump.split("## Attempts", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("count", [24, 300])
+def test_every_attempt_has_a_row_or_a_fold_and_the_table_stays_small(snap: Snapshotter, count):
+    snap.store.put_session("many", SessionIn(objective="find the NCCL hang"))
+    launches(snap.store, "many", count)
+    dump = snap.render(snap.take("many"), for_model=True)
+    table = attempts_section(dump).split("as you wrote it:")[0]
+    assert len(table) <= 2_500, len(table)
+    rows = [line for line in table.splitlines() if line.startswith("| **attempt")]
+    covered: set[int] = set()
+    for row in rows:
+        label = row.split("**")[1].removeprefix("attempts ").removeprefix("attempt ")
+        first, _, last = label.partition("\N{EN DASH}")
+        covered |= set(range(int(first), int(last or first) + 1))
+    assert covered == set(range(1, count + 1))  # none left out, none twice
+    assert f"**attempt {count}**" in table and f"**attempt {count - 1}**" in table
+    assert "varied: " in table  # a fold names the flags that varied among its attempts
+    # the whole line, as written, for what runs and for the newest failure, never cut
+    assert f"--run {count} > r{count}.log 2>&1 &" in dump
+    assert f"--run {count - 1} > r{count - 1}.log 2>&1 &" in dump
+
+
+def test_a_version_served_later_says_when_it_was_taken_and_how_long_ago(snap: Snapshotter):
+    snap.store.put_session("late", SessionIn(objective="x"))
+    launches(snap.store, "late", 2)
+    taken = snap.take("late")
+    served = taken.header.taken_at + timedelta(seconds=30)
+    dump = recovery.for_model(snap, taken, 8_000, served_at=served)
+    at = f"{taken.header.taken_at:%Y-%m-%d %H:%M:%S} UTC"
+    assert f"Every age, duration and idle time below is as of {at}" in dump
+    assert "30 s after it was taken" in dump
+    # the handover's ages are of that instant: the launch and the dump one clock
+    launched = T0 + timedelta(minutes=2)
+    ago = fmt.between(launched, taken.header.taken_at)
+    assert f"launched {launched:%H:%M:%S}, {ago} before this dump" in dump
+    assert f"running for {ago}" in dump
+
+
+def live(at: datetime, **extra) -> HistoryItem:
+    fields = {
+        "at": at,
+        "source": "launch",
+        "label": "attempt 2",
+        "first": 2,
+        "last": 2,
+        "text": "`python3 serve.py` (pid 50) at x",
+        "status": "running",
+        "pid": 50,
+        "ports": [30000],
+        "port_open": False,
+        "command": "python3 serve.py",
+    }
+    return HistoryItem(**{**fields, **extra})
+
+
+def root(age: float) -> ProcessInfo:
+    return ProcessInfo(
+        watch_id=1,
+        pid=50,
+        ppid=1,
+        name="python3",
+        state="sleeping",
+        cpu_percent=0.0,
+        started_at=datetime.now(UTC),
+        age_s=age,
+        root=True,
+        tree=50,
+        idle_for_s=age,
+        argv=["python3", "serve.py"],
+    )
+
+
+def closed_port() -> Signal:
+    return Signal(
+        severity="critical",
+        code=happened.PORT_CLOSED,
+        subject="127.0.0.1:30000",
+        text="127.0.0.1:30000 not listening; expected by the watched process "
+        "python3 serve.py (pid 50)",
+    )
+
+
+def test_a_launch_seconds_old_is_starting_not_critical_and_later_it_is():
+    seen = Observations(processes=ProcessesSection(items=[root(3)]))
+    launched = datetime.now(UTC) - timedelta(seconds=3)
+    young = attempt_signals.restate([closed_port()], [live(launched)], seen, set())
+    (port,) = [s for s in young if s.code == happened.PORT_CLOSED]
+    assert port.severity == "info" and "attempt 2 is starting (launched 3 s ago)" in port.text
+    launched = datetime.now(UTC) - timedelta(minutes=5)
+    old = attempt_signals.restate([closed_port()], [live(launched)], seen, set())
+    (port,) = [s for s in old if s.code == happened.PORT_CLOSED]
+    assert port.severity == "critical" and port.text.startswith("attempt 2: ")
+
+
+def test_a_serving_idle_server_raises_nothing():
+    serving = Observations(
+        processes=ProcessesSection(items=[root(600)]),
+        ports=PortsSection(
+            items=[
+                PortInfo(host="127.0.0.1", port=30000, listening=True, expected_by=1, owner_pid=50)
+            ]
+        ),
+    )
+    assert derive.derive(serving, None) == []
+    closed = serving.model_copy(deep=True)
+    closed.ports.items[0].listening = False
+    closed.processes.items[0].idle_for_s = 30  # idle, not yet stuck
+    assert {s.code for s in derive.derive(closed, None)} >= {"all_idle", happened.PORT_CLOSED}
+
+
+def test_the_handover_quotes_the_user_and_the_agent_with_their_times():
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at, trigger="t"))
+    n = snapshot.narrative
+    n.objective, n.objective_source = "find the hang", "the user's first prompt"
+    n.user_messages = [
+        Said(at=at - timedelta(minutes=9), text="find the hang"),
+        Said(at=at - timedelta(minutes=5), text="keep NCCL_DEBUG=INFO"),
+        Said(at=at - timedelta(seconds=4), text=""),
+    ]
+    n.agent_said = Said(at=at - timedelta(seconds=30), text="Relaunched in eager mode; waiting.")
+    lines = handover.lines(snapshot)
+    assert lines[0] == "**Objective** (the user's first prompt): “find the hang”"
+    assert lines[1].startswith("**The user's latest message** (") and "empty" in lines[1]
+    assert "“keep NCCL_DEBUG=INFO”" in lines[2] and "find the hang" not in lines[2]
+    assert lines[3].startswith("**You last said** (")
+    assert lines[3].endswith("your own words): “Relaunched in eager mode; waiting.”")
+
+
+def test_alike_failures_fold_but_the_newest_failure_and_what_runs_keep_their_rows():
+    at = T0
+    items = [
+        HistoryItem(
+            at=at + timedelta(minutes=n),
+            source="launch",
+            label=f"attempt {n}",
+            first=n,
+            last=n,
+            text="`python3 serve.py` (pid 1) at x",
+            status="ended",
+            error=f"RuntimeError: NCCL error {n}",
+            flags=[f"--run{n % 2}"],
+            ran="exited with status 1 after 30 s",
+        )
+        for n in range(1, 6)
+    ] + [live(at + timedelta(minutes=6), label="attempt 6", first=6, last=6)]
+    rows = attempt_table.rows(items, at + timedelta(minutes=7))
+    assert [r.label for r in rows] == [
+        "**attempts 1\N{EN DASH}4**",
+        "**attempt 5**",
+        "**attempt 6**",
+    ]
+    assert "each died the same way (4 times)" in rows[0].ran and "--run0" in rows[0].changed
+    assert rows[2].ended == "still running"
+
+
+def test_the_budget_cut_keeps_the_handover_every_row_and_the_running_tops_environment(
+    snap: Snapshotter,
+):
+    snap.store.put_session("cut", SessionIn(objective="find the NCCL hang"))
+    launches(snap.store, "cut", 30)
+    full = snap.take("cut")
+    top = root(5)
+    top.pid, top.tree, top.env = 4030, 4030, {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1"}
+    full.observations.processes.items = [top]
+    dump = recovery.for_model(snap, full, 3_000)
+    assert len(dump) <= 3_000
+    assert "## Handover" in dump and "**Running now**: attempt 30" in dump
+    assert "**attempt 30**" in dump and "**attempt 29**" in dump and "attempts 1" in dump
+    assert "NCCL_P2P_DISABLE=1" in dump
+    assert "ctxd resume cut" in dump  # where the whole dump is
