@@ -6,6 +6,7 @@ then waits forever for its ranks) and rebuilds a wheel; then the user sends a ba
 "continue". What the model receives for that turn is what this test reads.
 """
 
+import html
 import json
 import os
 import re
@@ -180,7 +181,9 @@ def running_launcher(workspace: Path) -> psutil.Process:
 def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) -> None:
     """What the model must be handed of this scenario, whatever the harness: the objective,
     the running launch with its tree, flags, log and port, both attempts each with its own
-    end, the wheel, and never the secret (nor in ctxd's files)."""
+    end, the wheel, and never the secret (nor in ctxd's files). Gemini CLI hands the model
+    its hooks' text with `<`, `>` and `&` as HTML entities: they are read back first."""
+    context = html.unescape(context)
     # the objective from the first prompt, as the user's words
     assert "it hung after loading the weights" in context
     # the running launch: PID, tree, flags

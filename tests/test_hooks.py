@@ -75,7 +75,7 @@ def test_prompts_compaction_and_resume_in_a_git_checkout(
     dump = context(back, "SessionStart")
     assert dump.startswith("[ctxd] Saved working state of session `train-loop`")
     assert "train without OOM" in dump and "fix the OOM" in dump
-    assert f"`{server.data_dir.resolve()}/train-loop/v000" in dump  # the full dump
+    assert "`ctxd resume train-loop`" in dump  # the full dump
 
     fresh = hook(server.url, payload("SessionStart", repo, source="startup"))
     assert (fresh.returncode, fresh.stdout) == (0, "")
@@ -88,7 +88,8 @@ def test_an_empty_or_bare_continue_prompt_prints_a_continue_dump(
     server: Server, client: httpx.Client, repo: Path, tmp_path: Path
 ):
     log = tmp_path / "train.log"
-    log.write_text("".join(f"step {i} loss {1 / (i + 1):.4f}\n" for i in range(400)))
+    pad = "grad_norm=0.31 lr=3e-4 tokens/s=181234 " * 2
+    log.write_text("".join(f"step {i} loss {1 / (i + 1):.4f} {pad}\n" for i in range(400)))
     client.put("/api/sessions/train-loop", json={"objective": "converge", "cwd": str(repo)})
     client.post("/api/sessions/train-loop/watches", json={"kind": "log", "path": str(log)})
     for prompt in ("", "  Continue. "):
@@ -103,6 +104,7 @@ def test_an_empty_or_bare_continue_prompt_prints_a_continue_dump(
     dump = context(cut).split("\n\n", 1)[1]
     assert cut.returncode == 0 and len(dump.rstrip("\n")) <= 2000
     assert "converge" in dump and "Cut to fit 2000" in dump and "step 370 " not in dump
+    assert "Where this dump lives" not in dump  # what the model gets has no chatter of ctxd's
 
 
 def test_sessions_by_env_by_harness_id_and_same_named_checkouts(
