@@ -12,7 +12,7 @@ from collections.abc import Set
 from datetime import UTC, datetime
 
 from ctxd.collectors._logtext import error_shape
-from ctxd.fmt import attempts, human_duration
+from ctxd.fmt import attempts, between
 from ctxd.models import SEVERITY_ORDER, HistoryItem, Observations, Signal
 from ctxd.snapshotter import happened
 from ctxd.thresholds import STUCK_AFTER_S
@@ -28,6 +28,7 @@ def restate(
     seen: Observations,
     logs: set[str],
     ended: Set[str] = frozenset(),
+    at: datetime | None = None,
 ) -> list[Signal]:
     """`signals` with the attempts' lines added, and the log lines they restate left out:
     an error in an ended attempt's log (`ended`), new or old, and an old error in any
@@ -38,7 +39,7 @@ def restate(
     told = {item.error_log for item in launches if item.error_log is not None}
     kept = [s for s in signals if not _restated(s, told | set(ended), logs)]
     running = [item for item in launches if item.status in ("running", "started")]
-    at = datetime.now(UTC)
+    at = at or datetime.now(UTC)
     for item in running:
         mark = f"(pid {item.pid})"
         starting = phase(item, signals, seen, at) == "starting"
@@ -47,7 +48,7 @@ def restate(
             # every watched process idle, and each one is this attempt's
             about_it = about_it or (signal.code == "all_idle" and _all_its_own(item, seen))
             if about_it and starting:  # within its start: news, not a failure
-                ago = human_duration((at - item.at).total_seconds())
+                ago = between(item.at, at)
                 text = f"{item.label} is starting (launched {ago} ago): {signal.text}"
                 kept[i] = signal.model_copy(update={"text": text, "severity": "info"})
             elif about_it:

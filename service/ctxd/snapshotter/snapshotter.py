@@ -118,11 +118,12 @@ class Snapshotter:
         said = self.store.agent_said(sid)
         narrative.agent_said = Said(at=said[0], text=redact.text(said[1])) if said else None
         clock.lap("narrative + launches")
+        taken = now()  # the one instant every age of this version is measured at
         snapshot = Snapshot(
             header=SnapshotHeader(
                 session=sid,
                 version=latest + 1,
-                taken_at=now(),
+                taken_at=taken,
                 trigger=str(trigger),
                 previous_version=previous.header.version if previous else None,
                 previous_taken_at=previous.header.taken_at if previous else None,
@@ -138,6 +139,7 @@ class Snapshotter:
                 observations,
                 every_log,
                 ended,
+                at=taken,
             ),
             observations=observations,
         )
