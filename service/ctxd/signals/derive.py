@@ -87,12 +87,17 @@ def stuck_trees(current: Observations) -> list[Signal]:
                 evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
         if not evidence:
             continue  # idle and serving (or nothing expected of it): waiting, not stuck
-        waits = Counter(p.waiting for p in members if p.waiting)
-        if waits:  # where they wait, one entry per distinct point: eight in one call is one
+        # where they wait, one entry per distinct point (eight in one call is one), the tree's
+        # top apart: a launcher polling its workers is not one of them
+        waits = Counter(p.waiting for p in members if p.waiting and not p.root)
+        top = next((p for p in members if p.root and p.waiting), None)
+        if top is not None:
+            evidence.append(f"its top (pid {top.pid}) waiting in {top.waiting}")
+        if waits:
             points = (
                 f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
             )
-            evidence.append("waiting in " + ", ".join(points))
+            evidence.append(("the others " if top else "") + "waiting in " + ", ".join(points))
         evidence += _python_waits(current, tree)
         evidence += ranks.apart(members, current.processes.stuck_stacks, tree)
         age = max((p.age_s for p in members), default=None)
@@ -257,7 +262,8 @@ def gpu_held_idle(current: Observations) -> list[Signal]:
     owners = [p for gpu in held for p in gpu.processes]
     mine = [p for p in owners if p.watched or p.pid in watched]
     sizes = {human_bytes(gpu.memory_used_bytes) for gpu in held}
-    size = f"{sizes.pop()} each" if len(sizes) == 1 else "memory"
+    size = sizes.pop() if len(sizes) == 1 else "memory"
+    size += " each" if len(held) > 1 and size != "memory" else ""
     which = f"GPU {held[0].index}" if len(held) == 1 else f"GPUs {_indices(held)}"
     pids = ", ".join(str(p.pid) for p in owners[:8]) + (" …" if len(owners) > 8 else "")
     whose = f"{len(mine)} of them watched" if len(owners) > 1 else "watched" if mine else ""
