@@ -70,7 +70,11 @@ def test_outcomes() -> None:
     running = Launch(pid=50299, argv=tuple(DEBUG), started_at=T0)
     assert running.outcome(T0 + timedelta(minutes=3)) == "running for 3 min"
     gone = Launch(pid=1, argv=(), started_at=T0, ended_at=T0 + timedelta(minutes=2, seconds=5))
-    assert gone.outcome(T0) == "gone after 2 min (exit status unknown)"
+    assert gone.outcome(T0) == (
+        "ended after 2 min (its exit status goes to its parent, not to ctxd)"
+    )
+    crashed = Launch(1, (), T0, ended_at=T0 + timedelta(seconds=2), error="RuntimeError: x")
+    assert crashed.outcome(T0) == "died after 2 s"  # its error says why, beside it
     failed = Launch(1, (), T0, ended_at=T0 + timedelta(seconds=40), exit_status=1)
     assert failed.outcome(T0) == "exited with status 1 after 40 s"
     killed = Launch(1, (), T0, ended_at=T0 + timedelta(hours=1, minutes=5), exit_status=-9)

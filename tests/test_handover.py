@@ -242,3 +242,19 @@ def test_the_budget_cut_keeps_the_handover_every_row_and_the_running_tops_enviro
     assert "**attempt 30**" in dump and "**attempt 29**" in dump and "attempts 1" in dump
     assert "NCCL_P2P_DISABLE=1" in dump
     assert "ctxd resume cut" in dump  # where the whole dump is
+
+
+def test_alike_gpus_are_one_row_naming_every_pid():
+    from ctxd.models import GpuInfo, GpuProcess
+    from ctxd.render import gpus
+
+    def gpu(i: int, used: int) -> GpuInfo:
+        procs = [GpuProcess(pid=100 + i, name="python3", used_memory_bytes=used, watched=True)]
+        return GpuInfo(index=i, name="NVIDIA H200", utilization_percent=0.0,
+                       memory_used_bytes=used, memory_total_bytes=140 * 2**30,
+                       processes=procs if used > 2**30 else [])  # fmt: skip
+
+    rows = gpus.rows([*(gpu(i, 119 * 2**30) for i in range(6)), gpu(6, 2**20), gpu(7, 2**20)])
+    assert [r.indices for r in rows] == ["0\N{EN DASH}5", "6\N{EN DASH}7"]
+    assert [p.pid for p in rows[0].processes] == [100, 101, 102, 103, 104, 105]
+    assert rows[0].each and not rows[1].processes

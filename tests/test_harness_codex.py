@@ -26,6 +26,7 @@ from tests.test_harness_claude import (
     ASK,
     SECRET,
     check_scenario_dump,
+    gpu_server,  # noqa: F401  (ctxd with the stand-in nvidia-smi, a fixture)
     running_launcher,
     workspace,  # noqa: F401  (the scenario's checkout, a fixture)
 )
@@ -38,7 +39,7 @@ CODEX = MODULES / ".bin" / "codex"  # the npm launcher (node), which starts the 
 # the agent's own work.
 NATIVE = sorted(MODULES.glob("@openai/codex-*/vendor/*/bin/codex"))
 LAUNCH = (
-    "setsid nohup python3 launch_server.py --model-path /models/Qwen2.5-7B-Instruct --tp 8"
+    "setsid nohup python3 launch_server.py --model-path /models/Llama-3.1-8B-Instruct --tp 8"
     " --port 30000"
 )
 KEY_VARIABLE = "SCRIPTED_RESPONSES_KEY"
@@ -71,18 +72,22 @@ def codex(args: list[str], cwd: Path, home: Path) -> None:
 
 @pytest.mark.skipif(not CODEX.exists(), reason="Codex not installed (`make test` does, with npm)")
 def test_continue_after_unregistered_work_carries_what_the_agent_did(
-    server: Server,
+    gpu_server: Server,  # noqa: F811  (the fixture imported above)
     workspace: Path,  # noqa: F811  (the fixture imported above)
     tmp_path: Path,
 ) -> None:
+    server = gpu_server
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
     model = ScriptedResponses(
         [
-            Step(bash=f"mkdir -p logs; {LAUNCH} --context-length 32768 > logs/attempt1.log 2>&1 &"),
+            Step(
+                bash=f"mkdir -p logs; {LAUNCH} --mem-fraction-static 0.95"
+                " > logs/attempt1.log 2>&1 &"
+            ),
             Step(bash="sleep 2; tail -3 logs/attempt1.log"),
             Step(
-                bash=f"HF_TOKEN={SECRET} {LAUNCH} --context-length 8192 --disable-cuda-graph"
+                bash=f"HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.85 --disable-cuda-graph"
                 " --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),

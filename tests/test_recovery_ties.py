@@ -138,7 +138,9 @@ def test_a_watched_library_is_said_to_be_mapped_or_not(spawn, tmp_path: Path) ->
     assert used[str(copy)] == (
         f"not this file: the watched pid {proc.pid} maps another copy, {os.path.realpath(library)}"
     )
-    assert "Used by what runs:" in text and f"mapped by the watched pid {proc.pid}" in text
+    assert (
+        "Whether what runs uses them:" in text and f"mapped by the watched pid {proc.pid}" in text
+    )
 
 
 def test_a_watched_wheel_is_compared_with_what_the_process_imports(spawn, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ class Launch:
     error_log: str | None = None  # the log that line is in
 
     def outcome(self, now: datetime) -> str:
-        """How it ended or how long it runs: "running for 3 min", "gone after 2 min"."""
+        """How it ended or how long it runs: "running for 3 min", "died after 2 s"."""
         if self.ended_at is None:
             if not self.seen:
                 return "started, its process not seen yet"
@@ -44,8 +44,10 @@ class Launch:
         lasted = human_duration(max(0.0, (self.ended_at - self.started_at).total_seconds()))
         if not self.seen:
             return f"died within {lasted}, before ctxd saw it run"
-        if self.exit_status is None:
-            return f"gone after {lasted} (exit status unknown)"
+        if self.exit_status is None and self.error:  # its log ends with why
+            return f"died after {lasted}"
+        if self.exit_status is None:  # not ctxd's child: the kernel tells only its parent
+            return f"ended after {lasted} (its exit status goes to its parent, not to ctxd)"
         if self.exit_status < 0:
             return f"killed by signal {-self.exit_status} after {lasted}"
         return f"exited with status {self.exit_status} after {lasted}"

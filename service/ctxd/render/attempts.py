@@ -82,7 +82,7 @@ def _row(item: HistoryItem, at: datetime | None = None, first: bool = False) -> 
     ran = item.ran or item.status or ""
     if item.status == "running" and at is not None:  # of the dump's instant, to the second
         ran = f"running for {between(item.at, at)}"
-    if item.ports:
+    if item.ports and (item.pid is not None or item.status != "ended"):  # unseen: unknown
         ports = ", ".join(map(str, item.ports))
         state = "open" if item.port_open else "never opened" if item.status == "ended" else None
         ran += f"; port {ports} {state or 'not open yet'}"

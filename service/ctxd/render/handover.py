@@ -97,7 +97,8 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     grouped = sum(g.count for g in s.observations.processes.workers if g.tree == item.pid)
     workers = max(len(rows), grouped)
     if expected:
-        words.append(f"{expected.group(1)} workers expected, {workers} running")
+        flag = expected.group(0).strip().replace("=", " ")
+        words.append(f"{expected.group(1)} workers expected ({flag}), {workers} running")
     elif workers:
         words.append(f"{workers} child process{'es' if workers > 1 else ''}")
     pids = {p.pid for p in tree} | {pid for g in s.observations.processes.workers
