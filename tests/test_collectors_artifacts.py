@@ -291,7 +291,7 @@ def test_describe_change() -> None:
         describe_change(
             info(size=10 * 1024**2, fingerprint="s3:a"), info(size=12 * 1024**2, fingerprint="s3:b")
         )
-        == "size 10.0 MB -> 12.0 MB, content changed"
+        == "size 10.0 MiB -> 12.0 MiB, content changed"
     )
     assert describe_change(info(mtime=1.0), info(mtime=2.0)) == ("rebuilt, same content")
     directory = info().model_copy(update={"type": "directory", "entries": 3})
@@ -306,10 +306,10 @@ def test_describe_change_shows_bytes_when_rounded_sizes_are_equal() -> None:
 
 
 def test_artifact_sizes_read_like_every_other_size_in_the_dump() -> None:
-    """One unit system in the Changes list: 1 MB = 1024 KB, as for logs and memory."""
+    """One unit system in the Changes list: 1 MiB = 1024 KiB, as for logs and memory."""
     text = describe_change(info(size=5 * 1024**2), info(size=6 * 1024**2))
     assert text == f"size {human_bytes(5 * 1024**2)} -> {human_bytes(6 * 1024**2)}"
-    assert text == "size 5.0 MB -> 6.0 MB"
+    assert text == "size 5.0 MiB -> 6.0 MiB"
 
 
 # --- a model-sized directory: cold, warm, and what changed -----------------------------------

@@ -232,8 +232,8 @@ def fake_peer() -> Iterator[http.server.ThreadingHTTPServer]:
     ("mode", "expected"),
     [
         ("garbage", "answered 250 B that are not JSON"),
-        ("huge", "answer of 10.0 MB is over the limit"),
-        ("huge-undeclared", "answer is over the limit of 4.0 MB"),
+        ("huge", "answer of 10.0 MiB is over the limit"),
+        ("huge-undeclared", "answer is over the limit of 4.0 MiB"),
         ("wrong-json", "answered JSON that is not ctxd's observations"),
         ("deep", "answered JSON nested too deep"),
         ("slow", "no answer within 2 s"),

@@ -122,7 +122,7 @@ def test_a_hole_read_from_its_middle_says_more_than(tmp_path: Path) -> None:
         handle.seek(4 * 1024 * 1024)
         handle.write(b"after the hole\n")
     info = tail_of(path)  # the tail budget (1 MB) ends inside the 4 MB hole
-    assert info.lines[0].startswith("[… more than 1024.0 KB of NUL bytes")
+    assert info.lines[0].startswith("[… more than 1024.0 KiB of NUL bytes")
     assert info.lines[1:] == ["after the hole"]
 
 

@@ -30,8 +30,8 @@ def test_inline_code_survives_backticks():
 
 def test_human_bytes():
     assert human_bytes(0) == "0 B"
-    assert human_bytes(1536) == "1.5 KB"
-    assert human_bytes(370 * 1024**3) == "370.0 GB"
+    assert human_bytes(1536) == "1.5 KiB"
+    assert human_bytes(370 * 1024**3) == "370.0 GiB"
 
 
 DUMP = (

@@ -177,10 +177,10 @@ def test_gpu_zombie_memory_and_disk_signals() -> None:
     current.gpus = GpusSection(source="nvml", items=[gpu])
     current.host = HostInfo(disks=[DiskInfo(path="/data", total_bytes=100 * gib, free_bytes=gib)])
     codes = {s.code: s.text for s in signals.derive(current, None)}
-    assert codes["gpu_held_idle"] == "GPU 0: 70.0 GB held at 0% utilisation by pid 11 (watched)"
+    assert codes["gpu_held_idle"] == "GPU 0: 70.0 GiB held at 0% utilisation by pid 11 (watched)"
     assert codes["zombie"].startswith("process 11 (python) is a zombie")
-    assert "+300 MB/min" in codes["memory_growing"]
-    assert codes["disk_full"] == "disk holding /data nearly full: 1.0 GB free (1%)"
+    assert "+300 MiB/min" in codes["memory_growing"]
+    assert codes["disk_full"] == "disk holding /data nearly full: 1.0 GiB free (1%)"
 
 
 def _log(path: str, lines: list[str]) -> LogInfo:

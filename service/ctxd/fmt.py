@@ -8,15 +8,16 @@ from typing import Any
 
 
 def human_bytes(size: int | float | None) -> str:
-    """Binary units under the usual names, as `ls -h` and `free -h` show them: 1 MB = 1024 KB."""
+    """Binary units under their own names (1 MiB = 1024 KiB), as torch, nvidia-smi and `free -h`
+    write them: a dump that said GB for GiB read as two sizes beside a CUDA error's GiB."""
     if size is None:
         return "?"
     value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1024 or unit == "TB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value:.1f} TB"
+    return f"{value:.1f} TiB"
 
 
 def human_duration(seconds: float) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ctxd.collectors.proc.argv import is_python
-from ctxd.fmt import human_duration
+from ctxd.fmt import between, human_duration
 
 _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
@@ -41,7 +41,7 @@ class Launch:
             if not self.seen:
                 return "started, its process not seen yet"
             return f"running for {human_duration((now - self.started_at).total_seconds())}"
-        lasted = human_duration(max(0.0, (self.ended_at - self.started_at).total_seconds()))
+        lasted = between(self.started_at, self.ended_at)  # to the second, as the clocks read
         if not self.seen:
             return f"died within {lasted}, before ctxd saw it run"
         if self.exit_status is None and self.error:  # its log ends with why

@@ -45,7 +45,7 @@ def lines(s: Snapshot) -> list[str]:
     elif launches and not any(i.status in ("running", "started") for i in launches):
         last = launches[-1]
         out.append(f"**Nothing runs**: the last attempt, {last.label}, {last.ran or 'ended'}.")
-    if s.header.previous_version and s.changes:  # "nothing changed" would tell nothing
+    if s.header.previous_version and _news(s):  # "nothing changed" would tell nothing
         out.append(_since(s))
     return out
 
@@ -127,9 +127,15 @@ def _since(s: Snapshot) -> str:
     head = f"**Since v{s.header.previous_version}**"
     if s.header.previous_taken_at:
         head += f" (taken {_clock(s.header.previous_taken_at)})"
-    shown = "; ".join(c.text for c in s.changes[:CHANGES_SHOWN])
-    more = len(s.changes) - CHANGES_SHOWN
+    news = _news(s)
+    shown = "; ".join(c.text for c in news[:CHANGES_SHOWN])
+    more = len(news) - CHANGES_SHOWN
     return f"{head}: {shown}" + (f"; and {more} more (under Changes)." if more > 0 else ".")
+
+
+def _news(s: Snapshot) -> list:
+    """The changes that say something happened: a warning that went away is under Changes."""
+    return [c for c in s.changes if c.kind != "signal_cleared"]
 
 
 def _tree(item: HistoryItem, s: Snapshot) -> list[ProcessInfo]:

@@ -60,8 +60,11 @@ def flag_text(flag: Flag) -> str:
 
 
 def called(p: ProcessInfo) -> str:
-    """A process by the name a person would type (`torchrun`, `python3 -m http.server`)."""
-    return typed_name(p.argv) if p.argv else p.name
+    """A process by the name a person would type (`torchrun`, `python3 -m http.server`); one
+    of a peer keeps its `node2:` prefix."""
+    if not p.argv:
+        return p.name
+    return f"{p.host}:{typed_name(p.argv)}" if p.host else typed_name(p.argv)
 
 
 def shown(value: object) -> object:

@@ -47,6 +47,8 @@ def restate(
             about_it = item.pid and signal.code == happened.PORT_CLOSED and mark in signal.text
             # every watched process idle, and each one is this attempt's
             about_it = about_it or (signal.code == "all_idle" and _all_its_own(item, seen))
+            # GPUs held idle while the weights are still being set up: the same news
+            about_it = about_it or (signal.code == "gpu_held_idle" and starting)
             if about_it and starting:  # within its start: news, not a failure
                 ago = between(item.at, at)
                 text = f"{item.label} is starting (launched {ago} ago): {signal.text}"

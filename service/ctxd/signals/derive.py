@@ -195,6 +195,7 @@ def _expecting(current: Observations, watch_id: int | None) -> str:
         return "; the process watch that expects it matches no running process"
     lead = next((p for p in members if p.root), members[0])
     name = typed_name(lead.argv) if lead.argv else lead.name
+    name = f"{lead.host}:{name}" if lead.host and lead.argv else name
     return f"; expected by the watched process {name} (pid {lead.pid})"
 
 
@@ -286,7 +287,7 @@ def memory_growing(current: Observations) -> list[Signal]:
     return [
         Signal(severity="warning", code="memory_growing", subject=p.key,
                text=f"process {p.pid} ({p.name}) memory growing steadily: "
-               f"+{(p.rss_growth_bps or 0) * 60 / 1024**2:.0f} MB/min")
+               f"+{(p.rss_growth_bps or 0) * 60 / 1024**2:.0f} MiB/min")
         for p in current.processes.items
         if (p.rss_growth_bps or 0) >= MEMORY_GROWTH_BPS
     ]  # fmt: skip
@@ -303,7 +304,7 @@ def disks_nearly_full(current: Observations) -> list[Signal]:
                 Signal(severity="critical" if ratio < DISK_CRITICAL_RATIO else "warning",
                        code="disk_full", subject=disk.path,
                        text=f"disk holding {disk.path} nearly full: "
-                       f"{disk.free_bytes / 1024**3:.1f} GB free ({ratio:.0%})")
+                       f"{disk.free_bytes / 1024**3:.1f} GiB free ({ratio:.0%})")
             )  # fmt: skip
     return signals
 
