@@ -57,9 +57,9 @@ def test_what_matters_survives_any_budget(snap: Snapshotter, budget: int):
 def test_the_note_lists_the_cuts_in_the_order_the_steps_make_them(snap: Snapshotter):
     snap.take("cut")
     dump = recovery.resume(snap, "cut", fresh=False, max_chars=2500)
-    note = dump.split("left out: ", 1)[1].split(". All of it", 1)[0]
+    note = dump.split("left out: ", 1)[1].split(" (all: ", 1)[0]
     order = ["the host", "findings, decisions and notes",
-             "the newest failure's own line"]  # fmt: skip
+             "the newest failure's line"]  # fmt: skip
     positions = [note.find(step) for step in order]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), note
     # a step that found nothing to cut is not named: this session has no GPU or artifact

@@ -258,3 +258,21 @@ def test_alike_gpus_are_one_row_naming_every_pid():
     assert [r.indices for r in rows] == ["0\N{EN DASH}5", "6\N{EN DASH}7"]
     assert [p.pid for p in rows[0].processes] == [100, 101, 102, 103, 104, 105]
     assert rows[0].each and not rows[1].processes
+
+
+def test_a_stack_leads_with_its_main_thread_and_folds_idle_helpers():
+    from ctxd.render import stacks
+
+    idle = ["    Condition.wait (threading.py:327)", "    Event.wait (threading.py:629)"]
+    lines = [
+        'thread "Thread-2 (wait)" (idle)', *idle,
+        'thread "Thread-1 (wait)" (idle)', *idle,
+        'thread "MainThread" (idle)', "    load_shard (launch_server.py:13)",
+        "    <module> (launch_server.py:36)",
+    ]  # fmt: skip
+    assert stacks.threads(lines) == [
+        'thread "MainThread" (idle)', "    load_shard (launch_server.py:13)",
+        "    <module> (launch_server.py:36)",
+        "2 more threads (Thread-2 (wait), Thread-1 (wait)) alike, innermost in "
+        "Condition.wait (threading.py:327)",
+    ]  # fmt: skip

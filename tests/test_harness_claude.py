@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -36,20 +37,31 @@ ASK = (
 )
 
 LAUNCHER = '''\
-"""An SGLang-like launcher: its 8 tensor-parallel workers load the weights, then wait forever
-for a ready signal that never comes; the port never opens. With a static memory fraction over
-0.9 and CUDA graphs on, graph capture runs out of GPU memory after the load, as SGLang's does.
-Its log lines carry the real time; the stand-in nvidia-smi shows the workers holding memory."""
-import argparse, datetime, multiprocessing, sys, threading, time
+"""An SGLang-like launcher: it starts its 8 tensor-parallel workers (RANK set, `--tp-rank N`),
+which load their weight shards and then wait for every rank to report ready; rank 3 never
+finishes loading its shard, so the others wait forever and the port never opens. With a static
+memory fraction over 0.9 and CUDA graphs on, graph capture runs out of GPU memory after the
+load, as SGLang's does. Log lines carry the real time; the stand-in nvidia-smi shows the
+workers holding memory."""
+import argparse, datetime, os, subprocess, sys, threading, time
 
 def log(text, file=sys.stdout):
     print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S} TP0] {text}", file=file, flush=True)
+
+def load_shard(rank):
+    time.sleep(3600)  # reading shard 3 from a stalled NFS mount never returns
+
+def wait_for_all_ranks(rank):
+    while not os.path.exists(f"/dev/shm/ready-{os.getppid()}"):
+        time.sleep(0.5)
 
 def worker(rank):
     held = bytearray(48 * 2**20)  # some host memory, as a CUDA process has
     for _ in range(3):  # its NCCL and pin-memory threads, idle
         threading.Thread(target=threading.Event().wait, daemon=True).start()
-    time.sleep(10**6)
+    if rank == 3:
+        load_shard(rank)
+    wait_for_all_ranks(rank)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -57,29 +69,36 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int); parser.add_argument("--log-level", default="info")
     parser.add_argument("--disable-cuda-graph", action="store_true")
     parser.add_argument("--mem-fraction-static", type=float, default=0.88)
+    parser.add_argument("--worker", action="store_true"); parser.add_argument("--tp-rank", type=int)
     args = parser.parse_args()
+    if args.worker:
+        worker(args.tp_rank)
+        sys.exit(0)
     log(f"server_args: {vars(args)}")
-    workers = [multiprocessing.Process(target=worker, args=(r,)) for r in range(args.tp)]
-    for w in workers:
-        w.start()
+    workers = [
+        subprocess.Popen([sys.executable, "launch_server.py", "--worker", "--tp-rank", str(r),
+                          "--model-path", args.model_path],
+                         env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)})
+        for r in range(args.tp)
+    ]
     for shard in range(1, 5):  # an 8B model: 4 shards, some 16 GB, a second from NVMe
         time.sleep(0.25)
         log(f"Loading safetensors checkpoint shards: {shard * 25}% Completed | {shard}/4")
-    log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=137.62 GB")
+    log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=137.62 GiB")
     log(f"KV Cache is allocated. mem_fraction_static={args.mem_fraction_static}")
     if not args.disable_cuda_graph and args.mem_fraction_static > 0.9:
         log("Capture cuda graph begin. This can take up to several minutes.")
         print("Traceback (most recent call last):", file=sys.stderr)
-        print('  File "launch_server.py", line 36, in <module>', file=sys.stderr)
+        print('  File "launch_server.py", line 51, in <module>', file=sys.stderr)
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has"
               " a total capacity of 139.81 GiB of which 1.19 GiB is free.", file=sys.stderr)
         for w in workers:
-            w.terminate()
+            w.kill()
         sys.exit(1)
     log("Cuda graph is disabled." if args.disable_cuda_graph else "Capture cuda graph end.")
     log("Waiting for all TP ranks to report ready")
     for w in workers:
-        w.join()
+        w.wait()
 '''
 
 MAKEFILE = """\
@@ -128,6 +147,16 @@ else:
 """  # noqa: E501
 
 
+# The user comes back once the relaunch has hung: ctxd calls a tree stuck after this long idle
+# (2 min by default; shortened so the test does not wait that long).
+STUCK_AFTER_S = 6
+
+
+def come_back_later() -> None:
+    """The user's pause before "continue": past the stuck threshold, and a sample or two."""
+    time.sleep(STUCK_AFTER_S + 5)
+
+
 @pytest.fixture
 def gpu_server(tmp_path: Path) -> Iterator[Server]:
     """ctxd serving with the stand-in nvidia-smi first on its PATH."""
@@ -136,7 +165,8 @@ def gpu_server(tmp_path: Path) -> Iterator[Server]:
     (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
     path = f"{bin_dir}:{os.environ['PATH']}"
-    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log", env={"PATH": path})
+    env = {"PATH": path, "CTXD_STUCK_AFTER_S": str(STUCK_AFTER_S)}
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=env)
     try:
         yield srv
     finally:
@@ -224,11 +254,15 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert (
         f"(pid {launcher.pid})" in handover and "8 workers expected (--tp 8), 8 running" in handover
     )
-    assert "**starting**" in handover and "**Last failure**: attempt 1" in handover
+    assert "**stuck**" in handover and "**Last failure**: attempt 1" in handover
     now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
     assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
-    # seconds after its launch a closed port is the attempt starting, not a failure
-    assert "critical" not in now, now
+    # past the threshold, idle with its port closed: stuck, and rank 3 is the one apart, named
+    # by the job's own line (the others wait for it)
+    stuck = [line for line in now.splitlines() if "stuck:" in line]
+    assert stuck and "critical" in stuck[0], now
+    assert "rank 3 (pid" in stuck[0] and "time.sleep(3600)" in stuck[0], stuck[0]
+    assert "wait_for_all_ranks" in context or "time.sleep(0.5)" in stuck[0], stuck[0]
     # no chatter of ctxd's own in what the model gets
     assert "Where this dump lives" not in context and "Watched without being asked" not in context
     # the rebuilt wheel and the recent commands
@@ -279,6 +313,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ["-p", ASK],
             workspace, home, model,
         )  # fmt: skip
+        come_back_later()
         claude(["--continue", "-p", "continue"], workspace, home, model)
     finally:
         model.close()

@@ -26,6 +26,7 @@ from tests.test_harness_claude import (
     ASK,
     SECRET,
     check_scenario_dump,
+    come_back_later,
     gpu_server,  # noqa: F401  (ctxd with the stand-in nvidia-smi, a fixture)
     running_launcher,
     workspace,  # noqa: F401  (the scenario's checkout, a fixture)
@@ -109,6 +110,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     try:
         prompt = ASK
         codex([*headless, prompt], workspace, home)
+        come_back_later()
         codex(["resume", "--last", *headless, "continue"], workspace, home)
     finally:
         model.close()

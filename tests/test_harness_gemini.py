@@ -25,6 +25,7 @@ from tests.test_harness_claude import (
     ASK,
     SECRET,
     check_scenario_dump,
+    come_back_later,
     gpu_server,  # noqa: F401  (ctxd with the stand-in nvidia-smi, a fixture)
     running_launcher,
     workspace,  # noqa: F401  (the scenario's checkout, a fixture)
@@ -92,6 +93,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     try:
         prompt = ASK
         gemini(["-p", prompt], workspace, home, model.url)
+        come_back_later()
         gemini(["--resume", "latest", "-p", "continue"], workspace, home, model.url)
     finally:
         model.close()

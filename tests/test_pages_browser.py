@@ -102,7 +102,7 @@ def test_every_page_loads_without_console_errors_or_outside_requests(tab):
 def test_version_page_shows_the_dump_sections_with_a_working_toc(tab):
     tab.page.goto("/s/demo/v/2")
     headings = tab.page.locator(".column h2").all_inner_texts()
-    for section in ("Now", "Objective", "Processes", "Logs", "Changes since v1"):
+    for section in ("Now", "Handover", "Processes", "Logs", "Changes since v1"):
         assert headings.count(section) == 1, headings
     assert tab.page.locator(".column h1").count() == 0  # the page's own h1 says the title
     tab.page.locator("nav.toc a", has_text="Logs").first.click()

@@ -78,6 +78,7 @@ class HistoryItem(BaseModel):
     outcome: str | None = None
     command: str | None = None  # a launch's command line (redacted), as the agent wrote it
     cwd: str | None = None  # the folder that command ran in
+    written: bool = False  # `command` is the agent's line, not a process's argv ctxd read
     label: str | None = None  # "attempt 3", "attempts 1-18" (an en dash): fmt.attempts
     first: int | None = None  # the attempts it is about, by number
     last: int | None = None

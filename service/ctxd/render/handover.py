@@ -12,6 +12,7 @@ from datetime import datetime
 
 from ctxd.fmt import between
 from ctxd.models import HistoryItem, ProcessInfo, Snapshot
+from ctxd.signals import ranks
 from ctxd.signals.attempts import phase
 
 # The user's earlier prompts quoted after the latest, and how much of each.
@@ -19,6 +20,7 @@ EARLIER_MESSAGES = 3
 MESSAGE_CHARS = 300
 AGENT_SAID_CHARS = 700
 CHANGES_SHOWN = 4
+CHANGE_CHARS = 160
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
 _WORKERS = re.compile(
     r"(?:^|\s)--(?:tp|tp-size|tensor-parallel-size|nproc-per-node|nproc_per_node|num-gpus)"
@@ -48,6 +50,15 @@ def lines(s: Snapshot) -> list[str]:
     if s.header.previous_version and _news(s):  # "nothing changed" would tell nothing
         out.append(_since(s))
     return out
+
+
+def told(s: Snapshot) -> set[str]:
+    """The keys of the signals the handover says already: each live attempt's line and the
+    newest failure's; Now leaves them out."""
+    launches = [i for i in s.narrative.history if i.source == "launch" and i.label]
+    failed = [i for i in launches if i.error and i.status != "running"]
+    newest = {f"attempt_failed:{failed[-1].label}"} if failed else set()
+    return newest | {sig.key for sig in s.signals if sig.code == "attempt_running"}
 
 
 def _objective(s: Snapshot) -> str:
@@ -87,6 +98,7 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     ago = f", {between(item.at, at)} before this dump"
     pid = f" (pid {item.pid})" if item.pid else ""
     now = phase(item, s.signals, s.observations, at)
+    where = ranks.apart(tree, s.observations.processes.stuck_stacks, str(item.pid))
     words = [f"**Running now**: {item.label}, {_program(item)}{pid}, launched "
              f"{_clock(item.at)}{ago}: **{now}**"]  # fmt: skip
     if item.ports:
@@ -110,6 +122,8 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
         indices = ", ".join(str(g.index) for g in gpus)
         plural = "s" if len(gpus) > 1 else ""
         words.append(f"it holds {len(gpus)} GPU{plural} ({indices}) at {busy} utilisation")
+    if now == "stuck" and where:
+        words.append(where[0])
     last = _log_line(item, s, pids)
     if last:
         words.append(f"its log says last: {last}")
@@ -128,14 +142,14 @@ def _since(s: Snapshot) -> str:
     if s.header.previous_taken_at:
         head += f" (taken {_clock(s.header.previous_taken_at)})"
     news = _news(s)
-    shown = "; ".join(c.text for c in news[:CHANGES_SHOWN])
+    shown = "; ".join(_quote(c.text, CHANGE_CHARS)[1:-1] for c in news[:CHANGES_SHOWN])
     more = len(news) - CHANGES_SHOWN
     return f"{head}: {shown}" + (f"; and {more} more (under Changes)." if more > 0 else ".")
 
 
 def _news(s: Snapshot) -> list:
-    """The changes that say something happened: a warning that went away is under Changes."""
-    return [c for c in s.changes if c.kind != "signal_cleared"]
+    """The changes that say something happened; signals raised or cleared are Now's to say."""
+    return [c for c in s.changes if c.kind not in ("signal_raised", "signal_cleared")]
 
 
 def _tree(item: HistoryItem, s: Snapshot) -> list[ProcessInfo]:

@@ -18,7 +18,7 @@ from ctxd.fmt import between, human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import attempts as attempt_table
 from ctxd.render import gpus as gpu_table
-from ctxd.render import handover
+from ctxd.render import handover, stacks
 from ctxd.render import processes as render_processes
 from ctxd.render.dump_files import DumpLocation
 
@@ -102,8 +102,10 @@ def environment() -> jinja2.Environment:
     )
     env.globals["process_view"] = render_processes.view
     env.globals["handover"] = handover.lines
+    env.globals["told_in_handover"] = handover.told
     env.globals["attempt_rows"] = attempt_table.rows
     env.globals["gpu_rows"] = gpu_table.rows
+    env.globals["stack_threads"] = stacks.threads
     return env
 
 

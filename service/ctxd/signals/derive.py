@@ -27,7 +27,7 @@ def derive(
     """The signals of an observation, worst first; `earlier_runs`: logs of runs that ended
     (attempts' own logs), never taken as what the running one says."""
     signals = [
-        *stuck_trees(current),
+        *stuck_trees(current, earlier_runs),
         *log_errors(current, previous),
         *exited_processes(current, previous),
         *idle_processes(current),
@@ -41,7 +41,14 @@ def derive(
         *unavailable_watches(current),
         *slurm_jobs(current),
     ]
+    stuck = {s.subject for s in signals if s.code == "stuck"}
+    # a stuck tree's line names its closed port already
+    signals = [s for s in signals if not _port_of_stuck(s, stuck)]
     return sorted(signals, key=lambda s: SEVERITY_ORDER[s.severity])
+
+
+def _port_of_stuck(signal: Signal, stuck: set[str]) -> bool:
+    return signal.code == happened.PORT_CLOSED and any(f"(pid {t})" in signal.text for t in stuck)
 
 
 def _trees(current: Observations) -> dict[str, list[ProcessInfo]]:
@@ -67,8 +74,11 @@ def _of_age(span: float, age: float | None) -> str:
     return f"{human_duration(span)} of its {human_duration(age)}"
 
 
-def stuck_trees(current: Observations) -> list[Signal]:
-    """A tree alive with every member idle past the threshold, and evidence it should not be."""
+def stuck_trees(current: Observations, earlier_runs: Set[str] = frozenset()) -> list[Signal]:
+    """A tree alive with every member idle past the threshold, and evidence it should not be:
+    its port closed, or its own log silent (a log an ended attempt wrote, `earlier_runs`, or
+    one another process writes, says nothing of this tree). Where its ranks wait comes first:
+    it is what a reader acts on."""
     threshold = current.processes.stuck_after_s or STUCK_AFTER_S
     signals = []
     for tree, members in _trees(current).items():
@@ -80,8 +90,10 @@ def stuck_trees(current: Observations) -> list[Signal]:
         for port in current.ports.items:
             if port.expected_by in watch_ids and not port.listening:
                 evidence.append(f"port {port.port} expected, not listening")
+        pids = {p.pid for p in members}
         for log in current.logs.items:
-            if log.silent_for_s >= threshold:
+            theirs = log.writer_pid in pids if log.writer_pid else log.path not in earlier_runs
+            if log.silent_for_s >= threshold and theirs:
                 last = log.lines[-1].strip()[:120] if log.lines else ""
                 tail = f", last line: {last}" if last else ""
                 evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
@@ -98,13 +110,13 @@ def stuck_trees(current: Observations) -> list[Signal]:
                 f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
             )
             evidence.append(("the others " if top else "") + "waiting in " + ", ".join(points))
-        evidence += _python_waits(current, tree)
-        evidence += ranks.apart(members, current.processes.stuck_stacks, tree)
+        apart = ranks.apart(members, current.processes.stuck_stacks, tree)
+        evidence += [] if apart else _python_waits(current, tree)
         age = max((p.age_s for p in members), default=None)
         text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
         signals.append(
             Signal(severity="critical", code="stuck", subject=str(tree),
-                   text="; ".join([text, *evidence]))
+                   text="; ".join([text, *apart, *evidence]))
         )  # fmt: skip
     return signals
 

@@ -593,6 +593,7 @@ def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -
         outcome="; ".join(notes),
         command=command,
         cwd=launch.cwd,
+        written=launch.command is not None,
         error=launch.error,
         error_log=launch.error_log,
         pid=launch.pid,

@@ -34,7 +34,20 @@ def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
     if not gpus.items:
         s.signals = [sig for sig in s.signals if sig.code != "gpu_held_idle"]
         left["gpus"] = "the GPUs (none holds a watched process)"
-    return "GPUs no watched process holds"
+    return "idle GPUs"
+
+
+def _ended_logs(s: Snapshot, left: dict[str, str]) -> str:
+    """The logs of attempts that ended: each one's error is in its row under Attempts."""
+    history = s.narrative.history
+    live = {p for i in history if i.status in ("running", "started") for p in i.logs}
+    ended = {p for i in history if i.status in ("ended", "folded") for p in i.logs}
+    ended |= {i.error_log for i in history if i.error_log}
+    logs = s.observations.logs
+    logs.items = [log for log in logs.items if log.path in live or log.path not in ended]
+    if not logs.items:
+        left["logs"] = "logs"
+    return "ended attempts' logs"
 
 
 def _logs_to(lines: int) -> Step:
@@ -101,7 +114,7 @@ def _workers_environments(s: Snapshot, left: dict[str, str]) -> str:
     for p in s.observations.processes.items:
         if not p.root:
             p.env = {}
-    return "the environments of worker processes"
+    return "workers' environments"
 
 
 def _observed(s: Snapshot, left: dict[str, str]) -> str:
@@ -115,7 +128,7 @@ def _observed(s: Snapshot, left: dict[str, str]) -> str:
         p.relaunch = []
     o.artifacts.items, o.commands.items = o.artifacts.items[:1], o.commands.items[:3]
     o.logs.items = o.logs.items[-3:]
-    return "relaunch blocks and observed rows but the first 3"
+    return "relaunch blocks and minor rows"
 
 
 def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
@@ -123,7 +136,15 @@ def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
     for item in s.narrative.history:
         item.changed = redact.cut(item.changed, 160) if item.changed else item.changed
         item.error = redact.cut(item.error, 200) if item.error else item.error
-    return "the end of long attempt rows"
+    return "long attempt cells"
+
+
+def _stack_frames(s: Snapshot, left: dict[str, str]) -> str:
+    """A stuck tree's py-spy frames go; the job's own lines, with their text, stay."""
+    for stack in s.observations.processes.stuck_stacks:
+        if stack.source:
+            stack.lines = []
+    return "py-spy frames"
 
 
 def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
@@ -132,15 +153,15 @@ def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
     for item in s.narrative.history:
         if running and item.status not in ("running", "started"):
             item.command = None
-    return "the newest failure's own line (the running row says what changed from it)"
+    return "the newest failure's line"
 
 
 def _shorter_lines(s: Snapshot, left: dict[str, str]) -> str:
-    for signal in s.signals:
-        signal.text = redact.cut(signal.text, 240)
+    for signal in s.signals:  # a stuck tree's line says where its ranks wait: it stays whole
+        signal.text = redact.cut(signal.text, 240) if signal.code != "stuck" else signal.text
     for item in s.narrative.history:
         item.outcome = redact.cut(item.outcome, 240) if item.outcome else item.outcome
-    return "the end of long lines"
+    return "long lines"
 
 
 # By value: what goes first is what a resuming agent misses least. The handover, every
@@ -150,6 +171,7 @@ def _shorter_lines(s: Snapshot, left: dict[str, str]) -> str:
 SHRINK_STEPS: tuple[Step, ...] = (
     _host,
     _idle_gpus,
+    _ended_logs,
     _logs_to(10),
     _changes,
     _recent_commands(5),
@@ -164,6 +186,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _older_narrative(1),
     _shorter_rows,
     _shorter_lines,
+    _stack_frames,
     _failed_command,
 )
 
@@ -194,10 +217,8 @@ def for_model(
             cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
             cuts.append(said)
         before = cut
-        note = (
-            f"> Cut to fit {max_chars} characters; left out: {', '.join(cuts)}. All of it: "
-            f"`ctxd resume {sid}`; earlier history: `ctxd search {sid} WORDS`.\n\n"
-        )
+        whole = f"(all: `ctxd resume {sid}`)"
+        note = f"> Cut to fit {max_chars} characters; left out: {', '.join(cuts)} {whole}.\n\n"
         # the note names the full dump: the footer line that does too goes
         markdown = _with_note(cut.rsplit(_FOOTER, 1)[0] + "\n", note)
         if len(markdown) <= max_chars:
