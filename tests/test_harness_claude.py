@@ -255,6 +255,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
         f"(pid {launcher.pid})" in handover and "8 workers expected (--tp 8), 8 running" in handover
     )
     assert "**stuck**" in handover and "**Last failure**: attempt 1" in handover
+    assert "stuck (see Now)" in second
     now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
     assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)
     # past the threshold, idle with its port closed: stuck, and rank 3 is the one apart, named

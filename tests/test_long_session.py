@@ -25,7 +25,7 @@ SERVER = textwrap.dedent(
     if run < RUNS:
         print(f"RuntimeError: NCCL error in run {run} (code {50 + run})", file=sys.stderr)
         sys.exit(1)
-    print("Waiting for workers to report ready", flush=True)
+    print("NCCL communicator initialised; waiting for the first request", flush=True)
     time.sleep(600)
     """
 ).replace("RUNS", str(LAUNCHES))
@@ -56,7 +56,10 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     calls = 0
     for run in range(1, LAUNCHES + 1):
         if run % (LAUNCHES // INSTRUCTIONS) == 0:
-            hook("UserPromptSubmit", prompt=f"Instruction {run // 10}: try NCCL_ALGO variant {run}")
+            hook(
+                "UserPromptSubmit",
+                prompt=f"Instruction {run // 10}: next try --nccl-algo v{run % 7}",
+            )
         line = (f"nohup {sys.executable} serve.py --run {run} --port {50000 + run}"
                 f" --nccl-algo v{run % 7} --tag {tag} > logs/run{run}.log 2>&1 &")  # fmt: skip
         subprocess.run(["bash", "-c", line], cwd=workspace, check=True, timeout=30)
@@ -65,9 +68,9 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
         for step in range(COMMANDS // LAUNCHES):
             calls += 1
             bash(f"tail -n {step + 1} logs/run{run}.log", calls)
-    latest = f"Instruction {LAUNCHES // 10}: try NCCL_ALGO variant {LAUNCHES}"
+    latest = f"Instruction {LAUNCHES // 10}: next try --nccl-algo v{LAUNCHES % 7}"
     sid = "nccl-hunt"
-    wait_until(lambda: "Waiting" in _log(workspace, LAUNCHES), "the last run to start")
+    wait_until(lambda: "waiting" in _log(workspace, LAUNCHES), "the last run to start")
 
     def ended(run: int) -> bool:  # its error is stored with its attempt (and searchable)
         q = f'"code {50 + run}"'

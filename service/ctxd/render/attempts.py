@@ -6,6 +6,7 @@ the flags that varied among them. Pure: the narrative's history in, rows out.
 """
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -13,6 +14,7 @@ from ctxd.fmt import attempts, between
 from ctxd.models import HistoryItem
 
 CHANGED_CHARS = 140
+_LIVE = ("running", "started")
 FLAGS_NAMED = 6
 
 
@@ -26,8 +28,11 @@ class Row:
     ended: str  # Markdown: the error as code, with its log
 
 
-def rows(history: list[HistoryItem], at: datetime) -> list[Row]:
-    """The table's rows, oldest first; `at`: the dump's instant, what runs is timed to."""
+def rows(
+    history: list[HistoryItem], at: datetime, stuck: Collection[str] = frozenset()
+) -> list[Row]:
+    """The table's rows, oldest first; `at`: the dump's instant, what runs is timed to;
+    `stuck`: the trees (by top pid) called stuck."""
     launches = [i for i in history if i.source == "launch" and i.status != "folded"]
     failed = [i for i in launches if i.error and i.status == "ended"]
     apart = {id(failed[-1])} if failed else set()
@@ -40,7 +45,7 @@ def rows(history: list[HistoryItem], at: datetime) -> list[Row]:
         out += _flush(run)
         run = [item] if _foldable(item, apart) else []
         if not run:
-            out.append(_row(item, at, first=not out))
+            out.append(_row(item, at, first=not out, stuck=str(item.pid) in stuck))
     return out + _flush(run)
 
 
@@ -71,7 +76,9 @@ def _flush(run: list[HistoryItem]) -> list[Row]:
     ]
 
 
-def _row(item: HistoryItem, at: datetime | None = None, first: bool = False) -> Row:
+def _row(
+    item: HistoryItem, at: datetime | None = None, first: bool = False, stuck: bool = False
+) -> Row:
     if item.source == "journal":
         status = f" (**{item.status}**)" if item.status else ""
         return Row("noted by the agent", f"{item.at:%H:%M:%S}", "", f"{item.text}{status}", "",
@@ -95,7 +102,8 @@ def _row(item: HistoryItem, at: datetime | None = None, first: bool = False) -> 
         program=item.text.split(" at ")[0],
         ran=ran,
         changed=changed or ("-" if first else "the same"),
-        ended=_ended(item) or ("still running" if item.status in ("running", "started") else ""),
+        ended=_ended(item)
+        or ("stuck (see Now)" if stuck else "still running" if item.status in _LIVE else ""),
     )
 
 

@@ -21,6 +21,7 @@ from ctxd.render import gpus as gpu_table
 from ctxd.render import handover, stacks
 from ctxd.render import processes as render_processes
 from ctxd.render.dump_files import DumpLocation
+from ctxd.signals import ranks
 
 TEMPLATES = shipped("templates")
 
@@ -106,6 +107,7 @@ def environment() -> jinja2.Environment:
     env.globals["attempt_rows"] = attempt_table.rows
     env.globals["gpu_rows"] = gpu_table.rows
     env.globals["stack_threads"] = stacks.threads
+    env.globals["rank_of"] = ranks.rank_of
     return env
 
 

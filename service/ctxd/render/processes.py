@@ -33,15 +33,29 @@ class ProcessView:
     rss_bytes: int = 0
 
 
+def _without_odd(group: WorkerGroup, section: ProcessesSection) -> WorkerGroup:
+    """The group less the members a stuck tree's stacks set apart (rank 3 asleep in its own
+    function while the others wait for it): alike in the kernel's view, not in the job's."""
+    where = {pid: i for i, st in enumerate(section.stuck_stacks) for pid in st.pids
+             if st.tree == group.tree and st.host == group.host}  # fmt: skip
+    places = [where[pid] for pid in group.pids if pid in where]
+    if not places:
+        return group
+    usual = max(set(places), key=places.count)
+    kept = [pid for pid in group.pids if where.get(pid, usual) == usual]
+    return group.model_copy(update={"pids": kept})
+
+
 def view(section: ProcessesSection, roots: list[ProcessInfo]) -> ProcessView:
     items = section.items
     featured = set(section.featured)
     rows = [p for p in items if p.pid in featured] if featured else items
     visible, by_ref = {p.ref for p in rows}, {p.ref: p for p in items}
+    workers = [_without_odd(g, section) for g in section.workers]
     groups = [
         (g, by_ref[g.refs[0]])
-        for g in section.workers
-        if g.pids and visible.intersection(g.refs) and g.refs[0] in by_ref
+        for g in workers
+        if len(g.pids) > 1 and visible.intersection(g.refs) and g.refs[0] in by_ref
     ]
     folded = {ref for g, _ in groups for ref in g.refs}
     states: dict[str, int] = {}

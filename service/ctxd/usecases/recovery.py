@@ -50,6 +50,23 @@ def _ended_logs(s: Snapshot, left: dict[str, str]) -> str:
     return "ended attempts' logs"
 
 
+def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
+    """The ports and GPUs of the running attempts, when that is all there is: the handover's
+    line for each attempt says its port and the GPUs it holds."""
+    live = [i for i in s.narrative.history if i.status in ("running", "started") and i.pid]
+    if not live:
+        return "nothing"
+    trees = _live_trees(s)
+    watched = {w for p in s.observations.processes.items if p.pid in trees for w in [p.watch_id]}
+    ports = s.observations.ports.items
+    if ports and all(p.expected_by in watched for p in ports):
+        left["ports"] = "ports"
+    gpus = s.observations.gpus.items
+    if gpus and all(proc.pid in trees for g in gpus for proc in g.processes):
+        left["gpus"] = "GPUs"
+    return "ports and GPUs (the handover names the running attempt's)"
+
+
 def _logs_to(lines: int) -> Step:
     """Shorter log tails; what runs keeps its own log's last 3 lines."""
 
@@ -172,6 +189,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _host,
     _idle_gpus,
     _ended_logs,
+    _said_in_handover,
     _logs_to(10),
     _changes,
     _recent_commands(5),
