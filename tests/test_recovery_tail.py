@@ -103,7 +103,7 @@ def test_copytruncate_hole_shows_the_text_after_it_and_says_there_is_a_hole(
     assert path.read_bytes()[: len(before)] == b"\0" * len(before)
     info = tail_of(path)
     assert not info.binary
-    hole = f"[… {len(before) / 1024:.1f} KB of NUL bytes: a hole,"
+    hole = f"[… {len(before) / 1024:.1f} KiB of NUL bytes: a hole,"
     assert info.lines[0].startswith(hole)
     assert info.lines[1:] == after.decode().rstrip("\n").split("\n")
     assert info.error_summary is not None and "ValueError: Free memory" in info.error_summary
