@@ -14,6 +14,7 @@ Everything here reads: `observed` says which rows to write, and the snapshot wri
 (`save`) once it is stored, so a preview changes nothing.
 """
 
+import functools
 import re
 import time
 import weakref
@@ -320,7 +321,8 @@ def history(
     )
     first_number = total - len(launches) + 1
     now = datetime.now(UTC)
-    items: list[HistoryItem] = []
+    older: list[_Light] = []
+    newest: list[HistoryItem] = []
     previous: Launch | None = None
     runs = _runs(list(enumerate(launches, start=first_number)))
     full_from = len(runs) - SHOWN_IN_FULL  # older runs are folded: only what the fold says
@@ -328,14 +330,13 @@ def history(
         number, launch = run[0]
         if index < full_from:
             compared = index >= full_from - FLAGS_COMPARED
-            items.append(_light(run, previous if compared else None))
+            older.append(_light(run, previous if compared else None))
         else:
             item = _item(launch, previous, now, number)
             if len(run) > 1:
                 item = _crowd(run, item, _item(run[-1][1], None, now, run[-1][0]))
-            items.append(item)
+            newest.append(item)
         previous = run[-1][1]
-    older, newest = items[:-SHOWN_IN_FULL], items[-SHOWN_IN_FULL:]
     if older:
         newest.insert(0, _folded(older, first_number - 1, sid))
     elif first_number > 1:
@@ -439,29 +440,41 @@ def _crowd(run: list[tuple[int, Launch]], first: HistoryItem, last: HistoryItem)
     return first.model_copy(update=update)
 
 
-def _light(run: list[tuple[int, Launch]], previous: Launch | None) -> HistoryItem:
-    """An attempt (or a run of alike ones) that only the fold shows: its numbers, how it ended,
-    its error and, against the one before (`previous`, for the newest folded ones), the flags
-    it changed. A long session's snapshot builds hundreds of these."""
+@dataclass(frozen=True, slots=True)
+class _Light:
+    """An attempt (or a run of alike ones) that only the fold shows; a plain record, since a
+    long session's snapshot makes hundreds of them (a model each cost it milliseconds)."""
+
+    at: datetime
+    first: int
+    last: int
+    status: str
+    error: str | None
+    error_log: str | None
+    flags: tuple[str, ...]
+
+
+def _light(run: list[tuple[int, Launch]], previous: Launch | None) -> _Light:
+    """Its numbers, how it ended, its error and, against the one before (`previous`, for the
+    newest folded ones), the flags it changed."""
     (first, launch), (last, newest) = run[0], run[-1]
-    flags: list[str] = []
+    flags: tuple[str, ...] = ()
     if previous is not None:
         diff = flag_diff(previous.argv, launch.argv, previous.env, launch.env)
-        flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
+        flags = tuple(sorted({p.split(" ")[0] for p in diff.added + diff.removed + diff.changed}))
     status = "running" if newest.ended_at is None and newest.seen else "ended"
-    return HistoryItem(at=launch.started_at, source="launch", label=attempts(first, last),
-                       first=first, last=last, text="",
-                       status=status if newest.ended_at or newest.seen else "started",
-                       error=newest.error, error_log=newest.error_log, flags=flags)  # fmt: skip
+    return _Light(launch.started_at, first, last,
+                  status if newest.ended_at or newest.seen else "started",
+                  newest.error, newest.error_log, flags)  # fmt: skip
 
 
-def _folded(older: list[HistoryItem], before: int, sid: str) -> HistoryItem:
+def _folded(older: list[_Light], before: int, sid: str) -> HistoryItem:
     """The attempts older than the newest few, in one line: how many ended how (the same error
     once, with its count) and which flags varied among them."""
-    first, last = older[0].first or 0, older[-1].last or 0
+    first, last = older[0].first, older[-1].last
     outcomes: dict[str, int] = {}
     for item in older:
-        count = (item.last or 0) - (item.first or 0) + 1
+        count = item.last - item.first + 1
         key = _shape(item.error or item.status or "?")
         outcomes[key] = outcomes.get(key, 0) + count
     said = "; ".join(
@@ -498,6 +511,7 @@ def _earlier(before: int, sid: str, at: datetime) -> HistoryItem:
     )
 
 
+@functools.lru_cache(maxsize=4096)  # a long session's errors repeat: hundreds per snapshot
 def _shape(text: str) -> str:
     """An error as a class of errors: its numbers and paths elided (run 14 and run 23 of one
     failure read alike)."""

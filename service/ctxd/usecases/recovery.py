@@ -30,8 +30,9 @@ def _host(s: Snapshot, left: dict[str, str]) -> str:
 def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
     """GPUs no watched process holds tell a resuming agent nothing about its attempt."""
     gpus = s.observations.gpus
+    had = bool(gpus.items)
     gpus.items = [g for g in gpus.items if any(p.watched for p in g.processes)]
-    if not gpus.items:
+    if had and not gpus.items:
         s.signals = [sig for sig in s.signals if sig.code != "gpu_held_idle"]
         left["gpus"] = "the GPUs (none holds a watched process)"
     return "idle GPUs"
@@ -225,16 +226,18 @@ def for_model(
     told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
-    before = markdown
+    state = (copy.model_dump_json(), len(left))
     for step in SHRINK_STEPS:
         said = step(copy, left)
+        now = (copy.model_dump_json(), len(left))
+        if now == state:  # a step that found nothing to cut is not named, nor rendered for
+            continue
+        state = now
         cut = snap.render(copy, for_model=True, left_out=left, served_at=served_at, handover=told)
-        if cut != before:  # a step that found nothing to cut is not named
-            # a step that cuts further what an earlier one cut says so in its place
-            family = said.split(" but ")[0].split(" beyond ")[0]
-            cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
-            cuts.append(said)
-        before = cut
+        # a step that cuts further what an earlier one cut says so in its place
+        family = said.split(" but ")[0].split(" beyond ")[0]
+        cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
+        cuts.append(said)
         whole = f"(all: `ctxd resume {sid}`)"
         note = f"> Cut to fit {max_chars} characters; left out: {', '.join(cuts)} {whole}.\n\n"
         # the note names the full dump: the footer line that does too goes
