@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 
 from ctxd.fmt import between
-from ctxd.models import HistoryItem, ProcessInfo, Snapshot
+from ctxd.models import Change, HistoryItem, ProcessInfo, Snapshot
 from ctxd.signals import ranks
 from ctxd.signals.attempts import phase
 
@@ -41,9 +41,9 @@ def lines(s: Snapshot) -> list[str]:
     for item in launches:
         if item.status in ("running", "started"):
             out.append(_live(item, s, at))
-    failed = [i for i in launches if i.error and i.status != "running"]
-    if failed:
-        out.append(_failure(failed[-1]))
+    failed = _newest_failure(s)
+    if failed is not None:
+        out.append(_failure(failed))
     elif launches and not any(i.status in ("running", "started") for i in launches):
         last = launches[-1]
         out.append(f"**Nothing runs**: the last attempt, {last.label}, {last.ran or 'ended'}.")
@@ -55,10 +55,18 @@ def lines(s: Snapshot) -> list[str]:
 def told(s: Snapshot) -> set[str]:
     """The keys of the signals the handover says already: each live attempt's line and the
     newest failure's; Now leaves them out."""
-    launches = [i for i in s.narrative.history if i.source == "launch" and i.label]
-    failed = [i for i in launches if i.error and i.status != "running"]
-    newest = {f"attempt_failed:{failed[-1].label}"} if failed else set()
+    failed = _newest_failure(s)
+    newest = {f"attempt_failed:{failed.label}"} if failed is not None else set()
     return newest | {sig.key for sig in s.signals if sig.code == "attempt_running"}
+
+
+def _newest_failure(s: Snapshot) -> HistoryItem | None:
+    failed = [
+        i
+        for i in s.narrative.history
+        if i.source == "launch" and i.label and i.error and i.status != "running"
+    ]
+    return failed[-1] if failed else None
 
 
 def _objective(s: Snapshot) -> str:
@@ -147,7 +155,7 @@ def _since(s: Snapshot) -> str:
     return f"{head}: {shown}" + (f"; and {more} more (under Changes)." if more > 0 else ".")
 
 
-def _news(s: Snapshot) -> list:
+def _news(s: Snapshot) -> list[Change]:
     """The changes that say something happened; signals raised or cleared are Now's to say."""
     return [c for c in s.changes if c.kind not in ("signal_raised", "signal_cleared")]
 

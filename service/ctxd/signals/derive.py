@@ -5,7 +5,7 @@ from collections.abc import Set
 
 from ctxd.discovery.launches import typed_name
 from ctxd.fmt import human_bytes, human_duration
-from ctxd.models import SEVERITY_ORDER, LogInfo, Observations, ProcessInfo, Signal
+from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
 from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_logs
 from ctxd.signals.slurm import slurm_jobs
@@ -287,7 +287,7 @@ def gpu_held_idle(current: Observations) -> list[Signal]:
     return [Signal(severity="warning", code="gpu_held_idle", subject=subject, text=text)]
 
 
-def _indices(gpus: list) -> str:
+def _indices(gpus: list[GpuInfo]) -> str:
     """0-7, or 0, 2, 5: the GPUs by index, a run of them as its ends."""
     numbers = [g.index for g in gpus]
     if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
