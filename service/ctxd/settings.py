@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     access_log: bool = False
     # Read when `token` is unset (CTXD_TOKEN_FILE); `ctxd token --new` writes one, mode 0600.
     token_file: Path | None = None
+    # Accounts besides ctxd's own (and root) whose loopback connections are answered without a
+    # token: on a shared box no other account reads or steers through ctxd by default.
+    allowed_uids: list[int] = Field(default_factory=list)
     # Host header values accepted besides loopback names and `host` (DNS-rebinding defence).
     allowed_hosts: list[str] = Field(default_factory=list)
     # Log, artifact and command-cwd watches must lie under these; empty: home, /tmp and cwd.

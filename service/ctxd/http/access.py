@@ -1,9 +1,11 @@
-"""Who may talk to ctxd: Host allowlist, Origin check, bearer token, body size and rate limit.
+"""Who may talk to ctxd: Host allowlist, Origin check, bearer token or the caller's own account,
+body size and rate limit.
 
 One ASGI middleware in front of every route (API, pages, /mcp): ctxd serves process command
 lines and logs, so a web page the user happens to open must not be able to read them, through
 DNS rebinding (Host check) or a cross-site request (Origin check). A token, when configured,
-is required everywhere and compared in constant time.
+is required everywhere and compared in constant time; without one, a loopback caller must be
+ctxd's own account (or root, or one listed): the kernel's socket table says whose (caller.py).
 """
 
 import hmac
@@ -21,6 +23,7 @@ from urllib.parse import urlsplit
 
 from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send, WebSocketCloseEvent
 
+from ctxd.http import caller
 from ctxd.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -148,6 +151,8 @@ class AccessMiddleware:
         self.app = app
         self.hosts = allowed_hosts(settings)
         self.token = f"Bearer {settings.token}".encode() if settings.token else None
+        # who may call over loopback without a token: ctxd's own account, root, the listed
+        self.uids = frozenset({os.geteuid(), 0, *settings.allowed_uids})
         self.max_body = settings.limits.max_body_bytes
         self.buckets = buckets
 
@@ -185,6 +190,8 @@ class AccessMiddleware:
             if not hmac.compare_digest(given, self.token):
                 detail = "a bearer token is required (Authorization: Bearer $CTXD_TOKEN)"
                 return 401, detail, {"www-authenticate": "Bearer"}
+        elif (refused := self._other_account(scope)) is not None:
+            return 403, refused, {}
         client = (scope.get("client") or ("?", 0))[0]
         wait = self.buckets.take(str(client))
         if wait:
@@ -194,6 +201,21 @@ class AccessMiddleware:
         if length.isdigit() and int(length) > self.max_body:
             return 413, f"request body larger than {self.max_body} bytes", {}
         return None
+
+    def _other_account(self, scope: Scope) -> str | None:
+        """Why a loopback caller is refused: its socket belongs to another account (the
+        kernel's socket table says whose). None: ctxd's own account, root, or one allowed."""
+        client, server = scope.get("client"), scope.get("server")
+        if not client or not server or not caller.is_loopback(str(client[0])):
+            return None
+        uid = caller.owner((str(client[0]), int(client[1])), (str(server[0]), int(server[1] or 0)))
+        if uid in self.uids:
+            return None
+        who = "an account the kernel does not name" if uid is None else f"uid {uid}"
+        return (
+            f"this ctxd serves uid {os.geteuid()}; {who} is refused (run your own ctxd, or add "
+            "the uid to CTXD_ALLOWED_UIDS, or use a token)"
+        )
 
     async def _read_body(self, receive: Receive) -> tuple[tuple[int, str, dict] | None, Receive]:
         """Read the whole body (it is bounded) to refuse one nested too deep; replay it."""

@@ -1,0 +1,91 @@
+"""Another account on the box neither reads nor steers through ctxd: a loopback caller whose
+socket the kernel says is another uid's is refused before any handler runs (real `nobody`
+against a root-run service), ctxd's own account and root pass, a listed uid passes."""
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from ctxd.http import caller
+
+from tests.conftest import NOBODY, Server, as_nobody, start_server, stop_server
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="becoming another account needs root")
+
+
+def request(url: str, method: str, path: str, body: dict | None = None) -> tuple[int, str]:
+    """One HTTP request on a plain socket (the child that became nobody imports nothing)."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode() if body is not None else b""
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n")  # fmt: skip
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(head.encode() + data)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    status = int(answer.split(b" ", 2)[1])
+    return status, answer.split(b"\r\n\r\n", 1)[1].decode(errors="replace")
+
+
+@ROOT_ONLY
+def test_another_account_can_neither_read_nor_write_through_a_root_ctxd(
+    server: Server, tmp_path: Path
+):
+    secret = tmp_path / "root-only.log"
+    secret.write_text("ROOT-SECRET-LINE\n")
+    secret.chmod(0o600)
+
+    def as_another_account() -> list[tuple[int, str]]:
+        return [
+            request(server.url, "GET", "/api/sessions"),
+            request(server.url, "PUT", "/api/sessions/nobody1", {"cwd": "/tmp"}),
+            request(
+                server.url,
+                "POST",
+                "/api/sessions/nobody1/watches",
+                {"kind": "log", "path": str(secret)},
+            ),
+            request(server.url, "GET", "/s/nobody1"),
+        ]
+
+    answers = as_nobody(as_another_account)
+    assert [status for status, _ in answers] == [403, 403, 403, 403], answers
+    assert f"uid {NOBODY} is refused" in answers[0][1]
+    # nothing was made for it; ctxd's own account (root here) is answered as ever
+    status, body = request(server.url, "GET", "/api/sessions")
+    assert status == 200 and "nobody1" not in body
+    assert request(server.url, "PUT", "/api/sessions/mine", {"cwd": str(tmp_path)})[0] == 201
+
+
+@ROOT_ONLY
+def test_a_listed_account_is_answered(tmp_path: Path):
+    srv = start_server(tmp_path / "data", tmp_path / "ctxd.log",
+                       env={"CTXD_ALLOWED_UIDS": f"[{NOBODY}]"})  # fmt: skip
+    try:
+        status, _ = as_nobody(lambda: request(srv.url, "GET", "/api/sessions"))
+        assert status == 200
+    finally:
+        stop_server(srv)
+
+
+def test_the_kernel_names_the_owner_of_a_loopback_connection():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        with socket.create_connection(listener.getsockname()) as conn:
+            accepted, client = listener.accept()
+            with accepted:
+                assert caller.owner(client, listener.getsockname()) == os.geteuid()
+                # a port no connection uses: nobody to name
+                assert caller.owner(("127.0.0.1", 1), listener.getsockname()) is None
+            assert conn.getsockname() == client
+
+
+def test_loopback_addresses_and_the_kernels_spelling_of_them():
+    assert caller.is_loopback("127.0.0.1") and caller.is_loopback("::1")
+    assert caller.is_loopback("::ffff:127.0.0.1") and not caller.is_loopback("10.0.0.2")
+    assert not caller.is_loopback("testclient")
+    assert caller._hex("127.0.0.1", 8765)[1] == "0100007F:223D"
