@@ -276,3 +276,15 @@ def test_a_stack_leads_with_its_main_thread_and_folds_idle_helpers():
         "2 more threads (Thread-2 (wait), Thread-1 (wait)) alike, innermost in "
         "Condition.wait (threading.py:327)",
     ]  # fmt: skip
+
+
+def test_a_process_no_command_started_is_named_by_its_argv_quoted(snap: Snapshotter):
+    snap.store.put_session("found", SessionIn(objective="x"))
+    argv = ["python3", "srv.py", "--name=x;touch PWN", "--tag=$(touch PWN2)"]
+    row = {"start_key": "root:1", "watch_id": None, "pid": 4242, "started_at": T0,
+           "argv": argv, "cwd": "/srv", "env": {}, "expected_ports": [], "logs": [],
+           "seen": 1, "command": None}  # fmt: skip
+    snap.store.save_launches("found", [row])
+    (item,) = [i for i in snap.take("found").narrative.history if i.source == "launch"]
+    assert item.command == "python3 srv.py '--name=x;touch PWN' '--tag=$(touch PWN2)'"
+    assert not item.written  # so no dump calls it the agent's own line

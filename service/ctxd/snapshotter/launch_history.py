@@ -16,6 +16,7 @@ Everything here reads: `observed` says which rows to write, and the snapshot wri
 
 import functools
 import re
+import shlex
 import time
 import weakref
 from collections.abc import Sequence
@@ -593,7 +594,7 @@ def _item(launch: Launch, previous: Launch | None, now: datetime, number: int) -
         flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
         changed = summary_line(diff, program, _program(previous))
         notes.append(changed)
-    command = launch.command or " ".join(launch.argv)
+    command = launch.command or shlex.join(launch.argv)  # an argv read: quoted, safe to paste
     if len(command) > COMMAND_CHARS:
         command = command[:COMMAND_CHARS] + " …"
     return HistoryItem(

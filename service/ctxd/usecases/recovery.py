@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from ctxd import redact
 from ctxd.errors import Invalid
-from ctxd.models import Diff, Snapshot, Trigger
+from ctxd.models import Diff, LogInfo, Snapshot, Trigger
 from ctxd.render import handover
 from ctxd.render import markdown as render
 from ctxd.snapshotter import changes
@@ -39,16 +39,27 @@ def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
 
 
 def _ended_logs(s: Snapshot, left: dict[str, str]) -> str:
-    """The logs of attempts that ended: each one's error is in its row under Attempts."""
+    """The logs of attempts that ended, and any no process writes that stopped before the
+    newest run started: each one's error is in its attempt's row under Attempts."""
     history = s.narrative.history
     live = {p for i in history if i.status in ("running", "started") for p in i.logs}
     ended = {p for i in history if i.status in ("ended", "folded") for p in i.logs}
     ended |= {i.error_log for i in history if i.error_log}
     logs = s.observations.logs
-    logs.items = [log for log in logs.items if log.path in live or log.path not in ended]
+    logs.items = [
+        log
+        for log in logs.items
+        if log.path in live or (log.path not in ended and not _stale(log))
+    ]
     if not logs.items:
         left["logs"] = "logs"
     return "ended attempts' logs"
+
+
+def _stale(log: LogInfo) -> bool:
+    """Written by no running process, and last before the newest watched root started."""
+    newest = log.newest_root_started_at
+    return log.writer_pid is None and newest is not None and log.modified_at < newest
 
 
 def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
