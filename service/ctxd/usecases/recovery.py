@@ -47,9 +47,7 @@ def _ended_logs(s: Snapshot, left: dict[str, str]) -> str:
     ended |= {i.error_log for i in history if i.error_log}
     logs = s.observations.logs
     logs.items = [
-        log
-        for log in logs.items
-        if log.path in live or (log.path not in ended and not _stale(log))
+        log for log in logs.items if log.path in live or (log.path not in ended and not _stale(log))
     ]
     if not logs.items:
         left["logs"] = "logs"
