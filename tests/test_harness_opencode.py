@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import Server
 from tests.scripted_model import Step
 from tests.scripted_openai import MODEL, ScriptedOpenAI
+from tests.test_harness_claude import gpu_server  # noqa: F401  (a fixture)
 
 OPENCODE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "opencode"
 SECRET = "hf_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"
@@ -126,8 +127,11 @@ def trainer(workspace: Path) -> psutil.Process:
     not OPENCODE.exists(), reason="opencode not installed (`make test` does, with npm)"
 )
 def test_continue_after_a_background_launch_carries_what_the_agent_did(
-    server: Server, workspace: Path, tmp_path: Path
+    gpu_server: Server,  # noqa: F811  (the fixture imported above)
+    workspace: Path,
+    tmp_path: Path,
 ) -> None:
+    server = gpu_server  # its CUDA OOM happens on a machine with GPUs (a stand-in nvidia-smi)
     home = tmp_path / "home"
     home.mkdir()
     env = offline_env(home, workspace)
@@ -183,6 +187,8 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert "--batch-size 64" in context or "--batch-size" in context
     assert "waiting for dataloader worker 3" in context
     # both attempts, in order, each with its own end: the first died at once of its own error
+    # what the model is handed: no chatter of ctxd's own, however short the dump
+    assert "Where this dump lives" not in context and "set one with `ctxd note" not in context
     attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
     first, second = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
     assert "--batch-size 256 > oom.log" in attempts and "torch.OutOfMemoryError" in first

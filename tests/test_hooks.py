@@ -95,6 +95,8 @@ def test_an_empty_or_bare_continue_prompt_prints_a_continue_dump(
     for prompt in ("", "  Continue. "):
         out = hook(server.url, payload("UserPromptSubmit", repo, prompt=prompt))
         assert out.returncode == 0 and "converge" in context(out), out.stderr
+        # a dump that fits is handed as a model gets it too: no chatter of ctxd's own
+        assert "Where this dump lives" not in context(out) and "ctxd note" not in context(out)
     versions = client.get("/api/sessions/train-loop/snapshots").json()
     assert {v["trigger"] for v in versions} == {"continue"}
 

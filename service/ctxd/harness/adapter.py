@@ -124,12 +124,9 @@ def hook_command(harness: str, url: str) -> str:
 
 
 def context_lead(sid: str) -> str:
-    """The line before a dump handed to the model: what it is and where more is, as facts (the
-    harnesses ask that injected context read as information, not orders)."""
-    return (
-        f"[ctxd] Saved working state of session `{sid}`, as ctxd recorded it (the full dump: "
-        f"`ctxd resume {sid}`; the agent's notes go in with `ctxd note {sid} KIND TEXT`).\n\n"
-    )
+    """The line before a dump handed to the model: what it is, as a fact (the harnesses ask
+    that injected context read as information, not orders); its last line says where more is."""
+    return f"[ctxd] Saved working state of session `{sid}`, as ctxd recorded it.\n\n"
 
 
 def text_of(payload: dict[str, Any], name: str) -> str:

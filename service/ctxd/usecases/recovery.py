@@ -268,13 +268,11 @@ def resume_from_memory(
     snap: Snapshotter, sid: str, *, fresh: bool, max_chars: int | None, since: int | None
 ) -> str | None:
     """The latest stored dump when it is in memory and nothing needs computing: no I/O, so
-    it can answer on the event loop; None means "ask `resume`"."""
-    if fresh or since is not None:
+    it can answer on the event loop; None means "ask `resume`". A budget asks for the dump as
+    a model is handed it (`for_model`), which is computed."""
+    if fresh or since is not None or max_chars is not None:
         return None
-    markdown = snap.latest_in_memory(sid)
-    if markdown is None or (max_chars is not None and len(markdown) > max_chars):
-        return None
-    return markdown
+    return snap.latest_in_memory(sid)
 
 
 def resume(
