@@ -89,3 +89,17 @@ def test_loopback_addresses_and_the_kernels_spelling_of_them():
     assert caller.is_loopback("::ffff:127.0.0.1") and not caller.is_loopback("10.0.0.2")
     assert not caller.is_loopback("testclient")
     assert caller._hex("127.0.0.1", 8765)[1] == "0100007F:223D"
+
+
+def test_a_session_is_scoped_to_a_project_never_to_a_folder_of_everyone(client):
+    for folder in ("/", "/tmp", "/tmp/", "/home", "/root", "/var/tmp"):
+        answer = client.put("/api/sessions/zz", json={"cwd": folder})
+        assert answer.status_code == 400 and "not a project" in answer.text, (folder, answer.text)
+    assert client.get("/api/sessions/zz").status_code == 404
+    # an agent working in /tmp itself gets its conversation's own session, scoped to nothing
+    payload = {"hook_event_name": "UserPromptSubmit", "session_id": "conv-77", "cwd": "/tmp",
+               "prompt": "look at the logs"}  # fmt: skip
+    answer = client.post("/api/hooks/claude", json={"payload": payload, "root": ""})
+    assert answer.status_code == 200, answer.text
+    session = client.get(f"/api/sessions/{answer.json()['session']}").json()
+    assert session["cwd"] is None and session["id"].startswith("claude-")

@@ -31,6 +31,7 @@ from ctxd.fmt import human_duration
 from ctxd.harness.adapter import RESUME_SOURCES
 from ctxd.harness.resolve import ResolveIn
 from ctxd.models import Session, SessionIn
+from ctxd.models.sessions import is_system_folder
 from ctxd.settings import Settings
 from ctxd.store.connection import now
 from ctxd.store.database import Store
@@ -60,8 +61,9 @@ def place(use: Sessions, ask: ResolveIn, ended: bool, source: str, pid: int | No
     `ended`: the event ends the conversation; `source`: how a conversation starts; `pid`: the
     harness process the hook ran under, when the hook could tell)."""
     store, conversation = use.store, ask.harness_session
-    if ask.session or not conversation or not ask.cwd.startswith("/"):
-        return Placed(use.resolve_session(ask).id)
+    root = ask.root if ask.root.startswith("/") else ask.cwd
+    if ask.session or not conversation or not ask.cwd.startswith("/") or is_system_folder(root):
+        return Placed(use.resolve_session(ask).id)  # no project: the conversation's own
     at, process = now(), _process(pid)
     bound = store.conversation(ask.harness, conversation)
     if bound is not None and _within(ask.cwd, use.get_session(bound["session"]).cwd):

@@ -1,10 +1,23 @@
 """A session: what it is for and how often it is looked at."""
 
 from datetime import datetime
+from pathlib import PurePosixPath
 
 from pydantic import BaseModel, Field, field_validator
 
 from ctxd.models.base import LongText, PathText, ShortText, Strict
+
+# Folders that hold everyone's work, not one project's: a session scoped to one would take in
+# every conversation below it (another account's agent, continuing anywhere, joined it).
+SYSTEM_FOLDERS = frozenset(
+    {"/", "/tmp", "/var", "/var/tmp", "/home", "/root", "/usr", "/usr/local", "/etc", "/opt",
+     "/srv", "/mnt", "/media", "/dev", "/proc", "/sys", "/run", "/boot", "/data", "/scratch"}
+)  # fmt: skip
+
+
+def is_system_folder(path: str) -> bool:
+    """Whether `path` (absolute) is a folder of the system or of all users, not a project's."""
+    return str(PurePosixPath(path)) in SYSTEM_FOLDERS
 
 
 class SessionIn(Strict):
@@ -21,6 +34,8 @@ class SessionIn(Strict):
     def _absolute(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith("/"):
             raise ValueError("cwd must be an absolute path")
+        if value is not None and is_system_folder(value):
+            raise ValueError(f"{value} holds everyone's work, not a project: scope to a project")
         return value
 
 

@@ -35,6 +35,7 @@ from ctxd.models import (
     WatchSpec,
     check_status,
 )
+from ctxd.models.sessions import is_system_folder
 from ctxd.peers import serve as peers_serve
 from ctxd.peers.fanout import Peers, PeerStatus
 from ctxd.peers.serve import ObserveIn
@@ -106,6 +107,8 @@ class UseCases:
         if scoped := self.store.list_sessions(cwd=ask.cwd):
             return self.get_session(scoped[0].id)
         root = ask.root if ask.root.startswith("/") else ask.cwd
+        if is_system_folder(root):  # no project to scope to: the conversation's own session
+            return self.put_session(*resolve.harness_session(ask))[0]
         base, _ = resolve.checkout_session(root, None, exists=False)
         try:
             taken_by, exists = self.store.get_session(base).cwd, True
