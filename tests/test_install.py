@@ -302,3 +302,28 @@ def test_the_cli_takes_a_token_file(tmp_path: Path):
         assert by_env.returncode == 0, by_env.stderr
     finally:
         stop_server(server)
+
+
+def test_install_follows_no_planted_link_and_refuses_a_settings_path_that_is_no_file(tmp_path):
+    home, work = tmp_path / "home", tmp_path / "repo"
+    (work / ".claude").mkdir(parents=True)
+    home.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    # links planted where a temporary file of the next installs could be (another account's
+    # doing, in a folder it may write): none is followed, their target stays as it was
+    target = tmp_path / "precious"
+    target.write_text("untouched\n")
+    for pid in range(os.getpid(), os.getpid() + 400):
+        (work / ".claude" / f".settings.local.json.{pid}.tmp").symlink_to(target)
+    done = ctxd(home, work, "--url", "http://127.0.0.1:9999", "install", "claude",
+                "--scope", "project")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert target.read_text() == "untouched\n"
+    settings = work / ".claude" / "settings.local.json"
+    assert not settings.is_symlink() and "hook claude" in settings.read_text()
+    # a FIFO where the settings file should be: refused at once, not waited on forever
+    fifo = home / ".claude" / "settings.json"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    refused = ctxd(home, work, "install", "claude")
+    assert refused.returncode == 2 and "is not a regular file" in refused.stderr, refused.stderr

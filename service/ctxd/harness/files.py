@@ -101,8 +101,11 @@ def _write_in_place(path: Path, text: str) -> None:
         mode: int | None = stat.S_IMODE(real.stat().st_mode)
     except FileNotFoundError:
         mode = None  # a new file: the umask's
-    tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
-    descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode else 0o666)
+    # a new name no one can guess, made here and nowhere else: a link planted at a name the
+    # next install would use (another account's, in a folder it may write) is never followed
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    tmp = real.with_name(f".{real.name}.{os.urandom(8).hex()}.tmp")
+    descriptor = os.open(tmp, flags, 0o600 if mode else 0o666)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(text)
         if mode is not None:
@@ -126,10 +129,15 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def read_text(path: Path) -> str:
+    """A settings file's text ("" when absent); InstallError when it is there but no regular
+    file (a FIFO would block the install forever, a device or folder is no settings file)."""
     try:
-        return path.read_text(encoding="utf-8")
+        kind = os.stat(path).st_mode
     except FileNotFoundError:
         return ""
+    if not stat.S_ISREG(kind):
+        raise InstallError(f"{path} is not a regular file; not touched")
+    return path.read_text(encoding="utf-8")
 
 
 def json_text(data: dict[str, Any], path: Path) -> str:
