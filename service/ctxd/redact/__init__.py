@@ -150,6 +150,33 @@ def _arg(arg: str, flag: str | None, password_program: bool) -> str:
     return text(arg)
 
 
+# A header that carries a credential, as `curl -H` or `--header` gives it: its value is one.
+_CREDENTIAL_HEADER = re.compile(
+    r"(?i)^\s*(?:(?:proxy-)?authorization\s*:\s*(?:bearer|basic|token|digest)?"
+    r"|(?:x-api-key|api-key|x-auth-token|x-access-token|private-token|cookie)\s*:)"
+    r"\s*(?P<value>\S.*?)\s*$"
+)
+
+
+def learn_command(line: str) -> None:
+    """Learn the secrets a shell command the agent ran gives by flag or header (`--api-key K`,
+    `--password=P`, `--hf-token K`, `-H 'Authorization: Bearer B'`), as values under secret
+    variables are: each is then redacted wherever it shows up alone (a log, an output, a later
+    prompt). Words as the shell splits them; a line it cannot split, by spaces."""
+    import shlex  # commands only, not the hook path
+
+    try:  # `;`, `&&`, `|` and redirections are words of their own, never part of a value
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:
+        words = line.split()
+    argv(words)  # a secret-named flag's value, in every form, is learned there
+    for word in words:
+        if found := _CREDENTIAL_HEADER.match(word):
+            learn(found["value"])
+
+
 def argv(args: Sequence[str]) -> list[str]:
     """Redact a command line: values of secret-named flags in every form, then by content."""
     out: list[str] = []

@@ -81,6 +81,8 @@ class ActionIntake:
         added: list[Watch] = []
         discover = self.store.get_session(sid).discovery
         for action in actions:
+            if isinstance(action, CommandAction):  # its flags' and headers' secrets, first
+                redact.learn_command(action.command)
             action = redact.scrub(action)
             body = action.model_dump(mode="json", exclude={"at"})
             self.store.add_action(sid, action.kind, action.at, body)

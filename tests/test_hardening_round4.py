@@ -1,6 +1,8 @@
-"""Another account on the box neither reads nor steers through ctxd: a loopback caller whose
-socket the kernel says is another uid's is refused before any handler runs (real `nobody`
-against a root-run service), ctxd's own account and root pass, a listed uid passes."""
+"""Hardening, round four: another account on the box neither reads nor steers through ctxd (a
+loopback caller whose socket the kernel says is another uid's is refused before any handler
+runs: real `nobody` against a root-run service; ctxd's own account and root pass, a listed uid
+passes), a session is never scoped to a folder of everyone's, and secrets given as flags or
+headers are learned and never come back."""
 
 import json
 import os
@@ -103,3 +105,24 @@ def test_a_session_is_scoped_to_a_project_never_to_a_folder_of_everyone(client):
     assert answer.status_code == 200, answer.text
     session = client.get(f"/api/sessions/{answer.json()['session']}").json()
     assert session["cwd"] is None and session["id"].startswith("claude-")
+
+
+def test_secrets_given_as_flags_or_headers_are_learned_and_never_come_back(
+    server: Server, client, tmp_path: Path
+):
+    key, password, bearer = "K9f2Lx7Qp3Zr8Tw1", "P4ss-w0rd-7Hq2Xz", "B3arer-9Tk7Wq2Lm5"
+    client.put("/api/sessions/s", json={"cwd": str(tmp_path)})
+    line = (f"nohup python3 srv.py --api-key {key} --password={password} "
+            f"--hdr 'Authorization: Bearer {bearer}' > app.log 2>&1 &")  # fmt: skip
+    first = {"kind": "command", "command": line, "cwd": str(tmp_path), "background": True}
+    # each alone, later: in a command's output and in a prompt
+    later = {"kind": "command", "command": "tail app.log", "cwd": str(tmp_path),
+             "output_tail": f"using {key}\nauth {password} ok\ntoken {bearer}\n"}  # fmt: skip
+    assert client.post("/api/sessions/s/actions", json={"actions": [first]}).status_code < 300
+    assert client.post("/api/sessions/s/actions", json={"actions": [later]}).status_code < 300
+    client.post("/api/sessions/s/messages", json={"text": f"try again with {bearer}"})
+    dump = client.get("/api/sessions/s/resume").text
+    stored = [p.read_bytes() for p in server.data_dir.rglob("*") if p.is_file()]
+    for secret in (key, password, bearer):
+        assert secret not in dump, secret
+        assert not any(secret.encode() in data for data in stored), secret
