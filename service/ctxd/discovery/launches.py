@@ -10,6 +10,7 @@ from datetime import datetime
 
 from ctxd.collectors.proc.argv import is_python
 from ctxd.fmt import between, human_duration
+from ctxd.models import ProcessInfo
 
 _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
@@ -89,6 +90,14 @@ def typed_name(argv: list[str] | tuple[str, ...]) -> str:
     if "/bin/" in program[1] and "." not in script:  # a console script: `torchrun`, `sglang`
         return script
     return f"{interpreter} {script}"
+
+
+def process_name(p: ProcessInfo) -> str:
+    """A watched process by its typed name (`typed_name`), a peer's with its `node2:` prefix;
+    its kernel name when its command line was not read."""
+    if not p.argv:
+        return p.name
+    return f"{p.host}:{typed_name(p.argv)}" if p.host else typed_name(p.argv)
 
 
 def parse_flags(args: list[str]) -> tuple[dict[str, str | None], list[str]]:

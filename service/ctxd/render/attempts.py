@@ -5,11 +5,11 @@ run of attempts before them that died of the same error (its numbers aside) is o
 the flags that varied among them. Pure: the narrative's history in, rows out.
 """
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
+from ctxd.collectors._logtext import error_shape
 from ctxd.fmt import attempts, between
 from ctxd.models import HistoryItem
 
@@ -39,7 +39,8 @@ def rows(
     out: list[Row] = []
     run: list[HistoryItem] = []
     for item in history:
-        if _foldable(item, apart) and run and _shape(run[-1].error) == _shape(item.error):
+        alike = run and error_shape(run[-1].error or "") == error_shape(item.error or "")
+        if _foldable(item, apart) and alike:
             run.append(item)
             continue
         out += _flush(run)
@@ -117,7 +118,3 @@ def _ended(item: HistoryItem) -> str:
 
 def _program(item: HistoryItem) -> str:
     return item.text.split(" (pid")[0].split(" at ")[0]
-
-
-def _shape(error: str | None) -> str:
-    return re.sub(r"\d+", "N", error or "")[:160]

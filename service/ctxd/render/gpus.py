@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from ctxd.fmt import human_bytes
 from ctxd.models import GpuInfo, GpuProcess
 
-PIDS_SHOWN = 8
-
 
 @dataclass(frozen=True)
 class GpuRow:

@@ -13,7 +13,7 @@ from markdown_it.token import Token
 # human_bytes and utc are imported from here by the pages too
 from ctxd import shipped
 from ctxd.collectors import registry
-from ctxd.discovery.launches import typed_name
+from ctxd.discovery.launches import process_name
 from ctxd.fmt import between, human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import attempts as attempt_table
@@ -60,14 +60,6 @@ def flag_text(flag: Flag) -> str:
     return flag.name if flag.value is None else f"{flag.name} {flag.value}"
 
 
-def called(p: ProcessInfo) -> str:
-    """A process by the name a person would type (`torchrun`, `python3 -m http.server`); one
-    of a peer keeps its `node2:` prefix."""
-    if not p.argv:
-        return p.name
-    return f"{p.host}:{typed_name(p.argv)}" if p.host else typed_name(p.argv)
-
-
 def shown(value: object) -> object:
     """What every `{{ }}` of a dump prints: text with control and bidi characters escaped.
     Observed text arrives so from the redactor; this covers what never passed it."""
@@ -98,7 +90,7 @@ def environment() -> jinja2.Environment:
         flag=flag_text,
         clock=lambda at: f"{at:%H:%M:%S}",
         shell_quote=shlex.quote,
-        called=called,
+        called=process_name,
         between=between,
     )
     env.globals["process_view"] = render_processes.view

@@ -3,7 +3,7 @@
 from collections import Counter
 from collections.abc import Set
 
-from ctxd.discovery.launches import typed_name
+from ctxd.discovery.launches import process_name
 from ctxd.fmt import human_bytes, human_duration
 from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
@@ -206,9 +206,7 @@ def _expecting(current: Observations, watch_id: int | None) -> str:
     if not members:
         return "; the process watch that expects it matches no running process"
     lead = next((p for p in members if p.root), members[0])
-    name = typed_name(lead.argv) if lead.argv else lead.name
-    name = f"{lead.host}:{name}" if lead.host and lead.argv else name
-    return f"; expected by the watched process {name} (pid {lead.pid})"
+    return f"; expected by the watched process {process_name(lead)} (pid {lead.pid})"
 
 
 def expected_ports(current: Observations, earlier_runs: Set[str] = frozenset()) -> list[Signal]:

@@ -232,9 +232,9 @@ def for_model(
     cuts: list[str] = []
     sid = copy.header.session
     markdown = snap.render(copy, for_model=True, served_at=served_at)
-    told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
+    told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     state = (copy.model_dump_json(), len(left))
     for step in SHRINK_STEPS:
         said = step(copy, left)
@@ -289,15 +289,16 @@ def resume(
         version = snap.take(sid, Trigger.RESUME).header.version
     else:
         version = snap.store.latest_version(sid)
-    markdown = snap.store.get_markdown(sid, version)
     if since is None and max_chars is None:
-        return markdown
+        return snap.store.get_markdown(sid, version)
     snapshot = snap.store.get_snapshot(sid, version)
     lead = _changes_since(snap, sid, since, snapshot) if since and since != version else ""
-    budget = max(200, max_chars - len(lead)) if max_chars else None
-    if budget is not None:  # a budget is a model's: the dump as it is handed to one
+    if max_chars is None:
+        markdown = snap.store.get_markdown(sid, version)
+    else:  # a budget is a model's: the dump as it is handed to one, rendered for it
         served = datetime.now(UTC)
         late = served - (snapshot.header.confirmed_at or snapshot.header.taken_at)
+        budget = max(200, max_chars - len(lead))
         markdown = for_model(snap, snapshot, budget, served if late > SERVED_LATE else None)
     if lead:
         title, _, rest = markdown.partition("\n\n")
