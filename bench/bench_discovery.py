@@ -14,6 +14,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 from ctxd.discovery import procscan, rules
 from ctxd.discovery.shellparse import parse_command
 
@@ -64,6 +65,25 @@ def bench_action(runs: int) -> None:
     row("parse + propose watches, per action", f"{statistics.median(per_action) / 4:.2f} ms")
 
 
+def bench_crowded_command(runs: int, workspace: Path) -> None:
+    """One command line sending off 1,000 programs, recorded over HTTP (issue 39: it took
+    22 s for 300 before recording was made linear and capped)."""
+    line = " ".join(f"./w{i} >l{i}.log&" for i in range(1000))
+    action = {"kind": "command", "command": line, "cwd": str(workspace)}
+    with tempfile.TemporaryDirectory() as data:
+        server = start_server(Path(data))
+        try:
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                client.put("/api/sessions/crowd", json={"cwd": str(workspace)})
+                post = lambda: client.post(  # noqa: E731
+                    "/api/sessions/crowd/actions", json={"actions": [action]}
+                ).raise_for_status()
+                took = timed(post, runs)
+            row("one command with 1,000 launches, recorded", f"{statistics.median(took):.0f} ms")
+        finally:
+            server.stop()
+
+
 def bench_hook(runs: int, workspace: Path) -> None:
     payload = {
         "session_id": "3f1c2a9e-5b7d-4c1e-9a0b-7e2d8c6f4a11",
@@ -102,6 +122,7 @@ def main() -> None:
         bench_scan(args.others, args.runs, Path(workspace))
         bench_action(args.runs * 10)
         bench_hook(args.runs, Path(workspace))
+        bench_crowded_command(max(3, args.runs // 3), Path(workspace))
 
 
 if __name__ == "__main__":

@@ -126,3 +126,40 @@ def test_secrets_given_as_flags_or_headers_are_learned_and_never_come_back(
     for secret in (key, password, bearer):
         assert secret not in dump, secret
         assert not any(secret.encode() in data for data in stored), secret
+
+
+def test_one_command_with_a_thousand_launches_is_recorded_linearly(client, tmp_path: Path):
+    """A line sending off 1,000 programs (`./w0 >l0.log& ./w1 >l1.log& …`) is recorded with its
+    first LAUNCHES_PER_COMMAND launches as attempts, each with its own log only, and four such
+    hooks at once leave an ordinary hook answering (the time is measured in bench/)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ctxd.discovery.rules import LAUNCHES_PER_COMMAND
+
+    client.put("/api/sessions/many", json={"cwd": str(tmp_path)})
+    line = " ".join(f"./w{i} >l{i}.log&" for i in range(1000))
+    crowd = {"kind": "command", "command": line, "cwd": str(tmp_path)}
+    plain = {"kind": "command", "command": "ls", "cwd": str(tmp_path)}
+
+    def post(action: dict) -> int:
+        return client.post("/api/sessions/many/actions", json={"actions": [action]}).status_code
+
+    with ThreadPoolExecutor(5) as pool:
+        crowds = [pool.submit(post, crowd) for _ in range(4)]
+        assert post(plain) < 300
+        assert all(f.result() < 300 for f in crowds)
+    dump = client.get("/api/sessions/many/resume").text
+    last = 4 * LAUNCHES_PER_COMMAND
+    assert f"**attempt {last}**" in dump and f"attempt {last + 1}" not in dump, dump
+
+
+def test_each_launch_of_a_line_has_its_own_output_and_the_logs_the_line_names():
+    from ctxd.discovery import rules
+    from ctxd.discovery.shellparse import parse_command
+
+    facts = parse_command("./a > a.log 2>&1 & ./b > b.log & echo go | tee shared.log")
+    launches = rules.launched(facts)
+    assert rules.launch_logs(facts, launches, "/w") == [
+        ["/w/a.log", "/w/shared.log"],
+        ["/w/b.log", "/w/shared.log"],
+    ]

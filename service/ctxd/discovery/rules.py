@@ -20,6 +20,10 @@ from ctxd.discovery.workspace import is_secret_path
 AUTO_WATCH_CAP = 16
 REPEATED_READS = 2  # a file read by this many commands is followed as a log
 ENV_NAMES_MAX = 32
+# The launches of one command line that become attempts: a line sending off hundreds
+# (`for i in …; do … & done` written out) is recorded in time linear in its size, its first
+# ones followed.
+LAUNCHES_PER_COMMAND = 64
 # Where a build's output lands when the command does not say.
 _DEFAULT_OUTPUTS = {"python -m build": "dist", "uv build": "dist", "setup.py": "dist"}
 _DEFAULT_OUTPUTS |= {"cargo": "target"}
@@ -136,8 +140,9 @@ def propose_for_command(
         for target in command.redirects:
             if path := _resolve(target, cwd, command):
                 out.add({"kind": "log", "path": path}, f"output of the command at {when}")
+    owners = _owners(facts)
     for log in facts.logs:
-        if path := _resolve(log, cwd, _owner(facts, log)):
+        if path := _resolve(log, cwd, owners.get(log)):
             out.add({"kind": "log", "path": path}, f"log named by the command at {when}")
     if launches and not any(program_pattern(launch.argv) for launch in launches):
         # a launch's process watch expects its ports already; a port alone, else
@@ -153,7 +158,7 @@ def propose_for_command(
                 out.add({"kind": "artifact", "path": path}, f"built by `{build.tool}` at {when}")
     counts = read_counts or {}
     for read in facts.reads:
-        path = _resolve(read, cwd, _owner(facts, read))
+        path = _resolve(read, cwd, owners.get(read))
         if path and counts.get(path, 0) + 1 >= REPEATED_READS:
             out.add({"kind": "log", "path": path}, f"read again by the command at {when}")
     return out.items
@@ -168,7 +173,7 @@ def launched(facts: CommandFacts, background: bool = False) -> list[SimpleComman
         # The harness sent the whole line off: its last real program is the long-running one
         # (`cd x && source .venv/bin/activate && python serve.py`).
         launches = [c for c in facts.commands if c.argv and _is_work(c)][-1:]
-    return [c for c in launches if _is_work(c)]
+    return [c for c in launches if _is_work(c)][:LAUNCHES_PER_COMMAND]
 
 
 def launch_dir(launch: SimpleCommand, cwd: str | None) -> str | None:
@@ -178,11 +183,27 @@ def launch_dir(launch: SimpleCommand, cwd: str | None) -> str | None:
     return os.path.normpath(cwd) if cwd and cwd.startswith("/") else None
 
 
-def launch_logs(facts: CommandFacts, launch: SimpleCommand, cwd: str | None) -> list[str]:
-    """The files a launch's output goes to (its redirects), and the logs its line names."""
-    paths = [_resolve(target, cwd, launch) for target in launch.redirects]
-    paths += [_resolve(log, cwd, _owner(facts, log)) for log in facts.logs]
-    return list(dict.fromkeys(p for p in paths if p and not is_secret_path(p)))
+def launch_logs(
+    facts: CommandFacts, launches: list[SimpleCommand], cwd: str | None
+) -> list[list[str]]:
+    """The files each launch's output goes to: its own redirects, and the logs its line names
+    that are no other launch's output (`… > a.log & tail -f b.log`); secrets files never.
+    Linear in the line's size, however many launches it holds."""
+    owners = _owners(facts)
+    theirs = {target for launch in facts.launches for target in launch.redirects}
+    named = [_resolve(log, cwd, owners.get(log)) for log in facts.logs if log not in theirs]
+    secret: dict[str, bool] = {}
+
+    def kept(paths: Iterable[str | None]) -> list[str]:
+        out = [p for p in dict.fromkeys(paths) if p]
+        for path in out:
+            if path not in secret:
+                secret[path] = is_secret_path(path)
+        return [p for p in out if not secret[p]]
+
+    return [
+        kept([*(_resolve(t, cwd, launch) for t in launch.redirects), *named]) for launch in launches
+    ]
 
 
 def _is_work(command: SimpleCommand) -> bool:
@@ -192,12 +213,13 @@ def _is_work(command: SimpleCommand) -> bool:
     return not is_excluded(os.path.basename(command.argv[0]), list(command.argv))
 
 
-def _owner(facts: CommandFacts, target: str) -> SimpleCommand | None:
-    """The simple command a target came from, for its `cd` directory."""
+def _owners(facts: CommandFacts) -> dict[str, SimpleCommand]:
+    """{target: the first simple command it came from}, for its `cd` directory."""
+    owners: dict[str, SimpleCommand] = {}
     for command in facts.commands:
-        if target in command.redirects or target in command.argv:
-            return command
-    return None
+        for target in (*command.redirects, *command.argv):
+            owners.setdefault(target, command)
+    return owners
 
 
 def propose_from_machine(

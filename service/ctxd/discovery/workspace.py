@@ -5,6 +5,7 @@ from under the agent's own git commands. Only names and metadata are read, never
 """
 
 import fnmatch
+import functools
 import os
 import re
 import subprocess
@@ -129,6 +130,7 @@ def _sample(pattern: str) -> str:
     return pattern.replace("*", "x").replace("?", "x")
 
 
+@functools.lru_cache(maxsize=65536)  # a path's parts repeat: /tmp, the project, logs
 def _fits(part: str, pattern: str) -> bool:
     """Whether one path part may name what `pattern` names. A part that is itself a glob
     (`.np*`, `.*_history`) fits when one of them matches an example of the other (`.npmrc`,

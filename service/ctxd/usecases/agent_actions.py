@@ -114,7 +114,8 @@ class ActionIntake:
             room += self._make_room(sid, len(proposals) - room)
         added = [w for p in proposals[: max(0, room)] if (w := self._admit(sid, p)) is not None]
         if launches:  # after its watches: a snapshot that reads the attempt has them too
-            attempts = [_attempt(action, facts, launch) for launch in launches]
+            logs = rules.launch_logs(facts, launches, action.cwd)
+            attempts = [_attempt(action, facts, *each) for each in zip(launches, logs, strict=True)]
             self._follow_newest(sid, attempts)
             with self.store.held():  # see launch_history.save
                 self.store.save_launches(sid, [self._reported(sid, a) for a in attempts])
@@ -234,7 +235,9 @@ class ActionIntake:
                     self.admit(sid, spec, f"built by `{tool}` after {at}")
 
 
-def _attempt(action: CommandAction, facts: CommandFacts, launch: SimpleCommand) -> dict:
+def _attempt(
+    action: CommandAction, facts: CommandFacts, launch: SimpleCommand, logs: list[str]
+) -> dict:
     """An attempt as its command makes it, before any process is seen (`seen` 0): what the
     agent wrote (already redacted), where, when, the files its output goes to and its ports.
     A snapshot binds it to the process it spawned (`snapshotter/launch_history.py`)."""
@@ -250,7 +253,7 @@ def _attempt(action: CommandAction, facts: CommandFacts, launch: SimpleCommand) 
         "expected_ports": sorted(set(facts.ports))[:32],
         "command": action.command,
         "tool_id": action.tool_id,
-        "logs": rules.launch_logs(facts, launch, action.cwd),
+        "logs": logs,
         "seen": 0,
     }
 
