@@ -470,3 +470,29 @@ def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_alike_workers_fold_beside_the_one_that_waits_elsewhere() -> None:
+    """Seven ranks polling and rank 3 blocked opening its weights: the seven are one row, rank
+    3 a row of its own (the group used to fold nothing once one member differed)."""
+    from datetime import UTC, datetime
+
+    from ctxd.collectors.proc.procsummary import workers
+    from ctxd.models import ProcessInfo
+
+    t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+
+    def row(pid: int, rank: int | None, waiting: str) -> ProcessInfo:
+        argv = ["python3", "serve.py"] + (["--tp-rank", str(rank)] if rank is not None else [])
+        return ProcessInfo(watch_id=1, pid=pid, ppid=1 if rank is None else 100, name="python3",
+                           state="sleeping", started_at=t0, age_s=20, root=rank is None,
+                           tree=100, argv=argv, rss_bytes=60 * 2**20, cpu_percent=0.0,
+                           waiting=waiting)  # fmt: skip
+
+    ranks = [row(200 + r, r, "wait_for_partner (openat)" if r == 3 else "hrtimer_nanosleep")
+             for r in range(8)]  # fmt: skip
+    (group,) = workers([row(100, None, "do_wait (wait4)"), *ranks])
+    assert group.count == 8 and sorted(group.pids) == [200, 201, 202, 204, 205, 206, 207]
+    # no majority alike: nothing folds
+    split = [row(300 + r, r, f"w{r % 2}") for r in range(4)]
+    assert workers([row(100, None, "x"), *split])[0].pids == []

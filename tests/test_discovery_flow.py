@@ -132,3 +132,27 @@ def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -
             if proc is not None and proc.poll() is None:
                 os.killpg(proc.pid, 9)
                 proc.wait(timeout=10)
+
+
+def test_the_workspace_line_tells_source_changes_from_outputs(tmp_path: Path):
+    """A tracked file edited since HEAD is named with its line counts, apart from what is not
+    in git at all (logs, a build's output), which a reader must not take for code changes."""
+    from ctxd.models import Session
+    from ctxd.snapshotter.agent_context import _workspace
+    from ctxd.store.database import Store
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "serve.py").write_text("a = 1\nb = 2\n")
+    subprocess.run([*git, "add", "serve.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    (tmp_path / "serve.py").write_text("a = 1\nb = 3\nc = 4\n")
+    (tmp_path / "server.log").write_text("up\n")
+    section = git_section(str(tmp_path))
+    assert section is not None
+    assert section.lines == {"serve.py": "+2 -1"} and section.untracked == {"server.log"}
+    at = datetime.now(UTC)
+    times = {"created_at": at, "updated_at": at, "last_activity_at": at}
+    session = Session.model_validate({"id": "w", "cwd": str(tmp_path), **times})
+    line = _workspace(Store(tmp_path / "ctxd.db"), session, section) or ""
+    assert "changed since HEAD: serve.py (+2 -1)" in line and "not in git: server.log" in line

@@ -37,9 +37,10 @@ ASK = (
 )
 
 LAUNCHER = '''\
-"""An SGLang-like launcher: it starts its 8 tensor-parallel workers (RANK set, `--tp-rank N`),
-which load their weight shards and then wait for every rank to report ready; rank 3 never
-finishes loading its shard, so the others wait forever and the port never opens. With a static
+"""An SGLang-like launcher: it starts its 8 tensor-parallel workers (RANK set, `--tp-rank N`,
+the server's own flags), which each read their slice of the weights and then wait for every
+rank to report ready. Rank 3's slice sits on a stalled mount (here a FIFO nobody writes: its
+open() never returns), so the others wait forever and the port never opens. With a static
 memory fraction over 0.9 and CUDA graphs on, graph capture runs out of GPU memory after the
 load, as SGLang's does. Log lines carry the real time; the stand-in nvidia-smi shows the
 workers holding memory."""
@@ -48,8 +49,12 @@ import argparse, datetime, os, subprocess, sys, threading, time
 def log(text, file=sys.stdout):
     print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S} TP0] {text}", file=file, flush=True)
 
+def slice_path(rank):
+    return os.path.join(os.environ["WEIGHTS_CACHE"], f"tp{rank}.safetensors")
+
 def load_shard(rank):
-    time.sleep(3600)  # reading shard 3 from a stalled NFS mount never returns
+    with open(slice_path(rank), "rb") as weights:
+        return weights.read()
 
 def wait_for_all_ranks(rank):
     while not os.path.exists(f"/dev/shm/ready-{os.getppid()}"):
@@ -59,9 +64,19 @@ def worker(rank):
     held = bytearray(48 * 2**20)  # some host memory, as a CUDA process has
     for _ in range(3):  # its NCCL and pin-memory threads, idle
         threading.Thread(target=threading.Event().wait, daemon=True).start()
-    if rank == 3:
-        load_shard(rank)
+    load_shard(rank)
     wait_for_all_ranks(rank)
+
+def stage_weights(cache, tp):
+    os.makedirs(cache, exist_ok=True)
+    for rank in range(tp):
+        path = os.path.join(cache, f"tp{rank}.safetensors")
+        if os.path.lexists(path):
+            os.unlink(path)
+        if rank == 3:
+            os.mkfifo(path)  # on the stalled mount
+        else:
+            open(path, "wb").close()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -75,10 +90,13 @@ if __name__ == "__main__":
         worker(args.tp_rank)
         sys.exit(0)
     log(f"server_args: {vars(args)}")
+    cache = os.path.abspath(".weights-cache")
+    stage_weights(cache, args.tp)
     workers = [
         subprocess.Popen([sys.executable, "launch_server.py", "--worker", "--tp-rank", str(r),
-                          "--model-path", args.model_path],
-                         env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)})
+                          *sys.argv[1:]],
+                         env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                              "WEIGHTS_CACHE": cache})
         for r in range(args.tp)
     ]
     for shard in range(1, 5):  # an 8B model: 4 shards, some 16 GB, a second from NVMe
@@ -89,9 +107,11 @@ if __name__ == "__main__":
     if not args.disable_cuda_graph and args.mem_fraction_static > 0.9:
         log("Capture cuda graph begin. This can take up to several minutes.")
         print("Traceback (most recent call last):", file=sys.stderr)
-        print('  File "launch_server.py", line 51, in <module>', file=sys.stderr)
+        print('  File "launch_server.py", line 71, in <module>', file=sys.stderr)
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has"
-              " a total capacity of 139.81 GiB of which 1.19 GiB is free.", file=sys.stderr)
+              " a total capacity of 139.81 GiB of which 1.19 GiB is free. Of the allocated memory"
+              " 132.84 GiB is allocated by PyTorch (KV cache: mem_fraction_static=0.95).",
+              file=sys.stderr)
         for w in workers:
             w.kill()
         sys.exit(1)
@@ -100,6 +120,8 @@ if __name__ == "__main__":
     for w in workers:
         w.wait()
 '''
+
+GITIGNORE = "logs/\n*.log\ndist/\n.weights-cache/\n"
 
 MAKEFILE = """\
 wheel:
@@ -128,8 +150,11 @@ def workers():
             parent = open(f"/proc/{ppid}/cmdline", "rb").read()
         except OSError:
             continue
-        if cwd.endswith("/sglang-debug") and b"launch_server.py" in b" ".join(cmd) and b"launch_server.py" in parent:
-            found.append(int(pid))
+        line = b" ".join(cmd)
+        if cwd.endswith("/sglang-debug") and b"launch_server.py" in line and b"launch_server.py" in parent:
+            found.append(int(pid))  # a tensor-parallel worker: a GPU each
+        elif cwd.endswith("/trainer") and b"train.py" in line and b"train.py" not in parent:
+            found.append(int(pid))  # a training run on GPU 0
     return sorted(found)[:8]
 held = workers()
 query = next((a for a in sys.argv if a.startswith("--query")), "")
@@ -180,7 +205,11 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     top.mkdir()
     (top / "launch_server.py").write_text(LAUNCHER)
     (top / "Makefile").write_text(MAKEFILE)
-    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    (top / ".gitignore").write_text(GITIGNORE)
+    git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "SGLang launcher and the kernel's Makefile"], check=True)
     yield top
     for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
         if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
@@ -262,7 +291,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # by the job's own line (the others wait for it)
     stuck = [line for line in now.splitlines() if "stuck:" in line]
     assert stuck and "critical" in stuck[0], now
-    assert "rank 3 (pid" in stuck[0] and "time.sleep(3600)" in stuck[0], stuck[0]
+    assert "rank 3 (pid" in stuck[0] and "open(slice_path(rank)" in stuck[0], stuck[0]
     assert "wait_for_all_ranks" in context or "time.sleep(0.5)" in stuck[0], stuck[0]
     # no chatter of ctxd's own in what the model gets
     assert "Where this dump lives" not in context and "Watched without being asked" not in context
@@ -298,7 +327,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
                 bash=f"mkdir -p logs; {LAUNCH} --mem-fraction-static 0.95"
                 " > logs/attempt1.log 2>&1 &"
             ),
-            Step(bash="sleep 2; tail -3 logs/attempt1.log"),
+            Step(bash="sleep 3; tail -3 logs/attempt1.log"),
             Step(
                 bash=f"HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.85 --disable-cuda-graph"
                 " --log-level debug > server.log 2>&1 &"

@@ -73,7 +73,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
                 bash=f"mkdir -p logs; {LAUNCH} --mem-fraction-static 0.95"
                 " > logs/attempt1.log 2>&1 &"
             ),
-            Step(bash="sleep 2; tail -3 logs/attempt1.log"),
+            Step(bash="sleep 3; tail -3 logs/attempt1.log"),
             Step(
                 bash=f"HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.85 --disable-cuda-graph"
                 " --log-level debug > server.log 2>&1 &"

@@ -22,24 +22,56 @@ import pytest
 from tests.conftest import Server
 from tests.scripted_model import Step
 from tests.scripted_openai import MODEL, ScriptedOpenAI
-from tests.test_harness_claude import gpu_server  # noqa: F401  (a fixture)
+from tests.test_harness_claude import come_back_later, gpu_server  # noqa: F401  (a fixture)
 
 OPENCODE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "opencode"
 SECRET = "hf_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"
 
 TRAINER = '''\
-"""A training run that stalls: it logs a few steps, then waits on a data loader forever."""
-import argparse, sys, time
-parser = argparse.ArgumentParser()
-parser.add_argument("--lr"); parser.add_argument("--batch-size", type=int)
-args = parser.parse_args()
-if args.batch_size > 128:
-    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.00 GiB", file=sys.stderr)
-    sys.exit(1)
-for step in range(1, 4):
-    print(f"step {step} loss {2.5 / step:.3f} lr {args.lr}", flush=True)
-print("waiting for dataloader worker 3 (timeout in 1800 s)", flush=True)
-time.sleep(10**6)
+"""A training run that stalls: its 4 data loader workers (processes, as torch's DataLoader
+starts them) read their shards and feed a queue; worker 3's shard sits on a stalled mount (a
+FIFO nobody writes: its open() never returns), so after three steps the loop waits for its
+batch forever. A batch of 256 asks more GPU memory than a GPU has."""
+import argparse, multiprocessing as mp, os, sys
+
+def load_worker(worker_id, shards, out):
+    with open(os.path.join(shards, f"shard-{worker_id}.bin"), "rb") as shard:
+        out.put(shard.read(4096))
+    mp.Event().wait()  # a worker stays up for the next epoch
+
+def stage_shards(shards):
+    os.makedirs(shards, exist_ok=True)
+    for worker_id in range(4):
+        path = os.path.join(shards, f"shard-{worker_id}.bin")
+        if os.path.lexists(path):
+            os.unlink(path)
+        if worker_id == 3:
+            os.mkfifo(path)  # on the stalled mount
+        else:
+            with open(path, "wb") as f:
+                f.write(os.urandom(4096))
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr"); parser.add_argument("--batch-size", type=int)
+    args = parser.parse_args()
+    if args.batch_size > 128:
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 162.00 GiB. GPU 0 has"
+              " a total capacity of 139.81 GiB of which 139.40 GiB is free.", file=sys.stderr)
+        sys.exit(1)
+    held = bytearray(160 * 2**20)  # the model and optimizer state, on the host side
+    shards = os.path.abspath(".data-cache")
+    stage_shards(shards)
+    batches = [mp.Queue() for _ in range(4)]  # a batch in turn from each worker
+    workers = [mp.Process(target=load_worker, args=(w, shards, batches[w]), name=f"loader-{w}")
+               for w in range(4)]
+    for w in workers:
+        w.start()
+    for step in range(1, 4):
+        batches[step - 1].get()
+        print(f"step {step} loss {2.5 / step:.3f} lr {args.lr}", flush=True)
+    print("waiting for dataloader worker 3 (timeout in 1800 s)", flush=True)
+    batches[3].get(timeout=1800)
 '''
 
 LAUNCH = "nohup python3 train.py --lr 3e-4"
@@ -50,7 +82,11 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     top = tmp_path / "trainer"
     top.mkdir()
     (top / "train.py").write_text(TRAINER)
-    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    (top / ".gitignore").write_text("*.log\n.data-cache/\n")
+    git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "trainer"], check=True)
     yield top
     for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
         if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
@@ -118,8 +154,10 @@ def trainer_session(server: Server) -> str:
 def trainer(workspace: Path) -> psutil.Process:
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         mine = proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(workspace)
-        if mine and "--batch-size" in (proc.info["cmdline"] or []):
-            return proc
+        parent = proc.parent()
+        loader = parent is not None and "--batch-size" in parent.cmdline()
+        if mine and "--batch-size" in (proc.info["cmdline"] or []) and not loader:
+            return proc  # the run itself, not one of its data loader workers
     raise AssertionError("the training run is not running")
 
 
@@ -159,6 +197,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert json.loads(config.read_text())["mcp"]["ctxd"]["url"] == f"{server.url}/mcp"
     try:
         opencode(["The training run stalls after three steps; find out why."], workspace, env)
+        come_back_later()
         opencode(["--continue", "continue"], workspace, env)
     finally:
         model.close()

@@ -63,6 +63,8 @@ class GitSection:
     subject: str = ""
     dirty: list[str] = field(default_factory=list)  # at most DIRTY_MAX paths
     dirty_count: int = 0
+    untracked: set[str] = field(default_factory=set)  # those of `dirty` not in git at all
+    lines: dict[str, str] = field(default_factory=dict)  # a tracked change's "+3 -1"
 
 
 def _git(cwd: str, *args: str, timeout: float) -> str | None:
@@ -79,11 +81,13 @@ def _git(cwd: str, *args: str, timeout: float) -> str | None:
     return done.stdout.decode("utf-8", "replace")
 
 
-def _parse_status(text: str) -> tuple[str | None, str | None, list[str]]:
-    """(branch, full head sha, changed paths) from `git status --porcelain=v2 --branch -z`."""
+def _parse_status(text: str) -> tuple[str | None, str | None, list[str], set[str]]:
+    """(branch, full head sha, changed paths, those of them untracked) from
+    `git status --porcelain=v2 --branch -z`."""
     branch: str | None = None
     oid: str | None = None
     paths: list[str] = []
+    untracked: set[str] = set()
     records = text.split("\0")
     skip_next = False
     for record in records:
@@ -105,7 +109,19 @@ def _parse_status(text: str) -> tuple[str | None, str | None, list[str]]:
             paths.append(record.split(" ", 10)[-1])
         elif record.startswith("? "):
             paths.append(record[2:])
-    return branch, oid, paths
+            untracked.add(record[2:])
+    return branch, oid, paths, untracked
+
+
+def _numstat(text: str) -> dict[str, str]:
+    """{path: "+3 -1"} from `git diff --numstat -z` ("-" for a binary file's counts)."""
+    out = {}
+    for record in text.split("\0"):
+        added, _, rest = record.partition("\t")
+        removed, _, path = rest.partition("\t")
+        if path:
+            out[path] = "binary" if added == "-" else f"+{added} -{removed}"
+    return out
 
 
 def git_section(
@@ -115,9 +131,14 @@ def git_section(
     status = _git(top, "status", "--porcelain=v2", "--branch", "-z", timeout=timeout)
     if status is None:
         return None
-    branch, oid, paths = _parse_status(status)
+    branch, oid, paths, untracked = _parse_status(status)
     section = GitSection(top=top, branch=branch, head=None, dirty=paths[:dirty_max])
     section.dirty_count = len(paths)
+    section.untracked = untracked & set(section.dirty)
+    tracked = [p for p in section.dirty if p not in untracked]
+    if oid and tracked:  # how much each change is: a one-line edit reads unlike a rewrite
+        numstat = _git(top, "diff", "--numstat", "-z", "HEAD", "--", *tracked, timeout=timeout)
+        section.lines = _numstat(numstat or "")
     if oid:
         line = _git(top, "log", "-1", "--format=%h%x00%s", timeout=timeout) or ""
         short, _, subject = line.rstrip("\n").partition("\0")

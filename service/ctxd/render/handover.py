@@ -85,8 +85,9 @@ def _user(s: Snapshot) -> list[str]:
             return [f"**The user's latest message**: {_quote(n.latest_message, MESSAGE_CHARS)}"]
         return []
     latest = said[-1]
-    if len(said) == 1 and latest.text == n.objective:
-        return []  # the objective is that message, and says so
+    if len(said) == 1 and latest.text == n.objective:  # the objective quotes it already
+        return [f"**The user's latest message**: the objective above ({_clock(latest.at)});"
+                " nothing since"]  # fmt: skip
     if latest.text.strip():
         words = _quote(latest.text, MESSAGE_CHARS)
     else:
@@ -184,6 +185,8 @@ def _program(item: HistoryItem) -> str:
 
 def _quote(text: str, limit: int) -> str:
     one = " ".join(text.split())
+    if len(one) > 1 and one[0] == one[-1] and one[0] in "\"'":
+        one = one[1:-1]  # already quoted where it was typed: one pair of marks is enough
     if len(one) > limit:
         one = one[: limit - 1] + "…"
     return f"“{one}”"

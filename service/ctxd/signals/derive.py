@@ -2,12 +2,13 @@
 
 from collections import Counter
 from collections.abc import Set
+from datetime import datetime
 
 from ctxd.discovery.launches import process_name
 from ctxd.fmt import human_bytes, human_duration
 from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
-from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_logs
+from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_for, silent_logs
 from ctxd.signals.slurm import slurm_jobs
 from ctxd.snapshotter import happened
 from ctxd.thresholds import (
@@ -22,18 +23,22 @@ from ctxd.thresholds import (
 
 
 def derive(
-    current: Observations, previous: Observations | None, earlier_runs: Set[str] = frozenset()
+    current: Observations,
+    previous: Observations | None,
+    earlier_runs: Set[str] = frozenset(),
+    at: datetime | None = None,
 ) -> list[Signal]:
     """The signals of an observation, worst first; `earlier_runs`: logs of runs that ended
-    (attempts' own logs), never taken as what the running one says."""
+    (attempts' own logs), never taken as what the running one says; `at`: the version's
+    instant, which the ages and silences they state are counted to, as the dump's are."""
     signals = [
-        *stuck_trees(current, earlier_runs),
+        *stuck_trees(current, earlier_runs, at),
         *log_errors(current, previous),
         *exited_processes(current, previous),
-        *idle_processes(current),
+        *idle_processes(current, at),
         *expected_ports(current, earlier_runs),
         *ports_opened(current, previous),
-        *silent_logs(current),
+        *silent_logs(current, at),
         *zombies(current),
         *gpu_held_idle(current),
         *memory_growing(current),
@@ -67,14 +72,21 @@ def _idle_for(members: list[ProcessInfo]) -> float | None:
     return shortest if shortest > 0 else None
 
 
-def _of_age(span: float, age: float | None) -> str:
-    """ "7 s of its 11 s": a span next to the age it is part of (too early to call a hang?)."""
-    if age is None or age < span:
+def _of_age(span: float, members: list[ProcessInfo], at: datetime | None) -> str:
+    """ "7 s of its 11 s": a span next to the age of the oldest member (too early to call a
+    hang?), counted to the version's instant `at` as the process table counts it."""
+    if not members:
+        return human_duration(span)
+    oldest = min(members, key=lambda p: p.started_at)
+    age = oldest.age_s if at is None else int(at.timestamp()) - int(oldest.started_at.timestamp())
+    if age < span:
         return human_duration(span)
     return f"{human_duration(span)} of its {human_duration(age)}"
 
 
-def stuck_trees(current: Observations, earlier_runs: Set[str] = frozenset()) -> list[Signal]:
+def stuck_trees(
+    current: Observations, earlier_runs: Set[str] = frozenset(), at: datetime | None = None
+) -> list[Signal]:
     """A tree alive with every member idle past the threshold, and evidence it should not be:
     its port closed, or its own log silent (a log an ended attempt wrote, `earlier_runs`, or
     one another process writes, says nothing of this tree). Where its ranks wait comes first:
@@ -96,7 +108,7 @@ def stuck_trees(current: Observations, earlier_runs: Set[str] = frozenset()) -> 
             if log.silent_for_s >= threshold and theirs:
                 last = log.lines[-1].strip()[:120] if log.lines else ""
                 tail = f", last line: {last}" if last else ""
-                evidence.append(f"log {log.path} silent {human_duration(log.silent_for_s)}{tail}")
+                evidence.append(f"log {log.path} silent {silent_for(log, at)}{tail}")
         if not evidence:
             continue  # idle and serving (or nothing expected of it): waiting, not stuck
         # where they wait, one entry per distinct point (eight in one call is one), the tree's
@@ -112,8 +124,10 @@ def stuck_trees(current: Observations, earlier_runs: Set[str] = frozenset()) -> 
             evidence.append(("the others " if top else "") + "waiting in " + ", ".join(points))
         apart = ranks.apart(members, current.processes.stuck_stacks, tree)
         evidence += [] if apart else _python_waits(current, tree)
-        age = max((p.age_s for p in members), default=None)
-        text = f"stuck: all {len(members)} processes in tree {tree} idle for {_of_age(idle, age)}"
+        text = (
+            f"stuck: all {len(members)} processes in tree {tree} idle for"
+            f" {_of_age(idle, members, at)}"
+        )
         signals.append(
             Signal(severity="critical", code="stuck", subject=str(tree),
                    text="; ".join([text, *apart, *evidence]))
@@ -159,7 +173,7 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
     return signals
 
 
-def idle_processes(current: Observations) -> list[Signal]:
+def idle_processes(current: Observations, at: datetime | None = None) -> list[Signal]:
     """Many idle workers say "stuck" louder than one row each: group them."""
     procs = [
         p for p in current.processes.items if p.cpu_percent is not None and p.state != "zombie"
@@ -174,8 +188,7 @@ def idle_processes(current: Observations) -> list[Signal]:
         return []  # serving: a server waiting for requests idles, and that is fine
     spans = [p.idle_for_s for p in procs]
     known = [s for s in spans if s is not None]
-    age = max((p.age_s for p in procs), default=None)
-    since = f" for {_of_age(min(known), age)}" if known and len(known) == len(spans) else ""
+    since = f" for {_of_age(min(known), procs, at)}" if known and len(known) == len(spans) else ""
     threshold = current.processes.stuck_after_s or STUCK_AFTER_S
     if since and min(known) < threshold:
         since += f": too early to call a hang (stuck takes {human_duration(threshold)} idle)"

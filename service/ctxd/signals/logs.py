@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from ctxd.collectors._logtext import error_line_indexes
-from ctxd.fmt import human_duration
+from ctxd.fmt import between, human_duration
 from ctxd.models import LogInfo, Observations, Signal
 from ctxd.models.snapshot import Severity
 from ctxd.snapshotter import happened
@@ -73,17 +73,26 @@ def log_errors(current: Observations, previous: Observations | None) -> list[Sig
     return signals
 
 
-def silent_logs(current: Observations) -> list[Signal]:
+def silent_for(log: LogInfo, at: datetime | None) -> str:
+    """How long a log has said nothing, to the version's instant `at` as its section says it."""
+    return human_duration(log.silent_for_s) if at is None else between(log.modified_at, at)
+
+
+def silent_logs(current: Observations, at: datetime | None = None) -> list[Signal]:
     signals = []
     for log in current.logs.items:
         if log.silent_for_s < LOG_SILENT_AFTER_S:
             continue
         last = log.lines[-1].strip() if log.lines else ""
         tail = f"; last line: {last[:120]}" if last else ""
-        silent = human_duration(log.silent_for_s)
+        silent = silent_for(log, at)
         if log.writer_pid is not None and log.writer_started_at is not None:
             lived = (log.modified_at - log.writer_started_at).total_seconds()
-            ran = human_duration(lived + log.silent_for_s)
+            ran = (
+                human_duration(lived + log.silent_for_s)
+                if at is None
+                else between(log.writer_started_at, at)
+            )
             silent += (
                 f", nothing since its writer (pid {log.writer_pid}) started {ran} ago"
                 if lived <= 0

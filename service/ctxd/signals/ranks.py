@@ -30,7 +30,7 @@ _LIBRARY = re.compile(r"(^|/)(lib/python[\d.]*/|site-packages/|dist-packages/|<f
 # A decorator's frame between the job's call and the library function it called.
 _WRAPPER = re.compile(r"(^|\.)(wrapper|wrapped|inner|decorator|decorated|_fn|fn)$|<locals>")
 APART_SHOWN = 3
-PIDS_SHOWN = 4
+PIDS_SHOWN = 8  # a node's ranks, all named
 
 
 @dataclass(frozen=True)

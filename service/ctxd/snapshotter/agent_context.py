@@ -59,14 +59,29 @@ def _workspace(store: Store, session: Session, git: GitSection | None) -> str | 
             where += f" at {git.head} ({git.subject})" if git.subject else f" at {git.head}"
         parts.append(where)
         if git.dirty_count:
-            shown = ", ".join(git.dirty)
-            hidden = git.dirty_count - len(git.dirty)
-            more = f" and {hidden} more" if hidden > 0 else ""
-            parts.append(f"{git.dirty_count} changed: {shown}{more}")
+            parts += _dirty(git)
     if recent:
         top = session.cwd or ""
         parts.append("edited lately: " + ", ".join(_short(p, top) for p in recent))
     return redact.text("; ".join(parts)) if parts else None
+
+
+def _dirty(git: GitSection) -> list[str]:
+    """What differs from HEAD, source apart from outputs: "changed since HEAD: Makefile
+    (+2 -0)"; "not in git: dist/, server.log"."""
+    tracked = [p for p in git.dirty if p not in git.untracked]
+    new = [p for p in git.dirty if p in git.untracked]
+    hidden = git.dirty_count - len(git.dirty)
+    out = []
+    if tracked:
+        since = "since HEAD" if git.head else "staged"
+        shown = ", ".join(f"{p} ({git.lines[p]})" if p in git.lines else p for p in tracked)
+        out.append(f"changed {since}: {shown}")
+    if new:
+        out.append(f"not in git: {', '.join(new)}")
+    if hidden > 0:
+        out.append(f"and {hidden} more changed paths")
+    return out
 
 
 def _short(path: str, top: str) -> str:

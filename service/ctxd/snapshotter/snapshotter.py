@@ -134,7 +134,7 @@ class Snapshotter:
             title=session.title,
             narrative=narrative,
             signals=attempt_signals.restate(
-                signals.derive(observations, before, ended),
+                signals.derive(observations, before, ended, at=taken),
                 narrative.history,
                 observations,
                 every_log,

@@ -74,7 +74,7 @@ def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
     gpus = s.observations.gpus.items
     if gpus and all(proc.pid in trees for g in gpus for proc in g.processes):
         left["gpus"] = "GPUs"
-    return "ports and GPUs (the handover names the running attempt's)"
+    return "the Ports and GPUs sections (the handover gives the running attempt's port and GPUs)"
 
 
 def _logs_to(lines: int) -> Step:

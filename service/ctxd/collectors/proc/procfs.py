@@ -203,9 +203,12 @@ def cmdline(pid: int, proc: Path = PROC) -> list[str]:
 
 # The calls a blocked server or worker waits in, by their x86_64 numbers (/proc/PID/syscall).
 _SYSCALLS_X86_64 = {
-    0: "read", 7: "poll", 23: "select", 35: "nanosleep", 43: "accept", 45: "recvfrom",
-    47: "recvmsg", 61: "wait4", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
-    270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 288: "accept4", 441: "epoll_pwait2",
+    0: "read", 1: "write", 2: "open", 7: "poll", 17: "pread64", 23: "select", 34: "pause",
+    35: "nanosleep", 42: "connect", 43: "accept", 44: "sendto", 45: "recvfrom", 46: "sendmsg",
+    47: "recvmsg", 61: "wait4", 72: "fcntl", 73: "flock", 128: "rt_sigtimedwait",
+    130: "rt_sigsuspend", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
+    257: "openat", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 288: "accept4",
+    437: "openat2", 441: "epoll_pwait2",
 }  # fmt: skip
 _X86_64 = platform.machine() == "x86_64"  # asked once: platform.machine() costs ~20 us a call
 

@@ -3,7 +3,7 @@
 import re
 from collections import defaultdict
 
-from ctxd.collectors.proc.argv import fold_workers, shape
+from ctxd.collectors.proc.argv import fold_workers, is_python, shape
 from ctxd.models import ProcessInfo, WorkerGroup
 
 # Beyond this many rows the dump shows a summary and the most telling rows, not a long table.
@@ -41,13 +41,20 @@ def workers(items: list[ProcessInfo]) -> list[WorkerGroup]:
             by_shape[shape(p.argv)].append(p)
         for n, cmd in fold_workers([p.argv for p in children])[:WORKER_LINES]:
             members = next((m for m in by_shape.values() if _folds_to(m, n, cmd)), [])
-            alike = len(members) > 1 and _alike(members)
+            core = _alike_core(members)
             groups.append(
-                WorkerGroup(tree=root.pid, count=n, command=cmd,
-                            pids=[p.pid for p in members] if alike else [],
-                            ranks=_ranks(cmd) if alike else None)
+                WorkerGroup(tree=root.pid, count=n, command=_as_typed(cmd),
+                            pids=[p.pid for p in core], ranks=_ranks(cmd) if core else None)
             )  # fmt: skip
     return groups
+
+
+def _as_typed(command: str) -> str:
+    """A folded command line as a person types it: `python3 serve.py --rank {0..7}`, the
+    interpreter by its name rather than its path (the top's executable is said beside it)."""
+    program, space, rest = command.partition(" ")
+    name = program.rsplit("/", 1)[-1]
+    return f"{name}{space}{rest}" if "/" in program and is_python(name) else command
 
 
 def _folds_to(members: list[ProcessInfo], count: int, command: str) -> bool:
@@ -58,6 +65,21 @@ def _band(p: ProcessInfo) -> tuple[str, str, int, str | None]:
     """What a reader compares workers by: name, state, idle or how busy, where it waits."""
     cpu = p.cpu_percent or 0.0
     return p.name, p.state, 0 if cpu < 1 else 1 + int(cpu // 25), p.waiting
+
+
+def _alike_core(members: list[ProcessInfo]) -> list[ProcessInfo]:
+    """The members alike enough to show as one row: all of them, else the most of them that
+    are (more than half: the odd one out, a rank waiting elsewhere, gets its own row); none
+    when no such majority is."""
+    if len(members) < 2:
+        return []
+    if _alike(members):
+        return members
+    bands: dict[tuple[str, str, int, str | None], list[ProcessInfo]] = defaultdict(list)
+    for p in members:
+        bands[_band(p)].append(p)
+    most = max(bands.values(), key=len)
+    return most if 2 * len(most) > len(members) and _alike(most) else []
 
 
 def _alike(members: list[ProcessInfo]) -> bool:
