@@ -173,7 +173,9 @@ def test_a_hostile_process_yields_a_safe_relaunch_block_and_escaped_text(
         ("lone\rcr", "lone\\rcr"),
         ("crlf\r\nends\r\n", "crlf\nends\n"),
         ("tab\tand\nnewline", "tab\tand\nnewline"),
-        ("ü🙂 \u200b\ufeff 中文 עברית", "ü🙂 \u200b\ufeff 中文 עברית"),
+        ("ü🙂 中文 עברית", "ü🙂 中文 עברית"),
+        # invisible: `s\u200bleep` reads as `sleep` (issue 39)
+        ("s\u200bleep \ufeff\u2060\u00ad\u200d", "s\\u200bleep \\ufeff\\u2060\\xad\\u200d"),
         ("already \\x1b escaped", "already \\x1b escaped"),
     ],
 )

@@ -114,3 +114,28 @@ def test_the_stuck_signal_folds_waiting_points() -> None:
         "its top (pid 10) waiting in hrtimer_nanosleep (clock_nanosleep); "
         "the others waiting in futex_do_wait (futex) \N{MULTIPLICATION SIGN}8"
     )
+
+
+X86_64 = platform.machine() == "x86_64"
+
+
+def test_what_a_blocked_call_waits_on_is_named(tmp_path: Path) -> None:
+    """A process blocked opening a FIFO (as on a stalled mount: open() never returns) is said
+    to be opening that path, a relative one resolved in its folder; one blocked reading its
+    stdin is said to wait on that pipe. Real processes; the kernel's own records."""
+    if not X86_64:
+        return  # the call numbers read are x86_64's
+    os.mkfifo(tmp_path / "tp3.safetensors")
+    opener = subprocess.Popen([sys.executable, "-c", "open('tp3.safetensors', 'rb')"], cwd=tmp_path)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.buffer.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        wait_until(lambda: procfs.blocked_on(opener.pid) == str(tmp_path / "tp3.safetensors"),
+                   "the path being opened")  # fmt: skip
+        wait_until(lambda: (procfs.blocked_on(reader.pid) or "").startswith("pipe:["),
+                   "the pipe being read")  # fmt: skip
+    finally:
+        for proc in (opener, reader):
+            proc.kill()
+            proc.wait()

@@ -43,11 +43,13 @@ def utc(moment: datetime | None) -> str:
 
 # What a terminal or a viewer acts on instead of showing: C0 controls (tab and newline are
 # text), DEL, C1 (0x9b is a CSI), the bidi marks, embeddings, overrides and isolates (they
-# reorder what a line reads), the line and paragraph separators, and the tag characters
-# (invisible text that a model still reads).
+# reorder what a line reads), the line and paragraph separators, the tag characters
+# (invisible text that a model still reads) and the zero-width and invisible ones (`s\u200bleep`
+# reads as `sleep` and is not: the soft hyphen, the Mongolian vowel separator, zero-width
+# space, joiners, word joiner and invisible operators, the byte order mark).
 _UNSEEN = (
-    r"\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
-    r"\U000e0000-\U000e007f"
+    r"\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+    r"\u2066-\u2069\ufeff\U000e0000-\U000e007f"
 )
 _UNSEEN_IN_TEXT = re.compile(rf"\r\n|[{_UNSEEN}]")  # a CRLF line end reads as a newline
 _UNSEEN_IN_LINE = re.compile(rf"[\t\n{_UNSEEN}]")

@@ -31,8 +31,9 @@ _BUILTINS = {
     "cd", "pushd", "popd", "export", "source", ".", "set", "unset", "echo", "printf",
     "true", "false", "wait", "trap", "ulimit", "umask", "alias", "read", "test", "[",
 }  # fmt: skip
-# `$(…)`, `${…}`, `$VAR` and backquotes: what they name is only known by running them.
-_EXPANDS = re.compile(r"[$`]")
+# `$(…)`, `${…}`, `$VAR` and backquotes: what they name is only known by running them; so is
+# a glob's (`> logs/*.log` writes one file, or fails as ambiguous: never a watch of all).
+_EXPANDS = re.compile(r"[$`*?[]")
 
 
 def watch_key(watch: Mapping[str, Any]) -> tuple[str, str]:

@@ -54,6 +54,8 @@ class ProcessInfo(BaseModel):
     waiting: Annotated[str | None, VOLATILE] = (
         None  # a sleeping process's kernel wait: "futex_do_wait (futex)"
     )
+    # what that call waits on, when it names it: the path it opens, the file or socket it reads
+    waiting_on: Annotated[str | None, VOLATILE] = None
     # roots: lines that start it again as it ran (_relaunch.py)
     relaunch: list[str] = Field(default_factory=list)
     host: str | None = None  # the peer it was observed on; None: this host

@@ -155,6 +155,18 @@ def _library(path: str) -> bool:
     return path.startswith("<") or top in sys.stdlib_module_names or bool(_LIBRARY.search(path))
 
 
+def _on(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
+    """ ", opening /data/tp3.safetensors": what the call they all sit in waits on, when the
+    kernel names one thing for all of them (the path being opened, the file or socket read)."""
+    found = {(p.waiting or "", p.waiting_on) for pid in pids if (p := by_pid.get(pid))}
+    if len(found) != 1:
+        return ""
+    ((waiting, on),) = found
+    if not on:
+        return ""
+    return f", opening {on}" if "(open" in waiting else f", on {on}"
+
+
 def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: str) -> list[str]:
     """One line saying where the tree's ranks (or, without any rank, its workers) wait, group
     by group, when they do not all wait in the same place; the launcher's own wait (the
@@ -182,7 +194,7 @@ def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: st
     for i, (said, pids) in enumerate(ordered[: APART_SHOWN + 1]):
         who = _who(sorted(pids), by_pid, ranked)
         verb = ("waits" if len(pids) == 1 else "wait") if i == 0 else ""
-        parts.append(f"{who} {verb + ' ' if verb else ''}in {said}")
+        parts.append(f"{who} {verb + ' ' if verb else ''}in {said}{_on(pids, by_pid)}")
     if len(ordered) > APART_SHOWN + 1:
         parts.append(f"{len(ordered) - APART_SHOWN - 1} more places")
     for pid, said in launcher[:1]:

@@ -69,12 +69,20 @@ def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
     trees = _live_trees(s)
     watched = {w for p in s.observations.processes.items if p.pid in trees for w in [p.watch_id]}
     ports = s.observations.ports.items
+    dropped = []
     if ports and all(p.expected_by in watched for p in ports):
         left["ports"] = "ports"
+        dropped.append(("Ports", "port"))
     gpus = s.observations.gpus.items
     if gpus and all(proc.pid in trees for g in gpus for proc in g.processes):
         left["gpus"] = "GPUs"
-    return "the Ports and GPUs sections (the handover gives the running attempt's port and GPUs)"
+        dropped.append(("GPUs", "GPUs"))
+    if not dropped:
+        return "nothing"
+    sections = " and ".join(name for name, _ in dropped)
+    said = " and ".join(what for _, what in dropped)
+    plural = "sections" if len(dropped) > 1 else "section"
+    return f"the {sections} {plural} (the handover gives the running attempt's {said})"
 
 
 def _logs_to(lines: int) -> Step:

@@ -1,5 +1,6 @@
 """Reads /proc for what psutil does cheaply not: stat lines, descriptors, sockets, wait points."""
 
+import contextlib
 import itertools
 import os
 import platform
@@ -211,6 +212,41 @@ _SYSCALLS_X86_64 = {
     437: "openat2", 441: "epoll_pwait2",
 }  # fmt: skip
 _X86_64 = platform.machine() == "x86_64"  # asked once: platform.machine() costs ~20 us a call
+
+
+# The blocking calls whose first argument is a descriptor (what it reads, writes, locks or
+# accepts on), and those that open a path (its pointer: open's first argument, openat's second).
+_ON_DESCRIPTOR = {0, 1, 17, 19, 20, 42, 43, 44, 45, 46, 47, 72, 73, 288}
+_OPENS_PATH = {2: 1, 257: 2, 437: 2}
+PATH_READ_MAX = 4096
+
+
+def blocked_on(pid: int, proc: Path = PROC) -> str | None:
+    """What a process blocked in a call waits on, when the call names it: the file or socket
+    its descriptor is (`read` on `pipe:[81234]`), or the path it is opening (`openat` of
+    `/data/shard-3.bin`, a FIFO: it waits for a writer; on a stalled mount, for the server),
+    read from /proc/PID/syscall and, for a path, the process's own memory (root's, or the
+    owner's with ptrace rights); the kernel stack says what kind of wait it is (`fifo_open`).
+    None when it names nothing or cannot be read."""
+    if not _X86_64:
+        return None
+    try:
+        fields = read_proc(f"{proc}/{pid}/syscall").decode(errors="replace").split()
+        number, args = int(fields[0]), [int(a, 16) for a in fields[1:7]]
+        if number in _ON_DESCRIPTOR:
+            return os.readlink(f"{proc}/{pid}/fd/{args[0]}")
+        if number not in _OPENS_PATH:
+            return None
+        with open(f"{proc}/{pid}/mem", "rb", buffering=0) as mem:
+            mem.seek(args[_OPENS_PATH[number] - 1])
+            raw = mem.read(PATH_READ_MAX).split(b"\0", 1)[0]
+    except (OSError, ValueError, IndexError, OverflowError):
+        return None
+    path = raw.decode(errors="replace")
+    if path and not path.startswith("/"):  # never stat'ed: on a stalled mount, that blocks too
+        with contextlib.suppress(OSError):
+            path = os.path.normpath(os.path.join(os.readlink(f"{proc}/{pid}/cwd"), path))
+    return path or None
 
 
 def waiting_point(pid: int, proc: Path = PROC) -> str | None:

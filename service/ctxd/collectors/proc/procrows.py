@@ -39,6 +39,7 @@ class Unmoved:
     memory: tuple[int, int]  # rss, vms
     info: dict[str, Any]  # cmdline, cwd, exe
     waiting: str | None
+    waiting_on: str | None
     descriptors: tuple[int, set[int]] | None  # None: not permitted
 
 
@@ -126,13 +127,16 @@ def _describe(
     fields: dict[str, Any] = {
         "cpu_percent": _cpu_since_last(key, stat.cpu_ticks, state),
         "waiting": None,
+        "waiting_on": None,
     }
     known, descriptors = True, kept.descriptors if kept is not None else None
     if kept is not None:
-        fields["waiting"] = kept.waiting
+        fields["waiting"], fields["waiting_on"] = kept.waiting, kept.waiting_on
     else:
         if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
             fields["waiting"] = procfs.waiting_point(proc.pid)
+            if fields["waiting"]:
+                fields["waiting_on"] = procfs.blocked_on(proc.pid)
         known, descriptors = _read_descriptors(proc.pid, state)
     if known and descriptors is None:
         denied.append("open files and sockets")
@@ -171,7 +175,7 @@ def _describe(
     if runs is not None and kept is None and known:
         now = time.monotonic()
         state.unmoved[key] = Unmoved(runs, now, stat, (rss, vms), info, fields["waiting"],
-                                     descriptors)  # fmt: skip
+                                     fields["waiting_on"], descriptors)  # fmt: skip
     return row
 
 
