@@ -87,3 +87,37 @@ def test_read_only_data_dir_keeps_the_commit_and_files_come_back(
             assert (data / "ro" / f"v{version:04d}.md").exists(), version
     finally:
         stop_server(srv)
+
+
+def test_a_continue_on_a_store_read_only_at_start_gets_the_dump_unsaved(
+    small_fs: Path, tmp_path: Path
+) -> None:
+    """The data directory is read-only when ctxd starts (a filesystem remounted read-only,
+    then a restart): a bare "continue" still gets the dump it can build, saying it was not
+    saved, instead of a 503 that leaves the agent with nothing."""
+    data, project = small_fs / "data", tmp_path / "project"
+    project.mkdir()
+    srv = start_server(data, tmp_path / "ctxd.log")
+    payload = {"hook_event_name": "UserPromptSubmit", "session_id": "conv-ro",
+               "cwd": str(project), "prompt": "bring the server up"}  # fmt: skip
+    try:
+        with srv.client() as c:
+            assert c.post("/api/hooks/claude", json={"payload": payload}).status_code == 200
+    finally:
+        stop_server(srv)
+    subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(data)], check=True)
+        srv = start_server(data, tmp_path / "ctxd2.log")
+        try:
+            with srv.client() as c:
+                answer = c.post("/api/hooks/claude",
+                                json={"payload": {**payload, "prompt": "continue"}})  # fmt: skip
+            assert answer.status_code == 200, answer.text
+            context = answer.json()["context"]
+            assert "## Handover" in context and "bring the server up" in context, context
+            assert "not saved" in context, context
+        finally:
+            stop_server(srv)
+    finally:
+        subprocess.run(["umount", str(data)], check=False)

@@ -163,3 +163,11 @@ def test_each_launch_of_a_line_has_its_own_output_and_the_logs_the_line_names():
         ["/w/a.log", "/w/shared.log"],
         ["/w/b.log", "/w/shared.log"],
     ]
+
+
+def test_session_names_that_read_as_paths_or_devices_are_refused(client):
+    for name in ("a..b", "a.", "con", "nul.txt", "com1", "lpt9.log"):
+        answer = client.put(f"/api/sessions/{name}", json={})
+        assert answer.status_code == 400, (name, answer.status_code, answer.text)
+    for name in ("a.b", "console", "com10", "sglang-debug"):
+        assert client.put(f"/api/sessions/{name}", json={}).status_code in (200, 201), name

@@ -5,13 +5,27 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SESSION_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+# A dot is never doubled nor last (`a..b` reads as a path's parent); the length (64) is checked
+# beside the pattern wherever it is used.
+SESSION_ID_PATTERN = r"^[a-z0-9](?:[a-z0-9_-]|\.[a-z0-9_-]){0,63}$"
 # SESSION_ID_PATTERN in words, for a person who gave another name
 SESSION_ID_RULE = (
     "a session name is lowercase letters, digits, '.', '_' or '-', starting with a letter or "
-    "a digit, up to 64 characters"
+    "a digit, with no '..' and no '.' at its end, up to 64 characters, and not a device's "
+    "name (con, nul, com1, …)"
 )
-SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN)]
+# Names a system gives its devices (`con`, `nul.txt` on Windows, where a copied snapshots
+# folder may land): never a session's, whatever follows a dot.
+DEVICE_NAMES = frozenset(
+    {"con", "prn", "aux", "nul", "clock$"} | {f"{d}{n}" for d in ("com", "lpt") for n in range(10)}
+)
+
+
+def is_device_name(sid: str) -> bool:
+    return sid.split(".", 1)[0] in DEVICE_NAMES
+
+
+SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=64)]
 ShortText = Annotated[str, Field(max_length=200)]
 LongText = Annotated[str, Field(max_length=20_000)]
 

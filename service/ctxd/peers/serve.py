@@ -47,7 +47,7 @@ class Callers:
 
 
 class ObserveIn(Strict):
-    session: Annotated[str, Field(pattern=SESSION_ID_PATTERN)]
+    session: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=64)]
     purpose: Literal["snapshot", "preview", "probe"] = "snapshot"
     watches: list[Watch] = Field(default=[], max_length=200)
     only: list[Annotated[str, Field(max_length=64)]] | None = Field(None, max_length=32)

@@ -35,6 +35,7 @@ from ctxd.models import (
     WatchSpec,
     check_status,
 )
+from ctxd.models.base import SESSION_ID_RULE, is_device_name
 from ctxd.models.sessions import is_system_folder
 from ctxd.peers import serve as peers_serve
 from ctxd.peers.fanout import Peers, PeerStatus
@@ -87,6 +88,8 @@ class UseCases:
 
     def put_session(self, sid: str, data: SessionIn) -> tuple[Session, bool]:
         """Create or update a session; returns it and whether it was created."""
+        if is_device_name(sid):
+            raise Invalid(f"{sid!r} is a device's name on some systems: {SESSION_ID_RULE}")
         return self.store.put_session(self._active(sid), redact.scrub(data))
 
     def list_sessions(self, cwd: str | None = None) -> list[Session]:
@@ -296,6 +299,16 @@ class UseCases:
         the model (at most one dump per turn)."""
         adapter = harness_adapter(harness)
         event = adapter.event(given.payload)
+        budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
+        if self.store.read_only and (
+            (event.kind == "prompt" and is_continue(event.prompt))
+            or (event.kind == "start" and event.source in RESUME_SOURCES)
+        ):  # nothing can be recorded: the dump it asks for can still be built
+            known = self.store.conversation(harness, event.conversation)
+            scoped = self.store.list_sessions(cwd=event.cwd) if event.cwd.startswith("/") else []
+            sid = known["session"] if known else scoped[0].id if scoped else None
+            if sid is not None:
+                return HookOut(session=sid, context=recovery.unsaved(self.snap, sid, budget))
         ask = ResolveIn(
             harness=harness,
             session=given.session,
@@ -310,7 +323,6 @@ class UseCases:
         seen = (harness, event.conversation, event.event_id, given.harness_pid)
         if event.event_id and not self.turns.first(seen):
             return HookOut(session=sid)  # delivered again: ctxd's hooks are wired twice
-        budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
         out = HookOut(session=sid, message=placed.pointer)
         if event.kind in ("start", "prompt") and event.transcript_path:
             self.objective_from_transcript(sid, event.transcript_path)

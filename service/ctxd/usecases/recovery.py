@@ -274,6 +274,20 @@ def _with_note(markdown: str, note: str) -> str:
     return f"{title}\n\n{note}{rest.lstrip()}"
 
 
+def unsaved(snap: Snapshotter, sid: str, max_chars: int | None) -> str:
+    """The dump as a model is handed it, built now and not stored: what a continue gets while
+    the data directory cannot be written (read-only at start), instead of nothing."""
+    snapshot, _ = snap.preview(sid)
+    markdown = for_model(snap, snapshot, max_chars - len(_UNSAVED) if max_chars else None)
+    return _with_note(markdown, _UNSAVED)
+
+
+_UNSAVED = (
+    "> Built now and not saved: ctxd's data directory cannot be written (read-only), so this"
+    " dump is no version and the session's history stops at its last saved one.\n\n"
+)
+
+
 def resume_from_memory(
     snap: Snapshotter, sid: str, *, fresh: bool, max_chars: int | None, since: int | None
 ) -> str | None:

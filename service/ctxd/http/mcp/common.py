@@ -12,7 +12,10 @@ from ctxd.models import SESSION_ID_PATTERN
 
 T = TypeVar("T")
 SessionArg = Annotated[
-    str, Field(pattern=SESSION_ID_PATTERN, description="the ctxd session id, a short slug")
+    str,
+    Field(
+        pattern=SESSION_ID_PATTERN, max_length=64, description="the ctxd session id, a short slug"
+    ),
 ]
 Version = Annotated[int, Field(ge=1)]
 
