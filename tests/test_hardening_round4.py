@@ -171,3 +171,18 @@ def test_session_names_that_read_as_paths_or_devices_are_refused(client):
         assert answer.status_code == 400, (name, answer.status_code, answer.text)
     for name in ("a.b", "console", "com10", "sglang-debug"):
         assert client.put(f"/api/sessions/{name}", json={}).status_code in (200, 201), name
+
+
+def test_a_heredoc_is_never_flattened_into_one_runnable_line(client, tmp_path: Path):
+    """`nohup python3 - <<'EOF' … EOF &` with `$(touch PWN)` in its quoted body: no line of the
+    dump puts the body after the command (pasted, that line would run the `$(…)`); the
+    command's own block keeps it as written, on lines of its own."""
+    client.put("/api/sessions/doc", json={"cwd": str(tmp_path)})
+    line = "nohup python3 - <<'EOF' > serve.log 2>&1 &\nnote = \"$(touch PWN)\"\nprint(note)\nEOF"
+    action = {"kind": "command", "command": line, "cwd": str(tmp_path), "background": True}
+    assert client.post("/api/sessions/doc/actions", json={"actions": [action]}).status_code < 300
+    dump = client.get("/api/sessions/doc/resume").text
+    assert "touch PWN" in dump  # shown as written, somewhere
+    for shown in dump.splitlines():
+        assert not ("<<" in shown and "touch PWN" in shown), shown
+    assert "<<'EOF' > serve.log 2>&1 & …" in dump  # one-line mentions stop at the heredoc

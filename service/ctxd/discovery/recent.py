@@ -59,7 +59,10 @@ class RecentCommand:
 
 
 def _one_line(text: str, limit: int = LINE_MAX_CHARS) -> str:
-    flat = " ".join(text.split())
+    """The command on one line: its first line, "…" for the rest (a heredoc's body joined to
+    its first line would run as shell what the real run took as text)."""
+    first, newline, _ = text.strip().partition("\n")
+    flat = " ".join(first.split()) + (" …" if newline else "")
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

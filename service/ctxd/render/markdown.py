@@ -41,8 +41,11 @@ def cell(value: object) -> str:
 
 
 def inline(value: object) -> str:
-    """Text safe inside an inline code span."""
-    text = "" if value is None else str(value).replace("\r", " ").replace("\n", " ")
+    """Text safe inside an inline code span; of several lines the first and "…": a heredoc's
+    body flattened onto its command line would read, and paste, as live shell."""
+    text = "" if value is None else str(value).replace("\r\n", "\n").replace("\r", " ")
+    first, newline, _ = text.strip("\n").partition("\n")
+    text = first + (" …" if newline else "")
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
