@@ -82,7 +82,7 @@ class ProcessSeries:
 
 @dataclass
 class Tried:
-    """One line of the dump's Attempts (`launch_history.history`), with its state's word."""
+    """One line of the dump's Attempts (`attempts.history.history`), with its state's word."""
 
     item: HistoryItem
     state: str  # running, waiting, dead; "" for a folded line or the agent's own note
