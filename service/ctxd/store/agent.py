@@ -145,7 +145,7 @@ class AgentRows(Connection):
                 if bound_from := attempt.get("bound_from"):
                     # an attempt born with its command now has its process: keyed by it
                     db.execute(
-                        "update launches set start_key = ? where session = ? and start_key = ?",
+                        "update attempts set start_key = ? where session = ? and start_key = ?",
                         [attempt["start_key"], sid, bound_from],
                     )
                     store_search.unindex(db, sid, store_search.ATTEMPT, bound_from)
@@ -160,14 +160,14 @@ class AgentRows(Connection):
                         row = _row(sid, changed)
                         sets = ", ".join(f"{name} = ?" for name in changed)
                         db.execute(
-                            f"update launches set {sets} where session = ? and start_key = ?",
+                            f"update attempts set {sets} where session = ? and start_key = ?",
                             [*(row[name] for name in changed), sid, attempt["start_key"]],
                         )
                         continue
                 row = _row(sid, attempt)
-                db.table("launches").upsert(row, pk=("session", "start_key"))
+                db.table("attempts").upsert(row, pk=("session", "start_key"))
                 found = db.execute(
-                    "select * from launches where session = ? and start_key = ?",
+                    "select * from attempts where session = ? and start_key = ?",
                     [sid, row["start_key"]],
                 )
                 columns = [c[0] for c in found.description]
@@ -185,7 +185,7 @@ class AgentRows(Connection):
             chunk = keys[start : start + 500]
             marks = ", ".join("?" * len(chunk))
             cursor = db.execute(
-                f"select start_key, {columns} from launches"
+                f"select start_key, {columns} from attempts"
                 f" where session = ? and start_key in ({marks})",
                 [sid, *chunk],
             )
@@ -207,7 +207,7 @@ class AgentRows(Connection):
         """Every attempt not seen to end yet, however many, decoded: those whose process runs
         and those born with their command whose process was not seen yet (`seen` 0)."""
         rows = self._rows(
-            "select * from launches where session = ? and ended_at is null order by id", [sid]
+            "select * from attempts where session = ? and ended_at is null order by id", [sid]
         )
         return [_attempt(r) for r in rows]
 
@@ -218,8 +218,8 @@ class AgentRows(Connection):
             return {}
         marks = ", ".join("?" * len(paths))
         rows = self._rows(
-            "select log.value path, max(ended_at is null) open from launches,"
-            f" json_each(launches.logs) log where session = ? and log.value in ({marks})"
+            "select log.value path, max(ended_at is null) open from attempts,"
+            f" json_each(attempts.logs) log where session = ? and log.value in ({marks})"
             " group by log.value having max(ended_at is null and seen = 1) = 0",
             [sid, *paths],
         )
@@ -228,7 +228,7 @@ class AgentRows(Connection):
     def unseen_attempts(self, sid: str) -> list[Attempt]:
         """The attempts born with their command whose process no snapshot saw yet, not ended."""
         rows = self._rows(
-            "select * from launches where session = ? and ended_at is null and seen = 0"
+            "select * from attempts where session = ? and ended_at is null and seen = 0"
             " order by id",
             [sid],
         )
@@ -241,17 +241,17 @@ class AgentRows(Connection):
 
     def last_attempt_id(self, sid: str) -> int:
         """The id of the session's newest attempt row (0: none); ids only grow."""
-        rows = self._rows("select max(id) n from launches where session = ?", [sid])
+        rows = self._rows("select max(id) n from attempts where session = ?", [sid])
         return int(rows[0]["n"] or 0)
 
     def count_attempts(self, sid: str) -> int:
-        rows = self._rows("select count(*) n from launches where session = ?", [sid])
+        rows = self._rows("select count(*) n from attempts where session = ?", [sid])
         return int(rows[0]["n"])
 
     def list_attempts(self, sid: str, limit: int = 20) -> list[Attempt]:
         """The newest attempts, oldest first."""
         rows = self._rows(
-            "select * from launches where session = ? order by id desc limit ?",
+            "select * from attempts where session = ? order by id desc limit ?",
             [sid, limit],
         )
         return [_attempt(r) for r in reversed(rows)]

@@ -210,13 +210,14 @@ def after_prune(db: Database) -> None:
     db.execute("delete from search_docs where source = 'dump' and version is null")
 
 
-def backfill(db: Database, markdown_of: Any) -> None:
-    """Index what an older database already holds (the migration's one pass)."""
+def backfill(db: Database, markdown_of: Any, attempts_table: str = "attempts") -> None:
+    """Index what an older database already holds (the migration's one pass); its attempts are
+    in `attempts_table` (`launches` before migration m013 renamed it)."""
     for entry in select_rows(db, "select * from journal order by id"):
         index_entry(db, entry["session"], entry)
     for a in select_rows(db, "select id, session, kind, at, body from actions order by id"):
         index_action(db, a["session"], a["id"], a["kind"], a["at"], json.loads(a["body"]))
-    for attempt in select_rows(db, "select * from launches order by id"):
+    for attempt in select_rows(db, f"select * from [{attempts_table}] order by id"):
         index_attempt(db, attempt["session"], attempt)
     rows = select_rows(
         db,
