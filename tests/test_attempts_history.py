@@ -43,6 +43,23 @@ def test_a_crowd_of_alike_launches_is_one_line_and_a_different_one_stays_apart(t
     assert items[0].command == "sleep 3599" and items[0].status == "running"
 
 
+def test_older_attempts_fold_by_the_shape_of_their_error_as_now_reads_it(tmp_path):
+    """The fold counts errors alike as Now does (`error_shape`): numbers masked, and only from
+    the exception on, so the rank each worker's line names does not split one failure."""
+    store = _store(tmp_path)
+    ended = T0 + timedelta(hours=1)
+    errors = ["[worker a] RuntimeError: NCCL error 1", "[worker b] RuntimeError: NCCL error 2"]
+    rows = [
+        _launch(n, ["python", "serve.py", "--run", str(n)], T0 + timedelta(minutes=n),
+                ended_at=ended, error=errors[n % 2] if n < 2 else "RuntimeError: other")
+        for n in range(8)
+    ]  # fmt: skip
+    _save(store, *rows)
+    (fold, *shown) = history.history(store, "s", [])
+    assert fold.status == "folded" and len(shown) == 6
+    assert fold.text.startswith("2 died with `RuntimeError: NCCL error #`")
+
+
 def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):
     store = _store(tmp_path)
     _save(store,

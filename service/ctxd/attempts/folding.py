@@ -3,12 +3,12 @@ than the newest few as one line of how they ended and which flags varied.
 """
 
 import functools
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ctxd.attempts.flags import flag_diff, program_name
 from ctxd.attempts.model import Attempt
+from ctxd.collectors._logtext import error_shape
 from ctxd.fmt import attempts
 from ctxd.models import HistoryItem
 
@@ -121,9 +121,9 @@ def earlier(before: int, sid: str, at: datetime) -> HistoryItem:
 
 @functools.lru_cache(maxsize=4096)  # a long session's errors repeat: hundreds per snapshot
 def _shape(text: str) -> str:
-    """An error as a class of errors: its numbers and paths elided (run 14 and run 23 of one
-    failure read alike)."""
-    return re.sub(r"\d+", "N", text)[:160]
+    """An error as a class of errors (`error_shape`: its numbers masked, from its exception
+    on), so run 14 and run 23 of one failure read alike; cut to 160 characters."""
+    return error_shape(text)[:160]
 
 
 def _outcome_words(shape: str) -> str:
