@@ -234,8 +234,8 @@ def test_a_command_reported_while_a_snapshot_is_stored_joins_the_process_it_saw(
 
     monkeypatch.setattr(cases.snap, "assemble", assemble_then_report)
     cases.snap.take("cross", Trigger.MANUAL)
-    (attempt,) = cases.store.list_launches("cross")
-    assert attempt["pid"] == proc.pid and attempt["command"] == line and attempt["seen"]
+    (attempt,) = cases.store.list_attempts("cross")
+    assert attempt.pid == proc.pid and attempt.command == line and attempt.seen
 
 
 def test_a_command_reported_while_a_snapshot_looks_is_not_ended_by_it(
@@ -264,12 +264,12 @@ def test_a_command_reported_while_a_snapshot_looks_is_not_ended_by_it(
 
     monkeypatch.setattr(cases.snap.runner, "observe", observe_then_launch)
     cases.snap.take("cross", Trigger.MANUAL)
-    (attempt,) = cases.store.list_launches("cross")
-    assert attempt["ended_at"] is None and not attempt["seen"]  # not judged by that look
+    (attempt,) = cases.store.list_attempts("cross")
+    assert attempt.ended_at is None and not attempt.seen  # not judged by that look
     cases.snap.take("cross", Trigger.MANUAL)
-    (attempt,) = cases.store.list_launches("cross")
-    assert attempt["pid"] == launched[0].pid and attempt["ended_at"] is None
-    assert attempt["command"] == line
+    (attempt,) = cases.store.list_attempts("cross")
+    assert attempt.pid == launched[0].pid and attempt.ended_at is None
+    assert attempt.command == line
 
 
 def test_a_long_session_watches_the_logs_of_its_newest_launches(
@@ -304,8 +304,8 @@ def test_a_long_session_watches_the_logs_of_its_newest_launches(
             launch(run)
         assert watched() == list(range(1, full + 1))
         cases.snap.take("room", Trigger.MANUAL)  # run 1 seen running; 2-15 ended
-        runs = cases.store.list_launches("room", limit=100)
-        assert [r["pid"] for r in runs if not r["ended_at"]] == [proc.pid]
+        runs = cases.store.list_attempts("room", limit=100)
+        assert [r.pid for r in runs if not r.ended_at] == [proc.pid]
 
         for run in range(full + 1, 2 * full + 1):
             launch(run)

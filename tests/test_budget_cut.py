@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from ctxd.attempts.model import AttemptUpdate
 from ctxd.models import JournalIn, SessionIn
 from ctxd.settings import Settings
 from ctxd.snapshotter.snapshotter import Snapshotter
@@ -27,13 +28,13 @@ def snap(tmp_path: Path):
         log = f"/srv/logs/run{n}.log"
         ended = {"ended_at": T0 + timedelta(minutes=n, seconds=5), "error_log": log,
                  "error": f"RuntimeError: NCCL error in run {n}"}  # fmt: skip
-        store.save_launches("cut", [{
+        store.save_attempts("cut", [AttemptUpdate(**{
             "start_key": f"cmd:{n}", "watch_id": None, "pid": 1000 + n,
             "started_at": T0 + timedelta(minutes=n),
             "argv": ["python3", "serve.py", *flags.split()],
             "cwd": "/srv", "env": {}, "expected_ports": [30000], "logs": [log], "seen": 1,
             "command": f"python3 serve.py {flags}", **(ended if n < 40 else {}),
-        }])  # fmt: skip
+        })])  # fmt: skip
     for n in range(30):
         store.add_entry("cut", JournalIn(kind="finding", text=f"finding {n}: " + "x" * 300))
     store.add_entry("cut", JournalIn(kind="next", text=NEXT))

@@ -9,10 +9,10 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ctxd.attempts.flags import flag_diff, summary_line
 from ctxd.collectors import CollectContext, processes
 from ctxd.discovery import actions, payloads, procscan, rules
 from ctxd.discovery.actions import CommandAction
-from ctxd.discovery.launches import flag_diff, summary_line
 from ctxd.discovery.shellparse import parse_command
 from ctxd.discovery.workspace import git_section
 from ctxd.harness.hook import git_root

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from ctxd import fmt
+from ctxd.attempts.model import AttemptUpdate
 from ctxd.models import (
     HistoryItem,
     Observations,
@@ -65,7 +66,7 @@ def launches(store: Store, sid: str, count: int, running: bool = True) -> None:
             "seen": 1,
             "command": f"nohup python3 serve.py {flags} > r{n}.log 2>&1 &",
         }
-        store.save_launches(sid, [{**row, **({} if last else ended)}])
+        store.save_attempts(sid, [AttemptUpdate(**{**row, **({} if last else ended)})])
 
 
 def attempts_section(dump: str) -> str:
@@ -284,7 +285,7 @@ def test_a_process_no_command_started_is_named_by_its_argv_quoted(snap: Snapshot
     row = {"start_key": "root:1", "watch_id": None, "pid": 4242, "started_at": T0,
            "argv": argv, "cwd": "/srv", "env": {}, "expected_ports": [], "logs": [],
            "seen": 1, "command": None}  # fmt: skip
-    snap.store.save_launches("found", [row])
+    snap.store.save_attempts("found", [AttemptUpdate(**row)])
     (item,) = [i for i in snap.take("found").narrative.history if i.source == "launch"]
     assert item.command == "python3 srv.py '--name=x;touch PWN' '--tag=$(touch PWN2)'"
     assert not item.written  # so no dump calls it the agent's own line

@@ -5,6 +5,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from ctxd.attempts.model import AttemptUpdate
 from ctxd.errors import Invalid
 from ctxd.models import JournalIn, SessionIn, Snapshot, SnapshotHeader
 from ctxd.store import agent as store_agent
@@ -69,16 +70,18 @@ def test_a_launch_is_indexed_with_how_it_ended_and_reindexed_only_when_that_chan
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())
     launch = {"start_key": "42:1", "pid": 42, "started_at": now(), "argv": ["vllm", "serve"]}
-    store.save_launches("s", [{**launch, "cwd": "/srv", "env": {}, "expected_ports": [8000]}])
+    store.save_attempts(
+        "s", [AttemptUpdate(**{**launch, "cwd": "/srv", "env": {}, "expected_ports": [8000]})]
+    )
     first = store._rows("select id from search_docs where source = 'launch'")
-    store.save_launches("s", [{"start_key": "42:1", "idle_s": 3.0}])  # not indexed: same row
+    store.save_attempts("s", [AttemptUpdate("42:1", idle_s=3.0)])  # not indexed: same row
     assert store._rows("select id from search_docs where source = 'launch'") == first
-    assert store.list_launches("s")[0]["idle_s"] == 3.0  # the one changed field, stored
-    store.save_launches("s", [{"start_key": "42:1", "idle_s": 3.0}])  # nothing new: no write
-    assert store.list_launches("s")[0]["argv"] == ["vllm", "serve"]
+    assert store.list_attempts("s")[0].idle_s == 3.0  # the one changed field, stored
+    store.save_attempts("s", [AttemptUpdate("42:1", idle_s=3.0)])  # nothing new: no write
+    assert list(store.list_attempts("s")[0].argv) == ["vllm", "serve"]
     [running] = _hits(store, '"vllm serve" AND status:running')
     assert running.kind == "launch"
-    store.save_launches("s", [{"start_key": "42:1", "ended_at": now()}])
+    store.save_attempts("s", [AttemptUpdate("42:1", ended_at=now())])
     assert not _hits(store, "status:running") and _hits(store, "status:ended AND vllm")
 
 
@@ -92,14 +95,14 @@ def test_an_idle_crowd_of_launches_is_not_rewritten_every_snapshot(tmp_path):
          "cwd": "/", "env": {}, "expected_ports": [], "port_opened": None, "idle_s": 60.0}
         for pid in range(1000, 1300)
     ]  # fmt: skip
-    store.save_launches("s", crowd)
+    store.save_attempts("s", [AttemptUpdate(**launch) for launch in crowd])
     changes = store.db.conn.total_changes
-    store.save_launches("s", [{**launch, "idle_s": 64.0} for launch in crowd])
+    store.save_attempts("s", [AttemptUpdate(**{**launch, "idle_s": 64.0}) for launch in crowd])
     assert store.db.conn.total_changes == changes  # 4 s more of 60: not worth 300 writes
-    store.save_launches("s", [{**crowd[0], "idle_s": 70.0}])
+    store.save_attempts("s", [AttemptUpdate(**{**crowd[0], "idle_s": 70.0})])
     assert store.db.conn.total_changes == changes + 1
-    assert {row["idle_s"] for row in store.list_launches("s", limit=300)} == {60.0, 70.0}
-    store.save_launches("s", [{**crowd[1], "ended_at": now()}])
+    assert {row.idle_s for row in store.list_attempts("s", limit=300)} == {60.0, 70.0}
+    store.save_attempts("s", [AttemptUpdate(**{**crowd[1], "ended_at": now()})])
     assert _hits(store, "status:ended")
 
 

@@ -23,7 +23,7 @@ def _rows(db: Path) -> list[str]:
 
 def _launches(db: Path) -> list[tuple]:
     with sqlite3.connect(db) as conn:
-        return conn.execute("select pid, ended_at from launches order by id").fetchall()
+        return conn.execute("select pid, ended_at from attempts order by id").fetchall()
 
 
 def _sleeper(spawn):

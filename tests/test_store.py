@@ -6,11 +6,13 @@ import zlib
 from pathlib import Path
 
 import pytest
+from ctxd.attempts.model import AttemptUpdate
 from ctxd.errors import LimitReached, NotFound
 from ctxd.models import JournalIn, LogWatch, SessionIn, Snapshot, SnapshotHeader
 from ctxd.store.connection import now
 from ctxd.store.database import Store
 from ctxd.store.schema import migrations
+from ctxd.usecases import search
 from sqlite_utils import Database
 
 
@@ -73,6 +75,33 @@ def test_a_data_dir_from_the_first_schema_still_opens(tmp_path: Path):
     assert store.last_message("old")[0] == "carry on with the NCCL test"
     with sqlite3.connect(path) as db:
         assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_data_dir_whose_attempts_are_launches_opens_with_them_as_attempts(tmp_path: Path):
+    """The table was `launches` before m013: its rows, their key's unique index and their
+    search rows (source and kind `launch`) are the attempts' after the rename."""
+    path = tmp_path / "ctxd.db"
+    old = Database(path)
+    migrations.apply(old, stop_before="m013_attempts")
+    old["sessions"].insert(  # type: ignore[union-attr]
+        {"id": "old", "title": "t", "objective": "o", "quiet_after_s": 60,
+         "created_at": now().isoformat(), "last_activity_at": now().isoformat()}
+    )  # fmt: skip
+    row = {"session": "old", "start_key": "42:1", "pid": 42, "started_at": now().isoformat(),
+           "argv": '["vllm", "serve"]', "cwd": "/srv", "env": "{}", "expected_ports": "[]",
+           "logs": "[]", "seen": 1, "command": "vllm serve"}  # fmt: skip
+    old["launches"].insert(row)  # type: ignore[union-attr]
+    old.close()
+    store = Store(path)
+    (attempt,) = store.list_attempts("old")
+    assert (attempt.pid, attempt.argv, attempt.command) == (42, ("vllm", "serve"), "vllm serve")
+    store.save_attempts("old", [AttemptUpdate("42:1", ended_at=now(), error="OOM")])
+    assert store.running_attempts("old") == [] and store.count_attempts("old") == 1
+    with sqlite3.connect(path) as db:
+        tables = {name for (name,) in db.execute("select name from sqlite_master")}
+    assert "launches" not in tables and "idx_attempts_session_start_key" in tables
+    [hit] = search.find(store, "old", "status:ended AND vllm").hits
+    assert hit.kind == "launch"
 
 
 def test_lookups_of_missing_things_raise_not_found(tmp_path: Path):

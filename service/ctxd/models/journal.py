@@ -120,7 +120,7 @@ class Narrative(BaseModel):
     last_entry_id: int = 0
     # What ctxd learned from the agent's own actions (issue: zero configuration)
     objective_source: str | None = None  # "the user's first prompt" when not set by hand
-    history: list[HistoryItem] = []  # launches and journal attempts, oldest first
+    history: list[HistoryItem] = []  # attempts and the journal's own, oldest first
     recent_commands: list[str] = []
     workspace: str | None = None  # git branch, HEAD, dirty and recently edited files
     auto_watches: list[str] = []

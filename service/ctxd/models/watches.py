@@ -21,7 +21,7 @@ class ProcessWatch(Strict):
     name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     children: bool = True
     # Only processes working in this folder or under it: what ctxd watches by itself follows
-    # the session's own launches, never a same-named process of another directory.
+    # the session's own attempts, never a same-named process of another directory.
     cwd: Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^/")] | None = None
     expect_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default=[], max_length=32)
     env: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(

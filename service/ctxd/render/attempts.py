@@ -33,8 +33,8 @@ def rows(
 ) -> list[Row]:
     """The table's rows, oldest first; `at`: the dump's instant, what runs is timed to;
     `stuck`: the trees (by top pid) called stuck."""
-    launches = [i for i in history if i.source == "launch" and i.status != "folded"]
-    failed = [i for i in launches if i.error and i.status == "ended"]
+    attempt_items = [i for i in history if i.source == "launch" and i.status != "folded"]
+    failed = [i for i in attempt_items if i.error and i.status == "ended"]
     apart = {id(failed[-1])} if failed else set()
     out: list[Row] = []
     run: list[HistoryItem] = []

@@ -37,15 +37,15 @@ def lines(s: Snapshot) -> list[str]:
     if n.agent_said is not None and n.agent_said.text.strip():
         said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
         out.append(f"**You last said** ({_clock(n.agent_said.at)}, your own words): {said}")
-    launches = [i for i in n.history if i.source == "launch" and i.label]
-    for item in launches:
+    attempt_items = [i for i in n.history if i.source == "launch" and i.label]
+    for item in attempt_items:
         if item.status in ("running", "started"):
             out.append(_live(item, s, at))
     failed = _newest_failure(s)
     if failed is not None:
         out.append(_failure(failed))
-    elif launches and not any(i.status in ("running", "started") for i in launches):
-        last = launches[-1]
+    elif attempt_items and not any(i.status in ("running", "started") for i in attempt_items):
+        last = attempt_items[-1]
         out.append(f"**Nothing runs**: the last attempt, {last.label}, {last.ran or 'ended'}.")
     if s.header.previous_version and _news(s):  # "nothing changed" would tell nothing
         out.append(_since(s))

@@ -12,8 +12,8 @@ from markdown_it.token import Token
 
 # human_bytes and utc are imported from here by the pages too
 from ctxd import shipped
+from ctxd.attempts.flags import process_name
 from ctxd.collectors import registry
-from ctxd.discovery.launches import process_name
 from ctxd.fmt import between, human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import attempts as attempt_table

@@ -82,7 +82,7 @@ class ProcessSeries:
 
 @dataclass
 class Tried:
-    """One line of the dump's Attempts (`launch_history.history`), with its state's word."""
+    """One line of the dump's Attempts (`attempts.history.history`), with its state's word."""
 
     item: HistoryItem
     state: str  # running, waiting, dead; "" for a folded line or the agent's own note
@@ -176,9 +176,9 @@ def runs_now(snapshot: Snapshot) -> RunsNow:
     """The attempts of a snapshot as the session page leads with them: the one running (or
     the newest), its ports and logs as observed, and each one tried."""
     history = [tried(item) for item in snapshot.narrative.history]
-    launches = [t for t in history if t.item.source == "launch" and t.item.status != "folded"]
-    running = [t for t in launches if t.state in ("running", "waiting")]
-    current = (running or launches)[-1] if launches else None
+    attempt_items = [t for t in history if t.item.source == "launch" and t.item.status != "folded"]
+    running = [t for t in attempt_items if t.state in ("running", "waiting")]
+    current = (running or attempt_items)[-1] if attempt_items else None
     seen = {log.path: log for log in snapshot.observations.logs.items}
     paths = current.item.logs if current else []
     return RunsNow(
@@ -191,7 +191,7 @@ def runs_now(snapshot: Snapshot) -> RunsNow:
 
 
 def journal_rows(entries: list[JournalEntry], history: list[HistoryItem]) -> list[JournalRow]:
-    """The journal and the session's launches (the dump's Attempts: what its commands started,
+    """The journal and the session's attempts (the dump's Attempts: what its commands started,
     a process found running), by time."""
     rows = [JournalRow(e.created_at, e.kind, e.text, e.status, e.outcome, e.key) for e in entries]
     for item in history:

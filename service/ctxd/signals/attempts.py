@@ -33,12 +33,12 @@ def restate(
     """`signals` with the attempts' lines added, and the log lines they restate left out:
     an error in an ended attempt's log (`ended`), new or old, and an old error in any
     attempt's log (`logs`), which the attempts' lines say once for all."""
-    launches = [item for item in history if item.source == "launch" and item.label]
-    if not launches:
+    attempt_items = [item for item in history if item.source == "launch" and item.label]
+    if not attempt_items:
         return signals
-    told = {item.error_log for item in launches if item.error_log is not None}
+    told = {item.error_log for item in attempt_items if item.error_log is not None}
     kept = [s for s in signals if not _restated(s, told | set(ended), logs)]
-    running = [item for item in launches if item.status in ("running", "started")]
+    running = [item for item in attempt_items if item.status in ("running", "started")]
     at = at or datetime.now(UTC)
     for item in running:
         mark = f"(pid {item.pid})"
@@ -55,7 +55,7 @@ def restate(
                 kept[i] = signal.model_copy(update={"text": text, "severity": "info"})
             elif about_it:
                 kept[i] = signal.model_copy(update={"text": f"{item.label}: {signal.text}"})
-    added = [*_failures(launches, bool(running)), *(_running(i, seen) for i in running)]
+    added = [*_failures(attempt_items, bool(running)), *(_running(i, seen) for i in running)]
     return sorted([*kept, *added], key=lambda s: SEVERITY_ORDER[s.severity])
 
 
@@ -91,10 +91,10 @@ def _restated(signal: Signal, told: set[str], logs: set[str]) -> bool:
     return signal.subject in told or (signal.subject in logs and signal.severity != "critical")
 
 
-def _failures(launches: list[HistoryItem], something_runs: bool) -> list[Signal]:
+def _failures(attempt_items: list[HistoryItem], something_runs: bool) -> list[Signal]:
     """The ended attempts that left an error: the newest few by name, runs of the same error
     as one line with their count; critical when nothing runs since."""
-    failed = [item for item in launches if item.status in ("ended", "folded") and item.error]
+    failed = [item for item in attempt_items if item.status in ("ended", "folded") and item.error]
     runs: list[list[HistoryItem]] = []
     for item in failed:
         if runs and _shape(runs[-1][-1].error) == _shape(item.error):

@@ -4,7 +4,7 @@ from collections import Counter
 from collections.abc import Set
 from datetime import datetime
 
-from ctxd.discovery.launches import process_name
+from ctxd.attempts.flags import process_name
 from ctxd.fmt import human_bytes, human_duration
 from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks

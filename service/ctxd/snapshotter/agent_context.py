@@ -1,14 +1,15 @@
-"""What a dump says about the agent's own work, learned without asking: launches merged with
-the journal's attempts, its recent commands, its workspace (git), the watches ctxd added."""
+"""What a dump says about the agent's own work, learned without asking: attempts merged with
+the journal's own, its recent commands, its workspace (git), the watches ctxd added."""
 
 from pathlib import PurePosixPath
 
 from ctxd import redact
+from ctxd.attempts import history
+from ctxd.attempts.model import AttemptUpdate
 from ctxd.discovery.actions import CommandAction
 from ctxd.discovery.recent import recent_commands
 from ctxd.discovery.workspace import GitSection, git_section
 from ctxd.models import Narrative, Session, Watch
-from ctxd.snapshotter import launch_history
 from ctxd.store.database import Store
 
 RECENT_COMMANDS = 8
@@ -28,14 +29,14 @@ def enrich(
     session: Session,
     watches: list[Watch],
     git: GitSection | None,
-    launches: list[dict],
+    pending: list[AttemptUpdate],
 ) -> None:
-    """Fill in what ctxd learned itself; `git` is `workspace_git(session)`, `launches` the
-    rows `launch_history.observed` found and the snapshot has not saved yet."""
+    """Fill in what ctxd learned itself; `git` is `workspace_git(session)`, `pending` the
+    attempt updates `binding.observed` found and the snapshot has not saved yet."""
     sid = session.id
     if session.objective_source and narrative.objective == session.objective:
         narrative.objective_source = session.objective_source
-    narrative.history = launch_history.history(store, sid, narrative.attempts, launches)
+    narrative.history = history.history(store, sid, narrative.attempts, pending)
     commands = [CommandAction.model_validate(a) for a in store.list_actions(sid, "command")]
     made = {
         item.command: f"{item.label}" + (f" (pid {item.pid})" if item.pid else "")

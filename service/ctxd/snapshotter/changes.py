@@ -170,7 +170,7 @@ def keyed(snapshot: Snapshot) -> dict[str, Any]:
     for log in data["observations"]["logs"]["items"]:
         for name in _LOG_NEWS:
             log.pop(name, None)
-    # a running launch's outcome reads "running for 4 s": its identity and status are state
+    # a running attempt's outcome reads "running for 4 s": its identity and status are state
     for item in data["narrative"]["history"]:
         if item["source"] == "launch":
             item.pop("outcome", None)

@@ -1,4 +1,4 @@
-"""Automatic watches whose target stays gone retire themselves; their launches stay in the
+"""Automatic watches whose target stays gone retire themselves; their attempts stay in the
 history. Only ctxd's own watches retire: what the agent added by hand stays until removed."""
 
 import logging

@@ -9,6 +9,8 @@ from datetime import datetime
 from pathlib import Path
 
 from ctxd import confine, redact
+from ctxd.attempts import binding, history
+from ctxd.attempts.model import AttemptUpdate
 from ctxd.collectors import check_registry, registry
 from ctxd.models import (
     JournalEntry,
@@ -24,7 +26,7 @@ from ctxd.render.dump_files import DumpFiles
 from ctxd.settings import Settings
 from ctxd.signals import attempts as attempt_signals
 from ctxd.signals import derive as signals
-from ctxd.snapshotter import agent_context, changes, launch_history
+from ctxd.snapshotter import agent_context, changes
 from ctxd.snapshotter.retirement import Retirement
 from ctxd.snapshotter.runner import CollectorRunner
 from ctxd.store.connection import now
@@ -83,14 +85,14 @@ class Snapshotter:
         trigger: Trigger,
         note: str | None = None,
         purpose: str = "snapshot",
-        cut: launch_history.Cutoff | None = None,
+        cut: binding.Cutoff | None = None,
     ) -> "Assembled":
         """Observe and describe the session now, as the version after the latest stored one
         (`cut`: what it judges the attempts by, taken now when not given; its process table
         is one read since). Reads only: what storing it must write besides is in the
         answer, for `take` to apply after its commit."""
         started = time.perf_counter()
-        cut = cut or launch_history.cutoff(self.store, sid)
+        cut = cut or binding.cutoff(self.store, sid)
         clock = _Clock(self.last_phases.setdefault(sid, {}))
         clock.into.clear()
         session = self.store.get_session(sid)
@@ -105,11 +107,11 @@ class Snapshotter:
         )
         clock.lap("collect + redact")
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
-        files = launch_history.LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
-        launches = launch_history.observed(self.store, sid, watches, observations, files, cut)
-        every_log, ended = launch_history.attempt_logs(self.store, sid, launches)
+        files = binding.LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
+        pending = binding.observed(self.store, sid, watches, observations, files, cut)
+        every_log, ended = history.attempt_logs(self.store, sid, pending)
         retiring = self.retirement.review(watches, observations) if purpose == "snapshot" else []
-        agent_context.enrich(narrative, self.store, session, watches, git.result(), launches)
+        agent_context.enrich(narrative, self.store, session, watches, git.result(), pending)
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
         narrative.user_messages = [
@@ -117,7 +119,7 @@ class Snapshotter:
         ]
         said = self.store.agent_said(sid)
         narrative.agent_said = Said(at=said[0], text=redact.text(said[1])) if said else None
-        clock.lap("narrative + launches")
+        clock.lap("narrative + attempts")
         taken = now()  # the one instant every age of this version is measured at
         snapshot = Snapshot(
             header=SnapshotHeader(
@@ -147,7 +149,7 @@ class Snapshotter:
         snapshot.changes = changes.compare(previous, snapshot)
         clock.lap("changes")
         snapshot.header.duration_ms = (time.perf_counter() - started) * 1000
-        return Assembled(snapshot, launches, retiring)
+        return Assembled(snapshot, pending, retiring)
 
     def take(
         self,
@@ -155,7 +157,7 @@ class Snapshotter:
         trigger: Trigger = Trigger.MANUAL,
         note: str | None = None,
         force: bool = False,
-        cut: launch_history.Cutoff | None = None,
+        cut: binding.Cutoff | None = None,
     ) -> Snapshot:
         """Store version N+1, or, when nothing changed (and not `force`), confirm version N.
 
@@ -193,9 +195,9 @@ class Snapshotter:
             return snapshot
 
     def _after_commit(self, sid: str, assembled: "Assembled") -> None:
-        """What a stored (or confirmed) snapshot writes besides itself: the launches it saw,
+        """What a stored (or confirmed) snapshot writes besides itself: the attempts it saw,
         the automatic watches it found gone too long."""
-        launch_history.save(self.store, sid, assembled.launches)
+        binding.save(self.store, sid, assembled.attempts)
         self.retirement.retire(self.store, sid, assembled.retiring)
 
     def _confirm(self, sid: str, version: int, at: datetime) -> Snapshot:
@@ -285,7 +287,7 @@ class Assembled:
     """A snapshot assembled, and what storing it writes besides (nothing, for a preview)."""
 
     snapshot: Snapshot
-    launches: list[dict]  # launch rows to save (`launch_history.observed`)
+    attempts: list[AttemptUpdate]  # attempt updates to save (`binding.observed`)
     retiring: list[int]  # automatic watches to retire
 
 

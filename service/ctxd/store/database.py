@@ -185,7 +185,7 @@ class Store(AgentRows, ConversationRows, SnapshotRows):
 
     def replace_spec(self, sid: str, wid: int, spec: WatchSpec) -> Watch:
         """A watch made to follow something new (an automatic process watch follows the
-        newest launch's ports and folder); its id, and so its launches, stay."""
+        newest attempt's ports and folder); its id, and so its attempts, stay."""
         with self._tx() as db:
             self.get_watch(sid, wid)
             db.table("watches").update(wid, {"spec": spec.model_dump_json()})

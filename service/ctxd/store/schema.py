@@ -123,7 +123,7 @@ def m004_agent_actions_and_launches(db: Database) -> None:
 def m005_search(db: Database) -> None:
     """Full-text search over what a session keeps: sqlite-utils' FTS5 over `search_docs`."""
     store_search.create(db)
-    store_search.backfill(db, _markdown)
+    store_search.backfill(db, _markdown, attempts_table="launches")  # its name until m013
 
 
 @migrations()
@@ -200,3 +200,13 @@ def m012_conversation_words(db: Database) -> None:
     db.table("prompts").create_index(["session", "id"])
     db.table("sessions").add_column("agent_said", str)
     db.table("sessions").add_column("agent_said_at", str)
+
+
+@migrations()
+def m013_attempts(db: Database) -> None:
+    """The `launches` table is `attempts`, the one name the code gives them; its unique index
+    on (session, start_key) is made again under the new name. Their rows in the search index
+    keep their source and kind, `launch` (`store_search.ATTEMPT`)."""
+    db.rename_table("launches", "attempts")
+    db.execute("drop index if exists idx_launches_session_start_key")
+    db.table("attempts").create_index(["session", "start_key"], unique=True)

@@ -1,4 +1,4 @@
-"""The store's search index: one FTS5 table over journal, actions, launches and dump text.
+"""The store's search index: one FTS5 table over journal, actions, attempts and dump text.
 
 `search_docs` holds one row per searchable thing (its session, where it came from, the
 version it links to, its time and its text); `search_docs_fts` is sqlite-utils' FTS5 index
@@ -30,6 +30,9 @@ ACTIONS_INDEXED = 5000
 _HEADING = re.compile(r"^#{1,6} ", re.M)
 # ASCII digits only: a Unicode \d made the key of a 17 KB dump cost 0.6 ms, this 0.3.
 _DIGITS = re.compile(r"[0-9]+")
+# An attempt's source and kind in the index: "launch", the word it was stored under before
+# attempts had their one name, kept so that stored rows and `kind:launch` searches still match.
+ATTEMPT = "launch"
 
 
 def create(db: Database) -> None:
@@ -125,21 +128,21 @@ def index_action(db: Database, sid: str, action_id: int, kind: str, at: str, bod
     )
 
 
-def index_launch(db: Database, sid: str, launch: dict[str, Any]) -> None:
-    """A launch: its command line and how it ended (a row as stored, argv as JSON text)."""
-    argv = json.loads(launch.get("argv") or "[]")
-    ended = launch.get("ended_at")
-    status = f"ended {ended}" if ended else "running" if launch.get("seen", 1) else "started"
-    opened = launch.get("port_opened")
+def index_attempt(db: Database, sid: str, attempt: dict[str, Any]) -> None:
+    """An attempt: its command line and how it ended (a row as stored, argv as JSON text)."""
+    argv = json.loads(attempt.get("argv") or "[]")
+    ended = attempt.get("ended_at")
+    status = f"ended {ended}" if ended else "running" if attempt.get("seen", 1) else "started"
+    opened = attempt.get("port_opened")
     detail = "" if opened is None else ("port opened" if opened else "port never opened")
     doc = {
-        "at": launch.get("started_at") or "",
-        "kind": "launch",
-        "text": launch.get("command") or " ".join(str(a) for a in argv),
-        "detail": " ".join(filter(None, [launch.get("cwd") or "", detail, launch.get("error")])),
+        "at": attempt.get("started_at") or "",
+        "kind": ATTEMPT,
+        "text": attempt.get("command") or " ".join(str(a) for a in argv),
+        "detail": " ".join(filter(None, [attempt.get("cwd") or "", detail, attempt.get("error")])),
         "status": status,
     }
-    _put(db, sid, "launch", str(launch["start_key"]), doc)
+    _put(db, sid, ATTEMPT, str(attempt["start_key"]), doc)
 
 
 def blocks(markdown: str) -> list[str]:
@@ -207,14 +210,15 @@ def after_prune(db: Database) -> None:
     db.execute("delete from search_docs where source = 'dump' and version is null")
 
 
-def backfill(db: Database, markdown_of: Any) -> None:
-    """Index what an older database already holds (the migration's one pass)."""
+def backfill(db: Database, markdown_of: Any, attempts_table: str = "attempts") -> None:
+    """Index what an older database already holds (the migration's one pass); its attempts are
+    in `attempts_table` (`launches` before migration m013 renamed it)."""
     for entry in select_rows(db, "select * from journal order by id"):
         index_entry(db, entry["session"], entry)
     for a in select_rows(db, "select id, session, kind, at, body from actions order by id"):
         index_action(db, a["session"], a["id"], a["kind"], a["at"], json.loads(a["body"]))
-    for launch in select_rows(db, "select * from launches order by id"):
-        index_launch(db, launch["session"], launch)
+    for attempt in select_rows(db, f"select * from [{attempts_table}] order by id"):
+        index_attempt(db, attempt["session"], attempt)
     rows = select_rows(
         db,
         "select session, version, taken_at, markdown, markdown_z from snapshots"

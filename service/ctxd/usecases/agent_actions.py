@@ -21,12 +21,13 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, Field, ValidationError
 
 from ctxd import confine, redact
+from ctxd.attempts import binding
+from ctxd.attempts.model import Attempt, AttemptUpdate, reported
 from ctxd.discovery import procscan, rules
 from ctxd.discovery.actions import Action, CommandAction
 from ctxd.discovery.shellparse import CommandFacts, SimpleCommand, parse_command
 from ctxd.errors import CtxdError
 from ctxd.models import LogWatch, ProcessWatch, Strict, Trigger, Watch, WatchIn, WatchSpec
-from ctxd.snapshotter import launch_history
 from ctxd.snapshotter.snapshotter import Snapshotter
 
 log = logging.getLogger("ctxd")
@@ -117,8 +118,8 @@ class ActionIntake:
             logs = rules.launch_logs(facts, launches, action.cwd)
             attempts = [_attempt(action, facts, *each) for each in zip(launches, logs, strict=True)]
             self._follow_newest(sid, attempts)
-            with self.store.held():  # see launch_history.save
-                self.store.save_launches(sid, [self._reported(sid, a) for a in attempts])
+            with self.store.held():  # see binding.save
+                self.store.save_attempts(sid, [self._reported(sid, a) for a in attempts])
         if facts.builds:
             with self._lock:
                 since = self._last_at.get(sid) or action.at - timedelta(seconds=BUILD_WINDOW_S)
@@ -127,33 +128,39 @@ class ActionIntake:
             self._settle_later(sid)
         return added
 
-    def _reported(self, sid: str, attempt: dict) -> dict:
+    def _reported(self, sid: str, attempt: Attempt) -> AttemptUpdate:
         """The attempt to save: a new one, or, when a snapshot already saw its process before
-        the harness reported the command, that launch given its command (one attempt, not
-        two: a launch seen early and a command that 'died before ctxd saw it')."""
-        key = launch_history.seen_before(self.store, sid, attempt)
+        the harness reported the command, that attempt given its command (one attempt, not
+        two: a process seen early and a command that 'died before ctxd saw it')."""
+        key = binding.seen_before(self.store, sid, attempt)
         if key is None:
-            return attempt
-        given = ("command", "tool_id", "logs", "expected_ports")
-        return {"start_key": key, "bound_from": key, **{k: attempt[k] for k in given}}
+            return reported(attempt)
+        return AttemptUpdate(
+            start_key=key,
+            bound_from=key,
+            command=attempt.command,
+            tool_id=attempt.tool_id,
+            logs=attempt.logs,
+            expected_ports=attempt.expected_ports,
+        )
 
-    def _follow_newest(self, sid: str, attempts: list[dict]) -> None:
+    def _follow_newest(self, sid: str, attempts: list[Attempt]) -> None:
         """An automatic process watch of a program launched again expects what the newest
-        launch expects, in its folder (the ports of run 1 are not run 24's)."""
+        attempt expects, in its folder (the ports of run 1 are not run 24's)."""
         for watch in self.store.list_watches(sid):
             spec = watch.spec
             if not watch.auto or not isinstance(spec, ProcessWatch):
                 continue
             for attempt in attempts:
-                if rules.program_pattern(attempt["argv"]) != spec.match:
+                if rules.program_pattern(attempt.argv) != spec.match:
                     continue
-                update = {"expect_ports": attempt["expected_ports"], "cwd": attempt["cwd"]}
+                update = {"expect_ports": list(attempt.expected_ports), "cwd": attempt.cwd}
                 if update != {"expect_ports": spec.expect_ports, "cwd": spec.cwd}:
                     self.store.replace_spec(sid, watch.id, spec.model_copy(update=update))
 
     def _make_room(self, sid: str, wanted: int) -> int:
         """Retire up to `wanted` automatic log watches, oldest first, so that a long session's
-        newest launches are watched too: those of attempts that ended (the error each ended
+        newest attempts are watched too: those of attempts that ended (the error each ended
         with is kept with its attempt), then those of attempts launched and not seen running
         (a burst of launches faster than any snapshot); never one a running attempt writes.
         How many were retired."""
@@ -202,7 +209,7 @@ class ActionIntake:
             builds = self._builds.pop(sid, [])
         try:
             # judged by what was recorded before the scan below read the process table
-            cut = launch_history.cutoff(self.store, sid)
+            cut = binding.cutoff(self.store, sid)
             session = self.store.get_session(sid)
             if session.cwd:
                 self._from_machine(sid, session.cwd)
@@ -237,25 +244,25 @@ class ActionIntake:
 
 def _attempt(
     action: CommandAction, facts: CommandFacts, launch: SimpleCommand, logs: list[str]
-) -> dict:
-    """An attempt as its command makes it, before any process is seen (`seen` 0): what the
+) -> Attempt:
+    """An attempt as its command makes it, before any process is seen (`seen` False): what the
     agent wrote (already redacted), where, when, the files its output goes to and its ports.
-    A snapshot binds it to the process it spawned (`snapshotter/launch_history.py`)."""
+    A snapshot binds it to the process it spawned (`attempts/binding.py`)."""
     started = action.at - timedelta(seconds=action.duration_s or 0)
-    return {
-        "start_key": f"cmd:{uuid.uuid4().hex}",
-        "watch_id": None,
-        "pid": None,
-        "started_at": started,
-        "argv": list(launch.argv),
-        "cwd": rules.launch_dir(launch, action.cwd),
-        "env": dict(launch.env),
-        "expected_ports": sorted(set(facts.ports))[:32],
-        "command": action.command,
-        "tool_id": action.tool_id,
-        "logs": logs,
-        "seen": 0,
-    }
+    return Attempt(
+        start_key=f"cmd:{uuid.uuid4().hex}",
+        watch_id=None,
+        pid=None,
+        started_at=started,
+        argv=tuple(launch.argv),
+        cwd=rules.launch_dir(launch, action.cwd),
+        env=dict(launch.env),
+        expected_ports=tuple(sorted(set(facts.ports))[:32]),
+        command=action.command,
+        tool_id=action.tool_id,
+        logs=tuple(logs),
+        seen=False,
+    )
 
 
 def built_since(top: str, since: float) -> list[str]:

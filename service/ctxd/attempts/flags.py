@@ -1,4 +1,5 @@
-"""Launches as attempts: one root process run, how it ended, and what changed from the last one.
+"""Command lines compared: the program an argv runs (as a person types it), its flags, and what
+changed from one attempt's command line and environment to the next.
 
 Pure: the process facts come from the caller (procscan, the process collector); this module
 only reads them. argv and env values are as observed; the caller redacts before storing.
@@ -6,52 +7,11 @@ only reads them. argv and env values are as observed; the caller redacts before 
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from ctxd.collectors.proc.argv import is_python
-from ctxd.fmt import between, human_duration
 from ctxd.models import ProcessInfo
 
 _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-
-
-@dataclass
-class Launch:
-    """One attempt: born with the agent's command (`command`), or first seen as a new root
-    process of a process watch; bound to its process once seen (`seen`)."""
-
-    pid: int | None
-    argv: tuple[str, ...]
-    started_at: datetime
-    cwd: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    expected_ports: tuple[int, ...] = ()
-    ended_at: datetime | None = None  # when it was first seen gone
-    exit_status: int | None = None  # only where the kernel or the parent told
-    port_opened: bool | None = None  # None: no expected port
-    idle_s: float | None = None  # time since its CPU time last grew
-    command: str | None = None  # the agent's command line as written (redacted)
-    seen: bool = True  # its process was seen running (False: it ended before, or is starting)
-    logs: tuple[str, ...] = ()  # the files its output goes to
-    error: str | None = None  # the root-cause line its own log ended with
-    error_log: str | None = None  # the log that line is in
-
-    def outcome(self, now: datetime) -> str:
-        """How it ended or how long it runs: "running for 3 min", "died after 2 s"."""
-        if self.ended_at is None:
-            if not self.seen:
-                return "started, its process not seen yet"
-            return f"running for {human_duration((now - self.started_at).total_seconds())}"
-        lasted = between(self.started_at, self.ended_at)  # to the second, as the clocks read
-        if not self.seen:
-            return f"died within {lasted}, before ctxd saw it run"
-        if self.exit_status is None and self.error:  # its log ends with why
-            return f"died after {lasted}"
-        if self.exit_status is None:  # not ctxd's child: the kernel tells only its parent
-            return f"ended after {lasted} (its exit status goes to its parent, not to ctxd)"
-        if self.exit_status < 0:
-            return f"killed by signal {-self.exit_status} after {lasted}"
-        return f"exited with status {self.exit_status} after {lasted}"
 
 
 def _is_flag(arg: str) -> bool:
@@ -90,6 +50,14 @@ def typed_name(argv: list[str] | tuple[str, ...]) -> str:
     if "/bin/" in program[1] and "." not in script:  # a console script: `torchrun`, `sglang`
         return script
     return f"{interpreter} {script}"
+
+
+def program_name(argv: list[str] | tuple[str, ...]) -> str:
+    """How the Attempts table names an attempt: its program as a person would type it, with
+    the word after it when that is no flag (`vllm serve`, `sleep 60`)."""
+    _, args = program_of(list(argv))
+    word = f" {args[0]}" if args and not args[0].startswith("-") else ""
+    return typed_name(argv) + (word if " " not in typed_name(argv) else "")
 
 
 def process_name(p: ProcessInfo) -> str:
@@ -158,7 +126,7 @@ def flag_diff(
     previous_env: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
 ) -> FlagDiff:
-    """What changed from the previous launch's command line and environment to this one's."""
+    """What changed from the previous attempt's command line and environment to this one's."""
     old_program, old_args = program_of(list(previous_argv))
     new_program, new_args = program_of(list(argv))
     old_flags, old_pos = parse_flags(old_args)

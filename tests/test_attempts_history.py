@@ -1,12 +1,14 @@
-"""Launches as the dump's Attempts: a crowd of alike launches is one line, and every launch
-that stopped is seen to end, however many ran."""
+"""Attempts in the dump: a crowd of alike attempts is one line, and every attempt whose
+process stopped is seen to end, however many ran."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from ctxd.attempts import binding, history
+from ctxd.attempts.model import Attempt, AttemptUpdate
 from ctxd.models import Observations, ProcessWatch, SessionIn, Watch
 from ctxd.settings import Limits
-from ctxd.snapshotter import launch_history
 from ctxd.store.database import Store
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -23,12 +25,16 @@ def _launch(pid: int, argv: list[str], at: datetime, **more: object) -> dict:
             "argv": argv, "cwd": "/srv", "env": {}, "expected_ports": [], **more}  # fmt: skip
 
 
+def _save(store: Store, *rows: dict) -> None:
+    store.save_attempts("s", [AttemptUpdate(**row) for row in rows])
+
+
 def test_a_crowd_of_alike_launches_is_one_line_and_a_different_one_stays_apart(tmp_path):
     store = _store(tmp_path)
     crowd = [_launch(1000 + i, ["sleep", "3599"], T0 + timedelta(seconds=i)) for i in range(40)]
     server = _launch(2000, ["python", "serve.py", "--tp", "8"], T0 + timedelta(minutes=5))
-    store.save_launches("s", [*crowd, server])
-    items = launch_history.history(store, "s", [])
+    _save(store, *crowd, server)
+    items = history.history(store, "s", [])
     assert [i.text for i in items] == [
         "`sleep 3599` 40 times (pids 1000, 1001, 1002, … 1039) from 12:00:00 to 12:00:39 UTC",
         "`python serve.py` (pid 2000) at 12:05:00 UTC",
@@ -37,13 +43,30 @@ def test_a_crowd_of_alike_launches_is_one_line_and_a_different_one_stays_apart(t
     assert items[0].command == "sleep 3599" and items[0].status == "running"
 
 
+def test_older_attempts_fold_by_the_shape_of_their_error_as_now_reads_it(tmp_path):
+    """The fold counts errors alike as Now does (`error_shape`): numbers masked, and only from
+    the exception on, so the rank each worker's line names does not split one failure."""
+    store = _store(tmp_path)
+    ended = T0 + timedelta(hours=1)
+    errors = ["[worker a] RuntimeError: NCCL error 1", "[worker b] RuntimeError: NCCL error 2"]
+    rows = [
+        _launch(n, ["python", "serve.py", "--run", str(n)], T0 + timedelta(minutes=n),
+                ended_at=ended, error=errors[n % 2] if n < 2 else "RuntimeError: other")
+        for n in range(8)
+    ]  # fmt: skip
+    _save(store, *rows)
+    (fold, *shown) = history.history(store, "s", [])
+    assert fold.status == "folded" and len(shown) == 6
+    assert fold.text.startswith("2 died with `RuntimeError: NCCL error #`")
+
+
 def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):
     store = _store(tmp_path)
-    store.save_launches("s", [
+    _save(store,
         _launch(1, ["python", "serve.py", "--tp", "8"], T0),
         _launch(2, ["python", "serve.py", "--tp", "4"], T0 + timedelta(seconds=1)),
-    ])  # fmt: skip
-    texts = [i.text for i in launch_history.history(store, "s", [])]
+    )  # fmt: skip
+    texts = [i.text for i in history.history(store, "s", [])]
     assert texts == [
         "`python serve.py` (pid 1) at 12:00:00 UTC",
         "`python serve.py` (pid 2) at 12:00:01 UTC",
@@ -53,39 +76,37 @@ def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):
 def test_every_running_launch_is_seen_to_end_not_only_the_newest_twenty(tmp_path):
     store = _store(tmp_path)
     crowd = [_launch(1000 + i, ["sleep", "3599"], T0 + timedelta(seconds=i)) for i in range(30)]
-    store.save_launches("s", crowd)
+    _save(store, *crowd)
     watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="sleep 3599"))
-    files = launch_history.LogFiles((tmp_path,), Limits())
+    files = binding.LogFiles((tmp_path,), Limits())
     seen = Observations()  # none runs
-    ended = launch_history.observed(
-        store, "s", [watch], seen, files, launch_history.cutoff(store, "s")
-    )
-    launch_history.save(store, "s", ended)
-    assert store.running_launches("s") == []
-    ended = store.list_launches("s", limit=100)
-    assert len(ended) == 30 and all(row["ended_at"] for row in ended)
+    ended = binding.observed(store, "s", [watch], seen, files, binding.cutoff(store, "s"))
+    binding.save(store, "s", ended)
+    assert store.running_attempts("s") == []
+    ended = store.list_attempts("s", limit=100)
+    assert len(ended) == 30 and all(row.ended_at for row in ended)
 
 
 def test_launches_read_once_are_read_again_after_any_write_here_or_elsewhere(tmp_path):
     """The parsed launches are kept between snapshots, and dropped on a write through this
     store or a commit by another connection (another process on the same database)."""
     store = _store(tmp_path)
-    store.save_launches("s", [_launch(1, ["python", "a.py"], T0)])
-    first = launch_history.history(store, "s", [])
-    assert launch_history.history(store, "s", []) == first
-    assert launch_history._recent(store, "s") is launch_history._recent(store, "s")  # kept
-    store.save_launches("s", [_launch(2, ["python", "b.py"], T0 + timedelta(minutes=1))])
-    assert [i.text.split("`")[1] for i in launch_history.history(store, "s", [])] == [
+    _save(store, _launch(1, ["python", "a.py"], T0))
+    first = history.history(store, "s", [])
+    assert history.history(store, "s", []) == first
+    assert history._recent(store, "s") is history._recent(store, "s")  # kept
+    _save(store, _launch(2, ["python", "b.py"], T0 + timedelta(minutes=1)))
+    assert [i.text.split("`")[1] for i in history.history(store, "s", [])] == [
         "python a.py",
         "python b.py",
     ]
     other = Store(tmp_path / "ctxd.db")
     try:
         ended = {"start_key": _launch(2, [], T0 + timedelta(minutes=1))["start_key"]}
-        other.save_launches("s", [{**ended, "ended_at": T0 + timedelta(minutes=2)}])
+        other.save_attempts("s", [AttemptUpdate(**ended, ended_at=T0 + timedelta(minutes=2))])
     finally:
         other.close()
-    assert launch_history.history(store, "s", [])[-1].status != "running"
+    assert history.history(store, "s", [])[-1].status != "running"
 
 
 def test_a_command_reported_after_a_snapshot_saw_its_process_is_one_attempt(tmp_path):
@@ -93,18 +114,19 @@ def test_a_command_reported_after_a_snapshot_saw_its_process_is_one_attempt(tmp_
     command then joins that launch instead of making a second attempt that 'died unseen'."""
     store = _store(tmp_path)
     argv = ["/usr/bin/python3", "serve.py", "--run", "7"]
-    store.save_launches("s", [_launch(4242, argv, T0)])  # seen first, no command
-    attempt = {"start_key": "cmd:x", "argv": ["python3", "serve.py", "--run", "7"], "cwd": "/srv",
-               "started_at": T0 + timedelta(seconds=1), "command": "nohup python3 serve.py …",
-               "tool_id": "toolu_1", "logs": ["/srv/run7.log"], "expected_ports": []}  # fmt: skip
-    key = launch_history.seen_before(store, "s", attempt)
+    _save(store, _launch(4242, argv, T0))  # seen first, no command
+    attempt = Attempt(start_key="cmd:x", argv=("python3", "serve.py", "--run", "7"), cwd="/srv",
+                      started_at=T0 + timedelta(seconds=1), command="nohup python3 serve.py …",
+                      tool_id="toolu_1", logs=("/srv/run7.log",), expected_ports=(),
+                      pid=None)  # fmt: skip
+    key = binding.seen_before(store, "s", attempt)
     assert key == f"4242:{T0.timestamp()}"
-    other = {**attempt, "argv": ["python3", "serve.py", "--run", "8"]}
-    assert launch_history.seen_before(store, "s", other) is None  # other flags: a new attempt
-    store.save_launches("s", [{"start_key": key, "bound_from": key, "command": attempt["command"],
-                               "logs": attempt["logs"]}])  # fmt: skip
-    (row,) = store.list_launches("s")
-    assert row["command"] == "nohup python3 serve.py …" and row["logs"] == ["/srv/run7.log"]
+    other = replace(attempt, argv=("python3", "serve.py", "--run", "8"))
+    assert binding.seen_before(store, "s", other) is None  # other flags: a new attempt
+    joined = AttemptUpdate(key, bound_from=key, command=attempt.command, logs=attempt.logs)
+    store.save_attempts("s", [joined])
+    (row,) = store.list_attempts("s")
+    assert row.command == "nohup python3 serve.py …" and list(row.logs) == ["/srv/run7.log"]
 
 
 def test_an_attempt_whose_process_is_a_zombie_has_ended_with_its_logs_error(tmp_path):
@@ -118,16 +140,14 @@ def test_an_attempt_whose_process_is_a_zombie_has_ended_with_its_logs_error(tmp_
     at = datetime.now(UTC) - timedelta(seconds=5)
     argv = ["python", "serve.py", "--run", "7"]
     key = process_key(4242, at)
-    store.save_launches("s", [{**_launch(4242, argv, at), "start_key": key, "logs": [str(log)]}])
+    _save(store, {**_launch(4242, argv, at), "start_key": key, "logs": [str(log)]})
     zombie = ProcessInfo(watch_id=1, pid=4242, ppid=1, name="python", state="zombie",
                          started_at=at, age_s=5, argv=[], root=True, tree=4242)  # fmt: skip
     seen = Observations.model_validate({"processes": {"items": [zombie.model_dump()]}})
     watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="serve.py"))
-    files = launch_history.LogFiles((tmp_path,), Limits())
-    rows = launch_history.observed(
-        store, "s", [watch], seen, files, launch_history.cutoff(store, "s")
-    )
-    (item,) = launch_history.history(store, "s", [], rows)
+    files = binding.LogFiles((tmp_path,), Limits())
+    rows = binding.observed(store, "s", [watch], seen, files, binding.cutoff(store, "s"))
+    (item,) = history.history(store, "s", [], rows)
     assert item.status == "ended" and item.text.startswith("`python serve.py` (pid 4242)")
     assert item.error == "RuntimeError: NCCL error in run 7 (code 57)"
 
@@ -143,9 +163,9 @@ def test_a_process_seen_exiting_with_no_command_line_is_no_attempt(tmp_path):
                           started_at=at, age_s=5, argv=[], root=True, tree=4343)  # fmt: skip
     seen = Observations.model_validate({"processes": {"items": [exiting.model_dump()]}})
     watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="serve.py"))
-    files = launch_history.LogFiles((tmp_path,), Limits())
-    cut = launch_history.cutoff(store, "s")
-    assert launch_history.observed(store, "s", [watch], seen, files, cut) == []
+    files = binding.LogFiles((tmp_path,), Limits())
+    cut = binding.cutoff(store, "s")
+    assert binding.observed(store, "s", [watch], seen, files, cut) == []
 
 
 def test_the_shell_of_a_command_is_no_attempt_unless_it_stays_or_was_the_launch(tmp_path):
@@ -165,20 +185,20 @@ def test_the_shell_of_a_command_is_no_attempt_unless_it_stays_or_was_the_launch(
                            cwd="/srv").model_dump()  # fmt: skip
 
     watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="serve\\.py"))
-    files = launch_history.LogFiles((tmp_path,), Limits())
+    files = binding.LogFiles((tmp_path,), Limits())
 
-    def rows(*shells: dict) -> list[dict]:
+    def rows(*shells: dict) -> list[AttemptUpdate]:
         seen = Observations.model_validate({"processes": {"items": list(shells)}})
-        cut = launch_history.cutoff(store, "s")
-        return launch_history.observed(store, "s", [watch], seen, files, cut)
+        cut = binding.cutoff(store, "s")
+        return binding.observed(store, "s", [watch], seen, files, cut)
 
     assert rows(shell(100, 0.3)) == []  # passing through
     nohup = {**shell(99, 0.1), "argv": ["nohup", "python", "serve.py", "--run", "1"]}
     assert rows(nohup) == []  # about to become python
-    assert [row["pid"] for row in rows(shell(101, 5.0))] == [101]  # it stays: an attempt
+    assert [row.pid for row in rows(shell(101, 5.0))] == [101]  # it stays: an attempt
     launched = {"start_key": "cmd:b", "argv": ["bash", "-c", line], "cwd": "/srv",
                 "started_at": at, "command": f"nohup bash -c '{line}' &", "logs": [],
                 "expected_ports": [], "seen": 0, "pid": None}  # fmt: skip
-    store.save_launches("s", [launched])
+    _save(store, launched)
     (bound,) = rows(shell(102, 0.3))
-    assert bound["bound_from"] == "cmd:b" and bound["pid"] == 102
+    assert bound.bound_from == "cmd:b" and bound.pid == 102

@@ -1,13 +1,14 @@
-"""Launch outcomes and the difference between launches, on the seed story's three attempts."""
+"""Attempt outcomes and what changed in the flags from one attempt to the next, on the seed
+story's three attempts."""
 
 from datetime import UTC, datetime, timedelta
 
-from ctxd.discovery.launches import (
-    Launch,
+from ctxd.attempts.flags import (
     flag_diff,
     parse_flags,
     summary_line,
 )
+from ctxd.attempts.model import Attempt
 
 BASE = "python -m sglang.launch_server --model-path /models/Kimi-K2.5-INT4 --tp 8 --port 8000"
 EAGLE = (
@@ -67,15 +68,15 @@ def test_parse_flags_handles_repeats_negative_numbers_and_bare_flags() -> None:
 
 
 def test_outcomes() -> None:
-    running = Launch(pid=50299, argv=tuple(DEBUG), started_at=T0)
+    running = Attempt(pid=50299, argv=tuple(DEBUG), started_at=T0)
     assert running.outcome(T0 + timedelta(minutes=3)) == "running for 3 min"
-    gone = Launch(pid=1, argv=(), started_at=T0, ended_at=T0 + timedelta(minutes=2, seconds=5))
+    gone = Attempt(pid=1, argv=(), started_at=T0, ended_at=T0 + timedelta(minutes=2, seconds=5))
     assert gone.outcome(T0) == (
         "ended after 2 min (its exit status goes to its parent, not to ctxd)"
     )
-    crashed = Launch(1, (), T0, ended_at=T0 + timedelta(seconds=2), error="RuntimeError: x")
+    crashed = Attempt(1, (), T0, ended_at=T0 + timedelta(seconds=2), error="RuntimeError: x")
     assert crashed.outcome(T0) == "died after 2 s"  # its error says why, beside it
-    failed = Launch(1, (), T0, ended_at=T0 + timedelta(seconds=40), exit_status=1)
+    failed = Attempt(1, (), T0, ended_at=T0 + timedelta(seconds=40), exit_status=1)
     assert failed.outcome(T0) == "exited with status 1 after 40 s"
-    killed = Launch(1, (), T0, ended_at=T0 + timedelta(hours=1, minutes=5), exit_status=-9)
+    killed = Attempt(1, (), T0, ended_at=T0 + timedelta(hours=1, minutes=5), exit_status=-9)
     assert killed.outcome(T0) == "killed by signal 9 after 1 h 5 min"

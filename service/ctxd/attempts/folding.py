@@ -1,0 +1,132 @@
+"""Attempts folded for the dump: runs of alike attempts as one line, and the attempts older
+than the newest few as one line of how they ended and which flags varied.
+"""
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ctxd.attempts.flags import flag_diff, program_name
+from ctxd.attempts.model import Attempt
+from ctxd.collectors._logtext import error_shape
+from ctxd.fmt import attempts
+from ctxd.models import HistoryItem
+
+Numbered = tuple[int, Attempt]  # an attempt and its number in the session, from 1
+
+
+def runs(numbered: list[Numbered]) -> list[list[Numbered]]:
+    """Attempts of one command line in a row, in one state (a crowd of alike processes, one
+    program started again and again unchanged), each run a list."""
+    found: list[list[Numbered]] = []
+    for number, attempt in numbered:
+        if found and _alike(found[-1][0][1], attempt):
+            found[-1].append((number, attempt))
+        else:
+            found.append([(number, attempt)])
+    return found
+
+
+def _alike(a: Attempt, b: Attempt) -> bool:
+    return (a.argv, a.ended_at is None, a.port_opened, a.expected_ports, a.error) == (
+        b.argv, b.ended_at is None, b.port_opened, b.expected_ports, b.error,
+    )  # fmt: skip
+
+
+def crowd(run: list[Numbered], first: HistoryItem, last: HistoryItem) -> HistoryItem:
+    """A run as one line: "launched `sleep 60` 20 times (pids …)", with the newest's outcome."""
+    pids = [str(attempt.pid) for _, attempt in run if attempt.pid is not None]
+    shown = ", ".join(pids[:3]) + (f", … {pids[-1]}" if len(pids) > 3 else "")
+    program = program_name(run[0][1].argv)
+    start, end = (f"{run[i][1].started_at:%H:%M:%S}" for i in (0, -1))
+    when = f"at {start}" if start == end else f"from {start} to {end}"
+    ran = f" (pids {shown})" if pids else ""
+    text = f"`{program}` {len(run)} times{ran} {when} UTC"
+    numbers = {"first": run[0][0], "last": run[-1][0], "label": attempts(run[0][0], run[-1][0])}
+    update = {"text": text, "outcome": last.outcome, "ran": last.ran, **numbers}
+    return first.model_copy(update=update)
+
+
+@dataclass(frozen=True, slots=True)
+class Light:
+    """An attempt (or a run of alike ones) that only the fold shows; a plain record, since a
+    long session's snapshot makes hundreds of them (a model each cost it milliseconds)."""
+
+    at: datetime
+    first: int
+    last: int
+    status: str
+    error: str | None
+    error_log: str | None
+    flags: tuple[str, ...]
+
+
+def light(run: list[Numbered], previous: Attempt | None) -> Light:
+    """Its numbers, how it ended, its error and, against the one before (`previous`, for the
+    newest folded ones), the flags it changed."""
+    (first, attempt), (last, newest) = run[0], run[-1]
+    flags: tuple[str, ...] = ()
+    if previous is not None:
+        diff = flag_diff(previous.argv, attempt.argv, previous.env, attempt.env)
+        flags = tuple(sorted({p.split(" ")[0] for p in diff.added + diff.removed + diff.changed}))
+    status = "running" if newest.ended_at is None and newest.seen else "ended"
+    return Light(attempt.started_at, first, last,
+                 status if newest.ended_at or newest.seen else "started",
+                 newest.error, newest.error_log, flags)  # fmt: skip
+
+
+def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
+    """The attempts older than the newest few, in one line: how many ended how (the same error
+    once, with its count) and which flags varied among them."""
+    first, last = older[0].first, older[-1].last
+    outcomes: dict[str, int] = {}
+    for item in older:
+        count = item.last - item.first + 1
+        key = _shape(item.error or item.status or "?")
+        outcomes[key] = outcomes.get(key, 0) + count
+    said = "; ".join(
+        f"{n} {_outcome_words(shape)}" for shape, n in sorted(outcomes.items(), key=lambda x: -x[1])
+    )
+    varied = sorted({flag for item in older for flag in item.flags})
+    flags = f"; flags that varied: {', '.join(varied[:8])}" if varied else ""
+    earlier = f" (and {before} before them)" if before else ""
+    failed = [item for item in older if item.error]
+    return HistoryItem(
+        error=failed[-1].error if failed else None,
+        error_log=failed[-1].error_log if failed else None,
+        at=older[0].at,
+        source="launch",
+        label=attempts(first, last),
+        first=first,
+        last=last,
+        text=f"{said}{flags}{earlier}",
+        status="folded",
+        outcome=f"each one: `ctxd search {sid} WORDS`",
+    )
+
+
+def earlier(before: int, sid: str, at: datetime) -> HistoryItem:
+    """The attempts before those read for the dump, in one line that says how to find them."""
+    return HistoryItem(
+        at=at - timedelta(microseconds=1),
+        source="launch",
+        label=attempts(1, before),
+        first=1,
+        last=before,
+        text=f"{before} earlier attempts, not read for this dump",
+        status="folded",
+        outcome=f"each one: `ctxd search {sid} WORDS`",
+    )
+
+
+@functools.lru_cache(maxsize=4096)  # a long session's errors repeat: hundreds per snapshot
+def _shape(text: str) -> str:
+    """An error as a class of errors (`error_shape`: its numbers masked, from its exception
+    on), so run 14 and run 23 of one failure read alike; cut to 160 characters."""
+    return error_shape(text)[:160]
+
+
+def _outcome_words(shape: str) -> str:
+    if shape in ("running", "ended", "started", "?"):
+        return {"running": "running", "ended": "ended", "started": "starting"}.get(shape, "?")
+    return f"died with `{shape}`"

@@ -1,0 +1,225 @@
+"""The dump's history of attempts: the session's newest attempts as its lines (updates a
+snapshot has not saved yet applied), interleaved with the agent's own journal entries, and the
+logs those attempts write.
+"""
+
+import shlex
+import weakref
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+
+from ctxd.attempts.flags import flag_diff, program_name, summary_line
+from ctxd.attempts.folding import Light, crowd, earlier, folded, light, runs
+from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given, given_or
+from ctxd.fmt import attempts, human_duration
+from ctxd.models import HistoryItem, JournalEntry
+from ctxd.store.database import Store
+
+COMMAND_CHARS = 2000  # the running and the newest failed attempt show theirs whole
+ATTEMPTS_FOLDED = 500  # the newest attempts read for the dump; older ones are searched
+SHOWN_IN_FULL = 6  # the newest attempts shown one by one; older ones fold by outcome
+FLAGS_COMPARED = 50  # of the folded ones, the newest whose flags say which varied
+
+
+def attempt_logs(
+    store: Store, sid: str, pending: Sequence[AttemptUpdate] = ()
+) -> tuple[set[str], set[str]]:
+    """(the log files of the session's newest attempts, those of attempts that ended but for
+    those a running attempt writes too: an error in them is an earlier run's, never the
+    running one's); `pending`: updates from `observed` not saved yet."""
+    newest = _with_pending(_recent(store, sid)[0], pending)
+    every = {path for attempt in newest for path in attempt.logs}
+    running = {path for a in newest if a.ended_at is None for path in a.logs}
+    return every, {path for a in newest if a.ended_at for path in a.logs} - running
+
+
+def history(
+    store: Store, sid: str, journal: list[JournalEntry], pending: Sequence[AttemptUpdate] = ()
+) -> list[HistoryItem]:
+    """Attempts and the agent's own journal attempts (`journal`) in one list, oldest first: the
+    newest SHOWN_IN_FULL attempts one by one, older ones folded by how they ended; `pending`
+    holds updates from `observed` not saved yet, shown as if they were."""
+    stored, total = _recent(store, sid)
+    newest_attempts = _with_pending(stored, pending)
+    known = {attempt.start_key for attempt in stored}
+    total += sum(  # a root no command made, seen for the first time
+        1
+        for update in pending
+        if update.pid is not UNCHANGED
+        and update.bound_from is UNCHANGED
+        and update.start_key not in known
+    )
+    first_number = total - len(newest_attempts) + 1
+    now = datetime.now(UTC)
+    older: list[Light] = []
+    newest: list[HistoryItem] = []
+    previous: Attempt | None = None
+    numbered_runs = runs(list(enumerate(newest_attempts, start=first_number)))
+    full_from = len(numbered_runs) - SHOWN_IN_FULL  # older runs: only what the fold says
+    for index, run in enumerate(numbered_runs):
+        number, attempt = run[0]
+        if index < full_from:
+            compared = index >= full_from - FLAGS_COMPARED
+            older.append(light(run, previous if compared else None))
+        else:
+            item = _item(attempt, previous, now, number)
+            if len(run) > 1:
+                item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0]))
+            newest.append(item)
+        previous = run[-1][1]
+    if older:
+        newest.insert(0, folded(older, first_number - 1, sid))
+    elif first_number > 1:
+        newest.insert(0, earlier(first_number - 1, sid, newest_attempts[0].started_at))
+    return interleave(newest, sorted(map(_journal, journal), key=lambda i: i.at))
+
+
+def interleave(attempt_items: list[HistoryItem], notes: list[HistoryItem]) -> list[HistoryItem]:
+    """The attempts in their order (the order of the commands, not of kernel start times, which
+    are a second coarse), each of the agent's own notes before the first attempt after it."""
+    out: list[HistoryItem] = []
+    waiting = list(notes)
+    for item in attempt_items:
+        while waiting and waiting[0].at <= item.at:
+            out.append(waiting.pop(0))
+        out.append(item)
+    return out + waiting
+
+
+# The newest attempts of each session as read last, by store, with the stamp they were read at:
+# a crowd's hundreds of attempts cost a read and three JSON decodes each, every snapshot.
+_Stamped = tuple[tuple[int, int], tuple[list[Attempt], int]]
+_read: "weakref.WeakKeyDictionary[Store, dict[str, _Stamped]]" = weakref.WeakKeyDictionary()
+
+
+def _recent(store: Store, sid: str) -> tuple[list[Attempt], int]:
+    """The newest ATTEMPTS_FOLDED attempts, oldest first, and how many the session has in all;
+    read again only once they changed."""
+    stamp = store.attempts_stamp(sid)
+    of_store = _read.setdefault(store, {})
+    kept = of_store.get(sid)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    read = (store.list_attempts(sid, limit=ATTEMPTS_FOLDED), store.count_attempts(sid))
+    of_store[sid] = (stamp, read)
+    return read
+
+
+def _with_pending(stored: list[Attempt], pending: Sequence[AttemptUpdate]) -> list[Attempt]:
+    """The stored attempts with the unsaved updates of `observed` applied: new ones added, the
+    others updated (bound to their process, ended, port opened, idle, their error)."""
+    if not pending:
+        return list(stored)
+    by_key = {a.start_key: a for a in stored}  # in the order they were made: the attempts'
+    for update in pending:
+        key = given_or(update.bound_from, None) or update.start_key
+        if key in by_key:
+            current = by_key[key]
+            opened = given_or(update.port_opened, current.port_opened)
+            by_key[key] = replace(
+                current,
+                pid=given_or(update.pid, current.pid),
+                # as stored: a process's argv is written once, when it binds its attempt
+                argv=given(update.argv) if update.bound_from is not UNCHANGED else current.argv,
+                started_at=given_or(update.started_at, current.started_at),
+                env=given_or(update.env, current.env),
+                seen=bool(given_or(update.seen, current.seen)),
+                ended_at=given_or(update.ended_at, current.ended_at),
+                port_opened=None if opened is None else bool(opened),
+                idle_s=given_or(update.idle_s, current.idle_s),
+                logs=given_or(update.logs, current.logs),
+                error=given_or(update.error, current.error),
+                error_log=given_or(update.error_log, current.error_log),
+            )
+        elif update.pid is not UNCHANGED:
+            by_key[key] = _sighted(update)
+    return list(by_key.values())
+
+
+def _sighted(update: AttemptUpdate) -> Attempt:
+    """A root process seen for the first time, as the attempt its saved update will make."""
+    return Attempt(
+        pid=given(update.pid),
+        argv=given(update.argv),
+        started_at=given(update.started_at),
+        cwd=given_or(update.cwd, None),
+        env=given_or(update.env, {}),
+        expected_ports=given_or(update.expected_ports, ()),
+        ended_at=given_or(update.ended_at, None),
+        exit_status=given_or(update.exit_status, None),
+        port_opened=given_or(update.port_opened, None),
+        idle_s=given_or(update.idle_s, None),
+        command=given_or(update.command, None),
+        seen=given_or(update.seen, True),
+        logs=given_or(update.logs, ()),
+        error=given_or(update.error, None),
+        error_log=given_or(update.error_log, None),
+        start_key=update.start_key,
+        watch_id=given_or(update.watch_id, None),
+        tool_id=given_or(update.tool_id, None),
+    )
+
+
+def _journal(entry: JournalEntry) -> HistoryItem:
+    return HistoryItem(
+        at=entry.created_at,
+        source="journal",
+        text=entry.text,
+        status=entry.status,
+        outcome=entry.outcome,
+    )
+
+
+def _item(attempt: Attempt, previous: Attempt | None, now: datetime, number: int) -> HistoryItem:
+    program = program_name(attempt.argv)
+    pid = f" (pid {attempt.pid})" if attempt.pid is not None else ""
+    text = f"`{program}`{pid} at {attempt.started_at:%H:%M:%S} UTC"
+    notes = [attempt.outcome(now)]
+    if attempt.ended_at is None:
+        status = "running" if attempt.seen else "started"
+        if attempt.idle_s is not None and attempt.idle_s >= 10:
+            notes.append(f"idle for {human_duration(attempt.idle_s)}")
+    else:
+        status = "ended"
+    ports = ", ".join(str(p) for p in attempt.expected_ports)
+    if attempt.port_opened is False or (attempt.expected_ports and not attempt.seen):
+        notes.append(f"port {ports} {'never opened' if attempt.ended_at else 'not open yet'}")
+    elif attempt.port_opened:
+        notes.append(f"port {ports} opened")
+    if attempt.error:
+        where = f" (in {PurePosixPath(attempt.error_log).name})" if attempt.error_log else ""
+        notes.append(f"its log: {attempt.error}{where}")
+    flags: list[str] = []
+    changed = None
+    if previous is not None:
+        diff = flag_diff(previous.argv, attempt.argv, previous.env, attempt.env)
+        flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
+        changed = summary_line(diff, program, program_name(previous.argv))
+        notes.append(changed)
+    command = attempt.command or shlex.join(attempt.argv)  # an argv read: quoted, safe to paste
+    if len(command) > COMMAND_CHARS:
+        command = command[:COMMAND_CHARS] + " …"
+    return HistoryItem(
+        at=attempt.started_at,
+        source="launch",
+        label=attempts(number, number),
+        first=number,
+        last=number,
+        text=text,
+        status=status,
+        outcome="; ".join(notes),
+        command=command,
+        cwd=attempt.cwd,
+        written=attempt.command is not None,
+        error=attempt.error,
+        error_log=attempt.error_log,
+        pid=attempt.pid,
+        flags=flags,
+        ran=notes[0],
+        changed=changed,
+        ports=list(attempt.expected_ports),
+        port_open=bool(attempt.port_opened) if attempt.expected_ports else None,
+        logs=list(attempt.logs),
+    )
