@@ -131,8 +131,9 @@ def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_serv
     commands = [h["command"] for entries in json.loads(settings.read_text())["hooks"].values()
                 for e in entries for h in e["hooks"]]  # fmt: skip
     assert commands and not any("-m service" in c for c in commands)
-    assert all(c.endswith("hook claude") for c in commands)
+    assert all(c.endswith(("hook claude", "hook claude --wake")) for c in commands)
     assert sum(1 for c in commands if c.endswith("hook claude")) == 9  # one per event, once
+    assert sum(1 for c in commands if c.endswith("hook claude --wake")) == 2  # launch, turn end
 
 
 def test_project_install_moves_hooks_an_earlier_ctxd_put_in_the_shared_settings(tmp_path):
@@ -173,7 +174,8 @@ def test_round_trip_with_another_url_in_a_fresh_home(server, tmp_path: Path):
         for e in entries
         for h in e["hooks"]
     }
-    assert commands == {f"{Path(sys.executable).parent / 'ctxd'} --url {server.url} hook claude"}
+    hook = f"{Path(sys.executable).parent / 'ctxd'} --url {server.url} hook claude"
+    assert commands == {hook, f"{hook} --wake"}
     assert json.loads(mcp.read_text())["mcpServers"]["ctxd"]["url"] == server.url + "/mcp"
 
     # doctor without CTXD_URL still checks the URL the hooks call, and finds it up

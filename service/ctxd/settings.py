@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     # Probing watches for events costs a collection; exits are still caught within seconds.
     event_probe_s: float = Field(5.0, gt=0, le=3600)
     event_min_gap_s: float = Field(5.0, ge=0, le=3600)
+    # Waking an idle agent with its attempts' news (CTXD_WAKE=0: never, on the server's side).
+    wake: bool = True
     # Slurm is probed for events less often: each look asks the cluster's shared controller.
     slurm_probe_s: float = Field(60.0, gt=0, le=3600)
     keep_days: int = Field(30, ge=1, le=3650)

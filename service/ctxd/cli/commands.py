@@ -55,6 +55,8 @@ def serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(
         create_app(settings), host=settings.host, port=settings.port, log_level="info",
         access_log=settings.access_log,
+        # a waiter's long poll does not hold a stop: it asks again of the next ctxd
+        timeout_graceful_shutdown=2,
     )  # fmt: skip
     serve_loop.run(config)
     return 0

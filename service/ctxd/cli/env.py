@@ -48,6 +48,12 @@ def hook_timeout_s() -> float | None:
     return max(0.1, float(given)) if given.replace(".", "", 1).isdigit() else None
 
 
+def wake_max_s(default: float) -> float:
+    """How long a waiter waits for news at most (CTXD_WAKE_MAX_S), else `default`."""
+    given = os.environ.get("CTXD_WAKE_MAX_S", "").strip()
+    return max(1.0, float(given)) if given.replace(".", "", 1).isdigit() else default
+
+
 def hook_max_chars() -> int | None:
     """How much dump a hook hands the model, when the user chose."""
     given = os.environ.get("CTXD_HOOK_MAX_CHARS", "").strip()

@@ -283,7 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
             "uncommitted settings where the harness has them)",
         )
         p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
-        p.set_defaults(func=setup.install, remove=remove)
+        if not remove:
+            p.add_argument(
+                "--no-wake",
+                dest="wake",
+                action="store_false",
+                help="never wake the idle agent when an attempt it launched comes up, dies or "
+                "hangs (where the harness can be woken: Claude Code)",
+            )
+        p.set_defaults(func=setup.install, remove=remove, wake=True)
 
     p = sub.add_parser("service", help="keep ctxd always on: a systemd user unit (or launchd)")
     p.add_argument("action", choices=["install", "uninstall"], help="write the unit, or remove it")

@@ -75,7 +75,9 @@ def _install_one(name: HarnessName, args: argparse.Namespace, project: Path) -> 
     """What an install (or uninstall, or a dry run of either) did to one harness's files."""
     harness = adapter(name)
     try:
-        changes = harness.plan(args.url, args.scope, project, Path.home(), args.remove)
+        changes = harness.plan(
+            args.url, args.scope, project, Path.home(), args.remove, wake=args.wake
+        )
     except InstallError as exc:
         prefix = "" if args.harness else f"{harness.label}: "
         raise CliError(prefix + str(exc), EXIT_USAGE) from None

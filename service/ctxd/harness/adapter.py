@@ -74,7 +74,9 @@ class Adapter(Protocol):
         """The harness's hook payload (as its hook forwarded it) in ctxd's words."""
         ...
 
-    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+    def plan(
+        self, url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
+    ) -> list[Change]:
         """What `ctxd install` (or, with `remove`, uninstall) writes, file by file."""
         ...
 
@@ -107,6 +109,12 @@ class CommandHook(Protocol):
     def remember(self, event: str, sid: str) -> None:
         """Keep the session for the agent's own commands where the harness allows it (Claude
         Code's CLAUDE_ENV_FILE): `ctxd note` in its shell then records in the right session."""
+        ...
+
+    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
+        """Whether this event starts a waiter (`ctxd hook H --wake`, for a harness that can be
+        woken): True, it launched something, whose outcome is pending; False, wait if ctxd
+        says an attempt is pending (the turn's end); None, no waiter."""
         ...
 
 

@@ -9,6 +9,7 @@ so `ctxd install claude` replaces them. Standard library only: the hook path imp
 
 import contextlib
 import os
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,23 @@ class ClaudeCode:
     def trouble(self, event: str, message: str) -> dict[str, Any] | None:
         return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
 
+    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
+        """A Bash call that sent something off (`run_in_background`, or a lone `&`, `nohup`,
+        `setsid` in its line) waits for its outcome; the turn's end waits for any pending."""
+        if event == "Stop":
+            return False
+        tool = payload.get("tool_input")
+        if (
+            event != "PostToolUse"
+            or payload.get("tool_name") != "Bash"
+            or not isinstance(tool, dict)
+        ):
+            return None
+        command = tool.get("command")
+        if tool.get("run_in_background") is True:
+            return True
+        return True if isinstance(command, str) and _SENDS_OFF.search(command) else None
+
     def remember(self, event: str, sid: str) -> None:
         """At SessionStart Claude Code names a file (CLAUDE_ENV_FILE) whose exports its Bash
         tool's shells load: CTXD_SESSION there sends the agent's `ctxd note` to this session."""
@@ -119,9 +137,11 @@ class ClaudeCode:
     def notes(self, scope: str) -> list[str]:
         return []
 
-    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+    def plan(
+        self, url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
+    ) -> list[Change]:
         settings_path, mcp_path = targets(scope, project, home)
-        hooks = None if remove else config(hook_command(self.name, url))["hooks"]
+        hooks = None if remove else config(hook_command(self.name, url), wake)["hooks"]
         changes = [_with_hooks(settings_path, hooks)]
         if scope == "project":  # an earlier ctxd put them in the shared settings.json
             changes.append(_with_hooks(project / ".claude" / "settings.json", None))
@@ -131,6 +151,9 @@ class ClaudeCode:
 
 
 ADAPTER = ClaudeCode()
+WAKE_TIMEOUT_S = 7260  # the waiter's own ceiling (2 h) and a minute: it ends first
+# A line that sends something off: a lone `&` (not `&&`, `>&`, `&>`), or `nohup`/`setsid`.
+_SENDS_OFF = re.compile(r"(?<![&>])&(?![&>])|(?:^|[\s;|(])(?:nohup|setsid)\s")
 
 
 def _details(payload: dict[str, Any]) -> str:
@@ -145,28 +168,35 @@ def _with_hooks(path: Path, hooks: dict[str, list[Any]] | None) -> Change:
     return Change(path, read_text(path), json_text(new_settings, path))
 
 
-def config(command: str) -> dict[str, Any]:
+def config(command: str, wake: bool = True) -> dict[str, Any]:
     """The `hooks` block for Claude Code's settings.json. Tool calls are reported
     asynchronously: no tool call ever waits on ctxd. The summary after a compaction and a
-    failed turn are not: an asynchronous hook is cut off when `claude -p` exits."""
+    failed turn are not: an asynchronous hook is cut off when `claude -p` exits. With `wake`,
+    a background launch and the turn's end also start a waiter (`--wake`, an async rewake
+    hook: it exits 2 with an attempt's news, which wakes the idle agent; killed at its
+    timeout, which is the waiter's own ceiling)."""
 
     def entry(timeout: int, matcher: str | None = None, **extra: Any) -> list[dict[str, Any]]:
         hook = {"type": "command", "command": command, "timeout": timeout, **extra}
         return [{**({"matcher": matcher} if matcher else {}), "hooks": [hook]}]
 
-    return {
-        "hooks": {
-            "PreCompact": entry(60),
-            "SessionStart": entry(60, SESSION_SOURCES),
-            "UserPromptSubmit": entry(60),
-            "PostToolUse": entry(30, TOOLS, **{"async": True}),
-            "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
-            "PostCompact": entry(10),
-            "Stop": entry(10),
-            "StopFailure": entry(30),
-            "SessionEnd": entry(10),
-        }
+    waiter = {"type": "command", "command": f"{command} --wake", "async": True,
+              "asyncRewake": True, "timeout": WAKE_TIMEOUT_S}  # fmt: skip
+    hooks = {
+        "PreCompact": entry(60),
+        "SessionStart": entry(60, SESSION_SOURCES),
+        "UserPromptSubmit": entry(60),
+        "PostToolUse": entry(30, TOOLS, **{"async": True}),
+        "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
+        "PostCompact": entry(10),
+        "Stop": entry(10),
+        "StopFailure": entry(30),
+        "SessionEnd": entry(10),
     }
+    if wake:
+        hooks["PostToolUse"] = [*hooks["PostToolUse"], {"matcher": "Bash", "hooks": [waiter]}]
+        hooks["Stop"] = [{"hooks": [*hooks["Stop"][0]["hooks"], waiter]}]
+    return {"hooks": hooks}
 
 
 def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:

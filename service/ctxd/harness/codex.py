@@ -109,13 +109,18 @@ class Codex:
     def trouble(self, event: str, message: str) -> dict[str, Any] | None:
         return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
 
+    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
+        return None  # no hook of its starts a turn (README: which harness can be woken)
+
     def remember(self, event: str, sid: str) -> None:
         """Codex has no file of exports for its shells: nothing to keep."""
 
     def notes(self, scope: str) -> list[str]:
         return [TRUST_NOTE] + ([PROJECT_NOTE] if scope == "project" else [])
 
-    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+    def plan(
+        self, url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
+    ) -> list[Change]:
         hooks_path, config_path = targets(scope, project, home)
         ours = None if remove else config(hook_command(self.name, url))["hooks"]
         new_settings = with_hooks(read_json(hooks_path), "hook codex", ours)

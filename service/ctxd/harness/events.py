@@ -36,6 +36,24 @@ class HookIn(Strict):
     harness_pid: Annotated[int, Field(ge=1)] | None = None  # the process the hook ran under
 
 
+class WakeIn(HookIn):
+    """A waiter's ask (`ctxd hook HARNESS --wake`): the hook event it runs for, whether that
+    event launched something (its attempt is then pending before any snapshot saw it), and
+    how long this one request may wait."""
+
+    launched: bool = False
+    wait_s: Annotated[float, Field(ge=0, le=600)] = 290
+
+
+class WakeOut(BaseModel):
+    """The news for a waiting agent (`text`, None when none came in time) and whether an
+    attempt of its session still waits for an outcome (False: the waiter can go)."""
+
+    session: str
+    text: str | None = None
+    pending: bool = False
+
+
 class HookOut(BaseModel):
     """What the hook prints: `context` for the model, `message` for the person."""
 

@@ -152,14 +152,16 @@ def drop(data: dict[str, Any], key: str) -> dict[str, Any]:
 
 def without_hooks(hooks: Any, command_ends: str) -> dict[str, list[Any]]:
     """A harness's `hooks` block (Claude Code's shape, which Codex shares) without ctxd's own
-    hooks, told by their command's end (`hook claude`): what uninstall leaves, what install
-    adds to. Everything else, the user's hooks and entries of other shapes, is kept."""
+    hooks, told by their command's end (`hook claude`, or its waiter's `hook claude --wake`):
+    what uninstall leaves, what install adds to. Everything else, the user's hooks and
+    entries of other shapes, is kept."""
     if not isinstance(hooks, dict):
         raise InstallError("its 'hooks' is not an object; fix the file by hand first")
 
     def ours(hook: Any) -> bool:
         command = hook.get("command", "") if isinstance(hook, dict) else ""
-        return isinstance(command, str) and command.rstrip().endswith(command_ends)
+        ends = (command_ends, f"{command_ends} --wake")
+        return isinstance(command, str) and command.rstrip().endswith(ends)
 
     kept: dict[str, list[Any]] = {}
     for event, entries in hooks.items():

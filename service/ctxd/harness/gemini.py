@@ -139,13 +139,18 @@ class Gemini:
     def trouble(self, event: str, message: str) -> dict[str, Any] | None:
         return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
 
+    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
+        return None  # no hook of its starts a turn (README: which harness can be woken)
+
     def remember(self, event: str, sid: str) -> None:
         """Gemini CLI has no file of exports for its shells: nothing to keep."""
 
     def notes(self, scope: str) -> list[str]:
         return [TRUST_NOTE]
 
-    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+    def plan(
+        self, url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
+    ) -> list[Change]:
         path = settings_path(scope, project, home)
         settings = read_json(path)
         ours = None if remove else config(hook_command(self.name, url))

@@ -7,9 +7,15 @@ every prompt and every tool call. The policy (which session, what to record, wha
 one dump per turn) is the server's (`UseCases.hook`), so this file only carries messages.
 """
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import shlex
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -23,6 +29,9 @@ MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
 QUICK_TIMEOUT_S = 5.0
 SHELLS = {"sh", "bash", "dash", "zsh", "fish", "ksh", "busybox"}
+WAKE_MAX_S = 7200.0  # a waiter's ceiling: it then exits quietly
+WAKE_POLL_S = 290.0  # one long poll; a waiter asks again until its ceiling
+WAKE_RETRY_S = 5.0
 
 
 class HookError(Exception):
@@ -52,9 +61,85 @@ def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) ->
         known = ", ".join(COMMAND_HOOKS)
         print(f"ctxd hook: no harness {args[1]!r} runs hook commands (known: {known})", file=stderr)
         return 0
+    if args[2:] == ["--wake"]:
+        return wake(harness, url, stdin, stderr)
     if len(args) > 2:
         print(f"ctxd hook: ignored arguments {shlex.join(args[2:])!r}", file=stderr)
     return run(harness, url, stdin, stdout, stderr)
+
+
+def wake(harness: CommandHook, url: str, stdin: TextIO, stderr: TextIO) -> int:
+    """`ctxd hook H --wake`, run by the harness in the background (Claude Code's async
+    rewake hook) after a launch or at the turn's end: waits for the session's attempts' news
+    and exits 2 with it on stderr, which wakes the idle agent with that text; exits 0 when
+    there is nothing to wait for, another waiter of the conversation waits already, the
+    ceiling (CTXD_WAKE_MAX_S, 2 h) passes, CTXD_WAKE=0, or anything goes wrong."""
+    if os.environ.get("CTXD_WAKE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return 0
+    try:
+        payload = parse_payload(harness, stdin.read(MAX_PAYLOAD_CHARS))
+        launched = harness.wakes(harness.event_name(payload) or "", payload)
+        if launched is None:
+            return 0
+        with _only_waiter(url, payload) as alone:
+            return _wait(harness, url, payload, launched, stderr) if alone else 0
+    except Exception as exc:  # never a traceback; exit 2 would wake the agent with it
+        print(f"ctxd hook --wake: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+        return 0
+
+
+def _wait(
+    harness: CommandHook, url: str, payload: dict[str, Any], launched: bool, stderr: TextIO
+) -> int:
+    deadline = time.monotonic() + env.wake_max_s(WAKE_MAX_S)
+    while (left := deadline - time.monotonic()) > 1:
+        wait_s = min(WAKE_POLL_S, left)
+        body: dict[str, Any] = {
+            "payload": {**payload, "tool_response": _tail(payload.get("tool_response"))},
+            "root": git_root(str(payload.get("cwd") or "")), "launched": launched,
+            "wait_s": wait_s,
+        }  # fmt: skip
+        if session := env.session():
+            body["session"] = session
+        if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
+            body["harness_pid"] = pid
+        try:
+            status, said = post(url, f"/api/hooks/{harness.name}/wake",
+                                json.dumps(body).encode(), wait_s + 30)  # fmt: skip
+        except HookError:
+            time.sleep(min(WAKE_RETRY_S, max(0.0, left - 1)))  # ctxd restarting: ask again
+            continue
+        answer = json.loads(said or b"{}") if status == 200 else {}
+        if not isinstance(answer, dict) or status != 200:
+            return 0
+        if answer.get("text"):
+            stderr.write(str(answer["text"]) + "\n")
+            return 2
+        if not answer.get("pending"):
+            return 0
+        launched = False  # ctxd has seen the launch by now: its word on what is pending
+    return 0
+
+
+@contextlib.contextmanager
+def _only_waiter(url: str, payload: dict[str, Any]) -> Iterator[bool]:
+    """Holds the conversation's waiter lock (a file under ~/.cache/ctxd/wake, per ctxd and
+    conversation), yielding whether this process got it: one waiter per session's
+    conversation, whatever the number of launches."""
+    conversation = str(payload.get("session_id") or payload.get("cwd") or "")
+    name = hashlib.sha256(f"{url}\0{conversation}".encode()).hexdigest()[:24]
+    folder = Path.home() / ".cache" / "ctxd" / "wake"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def run(harness: CommandHook, url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:

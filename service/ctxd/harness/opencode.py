@@ -65,7 +65,9 @@ class Opencode:
             said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
         )
 
-    def plan(self, url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+    def plan(
+        self, url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
+    ) -> list[Change]:
         return plan(url, scope, project, home, remove)
 
     def notes(self, scope: str) -> list[str]:

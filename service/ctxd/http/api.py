@@ -9,7 +9,7 @@ from litestar.datastructures import State
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter, QueryParameter
 
 from ctxd.harness.adapter import HarnessName
-from ctxd.harness.events import HookIn, HookOut
+from ctxd.harness.events import HookIn, HookOut, WakeIn, WakeOut
 from ctxd.harness.resolve import PromptIn
 from ctxd.http.encoded import EncodedAnswers, encoded_json
 from ctxd.models import (
@@ -72,6 +72,12 @@ def search_all(state: State, q: Query, limit: Limit = 20, offset: Offset = 0) ->
 def hook(state: State, harness: FromPath[HarnessName], data: JSONBody[HookIn]) -> HookOut:
     """A harness hook event as the harness gave it; the answer says what to inject."""
     return use(state).hook(harness, data)
+
+
+@post("/api/hooks/{harness:str}/wake", status_code=200)
+async def wake(state: State, harness: FromPath[HarnessName], data: JSONBody[WakeIn]) -> WakeOut:
+    """A waiter's long poll for its session's attempts' news (`ctxd hook HARNESS --wake`)."""
+    return await use(state).wake(harness, data)
 
 
 class SessionController(Controller):

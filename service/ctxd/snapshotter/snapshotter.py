@@ -1,5 +1,6 @@
 """Builds a Snapshot: observe, derive signals and changes, dedup, commit, then write its files."""
 
+import logging
 import socket
 import threading
 import time
@@ -26,11 +27,13 @@ from ctxd.render.dump_files import DumpFiles
 from ctxd.settings import Settings
 from ctxd.signals import attempts as attempt_signals
 from ctxd.signals import derive as signals
-from ctxd.snapshotter import agent_context, changes
+from ctxd.snapshotter import agent_context, changes, news
 from ctxd.snapshotter.retirement import Retirement
 from ctxd.snapshotter.runner import CollectorRunner
 from ctxd.store.connection import now
 from ctxd.store.database import Store
+
+log = logging.getLogger(__name__)
 
 _NARRATIVE_LISTS = {
     "attempt": "attempts",
@@ -70,6 +73,8 @@ class Snapshotter:
         self._committed: dict[str, Snapshot] = {}
         # What a snapshot asks besides its collectors, while they run (a workspace's git)
         self._beside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="beside")
+        # The attempts' news as versions are stored, for the waiters that wake an agent
+        self.news = news.NewsBoard()
 
     def close(self) -> None:
         self.runner.close()
@@ -185,14 +190,27 @@ class Snapshotter:
                 clock.lap("render")
                 return snapshot, rendered[-1]
 
+            previous = self._previous(sid, latest) if latest else None
             self.store.add_snapshot(sid, build, key)
             self._committed[sid] = snapshot
+            self._publish(sid, previous, snapshot)
             self._after_commit(sid, assembled)
             clock.lap("store + commit")
             # the committed text, as rendered: no need to read it back and decompress it
             self.write_files(sid, snapshot.header.version, rendered[-1], latest=True)
             clock.lap("Markdown files")
             return snapshot
+
+    def _publish(self, sid: str, previous: Snapshot | None, snapshot: Snapshot) -> None:
+        """The attempts' news of a stored version, for the agent's waiter (`news.py`)."""
+        try:
+            commands = [
+                (datetime.fromisoformat(a["at"]), str(a.get("command", "")))
+                for a in self.store.list_actions(sid, "command", limit=50)
+            ]
+            self.news.publish(sid, news.outcomes(previous, snapshot, commands))
+        except Exception:  # the news is a courtesy: the version is stored whatever happens
+            log.exception("the news of %s v%d was not published", sid, snapshot.header.version)
 
     def _after_commit(self, sid: str, assembled: "Assembled") -> None:
         """What a stored (or confirmed) snapshot writes besides itself: the attempts it saw,
@@ -207,6 +225,10 @@ class Snapshotter:
         self.store.set_markdown(sid, version, markdown)
         self.write_files(sid, version, markdown, latest=True)
         return stored
+
+    def latest(self, sid: str) -> Snapshot | None:
+        """The session's newest stored version (None: none yet)."""
+        return self._previous(sid, self.store.latest_version(sid))
 
     def _previous(self, sid: str, latest: int) -> Snapshot | None:
         """Version `latest` of the session: the one committed here, or read from the store

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from ctxd.errors import NotFound
 from ctxd.models import Observations, Session, Trigger, Watch
-from ctxd.snapshotter import happened
+from ctxd.snapshotter import happened, news
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.store.connection import now
 
@@ -100,6 +100,7 @@ class Watcher:
             try:
                 self.flush_activity(session)
                 self.check_events(session)
+                self.check_waited(session)
                 self.check_quiet(session)
                 self.check_schedule(session)
             except NotFound:
@@ -115,6 +116,19 @@ class Watcher:
         last = self.activity.last(session)
         if last - session.last_activity_at > timedelta(seconds=1):
             self.snap.store.touch(session.id, at=last)
+
+    def check_waited(self, session: Session) -> None:
+        """An agent waits on this session's news (a waiter long-polls) and an attempt is still
+        starting: look again every quarter of the stuck threshold (at least every event probe),
+        so that it is called stuck soon after it is. One look per session, whatever the number
+        of waiters; none for a session nobody waits on."""
+        if not self.snap.news.waited(session.id):
+            return
+        every = max(self.settings.event_probe_s, self.settings.stuck_after_s / 4)
+        if now() - self.snap.store.last_snapshot_at(session.id) < timedelta(seconds=every):
+            return
+        if news.pending(self.snap.latest(session.id)):
+            self.snap.take(session.id, Trigger.SCHEDULE, note="an agent waits on its attempts")
 
     def check_quiet(self, session: Session) -> None:
         """One snapshot after `quiet_after_s` of silence; none again until activity resumes."""

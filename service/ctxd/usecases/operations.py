@@ -6,6 +6,7 @@ anything is stored, watch admission, journal status rules, and activity marking 
 about a session counts as its activity; the quiet trigger waits for silence).
 """
 
+import asyncio
 from datetime import UTC, datetime
 
 from ctxd import __version__, confine, redact
@@ -16,7 +17,15 @@ from ctxd.discovery.payloads import OUTPUT_TAIL_MAX_CHARS
 from ctxd.errors import Invalid, NotFound
 from ctxd.harness import conversations, resolve
 from ctxd.harness.adapter import RESUME_SOURCES, HarnessName
-from ctxd.harness.events import INJECT_MAX_CHARS, SUMMARY_MAX_CHARS, HookIn, HookOut, TurnMarks
+from ctxd.harness.events import (
+    INJECT_MAX_CHARS,
+    SUMMARY_MAX_CHARS,
+    HookIn,
+    HookOut,
+    TurnMarks,
+    WakeIn,
+    WakeOut,
+)
 from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
 from ctxd.harness.registry import adapter as harness_adapter
 from ctxd.harness.resolve import Resolved, ResolveIn
@@ -41,6 +50,7 @@ from ctxd.peers import serve as peers_serve
 from ctxd.peers.fanout import Peers, PeerStatus
 from ctxd.peers.serve import ObserveIn
 from ctxd.redact.names import is_secret_name
+from ctxd.snapshotter import news
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.snapshotter.triggers import Activity
 from ctxd.store.peers import Peer, PeerIn
@@ -293,6 +303,30 @@ class UseCases:
         """The agent's actions, kept redacted; returns the watches they added by themselves."""
         self.store.get_session(self._active(sid))  # an unknown session is a 404
         return self.intake.record(sid, actions)
+
+    async def wake(self, harness: HarnessName, given: WakeIn) -> WakeOut:
+        """A waiter's long poll: the session's attempts' news as soon as there is some
+        (claimed: handed out once, and recorded as delivered), else, after `wait_s`, whether
+        anything is still pending. Waits on the news board: no thread, no CPU."""
+        sid = await asyncio.to_thread(self._waiter_session, harness, given)
+        if not self.settings.wake:
+            return WakeOut(session=sid)
+        latest = await asyncio.to_thread(self.snap.latest, sid)
+        waiting = given.launched or news.pending(latest)  # else: only what is there already
+        got = await self.snap.news.wait(sid, given.wait_s if waiting else 0)
+        latest = await asyncio.to_thread(self.snap.latest, sid) if got else latest
+        if not got:
+            return WakeOut(session=sid, pending=given.launched or news.pending(latest))
+        text = redact.text(news.wake_text(sid, got, latest))
+        body = {"text": text, "attempts": [o.number for o in got], "kinds": [o.kind for o in got]}
+        await asyncio.to_thread(self.store.add_action, sid, "wake", datetime.now(UTC), body)
+        return WakeOut(session=sid, text=text, pending=news.pending(latest))
+
+    def _waiter_session(self, harness: HarnessName, given: WakeIn) -> str:
+        event = harness_adapter(harness).event(given.payload)
+        ask = ResolveIn(harness=harness, session=given.session, cwd=event.cwd[:4096],
+                        root=given.root, harness_session=event.conversation[:4096])  # fmt: skip
+        return conversations.place(self, ask, False, event.source, given.harness_pid).sid
 
     def hook(self, harness: HarnessName, given: HookIn) -> HookOut:
         """A harness's hook event: its conversation's session, what to record, what to hand

@@ -4,6 +4,7 @@ import re
 from collections import defaultdict
 
 from ctxd.collectors.proc.argv import fold_workers, is_python, shape
+from ctxd.fmt import printable
 from ctxd.models import ProcessInfo, WorkerGroup
 
 # Beyond this many rows the dump shows a summary and the most telling rows, not a long table.
@@ -51,10 +52,12 @@ def workers(items: list[ProcessInfo]) -> list[WorkerGroup]:
 
 def _as_typed(command: str) -> str:
     """A folded command line as a person types it: `python3 serve.py --rank {0..7}`, the
-    interpreter by its name rather than its path (the top's executable is said beside it)."""
+    interpreter by its name rather than its path (the top's executable is said beside it),
+    on one line (a `-c` program's newlines escaped, never cut off)."""
     program, space, rest = command.partition(" ")
     name = program.rsplit("/", 1)[-1]
-    return f"{name}{space}{rest}" if "/" in program and is_python(name) else command
+    typed = f"{name}{space}{rest}" if "/" in program and is_python(name) else command
+    return printable(typed, lines=False)
 
 
 def _folds_to(members: list[ProcessInfo], count: int, command: str) -> bool:
