@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import Server, start_server, stop_server, tagged
 
 QUICK = {"CTXD_EVENT_PROBE_S": "0.5", "CTXD_TRIGGER_INTERVAL_S": "0.25",
-         "CTXD_EVENT_MIN_GAP_S": "0", "CTXD_STUCK_AFTER_S": "4"}  # fmt: skip
+         "CTXD_EVENT_MIN_GAP_S": "0", "CTXD_STUCK_AFTER_S": "60"}  # fmt: skip
 
 # Up for a while, then dies with its error in its log, as an OOM'd server does.
 DIES = """\
@@ -29,6 +29,16 @@ print("loading weights", flush=True)
 time.sleep(float(sys.argv[1]))
 print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", file=sys.stderr)
 sys.exit(1)
+"""
+
+# Loads for a second, then serves on --port until killed.
+UP = """\
+import socket, sys, time
+time.sleep(1)
+listener = socket.create_server(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])))
+print("serving", flush=True)
+while True:
+    listener.accept()[0].close()
 """
 
 
@@ -136,3 +146,131 @@ def test_no_waiter_with_ctxd_wake_0_nor_for_a_command_that_launches_nothing(
                   tool_call(work, "sleep 1 &"))  # fmt: skip
     plain = started(waiter(server, tool_call(work, "ls -l"), tmp_path), tool_call(work, "ls -l"))
     assert off.wait(timeout=20) == 0 and plain.wait(timeout=20) == 0
+
+
+def claude_kept_open(
+    work: Path, home: Path, model_url: str, prompt: str, extra: dict[str, str]
+) -> subprocess.Popen:
+    """The real Claude Code CLI in stream-json mode with its stdin held open: a session that
+    stays alive after its turn ends, as an interactive one does, so that it can be woken."""
+    from tests.test_harness_claude import CLAUDE
+
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
+        "HOME": str(home), "ANTHROPIC_BASE_URL": model_url,
+        "ANTHROPIC_API_KEY": "sk-ant-scripted-model", "IS_SANDBOX": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", **extra,
+    }  # fmt: skip
+    argv = [str(CLAUDE), "-p", "--input-format", "stream-json", "--output-format", "stream-json",
+            "--verbose", "--dangerously-skip-permissions"]  # fmt: skip
+    quiet = subprocess.DEVNULL
+    proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.PIPE, stdout=quiet,
+                            stderr=quiet, text=True)  # fmt: skip
+    assert proc.stdin is not None
+    message = {"type": "user", "message": {"role": "user", "content": prompt}}
+    proc.stdin.write(json.dumps(message) + "\n")
+    proc.stdin.flush()
+    return proc
+
+
+def woken_with(model, words: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The texts of the requests whose newest user message carries `words` (a wake's)."""
+    found = []
+    for body in list(model.requests):
+        last = body["messages"][-1]
+        text = model.texts(last) if last["role"] == "user" else ""
+        if words in text:
+            found.append(text)
+    return found
+
+
+@pytest.mark.parametrize("wake", [True, False], ids=["woken", "CTXD_WAKE=0"])
+def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str, wake: bool
+) -> None:
+    """The scripted model launches a server in the background and ends its turn; the server
+    dies 8 s later; Claude Code, idle, sends the model a new request carrying ctxd's news
+    (the attempt, its error, its log) within seconds of the death, once. With CTXD_WAKE=0 in
+    the agent's environment no request comes."""
+    from tests.scripted_model import ScriptedModel, Step
+    from tests.test_harness_claude import CLAUDE
+
+    if not CLAUDE.exists():
+        pytest.skip("Claude Code not installed (`make test` does, with npm)")
+    server, home = quick_server, tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "CTXD_URL": server.url}
+    subprocess.run([sys.executable, "-m", "ctxd", "install", "claude"], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    launch = f"nohup python3 serve.py 8 --tag {tag} > serve.log 2>&1 &"
+    model = ScriptedModel([Step(bash=launch), Step(text="Launched; waiting for it to load."),
+                           Step(text="It died: reading its log next.")])  # fmt: skip
+    proc = None
+    extra = {} if wake else {"CTXD_WAKE": "0"}  # the CLI passes its environment to its hooks
+    try:
+        proc = claude_kept_open(work, home, model.url, "Start the server and tell me.", extra)
+        pid = wait_until_one(tag)
+        psutil.Process(pid).wait(timeout=60)
+        died = time.monotonic()
+        if wake:
+            said = wait_for(lambda: woken_with(model, "ctxd: attempt 1"), 20)
+            took = time.monotonic() - died
+            assert len(said) == 1 and "died" in said[0] and "OutOfMemoryError" in said[0], said
+            assert "serve.log" in said[0] and f"pid {pid}" in said[0], said
+            assert took < 5, took
+            time.sleep(3)  # no second wake for the same death
+        else:
+            time.sleep(8)
+        assert len(woken_with(model, "ctxd: attempt 1")) == (1 if wake else 0)
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        model.close()
+
+
+def wait_until_one(tag: str) -> int:
+    pids = wait_for(lambda: tagged(tag), 30)
+    return pids[0]
+
+
+def wait_for(check, limit: float):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if found := check():
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"not within {limit} s")
+
+
+def test_a_launch_that_comes_up_wakes_the_agent_with_its_port(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str
+) -> None:
+    from tests.conftest import free_port
+
+    server, port = quick_server, free_port()
+    (work / "up.py").write_text(UP)
+    command = f"nohup {sys.executable} up.py --port {port} --tag {tag} > up.log 2>&1 &"
+    payload = launch(server, work, command)
+    proc = started(waiter(server, payload, tmp_path), payload)
+    _, said = proc.communicate(timeout=60)
+    assert proc.returncode == 2, said
+    assert "attempt 1" in said and f"is serving on :{port}" in said, said
+
+
+def test_a_launch_that_hangs_wakes_the_agent_with_where_it_waits(
+    work: Path, tmp_path: Path, tag: str
+) -> None:
+    """Past the stuck threshold, idle with its log silent: the waiter's session is looked at
+    while it waits, and the hang is told with where the process sits."""
+    env = {**QUICK, "CTXD_STUCK_AFTER_S": "3", "CTXD_WATCH_ROOTS": f'["{tmp_path}"]'}
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=env)
+    try:
+        command = f"nohup {sys.executable} serve.py 600 --tag {tag} > serve.log 2>&1 &"
+        payload = launch(server, work, command)
+        proc = started(waiter(server, payload, tmp_path), payload)
+        _, said = proc.communicate(timeout=90)
+        assert proc.returncode == 2, said
+        assert "attempt 1" in said and "is stuck" in said and "serve.py" in said, said
+    finally:
+        stop_server(server)
