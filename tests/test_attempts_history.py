@@ -57,7 +57,8 @@ def test_older_attempts_fold_by_the_shape_of_their_error_as_now_reads_it(tmp_pat
     _save(store, *rows)
     (fold, *shown) = history.history(store, "s", [])
     assert fold.status == "folded" and len(shown) == 6
-    assert fold.text.startswith("2 died with `RuntimeError: NCCL error #`")
+    # counted as one kind, said as the newest one read, digits and all (never "c#d")
+    assert fold.text.startswith("2 died with `[worker b] RuntimeError: NCCL error 2`"), fold.text
 
 
 def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):

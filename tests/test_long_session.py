@@ -108,6 +108,10 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     newest = [f"**attempt {n}**" for n in (LAUNCHES - 1, LAUNCHES)]
     assert dump.index(newest[0]) < dump.index(newest[1])  # in the order they were made
     assert "attempts 1\N{EN DASH}" in dump  # the older ones, folded, not dropped
+    # ... with the values their flags took, and their error as read, not digit-masked
+    folded = dump.split("attempts 1\N{EN DASH}")[1].split("\n")[0]
+    assert "flags that varied: --nccl-algo " in folded and "NVLS" in folded, folded
+    assert "c10d/NCCLUtils.hpp:275" in folded, folded
     for section in ("## Handover", "## Now", "## Attempts", "## Recent commands"):
         assert section in dump, section
     logs = dump.split("## Logs")[1].split("\n## ")[0]

@@ -91,3 +91,17 @@ def watch_target(spec: Mapping[str, Any]) -> str:
 def attempts(first: int, last: int) -> str:
     """Which attempts a line is about: "attempt 3", "attempts 1-18" (an en dash)."""
     return f"attempt {first}" if first == last else f"attempts {first}\N{EN DASH}{last}"
+
+
+VALUES_SHOWN = 6  # of the values a flag took, those named
+
+
+def values_said(seen: list[str]) -> str:
+    """The values a flag took, in the order tried: all of a few, the range of many numbers
+    ("50002…50194 (193 values)"), else the first ones and how many more."""
+    if len(seen) <= VALUES_SHOWN:
+        return ", ".join(seen)
+    if all(v.lstrip("-").isdigit() for v in seen):
+        numbers = sorted(int(v) for v in seen)
+        return f"{numbers[0]}\N{HORIZONTAL ELLIPSIS}{numbers[-1]} ({len(seen)} values)"
+    return f"{', '.join(seen[:VALUES_SHOWN])} and {len(seen) - VALUES_SHOWN} more"

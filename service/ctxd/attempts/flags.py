@@ -151,6 +151,28 @@ def flag_diff(
     return diff
 
 
+def changed_values(diff: FlagDiff) -> dict[str, str]:
+    """{flag or variable: the value it has now} of what a diff says changed: "--port 8000 →
+    30000" gives ("--port", "30000"), a removed one "(removed)", a bare flag "(bare)"."""
+    arrow = " \N{RIGHTWARDS ARROW} "
+    out: dict[str, str] = {}
+    for part in diff.added + diff.changed:
+        name, _, value = part.partition(" ")
+        out[name] = value.rsplit(arrow, 1)[-1] or "(bare)"
+    for part in diff.removed:
+        out[part.split(" ")[0]] = "(removed)"
+    for part in diff.env:
+        if part.endswith(" added"):
+            name, _, value = part.removesuffix(" added").partition("=")
+            out[name] = value
+        elif part.endswith(" removed"):
+            out[part.removesuffix(" removed")] = "(removed)"
+        else:
+            name, _, change = part.partition(" ")
+            out[name] = change.rsplit(arrow, 1)[-1]
+    return out
+
+
 def summary_line(diff: FlagDiff, program: str = "", before: str = "") -> str:
     """One line, renderer-independent: "relaunched with --disable-cuda-graph, --log-level
     debug added; --speculative-algorithm EAGLE3 removed"."""

@@ -6,13 +6,14 @@ import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ctxd.attempts.flags import flag_diff, program_name
+from ctxd.attempts.flags import changed_values, flag_diff, program_name
 from ctxd.attempts.model import Attempt
 from ctxd.collectors._logtext import error_shape
-from ctxd.fmt import attempts
+from ctxd.fmt import attempts, values_said
 from ctxd.models import HistoryItem
 
 Numbered = tuple[int, Attempt]  # an attempt and its number in the session, from 1
+ERROR_CHARS = 160  # of a folded kind of error, its newest line
 
 
 def runs(numbered: list[Numbered]) -> list[list[Numbered]]:
@@ -58,17 +59,17 @@ class Light:
     status: str
     error: str | None
     error_log: str | None
-    flags: tuple[str, ...]
+    flags: tuple[tuple[str, str], ...]  # (flag or variable, its value here) that changed
 
 
 def light(run: list[Numbered], previous: Attempt | None) -> Light:
     """Its numbers, how it ended, its error and, against the one before (`previous`, for the
-    newest folded ones), the flags it changed."""
+    newest folded ones), the flags and variables it changed, with their values."""
     (first, attempt), (last, newest) = run[0], run[-1]
-    flags: tuple[str, ...] = ()
+    flags: tuple[tuple[str, str], ...] = ()
     if previous is not None:
         diff = flag_diff(previous.argv, attempt.argv, previous.env, attempt.env)
-        flags = tuple(sorted({p.split(" ")[0] for p in diff.added + diff.removed + diff.changed}))
+        flags = tuple(changed_values(diff).items())
     status = "running" if newest.ended_at is None and newest.seen else "ended"
     return Light(attempt.started_at, first, last,
                  status if newest.ended_at or newest.seen else "started",
@@ -80,15 +81,24 @@ def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
     once, with its count) and which flags varied among them."""
     first, last = older[0].first, older[-1].last
     outcomes: dict[str, int] = {}
+    example: dict[str, str] = {}  # each kind of error as its newest one read, digits and all
     for item in older:
         count = item.last - item.first + 1
         key = _shape(item.error or item.status or "?")
         outcomes[key] = outcomes.get(key, 0) + count
+        example[key] = (item.error or item.status or "?")[:ERROR_CHARS]
     said = "; ".join(
-        f"{n} {_outcome_words(shape)}" for shape, n in sorted(outcomes.items(), key=lambda x: -x[1])
+        f"{n} {_outcome_words(example[shape])}"
+        for shape, n in sorted(outcomes.items(), key=lambda x: -x[1])
     )
-    varied = sorted({flag for item in older for flag in item.flags})
-    flags = f"; flags that varied: {', '.join(varied[:8])}" if varied else ""
+    values: dict[str, list[str]] = {}
+    for item in older:
+        for name, value in item.flags:
+            seen = values.setdefault(name, [])
+            if value not in seen:
+                seen.append(value)
+    varied = "; ".join(f"{name} {values_said(values[name])}" for name in sorted(values)[:8])
+    flags = f"; flags that varied: {varied}" if varied else ""
     earlier = f" (and {before} before them)" if before else ""
     failed = [item for item in older if item.error]
     return HistoryItem(
@@ -126,7 +136,7 @@ def _shape(text: str) -> str:
     return error_shape(text)[:160]
 
 
-def _outcome_words(shape: str) -> str:
-    if shape in ("running", "ended", "started", "?"):
-        return {"running": "running", "ended": "ended", "started": "starting"}.get(shape, "?")
-    return f"died with `{shape}`"
+def _outcome_words(said: str) -> str:
+    if said in ("running", "ended", "started", "?"):
+        return {"running": "running", "ended": "ended", "started": "starting"}.get(said, "?")
+    return f"died with `{said}` (the newest such)"

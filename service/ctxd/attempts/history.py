@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
-from ctxd.attempts.flags import flag_diff, program_name, summary_line
+from ctxd.attempts.flags import changed_values, flag_diff, program_name, summary_line
 from ctxd.attempts.folding import Light, crowd, earlier, folded, light, runs
 from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given, given_or
 from ctxd.fmt import attempts, human_duration
@@ -192,10 +192,12 @@ def _item(attempt: Attempt, previous: Attempt | None, now: datetime, number: int
         where = f" (in {PurePosixPath(attempt.error_log).name})" if attempt.error_log else ""
         notes.append(f"its log: {attempt.error}{where}")
     flags: list[str] = []
+    values: dict[str, str] = {}
     changed = None
     if previous is not None:
         diff = flag_diff(previous.argv, attempt.argv, previous.env, attempt.env)
         flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
+        values = changed_values(diff)
         changed = summary_line(diff, program, program_name(previous.argv))
         notes.append(changed)
     command = attempt.command or shlex.join(attempt.argv)  # an argv read: quoted, safe to paste
@@ -217,6 +219,7 @@ def _item(attempt: Attempt, previous: Attempt | None, now: datetime, number: int
         error_log=attempt.error_log,
         pid=attempt.pid,
         flags=flags,
+        flag_values=values,
         ran=notes[0],
         changed=changed,
         ports=list(attempt.expected_ports),

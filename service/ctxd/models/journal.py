@@ -86,6 +86,8 @@ class HistoryItem(BaseModel):
     error_log: str | None = None  # the log that line is in
     pid: int | None = None  # its root process, once seen
     flags: list[str] = Field(default_factory=list)  # flags changed from the attempt before
+    # those flags and variables with the value each has here ("--port": "30000")
+    flag_values: dict[str, str] = Field(default_factory=dict)
     # The parts of `outcome` as fields, for a page to lay out: how it ran or ended ("running
     # for 3 min", "exited with status 1 after 2 min"), what changed from the attempt before
     # (its words in the dump), the ports its command expects and whether they listen (None:
