@@ -130,3 +130,5 @@ class Narrative(BaseModel):
     # first (a bare "continue" is an empty text), and what the agent last said it did or thought.
     user_messages: list[Said] = []
     agent_said: Said | None = None
+    # The news ctxd woke the agent with (issue 40), newest last: what it was told unasked.
+    wakes: list[Said] = []

@@ -1,6 +1,7 @@
 """What a dump says about the agent's own work, learned without asking: attempts merged with
 the journal's own, its recent commands, its workspace (git), the watches ctxd added."""
 
+from datetime import datetime
 from pathlib import PurePosixPath
 
 from ctxd import redact
@@ -9,11 +10,12 @@ from ctxd.attempts.model import AttemptUpdate
 from ctxd.discovery.actions import CommandAction
 from ctxd.discovery.recent import recent_commands
 from ctxd.discovery.workspace import GitSection, git_section
-from ctxd.models import Narrative, Session, Watch
+from ctxd.models import Narrative, Said, Session, Watch
 from ctxd.store.database import Store
 
 RECENT_COMMANDS = 8
 RECENT_EDITS = 8
+WAKES_SHOWN = 3
 GIT_TIMEOUT_S = 1.0
 
 
@@ -46,6 +48,10 @@ def enrich(
     recent = recent_commands(commands, RECENT_COMMANDS, made)
     narrative.recent_commands = [c.line() for c in recent]
     narrative.workspace = _workspace(store, session, git)
+    narrative.wakes = [
+        Said(at=datetime.fromisoformat(w["at"]), text=str(w.get("text", "")))
+        for w in store.list_actions(sid, "wake", WAKES_SHOWN)
+    ]
     narrative.auto_watches = [_describe(w) for w in watches if w.auto]
 
 
