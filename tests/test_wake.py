@@ -108,7 +108,10 @@ def test_a_launch_that_dies_wakes_the_agent_once_with_its_error(
     # a second waiter of the same conversation goes at once: one waiter per session
     second = started(waiter(server, payload, tmp_path), payload)
     assert second.wait(timeout=20) == 0 and first.poll() is None, second.stderr.read()
-    (pid,) = tagged(tag)
+    (pid,) = tagged(tag)  # the waiter's command line names nothing of the agent's
+    # it waits as a small shell: a blocked read, some MiB, holding the lock
+    waiting = psutil.Process(first.pid)
+    assert waiting.name() == "bash" and waiting.memory_info().rss < 8 * 2**20
     psutil.Process(pid).wait(timeout=30)
     died = time.monotonic()
     _, said = first.communicate(timeout=60)

@@ -43,6 +43,7 @@ class WakeIn(HookIn):
 
     launched: bool = False
     wait_s: Annotated[float, Field(ge=0, le=600)] = 290
+    plain: bool = False  # answer as text: "wake" and the news, "pending" or "done" (a shell)
 
 
 class WakeOut(BaseModel):
@@ -52,6 +53,12 @@ class WakeOut(BaseModel):
     session: str
     text: str | None = None
     pending: bool = False
+
+    def plain(self) -> str:
+        """The answer for a shell waiter: its first line says what to do."""
+        if self.text:
+            return f"wake\n{self.text}"
+        return "pending\n" if self.pending else "done\n"
 
 
 class HookOut(BaseModel):

@@ -13,9 +13,9 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -32,6 +32,7 @@ SHELLS = {"sh", "bash", "dash", "zsh", "fish", "ksh", "busybox"}
 WAKE_MAX_S = 7200.0  # a waiter's ceiling: it then exits quietly
 WAKE_POLL_S = 290.0  # one long poll; a waiter asks again until its ceiling
 WAKE_RETRY_S = 5.0
+LOCK_FD = 200  # the waiter lock's descriptor in the shell that waits
 
 
 class HookError(Exception):
@@ -73,7 +74,11 @@ def wake(harness: CommandHook, url: str, stdin: TextIO, stderr: TextIO) -> int:
     rewake hook) after a launch or at the turn's end: waits for the session's attempts' news
     and exits 2 with it on stderr, which wakes the idle agent with that text; exits 0 when
     there is nothing to wait for, another waiter of the conversation waits already, the
-    ceiling (CTXD_WAKE_MAX_S, 2 h) passes, CTXD_WAKE=0, or anything goes wrong."""
+    ceiling (CTXD_WAKE_MAX_S, 2 h) passes, CTXD_WAKE=0, or anything goes wrong.
+
+    Python decides and takes the conversation's lock; the wait itself, hours of a blocked
+    read, is handed to a shell of some 2 MiB (`WAITER`, bash's /dev/tcp, holding the lock
+    across the exec) where ctxd is plain HTTP, else done here."""
     if os.environ.get("CTXD_WAKE", "1").strip().lower() in ("0", "false", "no", "off"):
         return 0
     try:
@@ -81,31 +86,36 @@ def wake(harness: CommandHook, url: str, stdin: TextIO, stderr: TextIO) -> int:
         launched = harness.wakes(harness.event_name(payload) or "", payload)
         if launched is None:
             return 0
-        with _only_waiter(url, payload) as alone:
-            return _wait(harness, url, payload, launched, stderr) if alone else 0
+        lock = _waiter_lock(url, payload)
+        if lock is None:
+            return 0  # another waiter of this conversation tells its news
+        body: dict[str, Any] = {
+            "payload": {**payload, "tool_response": _tail(payload.get("tool_response"))},
+            "root": git_root(str(payload.get("cwd") or "")),
+        }
+        if session := env.session():
+            body["session"] = session
+        if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
+            body["harness_pid"] = pid
+        ceiling = env.wake_max_s(WAKE_MAX_S)
+        bash = shutil.which("bash")
+        if bash and urlsplit(url).scheme == "http":
+            _hand_to_shell(bash, lock, url, harness.name, body, launched, ceiling)
+        return _wait(url, harness.name, body, launched, ceiling, stderr)
     except Exception as exc:  # never a traceback; exit 2 would wake the agent with it
         print(f"ctxd hook --wake: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
         return 0
 
 
 def _wait(
-    harness: CommandHook, url: str, payload: dict[str, Any], launched: bool, stderr: TextIO
+    url: str, harness: str, body: dict[str, Any], launched: bool, ceiling: float, stderr: TextIO
 ) -> int:
-    deadline = time.monotonic() + env.wake_max_s(WAKE_MAX_S)
+    deadline = time.monotonic() + ceiling
     while (left := deadline - time.monotonic()) > 1:
         wait_s = min(WAKE_POLL_S, left)
-        body: dict[str, Any] = {
-            "payload": {**payload, "tool_response": _tail(payload.get("tool_response"))},
-            "root": git_root(str(payload.get("cwd") or "")), "launched": launched,
-            "wait_s": wait_s,
-        }  # fmt: skip
-        if session := env.session():
-            body["session"] = session
-        if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
-            body["harness_pid"] = pid
+        asked = json.dumps({**body, "launched": launched, "wait_s": wait_s}).encode()
         try:
-            status, said = post(url, f"/api/hooks/{harness.name}/wake",
-                                json.dumps(body).encode(), wait_s + 30)  # fmt: skip
+            status, said = post(url, f"/api/hooks/{harness}/wake", asked, wait_s + 30)
         except HookError:
             time.sleep(min(WAKE_RETRY_S, max(0.0, left - 1)))  # ctxd restarting: ask again
             continue
@@ -121,25 +131,83 @@ def _wait(
     return 0
 
 
-@contextlib.contextmanager
-def _only_waiter(url: str, payload: dict[str, Any]) -> Iterator[bool]:
-    """Holds the conversation's waiter lock (a file under ~/.cache/ctxd/wake, per ctxd and
-    conversation), yielding whether this process got it: one waiter per session's
-    conversation, whatever the number of launches."""
+# The long wait in a shell: the same loop as `_wait`, over bash's /dev/tcp, with the answer
+# asked as plain text ("wake" and the news, "pending", or "done" on its first line).
+WAITER = r"""
+host=$1 port=$2 path=$3 ceiling=$4 poll=$5 retry=$6
+auth=$CTXD_WAKE_AUTH body=$CTXD_WAKE_FIRST next=$CTXD_WAKE_NEXT
+unset CTXD_WAKE_AUTH CTXD_WAKE_FIRST CTXD_WAKE_NEXT
+deadline=$((SECONDS + ceiling))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  left=$((deadline - SECONDS)); wait=$((left < poll ? left : poll))
+  asked=${body/__WAIT__/$wait}
+  answer=""
+  if exec 3<>"/dev/tcp/$host/$port"; then
+    head='POST %s HTTP/1.0\r\nHost: %s:%s\r\nContent-Type: application/json\r\n'
+    printf "$head%sContent-Length: %d\r\n\r\n%s" \
+      "$path" "$host" "$port" "$auth" "${#asked}" "$asked" >&3
+    answer=$(cat <&3)
+    exec 3<&-
+  fi
+  case $answer in
+    "") sleep "$retry"; continue ;;
+    "HTTP/1."?" 200 "*) answer=${answer#*$'\r\n\r\n'} ;;
+    *) exit 0 ;;
+  esac
+  case $answer in
+    wake$'\n'*) printf '%s\n' "${answer#wake$'\n'}" >&2; exit 2 ;;
+    pending*) body=$next ;;
+    *) exit 0 ;;
+  esac
+done
+exit 0
+"""
+
+
+def _hand_to_shell(
+    bash: str, lock: int, url: str, harness: str, body: dict[str, Any], launched: bool,
+    ceiling: float,
+) -> None:  # fmt: skip
+    """Replace this process with the shell waiter, the conversation's lock still held (a
+    flock belongs to the open file, which the exec keeps). Returns only if the exec fails."""
+    parts = urlsplit(url)
+    token = env.token()
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+
+    def asked(launched: bool) -> str:  # ASCII (json.dumps' default): ${#…} counts its bytes
+        return json.dumps({**body, "launched": launched, "plain": True, "wait_s": 0}).replace(
+            '"wait_s": 0', '"wait_s": __WAIT__'
+        )
+
+    os.dup2(lock, LOCK_FD)  # out of the shell's way: it talks to ctxd on descriptor 3
+    os.set_inheritable(LOCK_FD, True)
+    times = [str(int(t)) for t in (ceiling, WAKE_POLL_S, WAKE_RETRY_S)]
+    argv = [bash, "--noprofile", "--norc", "-c", WAITER, "ctxd-wake", parts.hostname or "",
+            str(parts.port or 80), f"/api/hooks/{harness}/wake", *times]  # fmt: skip
+    # what it sends (the token, the agent's command) goes in its environment, which only its
+    # own user reads, never on its command line, which every account's `ps` shows
+    secrets = {"CTXD_WAKE_AUTH": auth, "CTXD_WAKE_FIRST": asked(launched),
+               "CTXD_WAKE_NEXT": asked(False)}  # fmt: skip
+    with contextlib.suppress(OSError):
+        os.execve(bash, argv, {**os.environ, **secrets})
+
+
+def _waiter_lock(url: str, payload: dict[str, Any]) -> int | None:
+    """The conversation's waiter lock (a file under ~/.cache/ctxd/wake, per ctxd and
+    conversation), taken: its descriptor, held until this process (or the shell it becomes)
+    ends; None when another waiter holds it. One waiter per conversation, whatever the
+    number of launches."""
     conversation = str(payload.get("session_id") or payload.get("cwd") or "")
     name = hashlib.sha256(f"{url}\0{conversation}".encode()).hexdigest()[:24]
     folder = Path.home() / ".cache" / "ctxd" / "wake"
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         os.close(fd)
+        return None
+    return fd
 
 
 def run(harness: CommandHook, url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:

@@ -75,9 +75,13 @@ def hook(state: State, harness: FromPath[HarnessName], data: JSONBody[HookIn]) -
 
 
 @post("/api/hooks/{harness:str}/wake", status_code=200)
-async def wake(state: State, harness: FromPath[HarnessName], data: JSONBody[WakeIn]) -> WakeOut:
-    """A waiter's long poll for its session's attempts' news (`ctxd hook HARNESS --wake`)."""
-    return await use(state).wake(harness, data)
+async def wake(
+    state: State, harness: FromPath[HarnessName], data: JSONBody[WakeIn]
+) -> WakeOut | Response[str]:
+    """A waiter's long poll for its session's attempts' news (`ctxd hook HARNESS --wake`);
+    as plain text for the shell that waits."""
+    said = await use(state).wake(harness, data)
+    return Response(said.plain(), media_type="text/plain") if data.plain else said
 
 
 class SessionController(Controller):
