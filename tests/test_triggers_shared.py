@@ -1,6 +1,7 @@
 """The trigger watcher probes each watch set once per period for every session watching it."""
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -114,3 +115,32 @@ def test_a_watch_set_nobody_watches_any_more_is_forgotten(
     clock.advance(2.5 * PERIOD_S)  # two more periods: the set still watched stays
     tick(watcher)
     assert len(watcher._shared) == 1
+
+
+def test_a_dormant_session_is_not_probed_and_wakes_on_activity(
+    watcher: Watcher, spawn, monkeypatch: pytest.MonkeyPatch
+):
+    """No activity for `dormant_after_s` and nothing alive in its watches: the session is not
+    probed at all (its probes are counted), until a request marks activity; its next dump
+    says since when it was not watched. One with a process alive stays probed."""
+    monkeypatch.setattr(watcher.settings, "dormant_after_s", 0.5)
+    store = watcher.snap.store
+    child = spawn(*SLEEPER)
+    store.put_session("gone", SessionIn(quiet_after_s=3600))
+    store.add_watch("gone", ProcessWatch(match="no-such-program-ever-runs"), limit=100)
+    store.put_session("alive", SessionIn(quiet_after_s=3600))
+    store.add_watch("alive", ProcessWatch(pid=child.pid), limit=100)
+    watcher.snap.take("gone")
+    watcher.snap.take("alive")
+    time.sleep(0.6)  # both idle past the setting
+    watcher.snap.runner.last_timings.clear()
+    for _ in range(40):  # two probe periods
+        tick(watcher)
+    assert probed(watcher) == {"alive"}, probed(watcher)
+    assert watcher.dormant(store.get_session("gone"))
+    # a request about it: awake, probed again at once
+    watcher.activity.mark("gone")
+    tick(watcher)
+    assert "gone" in probed(watcher)
+    dump = watcher.snap.take("gone", force=True)
+    assert dump.narrative.dormant_since is not None

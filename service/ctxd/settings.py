@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     # Probing watches for events costs a collection; exits are still caught within seconds.
     event_probe_s: float = Field(5.0, gt=0, le=3600)
     event_min_gap_s: float = Field(5.0, ge=0, le=3600)
+    # A session with no activity this long and nothing alive in its watches goes dormant: not
+    # probed at all until its next hook, request or page visit (issue 43: idle costs nothing).
+    dormant_after_s: float = Field(4 * 3600.0, gt=0)
     # Waking an idle agent with its attempts' news (CTXD_WAKE=0: never, on the server's side).
     wake: bool = True
     # Slurm is probed for events less often: each look asks the cluster's shared controller.

@@ -132,3 +132,5 @@ class Narrative(BaseModel):
     agent_said: Said | None = None
     # The news ctxd woke the agent with (issue 40), newest last: what it was told unasked.
     wakes: list[Said] = []
+    # Since when the session slept unwatched before this version (issue 43), if it did
+    dormant_since: datetime | None = None

@@ -33,6 +33,10 @@ def lines(s: Snapshot) -> list[str]:
     at = s.header.taken_at
     n = s.narrative
     out = [_objective(s)]
+    if n.dormant_since is not None:
+        out.append(f"**Not watched from {n.dormant_since:%Y-%m-%d %H:%M:%S} UTC to this dump**"
+                   " (dormant: no activity, nothing alive): what happened meanwhile was not seen"
+                   " as it happened")  # fmt: skip
     out += _user(s)
     if n.agent_said is not None and n.agent_said.text.strip():
         said = _quote(n.agent_said.text, AGENT_SAID_CHARS)

@@ -48,6 +48,9 @@ def enrich(
     recent = recent_commands(commands, RECENT_COMMANDS, made)
     narrative.recent_commands = [c.line() for c in recent]
     narrative.workspace = _workspace(store, session, git)
+    slept = store.list_actions(sid, "dormant", 1)
+    if slept and (since := datetime.fromisoformat(slept[-1]["at"])) > store.last_snapshot_at(sid):
+        narrative.dormant_since = since  # it slept after the version before this one
     narrative.wakes = [
         Said(at=datetime.fromisoformat(w["at"]), text=str(w.get("text", "")))
         for w in store.list_actions(sid, "wake", WAKES_SHOWN)

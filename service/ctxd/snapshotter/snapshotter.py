@@ -227,8 +227,13 @@ class Snapshotter:
         return stored
 
     def latest(self, sid: str) -> Snapshot | None:
-        """The session's newest stored version (None: none yet)."""
-        return self._previous(sid, self.store.latest_version(sid))
+        """The session's newest stored version (None: none yet), kept in memory once read."""
+        found = self._previous(sid, self.store.latest_version(sid))
+        if found is not None:
+            self._committed.setdefault(sid, found)
+            if self._committed[sid].header.version < found.header.version:
+                self._committed[sid] = found
+        return found
 
     def _previous(self, sid: str, latest: int) -> Snapshot | None:
         """Version `latest` of the session: the one committed here, or read from the store

@@ -72,6 +72,7 @@ class Watcher:
         self._pending: dict[str, list[tuple[str, str]]] = {}
         self._last_schedule: dict[str, datetime] = {}
         self._last_prune = datetime.min.replace(tzinfo=UTC)
+        self._dormant: dict[str, datetime] = {}  # session -> since when it is not probed
         self._busy = threading.Lock()
         self._stopped = False
 
@@ -99,6 +100,8 @@ class Watcher:
         for session in sorted(self.snap.store.list_sessions(), key=lambda s: s.id):
             try:
                 self.flush_activity(session)
+                if self.dormant(session):
+                    continue  # nothing alive, nobody around: no probe, no snapshot
                 self.check_events(session)
                 self.check_waited(session)
                 self.check_quiet(session)
@@ -116,6 +119,28 @@ class Watcher:
         last = self.activity.last(session)
         if last - session.last_activity_at > timedelta(seconds=1):
             self.snap.store.touch(session.id, at=last)
+
+    def dormant(self, session: Session) -> bool:
+        """Whether the session sleeps: no activity for `dormant_after_s` and, in its newest
+        version, no watched process alive and no attempt live. Decided once (one read of its
+        newest version), then kept until activity comes: a dormant session costs a dict
+        lookup a tick. Its going dormant is kept as an action, which its next dump tells."""
+        last = self.activity.last(session)
+        since = self._dormant.get(session.id)
+        if since is not None:
+            if last <= since:
+                return True
+            del self._dormant[session.id]  # activity: awake, and probed from this tick on
+            return False
+        if now() - last < timedelta(seconds=self.settings.dormant_after_s):
+            return False
+        latest = self.snap.latest(session.id)
+        if latest is not None and (latest.observations.processes.items or news.pending(latest)):
+            return False
+        self._dormant[session.id] = now()
+        self._probes.pop(session.id, None)
+        self.snap.store.add_action(session.id, "dormant", now(), {"idle_since": last.isoformat()})
+        return True
 
     def check_waited(self, session: Session) -> None:
         """An agent waits on this session's news (a waiter long-polls) and an attempt is still
