@@ -281,3 +281,23 @@ def test_a_launch_that_hangs_wakes_the_agent_with_where_it_waits(
         assert "attempt 1" in said and "is stuck" in said and "serve.py" in said, said
     finally:
         stop_server(server)
+
+
+def test_news_for_a_harness_that_is_gone_is_kept_for_the_next_one(
+    quick_server: Server, work: Path, tag: str
+) -> None:
+    """A waiter outliving its harness (plain `claude -p` exits before any wake) must not use
+    up the news: it is handed back, and the next waiter of the session gets it."""
+    server = quick_server
+    command = f"nohup {sys.executable} serve.py 1 --tag {tag} > serve.log 2>&1 &"
+    payload = launch(server, work, command)
+    (pid,) = tagged(tag)
+    psutil.Process(pid).wait(timeout=30)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    url = f"{server.url}/api/hooks/claude/wake"
+    ask = {"payload": payload, "launched": True, "wait_s": 20}
+    dead = httpx.post(url, json={**ask, "harness_pid": gone.pid}, timeout=60).json()
+    assert dead["text"] is None and not dead["pending"], dead
+    alive = httpx.post(url, json={**ask, "harness_pid": os.getpid()}, timeout=60).json()
+    assert "attempt 1" in (alive["text"] or "") and "died" in alive["text"], alive

@@ -52,7 +52,7 @@ def enrich(
     if slept and (since := datetime.fromisoformat(slept[-1]["at"])) > store.last_snapshot_at(sid):
         narrative.dormant_since = since  # it slept after the version before this one
     narrative.wakes = [
-        Said(at=datetime.fromisoformat(w["at"]), text=str(w.get("text", "")))
+        Said(at=datetime.fromisoformat(w["at"]), text=_woken_with(w))
         for w in store.list_actions(sid, "wake", WAKES_SHOWN)
     ]
     narrative.auto_watches = [_describe(w) for w in watches if w.auto]
@@ -74,6 +74,13 @@ def _workspace(store: Store, session: Session, git: GitSection | None) -> str | 
         top = session.cwd or ""
         parts.append("edited lately: " + ", ".join(_short(p, top) for p in recent))
     return redact.text("; ".join(parts)) if parts else None
+
+
+def _woken_with(wake: dict) -> str:
+    """A wake in a few words: "attempt 2 stuck; attempt 3 died" (the full text was the
+    agent's; the dump says the state itself)."""
+    pairs = zip(wake.get("attempts") or [], wake.get("kinds") or [], strict=False)
+    return "; ".join(f"attempt {n} {kind}" for n, kind in pairs) or str(wake.get("text", ""))
 
 
 def _dirty(git: GitSection) -> list[str]:

@@ -177,6 +177,12 @@ class NewsBoard:
             news, board.outcomes = board.outcomes, []
             return news
 
+    def give_back(self, sid: str, news: list[Outcome]) -> None:
+        """Outcomes claimed but not delivered (the waiter's harness is gone): kept again, first."""
+        with self._lock:
+            board = self._sessions.setdefault(sid, _Waiting())
+            board.outcomes = [*news, *board.outcomes][-OUTCOMES_KEPT:]
+
     def drop(self, sid: str, numbers: set[int]) -> None:
         """Forget outcomes of these attempts: the agent learned them otherwise (a dump)."""
         with self._lock:

@@ -9,6 +9,8 @@ about a session counts as its activity; the quiet trigger waits for silence).
 import asyncio
 from datetime import UTC, datetime
 
+import psutil
+
 from ctxd import __version__, confine, redact
 from ctxd.discovery.actions import Action, CommandAction, parse_action
 from ctxd.discovery.harness_files import output_tail
@@ -317,6 +319,9 @@ class UseCases:
         latest = await asyncio.to_thread(self.snap.latest, sid) if got else latest
         if not got:
             return WakeOut(session=sid, pending=given.launched or news.pending(latest))
+        if given.harness_pid and not psutil.pid_exists(given.harness_pid):
+            self.snap.news.give_back(sid, got)  # nobody to wake: the next dump tells it
+            return WakeOut(session=sid)
         text = redact.text(news.wake_text(sid, got, latest))
         body = {"text": text, "attempts": [o.number for o in got], "kinds": [o.kind for o in got]}
         await asyncio.to_thread(self.store.add_action, sid, "wake", datetime.now(UTC), body)
