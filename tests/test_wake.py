@@ -123,7 +123,7 @@ def test_a_launch_that_dies_wakes_the_agent_once_with_its_error(
     # the dump says what the agent was woken with
     dump = httpx.get(f"{server.url}/api/sessions/work/resume", timeout=60).text
     handover = dump.split("## Handover", 1)[1].split("\n## ", 1)[0]
-    assert "**ctxd woke you**" in handover and "OutOfMemoryError" in handover, handover
+    assert "**News ctxd sent to wake you**" in handover and "attempt 1 died" in handover, handover
     # delivered once: the waiter of the turn's end has nothing pending and nothing to tell
     stop = {"hook_event_name": "Stop", "session_id": "conv-wake", "cwd": str(work),
             "stop_hook_active": True, "last_assistant_message": "It died; looking."}  # fmt: skip

@@ -43,7 +43,7 @@ def lines(s: Snapshot) -> list[str]:
         out.append(f"**You last said** ({_clock(n.agent_said.at)}, your own words): {said}")
     if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
         woke = n.wakes[-1]
-        out.append(f"**ctxd woke you** ({_clock(woke.at)}) with the news: {woke.text}")
+        out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
     attempt_items = [i for i in n.history if i.source == "launch" and i.label]
     for item in attempt_items:
         if item.status in ("running", "started"):
