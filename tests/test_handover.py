@@ -226,7 +226,7 @@ def test_alike_failures_fold_but_the_newest_failure_and_what_runs_keep_their_row
         "**attempt 6**",
     ]
     assert "each died the same way (4 times)" in rows[0].ran
-    assert rows[0].changed == "varied: --run 2, 3, 4", rows[0].changed  # with the values tried
+    assert rows[0].changed == "varied: --run 1, 2, 3, 4", rows[0].changed  # the values tried
     assert rows[2].ended == "still running"
 
 

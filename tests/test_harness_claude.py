@@ -110,8 +110,8 @@ if __name__ == "__main__":
         print('  File "launch_server.py", line 71, in <module>', file=sys.stderr)
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has"
               " a total capacity of 139.81 GiB of which 1.19 GiB is free. Of the allocated memory"
-              " 132.84 GiB is allocated by PyTorch (KV cache: mem_fraction_static=0.95).",
-              file=sys.stderr)
+              " 132.84 GiB is allocated by PyTorch, and 1.02 GiB is reserved by PyTorch but"
+              " unallocated.", file=sys.stderr)
         for w in workers:
             w.kill()
         sys.exit(1)
@@ -156,17 +156,28 @@ def workers():
         elif cwd.endswith("/trainer") and b"train.py" in line and b"train.py" not in parent:
             found.append(int(pid))  # a training run on GPU 0
     return sorted(found)[:8]
+# What a process holds: its CUDA context alone while it has not loaded its weights (the rank
+# still reading its slice), a trainer its batch, a loaded TP worker 0.85 of an H200.
+def used_mib(pid):
+    try:
+        stack = open(f"/proc/{pid}/wchan").read()
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return 0
+    if "fifo" in stack or "wait_for_partner" in stack:
+        return 612
+    return 41230 if b"train.py" in cmd else 121190
 held = workers()
 query = next((a for a in sys.argv if a.startswith("--query")), "")
 if query.startswith("--query-gpu"):
     print("index, uuid, name, driver_version, compute_cap, utilization.gpu [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W]")
     for i in range(8):
-        used = 121700 if i < len(held) else 4  # --mem-fraction-static 0.85 of 139.8 GiB
+        used = used_mib(held[i]) + 510 if i < len(held) else 4  # with the driver's own
         print(f"{i}, GPU-0000000{i}-h200, NVIDIA H200, 570.211.01, 9.0, 0, {used}, 143771, 34, 118.50, 700.00")
 elif query.startswith("--query-compute-apps"):
     print("gpu_uuid, pid, process_name, used_gpu_memory [MiB]")
     for i, pid in enumerate(held):
-        print(f"GPU-0000000{i}-h200, {pid}, python3, 121190")
+        print(f"GPU-0000000{i}-h200, {pid}, python3, {used_mib(pid)}")
 else:
     print("NVIDIA-SMI 570.211.01    Driver Version: 570.211.01    CUDA Version: 12.8")
 """  # noqa: E501

@@ -34,10 +34,10 @@ FIFO nobody writes: its open() never returns), so after three steps the loop wai
 batch forever. A batch of 256 asks more GPU memory than a GPU has."""
 import argparse, multiprocessing as mp, os, sys
 
-def load_worker(worker_id, shards, out):
+def load_worker(worker_id, shards, out, epoch_done):
     with open(os.path.join(shards, f"shard-{worker_id}.bin"), "rb") as shard:
         out.put(shard.read(4096))
-    mp.Event().wait()  # a worker stays up for the next epoch
+    epoch_done.wait()  # a worker stays up until the epoch ends
 
 def stage_shards(shards):
     os.makedirs(shards, exist_ok=True)
@@ -63,8 +63,9 @@ if __name__ == "__main__":
     shards = os.path.abspath(".data-cache")
     stage_shards(shards)
     batches = [mp.Queue() for _ in range(4)]  # a batch in turn from each worker
-    workers = [mp.Process(target=load_worker, args=(w, shards, batches[w]), name=f"loader-{w}")
-               for w in range(4)]
+    epoch_done = mp.Event()
+    workers = [mp.Process(target=load_worker, args=(w, shards, batches[w], epoch_done),
+                          name=f"loader-{w}") for w in range(4)]
     for w in workers:
         w.start()
     for step in range(1, 4):

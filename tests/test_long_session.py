@@ -23,9 +23,16 @@ BUDGET = 9_500
 ALGOS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")
 SERVER = textwrap.dedent(
     """
-    import sys, time
+    import os, socket, subprocess, sys, time
+    if sys.argv[1] == "--worker":  # one rank: up while its launcher is
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        sys.exit(0)
     run = int(sys.argv[sys.argv.index("--run") + 1])
     port = int(sys.argv[sys.argv.index("--port") + 1])
+    algo = sys.argv[sys.argv.index("--nccl-algo") + 1]
+    print(f"NCCL INFO NCCL_ALGO set by environment to {algo}", flush=True)
     if run < RUNS:
         print("torch.distributed.DistBackendError: NCCL error in:"
               " ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error (run"
@@ -33,8 +40,12 @@ SERVER = textwrap.dedent(
               f" Connect to 10.0.3.7<{port + 1000}> failed : Connection refused",
               file=sys.stderr)
         sys.exit(1)
-    print("NCCL communicator initialised; waiting for the first request", flush=True)
-    time.sleep(600)
+    ranks = [subprocess.Popen([sys.executable, "serve.py", "--worker", str(r)],
+                              env={**os.environ, "RANK": str(r)}) for r in range(8)]
+    listener = socket.create_server(("127.0.0.1", port))
+    print("NCCL INFO comm initialised: 8 ranks; waiting for the first request", flush=True)
+    while True:
+        listener.accept()[0].close()
     """
 ).replace("RUNS", str(LAUNCHES))
 
@@ -72,8 +83,9 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
                 "UserPromptSubmit",
                 prompt=f"Instruction {run // 10}: next try --nccl-algo {algo(run)}",
             )
-        line = (f"nohup {sys.executable} serve.py --run {run} --port {50000 + run}"
-                f" --nccl-algo {algo(run)} --tag {tag} > logs/run{run}.log 2>&1 &")  # fmt: skip
+        line = (f"NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=eth0 nohup {sys.executable} serve.py"
+                f" --run {run} --port {50000 + run} --nccl-algo {algo(run)} --tag {tag}"
+                f" > logs/run{run}.log 2>&1 &")  # fmt: skip
         subprocess.run(["bash", "-c", line], cwd=workspace, check=True, timeout=30)
         calls += 1
         bash(line, calls)

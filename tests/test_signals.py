@@ -248,3 +248,22 @@ def test_an_idle_span_is_read_against_the_age_of_the_process() -> None:
 def test_a_zombie_is_not_counted_among_processes_alive_at_low_cpu() -> None:
     codes = {s.code: s.text for s in signals.derive(obs(proc(12), proc(11, state="zombie")), None)}
     assert codes["all_idle"].startswith("the watched process is alive at <1% CPU")
+
+
+def test_alike_gpus_fold_with_the_odd_one_apart_and_sizes_kept() -> None:
+    """Seven GPUs holding the KV cache and the one whose rank is still loading: one line, the
+    seven by their size each, the odd one by its own (it used to read "memory held")."""
+    from ctxd.models import GpuInfo, GpuProcess, GpusSection
+
+    gib = 1024**3
+    gpus = [GpuInfo(index=i, utilization_percent=0,
+                    memory_used_bytes=(gib + gib // 10) if i == 3 else int(118.8 * gib),
+                    processes=[GpuProcess(pid=100 + i, watched=True)])
+            for i in range(8)]  # fmt: skip
+    current = obs()
+    current.gpus = GpusSection(source="nvml", items=gpus)
+    (held,) = signals.gpu_held_idle(current)
+    dash = "\N{EN DASH}"
+    assert held.text.startswith(
+        f"GPUs 0{dash}2, 4{dash}7: 118.8 GiB each; GPU 3: 1.1 GiB held at 0%"
+    ), held

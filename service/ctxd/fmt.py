@@ -105,3 +105,14 @@ def values_said(seen: list[str]) -> str:
         numbers = sorted(int(v) for v in seen)
         return f"{numbers[0]}\N{HORIZONTAL ELLIPSIS}{numbers[-1]} ({len(seen)} values)"
     return f"{', '.join(seen[:VALUES_SHOWN])} and {len(seen) - VALUES_SHOWN} more"
+
+
+def ranges(numbers: list[int]) -> str:
+    """1, 2, 3, 5 -> "1-3, 5" (with an en dash): ranks or GPUs by their runs."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}\N{EN DASH}{b}" for a, b in spans)

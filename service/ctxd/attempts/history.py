@@ -20,7 +20,7 @@ from ctxd.store.database import Store
 COMMAND_CHARS = 2000  # the running and the newest failed attempt show theirs whole
 ATTEMPTS_FOLDED = 500  # the newest attempts read for the dump; older ones are searched
 SHOWN_IN_FULL = 6  # the newest attempts shown one by one; older ones fold by outcome
-FLAGS_COMPARED = 50  # of the folded ones, the newest whose flags say which varied
+FLAGS_COMPARED = 200  # of the folded ones, the newest whose flags say which varied
 
 
 def attempt_logs(

@@ -64,7 +64,7 @@ def _flush(run: list[HistoryItem]) -> list[Row]:
         return [_row(item) for item in run]
     first, last = run[0].first or 0, run[-1].last or 0
     values: dict[str, list[str]] = {}
-    for item in run[1:]:
+    for item in run:  # the first's values too: what it was launched with
         for name, value in item.flag_values.items():
             if value not in (seen := values.setdefault(name, [])):
                 seen.append(value)

@@ -94,7 +94,7 @@ def _user(s: Snapshot) -> list[str]:
     latest = said[-1]
     if len(said) == 1 and latest.text == n.objective:  # the objective quotes it already
         return [f"**The user's latest message**: the objective above ({_clock(latest.at)});"
-                " nothing since"]  # fmt: skip
+                " none since, up to this dump"]  # fmt: skip
     if latest.text.strip():
         words = _quote(latest.text, MESSAGE_CHARS)
     else:

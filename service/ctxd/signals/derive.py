@@ -5,7 +5,7 @@ from collections.abc import Set
 from datetime import datetime
 
 from ctxd.attempts.flags import process_name
-from ctxd.fmt import human_bytes, human_duration
+from ctxd.fmt import human_bytes, human_duration, ranges
 from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
 from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_for, silent_logs
@@ -285,13 +285,16 @@ def gpu_held_idle(current: Observations) -> list[Signal]:
     watched = {p.pid for p in current.processes.items}
     owners = [p for gpu in held for p in gpu.processes]
     mine = [p for p in owners if p.watched or p.pid in watched]
-    sizes = {human_bytes(gpu.memory_used_bytes) for gpu in held}
-    size = sizes.pop() if len(sizes) == 1 else "memory"
-    size += " each" if len(held) > 1 and size != "memory" else ""
-    which = f"GPU {held[0].index}" if len(held) == 1 else f"GPUs {_indices(held)}"
+    by_size: dict[str, list[GpuInfo]] = {}
+    for gpu in held:  # alike GPUs in one part, the odd one (a rank still loading) apart
+        by_size.setdefault(human_bytes(gpu.memory_used_bytes), []).append(gpu)
+    parts = [
+        f"GPU {gpus[0].index}: {size}" if len(gpus) == 1 else f"GPUs {_indices(gpus)}: {size} each"
+        for size, gpus in sorted(by_size.items(), key=lambda item: -len(item[1]))
+    ]
     pids = ", ".join(str(p.pid) for p in owners[:8]) + (" …" if len(owners) > 8 else "")
     whose = f"{len(mine)} of them watched" if len(owners) > 1 else "watched" if mine else ""
-    text = f"{which}: {size} held at 0% utilisation by pid {pids}" + (
+    text = f"{'; '.join(parts)} held at 0% utilisation by pid {pids}" + (
         f" ({whose})" if whose else ""
     )
     subject = "gpus" if len(held) > 1 else f"gpu{held[0].index}"
@@ -299,11 +302,8 @@ def gpu_held_idle(current: Observations) -> list[Signal]:
 
 
 def _indices(gpus: list[GpuInfo]) -> str:
-    """0-7, or 0, 2, 5: the GPUs by index, a run of them as its ends."""
-    numbers = [g.index for g in gpus]
-    if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
-        return f"{numbers[0]}\N{EN DASH}{numbers[-1]}"
-    return ", ".join(map(str, numbers))
+    """0-7, or 0-2, 4-7 (with en dashes): the GPUs by index, each run as its ends."""
+    return ranges([g.index for g in gpus])
 
 
 def memory_growing(current: Observations) -> list[Signal]:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctxd.fmt import ranges
 from ctxd.models import ProcessInfo, StuckStack
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")
@@ -212,18 +213,7 @@ def _who(pids: list[int], by_pid: dict[int, ProcessInfo], ranked: dict[int, str]
     if not ranks:
         return f"{pid_word} {shown}" if len(pids) == 1 else f"{len(pids)} workers (pids {shown})"
     noun = "rank" if len(ranks) == 1 else "ranks"
-    return f"{noun} {_ranges(ranks)} ({pid_word} {shown})"
-
-
-def _ranges(numbers: list[int]) -> str:
-    """1, 2, 3, 5 -> "1-3, 5" (an en dash)."""
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(f"{a}" if a == b else f"{a}\N{EN DASH}{b}" for a, b in spans)
+    return f"{noun} {ranges(ranks)} ({pid_word} {shown})"
 
 
 def _code(text: str) -> str:

@@ -73,6 +73,7 @@ class Watcher:
         self._last_schedule: dict[str, datetime] = {}
         self._last_prune = datetime.min.replace(tzinfo=UTC)
         self._dormant: dict[str, datetime] = {}  # session -> since when it is not probed
+        self._sessions_read: tuple[tuple[int, int], list[Session]] = ((-1, -1), [])
         self._busy = threading.Lock()
         self._stopped = False
 
@@ -96,8 +97,7 @@ class Watcher:
                 self._tick()
 
     def _tick(self) -> None:
-        # in a steady order: the first session of a watch set probes it for all (see `probe`)
-        for session in sorted(self.snap.store.list_sessions(), key=lambda s: s.id):
+        for session in self._sessions():
             try:
                 self.flush_activity(session)
                 if self.dormant(session):
@@ -114,6 +114,16 @@ class Watcher:
             removed = self.snap.prune(self.settings.keep_days)
             if removed:
                 log.info("retention: thinned out %d old versions", removed)
+
+    def _sessions(self) -> list[Session]:
+        """Every session, in a steady order (the first session of a watch set probes it for
+        all, see `probe`): read again only once the store changed, so a thousand sessions
+        that sleep cost no read a tick."""
+        stamp = self.snap.store.stamp()
+        if stamp != self._sessions_read[0]:
+            listed = sorted(self.snap.store.list_sessions(), key=lambda s: s.id)
+            self._sessions_read = (stamp, listed)
+        return self._sessions_read[1]
 
     def flush_activity(self, session: Session) -> None:
         last = self.activity.last(session)

@@ -154,6 +154,13 @@ class Connection:
         with self._lock:
             yield
 
+    def stamp(self) -> tuple[int, int]:
+        """Moves whenever anything stored may have changed: a write through this connection
+        (its count of changed rows) or a commit by another (SQLite's data_version)."""
+        with self._lock:
+            elsewhere = self.db.execute("PRAGMA data_version").fetchone()[0]
+            return self.db.conn.total_changes, elsewhere
+
     def _rows(self, sql: str, params: tuple | list = ()) -> list[dict]:
         with self._lock:
             return select_rows(self.db, sql, params)
