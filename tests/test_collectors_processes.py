@@ -385,6 +385,15 @@ def test_a_backtracking_pattern_is_cut_off_not_waited_for(spawn) -> None:
     section = processes.collect(watches, CollectContext(settings=Settings(cpu_sample_s=0)))
     (unavailable,) = section.unavailable
     assert "too slow" in unavailable.reason and unavailable.watch_id == 1
+    # quarantined: the next look does not run it at all (a bad pattern costs one budget per
+    # quarter hour, not one per probe), even on text it would have matched at once
+    from ctxd.collectors import _patterns
+
+    assert _patterns._quarantined(r"(a|aa)+$")
+    with pytest.raises(_patterns.SlowPattern):
+        _patterns.Budget().search(_patterns.compiled(r"(a|aa)+$"), "aa")
+    again = processes.collect(watches, CollectContext(settings=Settings(cpu_sample_s=0)))
+    assert "not run again" in again.unavailable[0].reason
 
 
 def test_a_kept_description_follows_secrets_learned_later_and_the_watch_spec() -> None:

@@ -19,13 +19,21 @@ CHECKED_PATTERNS = 1024
 # every thread of the service. The `regex` engine takes a timeout and releases the GIL.
 SEARCH_TIMEOUT_S = 0.05
 WATCH_BUDGET_S = 0.5
+# A pattern that ran out of time is not run again for this long: it is reported slow at
+# once, so a bad pattern costs one budget per quarter hour, not one per probe (issue 39: a
+# backtracking watch kept the server at 70 % CPU).
+QUARANTINE_S = 900.0
+_slow: dict[str, float] = {}  # pattern -> until when it is not run (time.monotonic())
 
 
 class SlowPattern(Exception):
     """A pattern that took too long: reported as unavailable instead of waited for."""
 
     def __init__(self, pattern: str) -> None:
-        super().__init__(f"pattern /{pattern}/ is too slow (backtracking?); simplify it")
+        super().__init__(
+            f"pattern /{pattern}/ is too slow (backtracking?); simplify it (not run again for"
+            f" {QUARANTINE_S / 60:.0f} min)"
+        )
 
 
 class PatternTooLarge(ValueError):
@@ -109,15 +117,30 @@ class Budget:
     def search(self, pattern: regex.Pattern, text: str) -> regex.Match | None:
         left = min(SEARCH_TIMEOUT_S, self.deadline - time.monotonic())
         try:
-            if left <= 0:
+            if left <= 0 or _quarantined(pattern.pattern):
                 raise TimeoutError
             return pattern.search(text, timeout=left, concurrent=True)
         except TimeoutError:
-            raise SlowPattern(pattern.pattern) from None
+            raise _slow_now(pattern.pattern) from None
 
     def finditer(self, pattern: regex.Pattern, text: str) -> list[regex.Match]:
         left = max(0.0, self.deadline - time.monotonic())
         try:
+            if _quarantined(pattern.pattern):
+                raise TimeoutError
             return list(pattern.finditer(text, timeout=left, concurrent=True))
         except TimeoutError:
-            raise SlowPattern(pattern.pattern) from None
+            raise _slow_now(pattern.pattern) from None
+
+
+def _quarantined(pattern: str) -> bool:
+    until = _slow.get(pattern)
+    return until is not None and time.monotonic() < until
+
+
+def _slow_now(pattern: str) -> SlowPattern:
+    """The pattern ran out of time: not run again for QUARANTINE_S (the table stays bounded)."""
+    if len(_slow) >= CHECKED_PATTERNS:
+        _slow.clear()
+    _slow[pattern] = time.monotonic() + QUARANTINE_S
+    return SlowPattern(pattern)
