@@ -371,6 +371,9 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     added = context[context.index("## Handover") - 400 :]
     assert len(added) <= 10_000
     check_scenario_dump(context, launcher, server.data_dir)
+    # `claude -p` is never woken: its waiters went at once (it would have waited for them
+    # before exiting), so no news was spent on it and the handover tells none
+    assert "News ctxd sent to wake you" not in context
 
 
 def check_conversation_words(server: Server) -> None:

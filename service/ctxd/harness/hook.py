@@ -84,7 +84,7 @@ def wake(harness: CommandHook, url: str, stdin: TextIO, stderr: TextIO) -> int:
     try:
         payload = parse_payload(harness, stdin.read(MAX_PAYLOAD_CHARS))
         launched = harness.wakes(harness.event_name(payload) or "", payload)
-        if launched is None:
+        if launched is None or not _can_be_woken(harness_pid()):
             return 0
         lock = _waiter_lock(url, payload)
         if lock is None:
@@ -105,6 +105,18 @@ def wake(harness: CommandHook, url: str, stdin: TextIO, stderr: TextIO) -> int:
     except Exception as exc:  # never a traceback; exit 2 would wake the agent with it
         print(f"ctxd hook --wake: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
         return 0
+
+
+def _can_be_woken(harness: int | None) -> bool:
+    """False for a harness run to answer one prompt and exit (`claude -p` without stream-json
+    input): it is never woken, and it would wait for the waiter before exiting."""
+    try:
+        argv = Path(f"/proc/{harness}/cmdline").read_bytes().split(b"\0") if harness else []
+    except OSError:
+        return True
+    claude = any(b"claude" in part for part in argv[:3])  # its binary, or node and its cli.js
+    one_shot = claude and (b"-p" in argv or b"--print" in argv)
+    return not one_shot or b"stream-json" in argv
 
 
 def _wait(
