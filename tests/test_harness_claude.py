@@ -304,6 +304,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert stuck and "critical" in stuck[0], now
     assert "rank 3 (pid" in stuck[0] and "open(slice_path(rank)" in stuck[0], stuck[0]
     assert "opening /" in stuck[0] and "/.weights-cache/tp3.safetensors" in stuck[0], stuck[0]
+    assert "a FIFO no process writes" in stuck[0], stuck[0]  # the kernel's fifo_open says so
     assert "wait_for_all_ranks" in context or "time.sleep(0.5)" in stuck[0], stuck[0]
     # no chatter of ctxd's own in what the model gets
     assert "Where this dump lives" not in context and "Watched without being asked" not in context

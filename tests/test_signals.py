@@ -177,7 +177,7 @@ def test_gpu_zombie_memory_and_disk_signals() -> None:
     current.gpus = GpusSection(source="nvml", items=[gpu])
     current.host = HostInfo(disks=[DiskInfo(path="/data", total_bytes=100 * gib, free_bytes=gib)])
     codes = {s.code: s.text for s in signals.derive(current, None)}
-    assert codes["gpu_held_idle"] == "GPU 0: 70.0 GiB held at 0% utilisation by pid 11 (watched)"
+    assert codes["gpu_held_idle"] == "GPU 0: 70.0 GiB (pid 11) held at 0% utilisation; watched"
     assert codes["zombie"].startswith("process 11 (python) is a zombie")
     assert "+300 MiB/min" in codes["memory_growing"]
     assert codes["disk_full"] == "disk holding /data nearly full: 1.0 GiB free (1%)"
@@ -264,6 +264,7 @@ def test_alike_gpus_fold_with_the_odd_one_apart_and_sizes_kept() -> None:
     current.gpus = GpusSection(source="nvml", items=gpus)
     (held,) = signals.gpu_held_idle(current)
     dash = "\N{EN DASH}"
-    assert held.text.startswith(
-        f"GPUs 0{dash}2, 4{dash}7: 118.8 GiB each; GPU 3: 1.1 GiB held at 0%"
+    assert held.text == (
+        f"GPUs 0{dash}2, 4{dash}7: 118.8 GiB each (pids 100, 101, 102, 104, 105, 106, 107);"
+        " GPU 3: 1.1 GiB (pid 103) held at 0% utilisation; 8 of them watched"
     ), held

@@ -289,16 +289,21 @@ def gpu_held_idle(current: Observations) -> list[Signal]:
     for gpu in held:  # alike GPUs in one part, the odd one (a rank still loading) apart
         by_size.setdefault(human_bytes(gpu.memory_used_bytes), []).append(gpu)
     parts = [
-        f"GPU {gpus[0].index}: {size}" if len(gpus) == 1 else f"GPUs {_indices(gpus)}: {size} each"
+        (f"GPU {gpus[0].index}: {size}" if len(gpus) == 1
+         else f"GPUs {_indices(gpus)}: {size} each") + f" ({_pids(gpus)})"
         for size, gpus in sorted(by_size.items(), key=lambda item: -len(item[1]))
-    ]
-    pids = ", ".join(str(p.pid) for p in owners[:8]) + (" …" if len(owners) > 8 else "")
+    ]  # fmt: skip
     whose = f"{len(mine)} of them watched" if len(owners) > 1 else "watched" if mine else ""
-    text = f"{'; '.join(parts)} held at 0% utilisation by pid {pids}" + (
-        f" ({whose})" if whose else ""
-    )
+    text = f"{'; '.join(parts)} held at 0% utilisation" + (f"; {whose}" if whose else "")
     subject = "gpus" if len(held) > 1 else f"gpu{held[0].index}"
     return [Signal(severity="warning", code="gpu_held_idle", subject=subject, text=text)]
+
+
+def _pids(gpus: list[GpuInfo]) -> str:
+    """ "pid 11" or "pids 11, 12, …": who holds these GPUs, each GPU's own holders."""
+    pids = list(dict.fromkeys(p.pid for gpu in gpus for p in gpu.processes))
+    shown = ", ".join(map(str, pids[:8])) + (" …" if len(pids) > 8 else "")
+    return f"pid {shown}" if len(pids) == 1 else f"pids {shown}"
 
 
 def _indices(gpus: list[GpuInfo]) -> str:

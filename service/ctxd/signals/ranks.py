@@ -165,7 +165,11 @@ def _on(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
     ((waiting, on),) = found
     if not on:
         return ""
-    return f", opening {on}" if "(open" in waiting else f", on {on}"
+    if "(open" not in waiting:
+        return f", on {on}"
+    if "wait_for_partner" in waiting or "fifo" in waiting:  # the kernel's FIFO open
+        return f", opening {on}, a FIFO no process writes (the open waits for a writer)"
+    return f", opening {on}"
 
 
 def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: str) -> list[str]:

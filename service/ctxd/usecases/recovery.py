@@ -181,7 +181,7 @@ def _stack_frames(s: Snapshot, left: dict[str, str]) -> str:
     for stack in s.observations.processes.stuck_stacks:
         if stack.source:
             stack.lines = []
-    return "py-spy frames"
+    return "py-spy frames of stacks whose job's own lines are kept"
 
 
 def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
