@@ -108,6 +108,13 @@ def bench_hook(runs: int, workspace: Path) -> None:
             for name, url in (("ctxd up", server.url), ("ctxd down", down)):
                 took = timed(lambda u=url: hook(u), runs + 1)[1:]  # the first one warms up
                 row(f"hook wall time per PostToolUse, {name}", f"{statistics.median(took):.0f} ms")
+            # what Claude Code's HTTP hook costs instead: no process, one POST it makes itself
+            posted = f"{server.url}/api/hooks/claude/http"
+            with httpx.Client(timeout=30) as client:
+                took = timed(lambda: client.post(posted, json=payload).raise_for_status(), runs)
+            row("HTTP hook per PostToolUse (no process)", f"{statistics.median(took):.1f} ms")
+            bare = timed(lambda: subprocess.run([sys.executable, "-S", "-I", "-c", "pass"]), runs)
+            row("bare interpreter start, for scale", f"{statistics.median(bare):.0f} ms")
         finally:
             server.stop()
 

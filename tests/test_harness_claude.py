@@ -375,6 +375,10 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     # `claude -p` is never woken: its waiters went at once (it would have waited for them
     # before exiting), so no news was spent on it and the handover tells none
     assert "News ctxd sent to wake you" not in context
+    # Claude Code posted its events itself: the only ctxd processes it started per event were
+    # the two SessionStart hooks (one per run), whatever the number of tool calls and prompts
+    health = httpx.get(f"{server.url}/health", timeout=10).json()
+    assert health["hooks_by_command"] == 2 and health["hooks_posted"] >= 10, health
 
 
 def check_conversation_words(server: Server) -> None:

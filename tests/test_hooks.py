@@ -187,9 +187,11 @@ def test_print_config_is_the_hooks_block_for_settings_json():
     assert config["SessionStart"][0]["matcher"] == "startup|compact|resume|clear|fork"
     tools = config["PostToolUse"][0]
     assert tools["matcher"] == "Bash|Edit|Write|MultiEdit|NotebookEdit"
-    assert tools["hooks"][0]["async"] is True  # no tool call waits on ctxd
-    command = config["Stop"][0]["hooks"][0]
-    assert command["type"] == "command" and command["command"].endswith("hook claude")
+    # Claude Code posts its events to this machine's ctxd itself: no process per event
+    assert tools["hooks"][0] == {"type": "http", "timeout": 30,
+                                 "url": "http://127.0.0.1:8765/api/hooks/claude/http"}  # fmt: skip
+    start = config["SessionStart"][0]["hooks"][0]
+    assert start["type"] == "command" and start["command"].endswith("hook claude")
 
 
 @pytest.mark.parametrize("harness", ["codex", "gemini"])

@@ -54,8 +54,12 @@ def test_install_merges_is_idempotent_and_uninstall_removes_exactly_ours(tmp_pat
     assert merged["model"] == "opus"
     post = merged["hooks"]["PostToolUse"]
     assert post[0] == THEIRS["hooks"]["PostToolUse"][0]  # theirs kept, first
-    assert post[1]["hooks"][0]["command"].endswith("hook claude")
-    assert post[1]["hooks"][0]["async"] is True
+    # Claude Code posts a tool call itself (no process per event); SessionStart, which may
+    # start ctxd, stays a command
+    posted = "http://127.0.0.1:8765/api/hooks/claude/http"
+    assert post[1]["hooks"][0] == {"type": "http", "timeout": 30, "url": posted}
+    start = merged["hooks"]["SessionStart"][0]["hooks"][0]
+    assert start["type"] == "command" and start["command"].endswith("hook claude")
     assert {"SessionStart", "UserPromptSubmit", "PreCompact"} <= set(merged["hooks"])
     servers = json.loads(mcp.read_text())["mcpServers"]
     assert servers["github"] == THEIR_MCP["mcpServers"]["github"]
@@ -86,7 +90,9 @@ def test_project_scope_and_files_it_will_not_touch(tmp_path: Path):
     # the hooks name this machine's ctxd: in the personal file, never the one a team shares
     assert not (work / ".claude" / "settings.json").exists()
     hooks = json.loads((work / ".claude" / "settings.local.json").read_text())["hooks"]
-    assert "--url http://127.0.0.1:9999 hook claude" in hooks["Stop"][0]["hooks"][0]["command"]
+    assert hooks["Stop"][0]["hooks"][0]["url"] == "http://127.0.0.1:9999/api/hooks/claude/http"
+    start = hooks["SessionStart"][0]["hooks"][0]["command"]
+    assert "--url http://127.0.0.1:9999 hook claude" in start
     mcp = json.loads((work / ".mcp.json").read_text())
     assert mcp["mcpServers"]["ctxd"]["url"] == "http://127.0.0.1:9999/mcp"
     assert not (home / ".claude").exists()
@@ -128,11 +134,16 @@ def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_serv
 
     done = ctxd(home, work, "install", "claude")
     assert done.returncode == 0, done.stderr
-    commands = [h["command"] for entries in json.loads(settings.read_text())["hooks"].values()
+    commands = [h.get("command", h.get("url", ""))
+                for entries in json.loads(settings.read_text())["hooks"].values()
                 for e in entries for h in e["hooks"]]  # fmt: skip
     assert commands and not any("-m service" in c for c in commands)
+    posted = [c for c in commands if c.endswith("/api/hooks/claude/http")]
+    assert len(posted) == 8  # one per event Claude Code posts itself, once
+    commands = [c for c in commands if c not in posted]
     assert all(c.endswith(("hook claude", "hook claude --wake")) for c in commands)
-    assert sum(1 for c in commands if c.endswith("hook claude")) == 9  # one per event, once
+    assert sum(1 for c in commands if c.endswith("hook claude")) == 1  # SessionStart's; the
+    # other eight events Claude Code posts itself
     assert sum(1 for c in commands if c.endswith("hook claude --wake")) == 2  # launch, turn end
 
 
@@ -150,7 +161,7 @@ def test_project_install_moves_hooks_an_earlier_ctxd_put_in_the_shared_settings(
     assert done.returncode == 0, done.stderr
     assert json.loads(shared.read_text()) == {"model": "opus"}  # the team's file: theirs only
     local = json.loads((work / ".claude" / "settings.local.json").read_text())
-    assert local["hooks"]["Stop"][0]["hooks"][0]["command"].endswith("hook claude")
+    assert local["hooks"]["SessionStart"][0]["hooks"][0]["command"].endswith("hook claude")
 
 
 def test_round_trip_with_another_url_in_a_fresh_home(server, tmp_path: Path):
@@ -169,13 +180,13 @@ def test_round_trip_with_another_url_in_a_fresh_home(server, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert f"updated {settings}" in done.stdout and f"created {mcp}" in done.stdout
     commands = {
-        h["command"]
+        h.get("command", h.get("url"))
         for entries in json.loads(settings.read_text())["hooks"].values()
         for e in entries
         for h in e["hooks"]
     }
     hook = f"{Path(sys.executable).parent / 'ctxd'} --url {server.url} hook claude"
-    assert commands == {hook, f"{hook} --wake"}
+    assert commands == {hook, f"{hook} --wake", f"{server.url}/api/hooks/claude/http"}
     assert json.loads(mcp.read_text())["mcpServers"]["ctxd"]["url"] == server.url + "/mcp"
 
     # doctor without CTXD_URL still checks the URL the hooks call, and finds it up

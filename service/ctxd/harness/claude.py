@@ -13,7 +13,9 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from ctxd.cli import env
 from ctxd.discovery import payloads
 from ctxd.harness.adapter import (
     EventKind,
@@ -23,6 +25,7 @@ from ctxd.harness.adapter import (
     hook_output,
     text_of,
 )
+from ctxd.harness.autostart import LOOPBACK
 from ctxd.harness.files import (
     Change,
     json_text,
@@ -141,7 +144,8 @@ class ClaudeCode:
         self, url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
     ) -> list[Change]:
         settings_path, mcp_path = targets(scope, project, home)
-        hooks = None if remove else config(hook_command(self.name, url), wake)["hooks"]
+        posts_to = f"{url.rstrip('/')}/api/hooks/claude/http" if _posts_itself(url) else None
+        hooks = None if remove else config(hook_command(self.name, url), wake, posts_to)["hooks"]
         changes = [_with_hooks(settings_path, hooks)]
         if scope == "project":  # an earlier ctxd put them in the shared settings.json
             changes.append(_with_hooks(project / ".claude" / "settings.json", None))
@@ -151,6 +155,17 @@ class ClaudeCode:
 
 
 ADAPTER = ClaudeCode()
+HTTP_TIMEOUT_S = 30  # an HTTP hook is waited for: a ctxd that hangs costs at most this
+
+
+def _posts_itself(url: str) -> bool:
+    """Whether Claude Code can post its events to ctxd itself: plain HTTP on this machine
+    (the caller's account is the proof, see SECURITY.md) and no token in use (a header would
+    need the token in the agent's environment, or in a settings file others may read)."""
+    parts = urlsplit(url)
+    return parts.scheme == "http" and parts.hostname in LOOPBACK and not env.token_file()
+
+
 WAKE_TIMEOUT_S = 7260  # the waiter's own ceiling (2 h) and a minute: it ends first
 # A line that sends something off: a lone `&` (not `&&`, `>&`, `&>`), or `nohup`/`setsid`.
 _SENDS_OFF = re.compile(r"(?<![&>])&(?![&>])|(?:^|[\s;|(])(?:nohup|setsid)\s")
@@ -168,26 +183,33 @@ def _with_hooks(path: Path, hooks: dict[str, list[Any]] | None) -> Change:
     return Change(path, read_text(path), json_text(new_settings, path))
 
 
-def config(command: str, wake: bool = True) -> dict[str, Any]:
-    """The `hooks` block for Claude Code's settings.json. Tool calls are reported
-    asynchronously: no tool call ever waits on ctxd. The summary after a compaction and a
-    failed turn are not: an asynchronous hook is cut off when `claude -p` exits. With `wake`,
-    a background launch and the turn's end also start a waiter (`--wake`, an async rewake
-    hook: it exits 2 with an attempt's news, which wakes the idle agent; killed at its
-    timeout, which is the waiter's own ceiling)."""
+def config(command: str, wake: bool = True, posts_to: str | None = None) -> dict[str, Any]:
+    """The `hooks` block for Claude Code's settings.json.
+
+    With `posts_to` (ctxd's URL for events Claude Code posts itself), every event but
+    SessionStart is an HTTP hook: Claude Code sends it, no process starts per event, and a
+    ctxd that is down costs a refused connection. SessionStart stays a command (Claude Code
+    runs no HTTP hook there, and it is the one that starts ctxd when it is down). Without it
+    (a token in use, ctxd not on this machine, the plugin's fixed file) each event runs
+    `ctxd hook claude`, tool calls asynchronously. With `wake`, a background launch and the
+    turn's end also start a waiter (`--wake`, an async rewake hook: it exits 2 with an
+    attempt's news, which wakes the idle agent; killed at its timeout, its own ceiling)."""
 
     def entry(timeout: int, matcher: str | None = None, **extra: Any) -> list[dict[str, Any]]:
-        hook = {"type": "command", "command": command, "timeout": timeout, **extra}
+        hook: dict[str, Any] = {"type": "command", "command": command, "timeout": timeout, **extra}
+        if posts_to is not None and extra.get("posted", True):
+            hook = {"type": "http", "url": posts_to, "timeout": min(timeout, HTTP_TIMEOUT_S)}
+        hook.pop("posted", None)
         return [{**({"matcher": matcher} if matcher else {}), "hooks": [hook]}]
 
     waiter = {"type": "command", "command": f"{command} --wake", "async": True,
               "asyncRewake": True, "timeout": WAKE_TIMEOUT_S}  # fmt: skip
     hooks = {
         "PreCompact": entry(60),
-        "SessionStart": entry(60, SESSION_SOURCES),
+        "SessionStart": entry(60, SESSION_SOURCES, posted=False),
         "UserPromptSubmit": entry(60),
-        "PostToolUse": entry(30, TOOLS, **{"async": True}),
-        "PostToolUseFailure": entry(30, "Bash", **{"async": True}),
+        "PostToolUse": entry(30, TOOLS, **({} if posts_to else {"async": True})),
+        "PostToolUseFailure": entry(30, "Bash", **({} if posts_to else {"async": True})),
         "PostCompact": entry(10),
         "Stop": entry(10),
         "StopFailure": entry(30),

@@ -152,16 +152,21 @@ def drop(data: dict[str, Any], key: str) -> dict[str, Any]:
 
 def without_hooks(hooks: Any, command_ends: str) -> dict[str, list[Any]]:
     """A harness's `hooks` block (Claude Code's shape, which Codex shares) without ctxd's own
-    hooks, told by their command's end (`hook claude`, or its waiter's `hook claude --wake`):
+    hooks, told by their command's end (`hook claude`, or its waiter's `hook claude --wake`)
+    or, for those the harness posts itself, their URL's (`/api/hooks/claude/http`):
     what uninstall leaves, what install adds to. Everything else, the user's hooks and
     entries of other shapes, is kept."""
     if not isinstance(hooks, dict):
         raise InstallError("its 'hooks' is not an object; fix the file by hand first")
 
+    posted = f"/api/hooks/{command_ends.split()[-1]}/http"  # what the harness posts itself
+
     def ours(hook: Any) -> bool:
         command = hook.get("command", "") if isinstance(hook, dict) else ""
+        url = hook.get("url", "") if isinstance(hook, dict) else ""
         ends = (command_ends, f"{command_ends} --wake")
-        return isinstance(command, str) and command.rstrip().endswith(ends)
+        mine = isinstance(command, str) and command.rstrip().endswith(ends)
+        return mine or (isinstance(url, str) and url.rstrip("/").endswith(posted))
 
     kept: dict[str, list[Any]] = {}
     for event, entries in hooks.items():

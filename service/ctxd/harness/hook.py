@@ -90,7 +90,7 @@ def wake(harness: CommandHook, url: str, stdin: TextIO, stderr: TextIO) -> int:
         if lock is None:
             return 0  # another waiter of this conversation tells its news
         body: dict[str, Any] = {
-            "payload": {**payload, "tool_response": _tail(payload.get("tool_response"))},
+            "payload": {**payload, "tool_response": tail(payload.get("tool_response"))},
             "root": git_root(str(payload.get("cwd") or "")),
         }
         if session := env.session():
@@ -266,7 +266,7 @@ def forward(url: str, harness: str, payload: dict[str, Any], timeout: float) -> 
     cwd = payload.get("cwd")
     body: dict[str, Any] = {
         # a tool's output cut to its end: what ctxd keeps, in a request it accepts
-        "payload": {**payload, "tool_response": _tail(payload.get("tool_response"))},
+        "payload": {**payload, "tool_response": tail(payload.get("tool_response"))},
         "root": git_root(cwd) if isinstance(cwd, str) else "",
     }
     if session := env.session():
@@ -321,14 +321,15 @@ def harness_pid() -> int | None:
     return None
 
 
-def _tail(value: Any) -> Any:
-    """A tool's output cut to its end: what ctxd keeps, and a request the server accepts."""
+def tail(value: Any) -> Any:
+    """A tool's output cut to its end: what ctxd keeps, and a request the server accepts
+    (the server cuts what a harness posts itself the same way)."""
     if isinstance(value, str):
         return value[-OUTPUT_KEPT_CHARS:]
     if isinstance(value, dict):
-        return {k: _tail(v) for k, v in value.items()}
+        return {k: tail(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_tail(v) for v in value[-20:]]
+        return [tail(v) for v in value[-20:]]
     return value
 
 

@@ -74,6 +74,24 @@ def hook(state: State, harness: FromPath[HarnessName], data: JSONBody[HookIn]) -
     return use(state).hook(harness, data)
 
 
+# What a harness posts itself carries a tool's whole output (the server keeps its end)
+HARNESS_POST_MAX_BYTES = 64 * 2**20
+
+
+@post(
+    "/api/hooks/{harness:str}/http",
+    sync_to_thread=True,
+    status_code=200,
+    request_max_body_size=HARNESS_POST_MAX_BYTES,
+)
+def harness_hook(
+    state: State, harness: FromPath[HarnessName], data: JSONBody[dict[str, Any]]
+) -> dict[str, Any]:
+    """A hook event as the harness posts it itself (Claude Code's HTTP hooks); the answer in
+    the harness's own hook output shape."""
+    return use(state).http_hook(harness, data)
+
+
 @post("/api/hooks/{harness:str}/wake", status_code=200)
 async def wake(
     state: State, harness: FromPath[HarnessName], data: JSONBody[WakeIn]

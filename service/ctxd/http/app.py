@@ -15,7 +15,7 @@ from ctxd import __version__, redact
 from ctxd.collectors.proc import sampler
 from ctxd.errors import CtxdError
 from ctxd.http import access, gc_policy, storage_errors
-from ctxd.http.api import health, hook, prune, search_all, sessions_router, wake
+from ctxd.http.api import harness_hook, health, hook, prune, search_all, sessions_router, wake
 from ctxd.http.mcp.mount import LazyMcp
 from ctxd.http.pages import PageController
 from ctxd.http.peers import handlers as peer_handlers
@@ -113,6 +113,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             health,
             prune,
             hook,
+            harness_hook,
             wake,
             search_all,
             sessions_router,

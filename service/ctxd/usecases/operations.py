@@ -8,6 +8,7 @@ about a session counts as its activity; the quiet trigger waits for silence).
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import psutil
 
@@ -18,6 +19,7 @@ from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
 from ctxd.discovery.payloads import OUTPUT_TAIL_MAX_CHARS
 from ctxd.errors import Invalid, NotFound
 from ctxd.harness import conversations, resolve
+from ctxd.harness import hook as hook_client
 from ctxd.harness.adapter import RESUME_SOURCES, HarnessName
 from ctxd.harness.events import (
     INJECT_MAX_CHARS,
@@ -30,6 +32,7 @@ from ctxd.harness.events import (
 )
 from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
 from ctxd.harness.registry import adapter as harness_adapter
+from ctxd.harness.registry import command_hook
 from ctxd.harness.resolve import Resolved, ResolveIn
 from ctxd.models import (
     Diff,
@@ -76,6 +79,8 @@ class UseCases:
         self.intake = ActionIntake(snap, lambda sid, spec, why: self.add_watch(sid, spec, why)[0])
         self._transcripts_read: set[str] = set()
         self.turns = TurnMarks()
+        # hook events by how they came: posted by the harness itself, or by `ctxd hook`
+        self.hook_events = {"posted": 0, "by_command": 0}
         self._compacting: dict[tuple[str, str], int] = {}  # the version taken as it compacts
 
     def close(self) -> None:
@@ -91,7 +96,9 @@ class UseCases:
     def health(self) -> dict[str, str | int]:
         size = self.snap.data_dir_bytes()
         storage = "read-only" if self.store.read_only else "writable"
-        return {"status": "ok", "version": __version__, "data_dir_bytes": size, "storage": storage}
+        return {"status": "ok", "version": __version__, "data_dir_bytes": size, "storage": storage,
+                "hooks_posted": self.hook_events["posted"],
+                "hooks_by_command": self.hook_events["by_command"]}  # fmt: skip
 
     def prune(self, keep_days: int | None = None) -> int:
         return self.snap.prune(keep_days or self.settings.keep_days)
@@ -333,9 +340,25 @@ class UseCases:
                         root=given.root, harness_session=event.conversation[:4096])  # fmt: skip
         return conversations.place(self, ask, False, event.source, given.harness_pid).sid
 
-    def hook(self, harness: HarnessName, given: HookIn) -> HookOut:
+    def http_hook(self, harness: HarnessName, payload: dict[str, Any]) -> dict[str, Any]:
+        """A hook event the harness posted itself (Claude Code's HTTP hooks: no process per
+        event): handled as `ctxd hook` forwards one, the tool's output cut to its end and
+        the checkout found here, and answered in the harness's own hook output shape."""
+        adapter = command_hook(harness)
+        if adapter is None:
+            raise NotFound(f"{harness} posts no hook events of its own")
+        cwd = payload.get("cwd")
+        given = HookIn(
+            payload={**payload, "tool_response": hook_client.tail(payload.get("tool_response"))},
+            root=hook_client.git_root(cwd) if isinstance(cwd, str) else "",
+        )
+        answer = self.hook(harness, given, posted=True).model_dump()
+        return adapter.output(adapter.event_name(payload) or "", answer) or {}
+
+    def hook(self, harness: HarnessName, given: HookIn, posted: bool = False) -> HookOut:
         """A harness's hook event: its conversation's session, what to record, what to hand
         the model (at most one dump per turn)."""
+        self.hook_events["posted" if posted else "by_command"] += 1
         adapter = harness_adapter(harness)
         event = adapter.event(given.payload)
         budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
@@ -359,7 +382,10 @@ class UseCases:
             self, ask, event.kind == "end", event.source, given.harness_pid
         )
         sid = placed.sid
-        seen = (harness, event.conversation, event.event_id, given.harness_pid)
+        # a start before any prompt is told apart by its process; any other event by its own
+        # id, whichever way it came (a command hook, or an HTTP hook, which has no process)
+        process = given.harness_pid if event.kind == "start" else None
+        seen = (harness, event.conversation, event.event_id, process)
         if event.event_id and not self.turns.first(seen):
             return HookOut(session=sid)  # delivered again: ctxd's hooks are wired twice
         out = HookOut(session=sid, message=placed.pointer)
