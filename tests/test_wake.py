@@ -301,3 +301,68 @@ def test_news_for_a_harness_that_is_gone_is_kept_for_the_next_one(
     assert dead["text"] is None and not dead["pending"], dead
     alive = httpx.post(url, json={**ask, "harness_pid": os.getpid()}, timeout=60).json()
     assert "attempt 1" in (alive["text"] or "") and "died" in alive["text"], alive
+
+
+@pytest.mark.parametrize("wake", [True, False], ids=["woken", "CTXD_WAKE=0"])
+def test_the_real_opencode_is_woken_when_its_launch_dies(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str, wake: bool
+) -> None:
+    """`opencode serve`, driven through its HTTP API: the scripted model launches a server in
+    the background and ends its turn; the server dies 8 s later; ctxd's plugin hands the
+    idle session the news as a user message, and the model receives it in a new request,
+    once. With CTXD_WAKE=0 in opencode's environment, none comes."""
+    from tests.conftest import free_port
+    from tests.scripted_model import Step
+    from tests.scripted_openai import MODEL, ScriptedOpenAI
+    from tests.test_harness_opencode import OPENCODE, offline_env, provider_config
+
+    if not OPENCODE.exists():
+        pytest.skip("opencode not installed (`make test` does, with npm)")
+    server, home = quick_server, tmp_path / "home"
+    home.mkdir()
+    env = {
+        **offline_env(home, work),
+        "CTXD_URL": server.url,
+        **({} if wake else {"CTXD_WAKE": "0"}),
+    }
+    launch = f"nohup python3 serve.py 8 --tag {tag} > serve.log 2>&1 &"
+    model = ScriptedOpenAI([Step(bash=launch), Step(text="Launched; waiting for it to load."),
+                            Step(text="It died: reading its log next.")])  # fmt: skip
+    config = home / ".config" / "opencode" / "opencode.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(provider_config(model)))
+    subprocess.run([sys.executable, "-m", "ctxd", "--url", server.url, "install", "opencode"],
+                   env=env, cwd=work, check=True, capture_output=True)  # fmt: skip
+    port = free_port()
+    serve = subprocess.Popen(
+        [str(OPENCODE), "serve", "--port", str(port), "--hostname", "127.0.0.1"],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert serve.stdout is not None
+        deadline = time.monotonic() + 120
+        while "listening" not in (line := serve.stdout.readline()):
+            assert line and time.monotonic() < deadline, "opencode serve did not start"
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=240,
+                           params={"directory": str(work)})  # fmt: skip
+        session = api.post("/session", json={}).json()["id"]
+        turn = {"parts": [{"type": "text", "text": "Start the server and tell me."}],
+                "model": {"providerID": "scripted", "modelID": MODEL}}  # fmt: skip
+        api.post(f"/session/{session}/message", json=turn).raise_for_status()
+        (pid,) = wait_for(lambda: tagged(tag), 30)
+        psutil.Process(pid).wait(timeout=60)
+        died = time.monotonic()
+        if not wake:
+            time.sleep(10)
+            assert not woken_with(model, "ctxd: attempt 1")
+            return
+        said = wait_for(lambda: woken_with(model, "ctxd: attempt 1"), 30)
+        took = time.monotonic() - died
+        assert "died" in said[0] and "OutOfMemoryError" in said[0], said
+        assert took < 10, took
+        time.sleep(3)
+        assert len(woken_with(model, "ctxd: attempt 1")) == 1  # once
+    finally:
+        serve.kill()
+        serve.wait()
+        model.close()

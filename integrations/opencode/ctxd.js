@@ -24,8 +24,14 @@ const COMPACTION_INTRO =
   "The working state ctxd recorded for this session follows. Keep its objective, " +
   "attempts with outcomes, running processes and next steps in the summary.\n\n"
 
-// What ctxd does for one opencode instance, whichever plugin API called it.
-function ctxd({ directory, root, log }) {
+// A shell line that sends something off (a lone `&`, `nohup`, `setsid`): its outcome is news.
+const SENDS_OFF = /(?<![&>])&(?![&>])|(?:^|[\s;|(])(?:nohup|setsid)\s/
+const WAKE_POLL_S = 240 // one long poll; Bun's fetch ends at 300 s
+const WAKE_MAX_MS = 2 * 3600 * 1000 // a waiter's ceiling
+
+// What ctxd does for one opencode instance, whichever plugin API called it. `wakeUp(id, text)`
+// hands an idle opencode session a user message (1.x's client), when the plugin API has one.
+function ctxd({ directory, root, log, wakeUp }) {
   const url = (process.env.CTXD_URL || DEFAULT_URL).replace(/\/+$/, "")
   const token = process.env.CTXD_TOKEN
   // Unset: the budget the server answers with the session (one definition, server side).
@@ -54,6 +60,9 @@ function ctxd({ directory, root, log }) {
   const known = new Map() // opencode sessionID -> ctxd session id, once found
   const parents = new Map() // child sessionID -> parent sessionID, from session.created
   const idle = new Set() // sessionIDs told idle since their last prompt or busy status
+  const waiting = new Set() // conversations whose attempts' news a waiter long-polls for
+  const news = new Map() // conversation -> news not yet handed over (it was busy)
+  const wakes = process.env.CTXD_WAKE !== "0" && typeof wakeUp === "function"
   // sessionID -> Map(messageID -> { role, parts: Map(partID -> text) }): the newest messages'
   // text parts, as opencode's events stream them, for the agent's last reply on idle
   const messages = new Map()
@@ -132,6 +141,41 @@ function ctxd({ directory, root, log }) {
     return ""
   }
 
+  // One waiter per conversation: it long-polls ctxd for its attempts' news (no CPU while it
+  // waits) and hands each outcome over once, at once when the session is idle, else when it
+  // next goes idle; it goes when nothing is pending or after WAKE_MAX_MS.
+  async function wait(payload) {
+    const conversation = conversationOf(payload.sessionID)
+    if (waiting.has(conversation)) return
+    waiting.add(conversation)
+    try {
+      const until = Date.now() + WAKE_MAX_MS
+      let launched = true
+      while (Date.now() < until) {
+        const body = { ...hookBody(payload), launched, wait_s: WAKE_POLL_S }
+        const response = await call("POST", "/api/hooks/opencode/wake", body, (WAKE_POLL_S + 30) * 1000)
+        if (response.status !== 200) return
+        const answer = await response.json()
+        if (answer.text) {
+          news.set(conversation, [news.get(conversation), answer.text].filter(Boolean).join("\n"))
+          if (idle.has(conversation)) await tell(conversation)
+        }
+        if (!answer.pending) return
+        launched = false
+      }
+    } finally {
+      waiting.delete(conversation)
+    }
+  }
+
+  async function tell(conversation) {
+    const text = news.get(conversation)
+    if (!text) return
+    news.delete(conversation) // told once: the woken turn's own idle finds nothing to tell
+    idle.delete(conversation)
+    await wakeUp(conversation, text)
+  }
+
   async function warn(message) {
     try {
       await log(message)
@@ -162,6 +206,7 @@ function ctxd({ directory, root, log }) {
     async idle(sessionID) {
       if (idle.has(sessionID ?? "")) return
       idle.add(sessionID ?? "")
+      await tell(conversationOf(sessionID))
       const reply = lastReply(sessionID)
       const said = parents.has(sessionID) ? "" : reply
       if (!said) {
@@ -221,6 +266,9 @@ function ctxd({ directory, root, log }) {
         args,
       }
       await call("POST", "/api/hooks/opencode", hookBody(payload), 5000)
+      if (wakes && tool === "bash" && SENDS_OFF.test(String(args?.command ?? ""))) {
+        wait(payload).catch((error) => warn(`ctxd: waiting for news failed: ${error?.message}`))
+      }
     },
 
     // A user message: the server tells a bare "continue" (answered with the dump, 200) from a
@@ -290,7 +338,15 @@ export const CtxdPlugin = async (input) => {
   // opencode reports "/" as the worktree of a folder that is not a git checkout.
   const root = worktree && worktree !== "/" ? worktree : directory
   const log = (message) => client?.app?.log?.({ body: { service: "ctxd", level: "warn", message } })
-  const core = ctxd({ directory, root, log })
+  const session = client?.session
+  const wakeUp =
+    typeof session?.promptAsync === "function" || typeof session?.prompt === "function"
+      ? async (id, text) => {
+          const ask = { path: { id }, body: { parts: [{ type: "text", text }] } }
+          await (session.promptAsync ? session.promptAsync(ask) : session.prompt(ask))
+        }
+      : undefined
+  const core = ctxd({ directory, root, log, wakeUp })
 
   return {
     event: core.safe(async ({ event }) => {
