@@ -366,3 +366,23 @@ def test_the_real_opencode_is_woken_when_its_launch_dies(
         serve.kill()
         serve.wait()
         model.close()
+
+
+def test_an_idle_agent_is_told_once_that_its_attempt_is_still_starting(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str
+) -> None:
+    """The quiet rule: the agent idle for the session's quiet time with its attempt neither up,
+    stuck nor dead is woken once to say so."""
+    server = quick_server
+    command = f"nohup {sys.executable} serve.py 600 --tag {tag} > serve.log 2>&1 &"
+    payload = launch(server, work, command)
+    sid = httpx.get(f"{server.url}/api/sessions", timeout=10).json()[0]["id"]
+    httpx.put(f"{server.url}/api/sessions/{sid}", json={"quiet_after_s": 2}, timeout=10)
+    proc = started(waiter(server, payload, tmp_path), payload)
+    _, said = proc.communicate(timeout=60)
+    assert proc.returncode == 2, said
+    assert "attempt 1" in said and "is still starting, launched" in said, said
+    assert "no outcome yet" in said, said
+    # told once: the next waiter waits (still pending) and is told nothing more by then
+    again = started(waiter(server, payload, tmp_path, CTXD_WAKE_MAX_S="6"), payload)
+    assert again.wait(timeout=60) == 0

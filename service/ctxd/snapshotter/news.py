@@ -122,6 +122,22 @@ def pending(s: Snapshot | None) -> bool:
     return any(_state(item, s) in ("starting", "running") for item in live)
 
 
+def still_pending(s: Snapshot | None, at: datetime) -> list[Outcome]:
+    """Each live attempt of version `s` still without an outcome, as news at `at`: "attempt 3
+    is still starting, launched 12 min ago" (the quiet rule: an idle agent is told once)."""
+    if s is None:
+        return []
+    out = []
+    for item in _attempt_items(s):
+        state = _state(item, s) if item.status in ("running", "started") else ""
+        if state in ("starting", "running"):
+            program = item.text.split("`")[1] if item.text.count("`") >= 2 else "its program"
+            text = (f"{item.label} (`{program}`) is still {state}, launched"
+                    f" {between(item.at, at)} ago, with no outcome yet")  # fmt: skip
+            out.append(Outcome(item.first or 0, "quiet", text, at, s.header.version))
+    return out
+
+
 def wake_text(sid: str, news: list[Outcome], current: Snapshot | None) -> str:
     """The paragraph a woken agent reads: the news, each other live attempt's state, and the
     command that shows everything."""

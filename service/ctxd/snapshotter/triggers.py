@@ -74,6 +74,7 @@ class Watcher:
         self._last_prune = datetime.min.replace(tzinfo=UTC)
         self._dormant: dict[str, datetime] = {}  # session -> since when it is not probed
         self._sessions_read: tuple[tuple[int, int], list[Session]] = ((-1, -1), [])
+        self._quiet_told: dict[str, set[int]] = {}  # session -> attempts told still starting
         self._busy = threading.Lock()
         self._stopped = False
 
@@ -159,11 +160,23 @@ class Watcher:
         of waiters; none for a session nobody waits on."""
         if not self.snap.news.waited(session.id):
             return
+        self._quiet_news(session)
         every = max(self.settings.event_probe_s, self.settings.stuck_after_s / 4)
         if now() - self.snap.store.last_snapshot_at(session.id) < timedelta(seconds=every):
             return
         if news.pending(self.snap.latest(session.id)):
             self.snap.take(session.id, Trigger.SCHEDULE, note="an agent waits on its attempts")
+
+    def _quiet_news(self, session: Session) -> None:
+        """The quiet rule, for an agent that waits: idle for `quiet_after_s` with an attempt
+        still starting (neither up nor stuck nor dead), it is told so once per attempt."""
+        if now() - self.activity.last(session) < timedelta(seconds=session.quiet_after_s):
+            return
+        latest = self.snap.latest(session.id)
+        told = self._quiet_told.setdefault(session.id, set())
+        quiet = [o for o in news.still_pending(latest, now()) if o.number not in told]
+        told.update(o.number for o in quiet)
+        self.snap.news.publish(session.id, quiet)
 
     def check_quiet(self, session: Session) -> None:
         """One snapshot after `quiet_after_s` of silence; none again until activity resumes."""
