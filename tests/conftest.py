@@ -315,9 +315,11 @@ def ticked_watcher(
     settings = Settings(data_dir=data_dir)
     store = Store(settings.db_path)
     snap = Snapshotter(settings, store)
+    watcher = Watcher(snap, Activity())
     try:
-        yield Watcher(snap, Activity())
+        yield watcher
     finally:
+        watcher.stop()
         snap.close()
         store.close()
 

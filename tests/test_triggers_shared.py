@@ -144,3 +144,21 @@ def test_a_dormant_session_is_not_probed_and_wakes_on_activity(
     assert "gone" in probed(watcher)
     dump = watcher.snap.take("gone", force=True)
     assert dump.narrative.dormant_since is not None
+
+
+def test_an_exit_the_kernel_tells_is_probed_at_once_not_at_the_next_period(watcher: Watcher, spawn):
+    """A watched tree's top is followed by a pidfd: when it ends, the kernel says so and the
+    next tick probes the session and takes its event snapshot, though the period's probe was
+    taken already (the stepped clock does not move here)."""
+    child = spawn(*SLEEPER)
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", ProcessWatch(pid=child.pid), limit=100)
+    tick(watcher)  # the period's probe: the process is followed from now on
+    assert child.pid in watcher.exits.following()
+    child.kill()
+    child.wait()
+    wait_until(lambda: "x" in watcher._exited_in, "the kernel telling the exit")
+    watcher.tick()  # same moment of the period: only the kernel's word makes it probe
+    (event,) = events_of(watcher, "x")
+    assert "process-exit" in event.trigger

@@ -1,6 +1,8 @@
 """Background triggers: quiet sessions, events in what is watched, schedules and retention."""
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -10,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from ctxd.errors import NotFound
 from ctxd.models import Observations, Session, Trigger, Watch
 from ctxd.snapshotter import happened, news
+from ctxd.snapshotter.exits import ExitWatch
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.store.connection import now
 
@@ -43,6 +46,7 @@ class SharedProbe:
 
     probe: Observations
     next_at: float  # time.monotonic()
+    taken: int = 0  # its number in the order of probes and exit notices
 
 
 def watch_set(watches: list[Watch]) -> str:
@@ -75,22 +79,38 @@ class Watcher:
         self._dormant: dict[str, datetime] = {}  # session -> since when it is not probed
         self._sessions_read: tuple[tuple[int, int], list[Session]] = ((-1, -1), [])
         self._quiet_told: dict[str, set[int]] = {}  # session -> attempts told still starting
+        # exits the kernel told (a pidfd per watched tree's top): probed at the next tick
+        self.exits = ExitWatch(self._exited)
+        self._exited_in: dict[str, int] = {}  # session -> the kernel's exit notice, numbered
+        self._order = itertools.count(1)  # numbers probes and notices: which came first
+        self._nudge: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._busy = threading.Lock()
         self._stopped = False
 
     async def run(self) -> None:
+        self._loop, self._nudge = asyncio.get_running_loop(), asyncio.Event()
         while not self._stopped:
+            self._nudge.clear()
             try:
                 await asyncio.to_thread(self.tick)
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("trigger tick failed")
-            await asyncio.sleep(self.settings.trigger_interval_s)
+            with contextlib.suppress(TimeoutError):  # an exit told by the kernel comes early
+                await asyncio.wait_for(self._nudge.wait(), self.settings.trigger_interval_s)
 
     def stop(self) -> None:
         """No tick starts after this returns, and none is still running."""
         self._stopped = True
         with self._busy:
             pass
+        self.exits.stop()
+
+    def _exited(self, sid: str) -> None:
+        """From the exits thread: a process `sid` watches ended; probe it at once."""
+        self._exited_in[sid] = next(self._order)
+        if self._loop is not None and self._nudge is not None:
+            self._loop.call_soon_threadsafe(self._nudge.set)
 
     def tick(self) -> None:
         with self._busy:
@@ -232,7 +252,7 @@ class Watcher:
             # not asked this time: the last answer stands, so a job's end is still
             # seen against the state it had when the controller was last asked
             probe = probe.model_copy(update={"slurm": previous.slurm})
-        self._shared[key] = SharedProbe(probe, next_at)
+        self._shared[key] = SharedProbe(probe, next_at, next(self._order))
         return probe
 
     def _forget_unused_probes(self) -> None:
@@ -245,13 +265,22 @@ class Watcher:
     def check_events(self, session: Session) -> None:
         """Probe what is watched; news (an exit, an error, a port, a rebuild) is kept at once."""
         pending = self._pending.setdefault(session.id, [])
+        told = self._exited_in.pop(session.id, None)
+        if told is not None:  # the kernel said one of its processes ended: probe it again
+            self._next_probe[session.id] = 0.0
         if time.monotonic() >= self._next_probe.get(session.id, 0.0):
             watches = self.snap.store.list_watches(session.id)
+            shared = self._shared.get(watch_set(watches)) if told is not None else None
+            if shared is not None and told is not None and shared.taken < told:
+                del self._shared[watch_set(watches)]  # taken before the exit: one new for all
             if not watches:
                 self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
             else:
                 previous = self._probes.get(session.id)
                 probe = self.probe(session.id, watches)
+                for p in probe.processes.items:
+                    if p.root and p.host is None:
+                        self.exits.follow(session.id, p.pid)
                 if probe is not previous:  # a probe already compared brings no news
                     news = detect_events(previous, probe)
                     self._probes[session.id] = probe

@@ -132,6 +132,15 @@ def shared(max_age_s: float) -> tuple[dict[int, Entry], dict[int, list[int]]]:
     return table, children
 
 
+def outdated(before: float) -> None:
+    """The shared table is not to be used if read before `before` (time.monotonic()): a
+    process ended since, as the kernel said, and a probe must not see it alive."""
+    global _latest
+    with _cache_lock:
+        if _latest[0] < before:
+            _latest = (float("-inf"), {}, {})
+
+
 _family: tuple[int, frozenset[int]] = (0, frozenset())
 
 

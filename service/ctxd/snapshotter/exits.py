@@ -1,0 +1,96 @@
+"""Process exits told by the kernel: a pidfd per watched tree's top, one epoll for them all.
+
+The trigger loop probes what sessions watch every `event_probe_s`; an exit, the news that
+matters most, need not wait for that probe: the kernel makes a process's pidfd readable when
+it ends, and one thread waiting on all of them (no CPU while nothing ends) tells the loop at
+once which session to probe. Where pidfds are missing (an old kernel, another pid namespace,
+no permission) nothing changes: the probe still finds the exit, only later.
+"""
+
+import contextlib
+import logging
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+
+from ctxd.collectors.proc import proctree
+
+log = logging.getLogger(__name__)
+
+FOLLOWED_MAX = 4096  # pidfds held at most (one descriptor each)
+
+
+class ExitWatch:
+    """Calls `on_exit(session)` from its own thread when a followed process ends."""
+
+    def __init__(self, on_exit: Callable[[str], None]) -> None:
+        self.on_exit = on_exit
+        self._lock = threading.Lock()
+        self._fds: dict[int, tuple[int, set[str]]] = {}  # fd -> (pid, sessions)
+        self._by_pid: dict[int, int] = {}  # pid -> fd
+        self._poll = select.epoll() if hasattr(select, "epoll") else None
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def follow(self, sid: str, pid: int) -> bool:
+        """Tell `sid` when `pid` ends; False where the kernel cannot say (no pidfd)."""
+        if self._poll is None or not hasattr(os, "pidfd_open") or self._stopped:
+            return False
+        with self._lock:
+            fd = self._by_pid.get(pid)
+            if fd is not None:
+                self._fds[fd][1].add(sid)
+                return True
+            if len(self._fds) >= FOLLOWED_MAX:
+                return False
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:  # gone already, or not ours to see: the probe tells
+                return False
+            self._fds[fd] = (pid, {sid})
+            self._by_pid[pid] = fd
+            self._poll.register(fd, select.EPOLLIN)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="exits", daemon=True)
+                self._thread.start()
+            return True
+
+    def following(self) -> set[int]:
+        with self._lock:
+            return set(self._by_pid)
+
+    def _run(self) -> None:
+        assert self._poll is not None
+        while not self._stopped:
+            try:
+                ready = self._poll.poll(1.0)  # a second at most: `stop` is seen soon
+            except OSError:
+                return
+            if ready:  # what was read of /proc before these exits shows them alive
+                proctree.outdated(time.monotonic())
+            for fd, _ in ready:
+                with self._lock:
+                    pid, sessions = self._fds.pop(fd, (0, set()))
+                    self._by_pid.pop(pid, None)
+                    with contextlib.suppress(OSError, ValueError):
+                        self._poll.unregister(fd)
+                    os.close(fd)
+                for sid in sessions:
+                    try:
+                        self.on_exit(sid)
+                    except Exception:  # the loop's concern: this thread must go on
+                        log.exception("telling %s of the exit of %d failed", sid, pid)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._thread is not None:
+            self._thread.join(timeout=3)
+        with self._lock:
+            for fd in list(self._fds):
+                os.close(fd)
+            self._fds.clear()
+            self._by_pid.clear()
+            if self._poll is not None:
+                self._poll.close()
