@@ -62,7 +62,11 @@ function ctxd({ directory, root, log, wakeUp }) {
   const idle = new Set() // sessionIDs told idle since their last prompt or busy status
   const waiting = new Set() // conversations whose attempts' news a waiter long-polls for
   const news = new Map() // conversation -> news not yet handed over (it was busy)
-  const wakes = process.env.CTXD_WAKE !== "0" && typeof wakeUp === "function"
+  // `opencode run` answers one prompt and exits: a wake would wait for its next run, as if the
+  // user had said it; only a serving opencode (serve, the TUI) is woken
+  const oneShot = process.argv.slice(1, 4).includes("run")
+  const wakes = process.env.CTXD_WAKE !== "0" && typeof wakeUp === "function" && !oneShot
+  const told = new Set() // the news texts handed over as user messages: ctxd's, not the user's
   // sessionID -> Map(messageID -> { role, parts: Map(partID -> text) }): the newest messages'
   // text parts, as opencode's events stream them, for the agent's last reply on idle
   const messages = new Map()
@@ -173,6 +177,7 @@ function ctxd({ directory, root, log, wakeUp }) {
     if (!text) return
     news.delete(conversation) // told once: the woken turn's own idle finds nothing to tell
     idle.delete(conversation)
+    told.add(text.trim())
     await wakeUp(conversation, text)
   }
 
@@ -275,6 +280,7 @@ function ctxd({ directory, root, log, wakeUp }) {
     // message (202). The dump, or "".
     async prompt(sessionID, text) {
       idle.delete(sessionID ?? "")
+      if (told.delete(text.trim())) return "" // ctxd's own news coming back: no user's prompt
       const said = { text: text.slice(0, 100000), max_chars: (await resolved(sessionID)).maxChars }
       const response = await call("POST", `${await base(sessionID)}/prompts`, said)
       return response.status === 200 ? await response.text() : ""
