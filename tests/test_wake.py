@@ -386,3 +386,24 @@ def test_an_idle_agent_is_told_once_that_its_attempt_is_still_starting(
     # told once: the next waiter waits (still pending) and is told nothing more by then
     again = started(waiter(server, payload, tmp_path, CTXD_WAKE_MAX_S="6"), payload)
     assert again.wait(timeout=60) == 0
+
+
+def test_a_storm_of_snapshots_tells_one_death_once(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str
+) -> None:
+    """Twenty forced snapshots after a death (a storm of hooks and page views): the news is
+    made by the version that first saw the death, and told once."""
+    server = quick_server
+    command = f"nohup {sys.executable} serve.py 1 --tag {tag} > serve.log 2>&1 &"
+    payload = launch(server, work, command)
+    (pid,) = tagged(tag)
+    psutil.Process(pid).wait(timeout=30)
+    sid = httpx.get(f"{server.url}/api/sessions", timeout=10).json()[0]["id"]
+    for _ in range(20):
+        httpx.post(f"{server.url}/api/sessions/{sid}/snapshots", json={"force": True}, timeout=60)
+    url = f"{server.url}/api/hooks/claude/wake"
+    ask = {"payload": payload, "launched": True, "wait_s": 10}
+    first = httpx.post(url, json=ask, timeout=60).json()
+    assert first["text"] and first["text"].count("died") == 1, first
+    again = httpx.post(url, json={**ask, "launched": False}, timeout=60).json()
+    assert again["text"] is None and not again["pending"], again
