@@ -2,7 +2,7 @@
 
 from collections import Counter
 from collections.abc import Set
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ctxd.attempts.flags import process_name
 from ctxd.fmt import human_bytes, human_duration, ranges
@@ -20,6 +20,10 @@ from ctxd.thresholds import (
     MEMORY_GROWTH_BPS,
     STUCK_AFTER_S,
 )
+
+# How long after it was last seen alive an exited process may still have written its log: the
+# time between two looks (the sampler's, a snapshot's, a probe's)
+EXIT_WRITE_SLACK_S = 5.0
 
 
 def derive(
@@ -156,11 +160,11 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
     if previous is None:
         return []
     last_seen = {e.key: e.last_seen_at for e in current.processes.exited}
-    error = root_cause(current)
     signals = []
     for p in happened.exited(previous, current):
         seen = last_seen.get(p.key) or p.seen_at
         when = f", last seen alive {seen:%H:%M:%S} UTC" if seen else ""
+        error = root_cause(current, _its_logs(current, p, seen))
         # the evidence leads: what a reader acts on is the cause, not the exit
         crashed = f": {error[1]} (in {error[0]});" if error and p.root else ""
         verb = "crashed" if crashed else "exited"
@@ -171,6 +175,16 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
                    f"{'exited ' if crashed else ''}since the previous snapshot{when}")
         )  # fmt: skip
     return signals
+
+
+def _its_logs(current: Observations, p: ProcessInfo, seen: datetime | None) -> list[LogInfo]:
+    """The logs an exited process may have ended with: its run's (`logs_of`) last written
+    while it could still write, never a later run's (the next launch's error is not its)."""
+    theirs = logs_of(current, {p.pid}, p.started_at)
+    if seen is None:
+        return theirs
+    latest = seen + timedelta(seconds=EXIT_WRITE_SLACK_S)
+    return [log for log in theirs if log.modified_at <= latest]
 
 
 def idle_processes(current: Observations, at: datetime | None = None) -> list[Signal]:
