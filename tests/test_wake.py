@@ -124,6 +124,9 @@ def test_a_launch_that_dies_wakes_the_agent_once_with_its_error(
     dump = httpx.get(f"{server.url}/api/sessions/work/resume", timeout=60).text
     handover = dump.split("## Handover", 1)[1].split("\n## ", 1)[0]
     assert "**News ctxd sent to wake you**" in handover and "attempt 1 died" in handover, handover
+    # and so does the session's page
+    page = httpx.get(f"{server.url}/s/work", timeout=60).text
+    assert "News ctxd sent to wake the agent" in page and "attempt 1 died" in page
     # delivered once: the waiter of the turn's end has nothing pending and nothing to tell
     stop = {"hook_event_name": "Stop", "session_id": "conv-wake", "cwd": str(work),
             "stop_hook_active": True, "last_assistant_message": "It died; looking."}  # fmt: skip

@@ -13,6 +13,7 @@ from ctxd.models import (
     JournalEntry,
     LogInfo,
     ProcessWatch,
+    Said,
     Session,
     Signal,
     Snapshot,
@@ -103,6 +104,7 @@ class RunsNow:
     logs: list[LogNow]  # the current attempt's output files
     tried: list[Tried]  # oldest first, as in the dump
     signals: list[Signal]
+    wakes: list[Said]  # the news ctxd sent to wake the agent, oldest first
 
 
 @dataclass
@@ -187,6 +189,7 @@ def runs_now(snapshot: Snapshot) -> RunsNow:
         logs=[LogNow(path, seen.get(path)) for path in paths],
         tried=history,
         signals=snapshot.signals,
+        wakes=snapshot.narrative.wakes,
     )
 
 
