@@ -164,7 +164,7 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
     for p in happened.exited(previous, current):
         seen = last_seen.get(p.key) or p.seen_at
         when = f", last seen alive {seen:%H:%M:%S} UTC" if seen else ""
-        error = root_cause(current, _its_logs(current, p, seen))
+        error = root_cause(current, _its_logs(current, p, seen)) if p.root else None
         # the evidence leads: what a reader acts on is the cause, not the exit
         crashed = f": {error[1]} (in {error[0]});" if error and p.root else ""
         verb = "crashed" if crashed else "exited"

@@ -199,13 +199,6 @@ class NewsBoard:
             board = self._sessions.setdefault(sid, _Waiting())
             board.outcomes = [*news, *board.outcomes][-OUTCOMES_KEPT:]
 
-    def drop(self, sid: str, numbers: set[int]) -> None:
-        """Forget outcomes of these attempts: the agent learned them otherwise (a dump)."""
-        with self._lock:
-            board = self._sessions.get(sid)
-            if board is not None:
-                board.outcomes = [o for o in board.outcomes if o.number not in numbers]
-
     async def wait(self, sid: str, timeout_s: float) -> list[Outcome]:
         """The session's undelivered outcomes, claimed, as soon as there are any; [] after
         `timeout_s`. Waits on an asyncio event: no thread and no CPU while nothing comes."""

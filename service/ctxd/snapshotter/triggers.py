@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ctxd.errors import NotFound
-from ctxd.models import Observations, Session, Trigger, Watch
+from ctxd.models import Observations, Session, Snapshot, Trigger, Watch
 from ctxd.snapshotter import happened, news
 from ctxd.snapshotter.exits import ExitWatch
 from ctxd.snapshotter.snapshotter import Snapshotter
@@ -180,19 +180,20 @@ class Watcher:
         of waiters; none for a session nobody waits on."""
         if not self.snap.news.waited(session.id):
             return
-        self._quiet_news(session)
+        latest = self.snap.latest(session.id)
+        self._quiet_news(session, latest)
         every = max(self.settings.event_probe_s, self.settings.stuck_after_s / 4)
         if now() - self.snap.store.last_snapshot_at(session.id) < timedelta(seconds=every):
             return
-        if news.pending(self.snap.latest(session.id)):
+        if news.pending(latest):
             self.snap.take(session.id, Trigger.SCHEDULE, note="an agent waits on its attempts")
 
-    def _quiet_news(self, session: Session) -> None:
+    def _quiet_news(self, session: Session, latest: Snapshot | None) -> None:
         """The quiet rule, for an agent that waits: idle for `quiet_after_s` with an attempt
-        still starting (neither up nor stuck nor dead), it is told so once per attempt."""
+        still starting (neither up nor stuck nor dead) in its `latest` version, it is told so
+        once per attempt."""
         if now() - self.activity.last(session) < timedelta(seconds=session.quiet_after_s):
             return
-        latest = self.snap.latest(session.id)
         told = self._quiet_told.setdefault(session.id, set())
         quiet = [o for o in news.still_pending(latest, now()) if o.number not in told]
         told.update(o.number for o in quiet)
@@ -270,9 +271,10 @@ class Watcher:
             self._next_probe[session.id] = 0.0
         if time.monotonic() >= self._next_probe.get(session.id, 0.0):
             watches = self.snap.store.list_watches(session.id)
-            shared = self._shared.get(watch_set(watches)) if told is not None else None
-            if shared is not None and told is not None and shared.taken < told:
-                del self._shared[watch_set(watches)]  # taken before the exit: one new for all
+            key = watch_set(watches)
+            shared = self._shared.get(key)
+            if told is not None and shared is not None and shared.taken < told:
+                del self._shared[key]  # taken before the exit: one new probe for all
             if not watches:
                 self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
             else:
@@ -282,9 +284,9 @@ class Watcher:
                     if p.root and p.host is None:
                         self.exits.follow(session.id, p.pid)
                 if probe is not previous:  # a probe already compared brings no news
-                    news = detect_events(previous, probe)
+                    found = detect_events(previous, probe)
                     self._probes[session.id] = probe
-                    pending += [e for e in news if e not in pending]
+                    pending += [e for e in found if e not in pending]
         if not pending:
             return
         since = time.monotonic() - self._last_event.get(session.id, float("-inf"))
