@@ -221,6 +221,14 @@ _OPENS_PATH = {2: 1, 257: 2, 437: 2}
 PATH_READ_MAX = 4096
 
 
+def waiting(pid: int, proc: Path = PROC) -> tuple[str | None, str | None]:
+    """(`waiting_point`, `blocked_on`) of a sleeping process, its /proc/PID/syscall read once
+    for both: a crowd of sleeping workers is read at every snapshot."""
+    fields = _syscall(pid, proc)
+    point = _point(pid, fields, proc)
+    return point, (_target(pid, fields, proc) if point else None)
+
+
 def blocked_on(pid: int, proc: Path = PROC) -> str | None:
     """What a process blocked in a call waits on, when the call names it: the file or socket
     its descriptor is (`read` on `pipe:[81234]`), or the path it is opening (`openat` of
@@ -228,10 +236,47 @@ def blocked_on(pid: int, proc: Path = PROC) -> str | None:
     read from /proc/PID/syscall and, for a path, the process's own memory (root's, or the
     owner's with ptrace rights); the kernel stack says what kind of wait it is (`fifo_open`).
     None when it names nothing or cannot be read."""
+    return _target(pid, _syscall(pid, proc), proc)
+
+
+def waiting_point(pid: int, proc: Path = PROC) -> str | None:
+    """Where a sleeping process waits, the kernel's view: "futex_do_wait (futex)".
+
+    /proc/PID/wchan names the kernel function; /proc/PID/syscall (readable with ptrace
+    rights) the call it sits in. None when it runs or nothing can be read. The call is read
+    first: the kernel answers it only once the process is off its CPU, and wchan says "0" for
+    one caught still going to sleep (a worker then folded apart from its alike peers).
+    """
+    return _point(pid, _syscall(pid, proc), proc)
+
+
+def _syscall(pid: int, proc: Path) -> list[str]:
+    """/proc/PID/syscall's fields (the call's number, its arguments, …); [] when unread."""
+    try:
+        return read_proc(f"{proc}/{pid}/syscall").decode(errors="replace").split()
+    except OSError:
+        return []
+
+
+def _point(pid: int, fields: list[str], proc: Path) -> str | None:
+    call = ""
+    if fields and fields[0].isdigit():
+        number = int(fields[0])
+        known = _SYSCALLS_X86_64.get(number) if _X86_64 else None
+        call = known or f"syscall {number}"
+    try:
+        wchan = read_proc(f"{proc}/{pid}/wchan").decode(errors="replace").strip()
+    except OSError:
+        wchan = ""
+    if wchan in ("", "0"):
+        return call or None
+    return f"{wchan} ({call})" if call else wchan
+
+
+def _target(pid: int, fields: list[str], proc: Path) -> str | None:
     if not _X86_64:
         return None
     try:
-        fields = read_proc(f"{proc}/{pid}/syscall").decode(errors="replace").split()
         number, args = int(fields[0]), [int(a, 16) for a in fields[1:7]]
         if number in _ON_DESCRIPTOR:
             return os.readlink(f"{proc}/{pid}/fd/{args[0]}")
@@ -247,32 +292,6 @@ def blocked_on(pid: int, proc: Path = PROC) -> str | None:
         with contextlib.suppress(OSError):
             path = os.path.normpath(os.path.join(os.readlink(f"{proc}/{pid}/cwd"), path))
     return path or None
-
-
-def waiting_point(pid: int, proc: Path = PROC) -> str | None:
-    """Where a sleeping process waits, the kernel's view: "futex_do_wait (futex)".
-
-    /proc/PID/wchan names the kernel function; /proc/PID/syscall (readable with ptrace
-    rights) the call it sits in. None when it runs or nothing can be read. The call is read
-    first: the kernel answers it only once the process is off its CPU, and wchan says "0" for
-    one caught still going to sleep (a worker then folded apart from its alike peers).
-    """
-    call = ""
-    try:
-        first = read_proc(f"{proc}/{pid}/syscall").decode(errors="replace").split(maxsplit=1)[0]
-        if first.isdigit():
-            number = int(first)
-            known = _SYSCALLS_X86_64.get(number) if _X86_64 else None
-            call = known or f"syscall {number}"
-    except (OSError, IndexError):
-        pass
-    try:
-        wchan = read_proc(f"{proc}/{pid}/wchan").decode(errors="replace").strip()
-    except OSError:
-        wchan = ""
-    if wchan in ("", "0"):
-        return call or None
-    return f"{wchan} ({call})" if call else wchan
 
 
 def socket_owner(

@@ -134,9 +134,7 @@ def _describe(
         fields["waiting"], fields["waiting_on"] = kept.waiting, kept.waiting_on
     else:
         if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
-            fields["waiting"] = procfs.waiting_point(proc.pid)
-            if fields["waiting"]:
-                fields["waiting_on"] = procfs.blocked_on(proc.pid)
+            fields["waiting"], fields["waiting_on"] = procfs.waiting(proc.pid)
         known, descriptors = _read_descriptors(proc.pid, state)
     if known and descriptors is None:
         denied.append("open files and sockets")
