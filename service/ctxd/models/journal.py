@@ -98,6 +98,12 @@ class HistoryItem(BaseModel):
     port_open: bool | None = None
     logs: list[str] = Field(default_factory=list)
 
+    def program(self) -> str | None:
+        """The program its line names (`python3 serve.py`, the text between the first pair of
+        backticks), None for a line that names none (a fold, a note)."""
+        parts = self.text.split("`")
+        return parts[1] if len(parts) > 2 else None
+
 
 class Said(BaseModel):
     """Words of the conversation a dump quotes: the user's prompts, the agent's last reply

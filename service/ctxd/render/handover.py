@@ -186,8 +186,8 @@ def _log_line(item: HistoryItem, s: Snapshot, pids: set[int]) -> str:
 
 def _program(item: HistoryItem) -> str:
     """`python3 serve.py`: the attempt's program as its row names it."""
-    parts = item.text.split("`")
-    return f"`{parts[1]}`" if len(parts) > 2 else item.text
+    program = item.program()
+    return f"`{program}`" if program is not None else item.text
 
 
 def _quote(text: str, limit: int) -> str:

@@ -13,7 +13,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -89,14 +89,14 @@ def _killed(item: HistoryItem, kills: list[tuple[datetime, str]]) -> bool:
     """Whether one of the agent's kill commands since its launch names this attempt's pid or
     program."""
     words = {str(item.pid)} if item.pid else set()
-    program = item.text.split("`")[1] if item.text.count("`") >= 2 else ""
+    program = item.program() or ""
     if program:
         words.add(program.split()[-1])
     return any(w in command for when, command in kills if when >= item.at for w in words)
 
 
 def _said(item: HistoryItem, state: str, s: Snapshot) -> str:
-    program = item.text.split("`")[1] if item.text.count("`") >= 2 else "its program"
+    program = item.program() or "its program"
     who = f"{item.label} (`{program}`" + (f", pid {item.pid})" if item.pid else ")")
     at = s.header.taken_at
     if state == "serving":
@@ -116,10 +116,7 @@ def _said(item: HistoryItem, state: str, s: Snapshot) -> str:
 def pending(s: Snapshot | None) -> bool:
     """Whether an attempt of this version still waits for an outcome: live, not yet serving
     nor stuck."""
-    if s is None:
-        return False
-    live = [i for i in _attempt_items(s) if i.status in ("running", "started")]
-    return any(_state(item, s) in ("starting", "running") for item in live)
+    return any(True for _ in _waiting(s))
 
 
 def still_pending(s: Snapshot | None, at: datetime) -> list[Outcome]:
@@ -128,14 +125,25 @@ def still_pending(s: Snapshot | None, at: datetime) -> list[Outcome]:
     if s is None:
         return []
     out = []
-    for item in _attempt_items(s):
-        state = _state(item, s) if item.status in ("running", "started") else ""
-        if state in ("starting", "running"):
-            program = item.text.split("`")[1] if item.text.count("`") >= 2 else "its program"
-            text = (f"{item.label} (`{program}`) is still {state}, launched"
-                    f" {between(item.at, at)} ago, with no outcome yet")  # fmt: skip
-            out.append(Outcome(item.first or 0, "quiet", text, at, s.header.version))
+    for item, state in _waiting(s):
+        program = item.program() or "its program"
+        text = (f"{item.label} (`{program}`) is still {state}, launched"
+                f" {between(item.at, at)} ago, with no outcome yet")  # fmt: skip
+        out.append(Outcome(item.first or 0, "quiet", text, at, s.header.version))
     return out
+
+
+def _waiting(s: Snapshot | None) -> Iterator[tuple[HistoryItem, str]]:
+    """The live attempts of version `s` with no outcome yet, each with its state (starting,
+    running)."""
+    if s is None:
+        return
+    for item in _attempt_items(s):
+        if item.status in ("running", "started") and (state := _state(item, s)) in (
+            "starting",
+            "running",
+        ):
+            yield item, state
 
 
 def wake_text(sid: str, news: list[Outcome], current: Snapshot | None) -> str:
