@@ -2,7 +2,7 @@
 and the characters a terminal or a bidi-aware viewer would act on, shown escaped."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -94,6 +94,17 @@ def attempts(first: int, last: int) -> str:
 
 
 VALUES_SHOWN = 6  # of the values a flag took, those named
+
+
+def flags_said(pairs: Iterable[tuple[str, str]], limit: int) -> tuple[str, int]:
+    """(the first `limit` flags by name, each with the values it took in the order tried:
+    "--port 50002…50194 (193 values); --run 2, 3", how many flags there were in all)."""
+    values: dict[str, list[str]] = {}
+    for name, value in pairs:
+        if value not in (seen := values.setdefault(name, [])):
+            seen.append(value)
+    said = "; ".join(f"{name} {values_said(values[name])}" for name in sorted(values)[:limit])
+    return said, len(values)
 
 
 def values_said(seen: list[str]) -> str:

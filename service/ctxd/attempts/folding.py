@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from ctxd.attempts.flags import changed_values, flag_diff, program_name
 from ctxd.attempts.model import Attempt
 from ctxd.collectors._logtext import error_shape
-from ctxd.fmt import attempts, values_said
+from ctxd.fmt import attempts, flags_said
 from ctxd.models import HistoryItem
 
 Numbered = tuple[int, Attempt]  # an attempt and its number in the session, from 1
@@ -91,13 +91,7 @@ def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
         f"{n} {_outcome_words(example[shape])}"
         for shape, n in sorted(outcomes.items(), key=lambda x: -x[1])
     )
-    values: dict[str, list[str]] = {}
-    for item in older:
-        for name, value in item.flags:
-            seen = values.setdefault(name, [])
-            if value not in seen:
-                seen.append(value)
-    varied = "; ".join(f"{name} {values_said(values[name])}" for name in sorted(values)[:8])
+    varied, _ = flags_said((pair for item in older for pair in item.flags), 8)
     flags = f"; flags that varied: {varied}" if varied else ""
     earlier = f" (and {before} before them)" if before else ""
     failed = [item for item in older if item.error]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ctxd.collectors._logtext import error_shape
-from ctxd.fmt import attempts, between, values_said
+from ctxd.fmt import attempts, between, flags_said
 from ctxd.models import HistoryItem
 
 CHANGED_CHARS = 140
@@ -63,14 +63,9 @@ def _flush(run: list[HistoryItem]) -> list[Row]:
     if len(run) < 2:
         return [_row(item) for item in run]
     first, last = run[0].first or 0, run[-1].last or 0
-    values: dict[str, list[str]] = {}
-    for item in run:  # the first's values too: what it was launched with
-        for name, value in item.flag_values.items():
-            if value not in (seen := values.setdefault(name, [])):
-                seen.append(value)
-    varied = sorted(values)
-    named = "; ".join(f"{name} {values_said(values[name])}" for name in varied[:FLAGS_NAMED])
-    named += " …" if len(varied) > FLAGS_NAMED else ""
+    # the first's values too: what it was launched with
+    named, varied = flags_said((p for item in run for p in item.flag_values.items()), FLAGS_NAMED)
+    named += " …" if varied > FLAGS_NAMED else ""
     return [
         Row(
             label=f"**{attempts(first, last)}**",
