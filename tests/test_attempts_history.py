@@ -58,7 +58,13 @@ def test_older_attempts_fold_by_the_shape_of_their_error_as_now_reads_it(tmp_pat
     (fold, *shown) = history.history(store, "s", [])
     assert fold.status == "folded" and len(shown) == 6
     # counted as one kind, said as the newest one read, digits and all (never "c#d")
-    assert fold.text.startswith("2 died with `[worker b] RuntimeError: NCCL error 2`"), fold.text
+    assert fold.text.startswith(
+        "`python serve.py`: 2 died with `[worker b] RuntimeError: NCCL error 2`"
+    ), fold.text
+    # laid out for the table: the program, one outcome, and every value the flag took, the
+    # session's first attempt's (read against the one after it) among them
+    assert fold.program() == "python serve.py" and fold.ran == "2 died the same way"
+    assert fold.changed == "varied: --run 0, 1", fold.changed
 
 
 def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):
@@ -203,3 +209,21 @@ def test_the_shell_of_a_command_is_no_attempt_unless_it_stays_or_was_the_launch(
     _save(store, launched)
     (bound,) = rows(shell(102, 0.3))
     assert bound.bound_from == "cmd:b" and bound.pid == 102
+
+
+def test_an_attempt_that_writes_to_another_log_says_so_among_its_changes(tmp_path):
+    store = _store(tmp_path)
+    argv = ["python3", "serve.py", "--port", "30000"]
+    _save(store,
+          _launch(1, argv, T0, logs=["/srv/logs/attempt1.log"], ended_at=T0),
+          _launch(2, argv, T0 + timedelta(seconds=5), logs=["/srv/server.log"]),
+          _launch(3, [*argv, "--tp", "8"], T0 + timedelta(seconds=9),
+                  logs=["/srv/a3.log"]))  # fmt: skip
+    second, third = history.history(store, "s", [])[1:]
+    assert (
+        second.changed == "relaunched with output logs/attempt1.log \N{RIGHTWARDS ARROW} server.log"
+    )
+    assert (
+        third.changed
+        == "relaunched with --tp 8 added; output server.log \N{RIGHTWARDS ARROW} a3.log"
+    )

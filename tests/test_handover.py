@@ -291,3 +291,37 @@ def test_a_process_no_command_started_is_named_by_its_argv_quoted(snap: Snapshot
     (item,) = [i for i in snap.take("found").narrative.history if i.source == "launch"]
     assert item.command == "python3 srv.py '--name=x;touch PWN' '--tag=$(touch PWN2)'"
     assert not item.written  # so no dump calls it the agent's own line
+
+
+def test_the_handover_dates_the_agents_words_and_sets_the_last_failure_before_what_runs():
+    """The agent's last words say how old they are (a "loading" said 13 s before a dump that
+    calls the attempt stuck is dated, not contradicted); the running attempt's GPUs are told
+    by the memory each holds, the odd one apart; the failure before it is said to be before
+    it, with its log named as the agent's line names it."""
+    from ctxd.models import GpuInfo, GpuProcess, GpusSection
+
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at, trigger="t"))
+    n = snapshot.narrative
+    n.agent_said = Said(at=at - timedelta(seconds=13), text="The server is loading.")
+    failed = live(at - timedelta(seconds=20), label="attempt 1", status="ended", pid=40,
+                  error="torch.OutOfMemoryError: CUDA out of memory.", cwd="/srv",
+                  error_log="/srv/logs/attempt1.log", ran="died after 2 s")  # fmt: skip
+    n.history = [failed, live(at - timedelta(seconds=15))]
+    snapshot.observations.processes.items = [root(15)]
+
+    def gpu(i: int, gib: float) -> GpuInfo:
+        used = int(gib * 2**30)
+        holder = GpuProcess(pid=50, name="python3", used_memory_bytes=used)
+        return GpuInfo(index=i, name="NVIDIA H200", utilization_percent=0.0,
+                       memory_used_bytes=used, memory_total_bytes=140 * 2**30,
+                       processes=[holder])  # fmt: skip
+
+    snapshot.observations.gpus = GpusSection(
+        items=[gpu(i, 1.1 if i == 3 else 118.8) for i in range(8)]
+    )
+    said, running, last = handover.lines(snapshot)[1:4]
+    assert said.startswith("**You last said** (") and "13 s before this dump" in said, said
+    assert "8 GPUs (0\N{EN DASH}2, 4\N{EN DASH}7: 118.8 GiB each; 3: 1.1 GiB)" in running, running
+    assert last.startswith("**Last failure, before what runs now**: attempt 1"), last
+    assert last.endswith("(in logs/attempt1.log)."), last

@@ -7,6 +7,7 @@ a resuming agent needs, and search finds the first attempt."""
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
@@ -32,8 +33,12 @@ SERVER = textwrap.dedent(
     run = int(sys.argv[sys.argv.index("--run") + 1])
     port = int(sys.argv[sys.argv.index("--port") + 1])
     algo = sys.argv[sys.argv.index("--nccl-algo") + 1]
+    os.environ["NCCL_ALGO"] = algo  # for the ranks' NCCL, which logs that it read it
     print(f"NCCL INFO NCCL_ALGO set by environment to {algo}", flush=True)
+    print("NCCL INFO Bootstrap : Using eth0:10.0.3.5<0>", flush=True)
     if run < RUNS:
+        print(f"NCCL WARN socketStartConnect: Connect to 10.0.3.7<{port + 1000}> failed :"
+              " Connection refused", flush=True)
         print("torch.distributed.DistBackendError: NCCL error in:"
               " ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error (run"
               f" with NCCL_DEBUG=INFO for details), NCCL version 2.21.5; socketStartConnect:"
@@ -104,6 +109,7 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     # The settling snapshot after the last launch (a second after it) judges the one before:
     # any earlier snapshot may come within the second a launch's process may take to start.
     wait_until(lambda: ended(LAUNCHES - 1), "the last failed run seen to end")
+    time.sleep(3)  # the user comes back once the last run has outlived the ones that died
 
     dump = hook("UserPromptSubmit", prompt="continue")["context"]
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
@@ -122,7 +128,8 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     assert "attempts 1\N{EN DASH}" in dump  # the older ones, folded, not dropped
     # ... with the values their flags took, and their error as read, not digit-masked
     folded = dump.split("attempts 1\N{EN DASH}")[1].split("\n")[0]
-    assert "flags that varied: --nccl-algo " in folded and "NVLS" in folded, folded
+    assert "varied: --nccl-algo " in folded and "NVLS" in folded, folded
+    assert "--run 1, 2, " in folded or "--run 1…" in folded, folded  # the first one's too
     assert "c10d/NCCLUtils.hpp:275" in folded, folded
     for section in ("## Handover", "## Now", "## Attempts", "## Recent commands"):
         assert section in dump, section

@@ -123,7 +123,8 @@ def test_stuck_names_its_evidence() -> None:
     found = signals.derive(current, None)
     assert found[0].code == "stuck"
     assert found[0].text == (
-        "stuck: all 9 processes in tree 10 idle for 4 min; port 8000 expected, not listening; "
+        "stuck: all 9 processes in tree 10 (its top and 8 below it) idle for at least 4 min;"
+        " port 8000 expected, not listening; "
         "log /x.log silent 4 min, last line: Capturing batches (bs=1): 0%"
     )
     assert "all_idle" not in [s.code for s in found]

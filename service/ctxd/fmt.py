@@ -127,3 +127,11 @@ def ranges(numbers: list[int]) -> str:
         else:
             spans.append([n, n])
     return ", ".join(f"{a}" if a == b else f"{a}\N{EN DASH}{b}" for a, b in spans)
+
+
+def log_name(path: str, cwd: str | None) -> str:
+    """A log as the agent's own line names it: relative to the folder it ran in
+    (`logs/attempt1.log`), else its file name."""
+    if cwd and path.startswith(cwd.rstrip("/") + "/"):
+        return path[len(cwd.rstrip("/")) + 1 :]
+    return path.rsplit("/", 1)[-1]

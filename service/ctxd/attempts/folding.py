@@ -60,20 +60,26 @@ class Light:
     error: str | None
     error_log: str | None
     flags: tuple[tuple[str, str], ...]  # (flag or variable, its value here) that changed
+    program: str
 
 
-def light(run: list[Numbered], previous: Attempt | None) -> Light:
+def light(run: list[Numbered], previous: Attempt | None, following: Attempt | None = None) -> Light:
     """Its numbers, how it ended, its error and, against the one before (`previous`, for the
-    newest folded ones), the flags and variables it changed, with their values."""
+    newest folded ones), the flags and variables it changed, with their values; the session's
+    first attempt, with none before it, gives the values of those its `following` one changed
+    (the fold then lists what the first was launched with too)."""
     (first, attempt), (last, newest) = run[0], run[-1]
     flags: tuple[tuple[str, str], ...] = ()
     if previous is not None:
         diff = flag_diff(previous.argv, attempt.argv, previous.env, attempt.env)
         flags = tuple(changed_values(diff).items())
+    elif following is not None:
+        diff = flag_diff(following.argv, attempt.argv, following.env, attempt.env)
+        flags = tuple((k, v) for k, v in changed_values(diff).items() if v != "(removed)")
     status = "running" if newest.ended_at is None and newest.seen else "ended"
     return Light(attempt.started_at, first, last,
                  status if newest.ended_at or newest.seen else "started",
-                 newest.error, newest.error_log, flags)  # fmt: skip
+                 newest.error, newest.error_log, flags, program_name(attempt.argv))  # fmt: skip
 
 
 def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
@@ -95,6 +101,10 @@ def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
     flags = f"; flags that varied: {varied}" if varied else ""
     earlier = f" (and {before} before them)" if before else ""
     failed = [item for item in older if item.error]
+    programs = {item.program for item in older}
+    program = f"`{programs.pop()}`: " if len(programs) == 1 else ""
+    alike = len(outcomes) == 1 and failed
+    ran = f"{last - first + 1} died the same way" if alike else said
     return HistoryItem(
         error=failed[-1].error if failed else None,
         error_log=failed[-1].error_log if failed else None,
@@ -103,7 +113,9 @@ def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
         label=attempts(first, last),
         first=first,
         last=last,
-        text=f"{said}{flags}{earlier}",
+        text=f"{program}{said}{flags}{earlier}",
+        ran=ran + earlier,
+        changed=f"varied: {varied}" if varied else "",
         status="folded",
         outcome=f"each one: `ctxd search {sid} WORDS`",
     )

@@ -8,12 +8,11 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
 
 from ctxd.attempts.flags import changed_values, flag_diff, program_name, summary_line
 from ctxd.attempts.folding import Light, crowd, earlier, folded, light, runs
 from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given, given_or
-from ctxd.fmt import attempts, human_duration
+from ctxd.fmt import attempts, human_duration, log_name
 from ctxd.models import HistoryItem, JournalEntry
 from ctxd.store.database import Store
 
@@ -62,7 +61,8 @@ def history(
         number, attempt = run[0]
         if index < full_from:
             compared = index >= full_from - FLAGS_COMPARED
-            older.append(light(run, previous if compared else None))
+            following = numbered_runs[index + 1][0][1] if number == 1 else None
+            older.append(light(run, previous if compared else None, following))
         else:
             item = _item(attempt, previous, now, number)
             if len(run) > 1:
@@ -162,6 +162,16 @@ def _sighted(update: AttemptUpdate) -> Attempt:
     )
 
 
+def _output_moved(previous: Attempt, attempt: Attempt) -> str | None:
+    """ "output logs/attempt1.log → server.log": where its output went instead, as its line
+    names the files; None where both wrote the same ones (or either none ctxd knows)."""
+    if not previous.logs or not attempt.logs or set(previous.logs) == set(attempt.logs):
+        return None
+    was = ", ".join(log_name(path, previous.cwd) for path in previous.logs)
+    now = ", ".join(log_name(path, attempt.cwd) for path in attempt.logs)
+    return f"output {was} \N{RIGHTWARDS ARROW} {now}"
+
+
 def _journal(entry: JournalEntry) -> HistoryItem:
     return HistoryItem(
         at=entry.created_at,
@@ -189,7 +199,7 @@ def _item(attempt: Attempt, previous: Attempt | None, now: datetime, number: int
     elif attempt.port_opened:
         notes.append(f"port {ports} opened")
     if attempt.error:
-        where = f" (in {PurePosixPath(attempt.error_log).name})" if attempt.error_log else ""
+        where = f" (in {log_name(attempt.error_log, attempt.cwd)})" if attempt.error_log else ""
         notes.append(f"its log: {attempt.error}{where}")
     flags: list[str] = []
     values: dict[str, str] = {}
@@ -199,6 +209,10 @@ def _item(attempt: Attempt, previous: Attempt | None, now: datetime, number: int
         flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
         values = changed_values(diff)
         changed = summary_line(diff, program, program_name(previous.argv))
+        moved = _output_moved(previous, attempt)
+        if moved and not diff.program_changed:
+            unchanged = changed == "relaunched unchanged"
+            changed = f"relaunched with {moved}" if unchanged else f"{changed}; {moved}"
         notes.append(changed)
     command = attempt.command or shlex.join(attempt.argv)  # an argv read: quoted, safe to paste
     if len(command) > COMMAND_CHARS:

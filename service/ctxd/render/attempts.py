@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ctxd.collectors._logtext import error_shape
-from ctxd.fmt import attempts, between, flags_said
+from ctxd.fmt import attempts, between, flags_said, log_name
 from ctxd.models import HistoryItem
 
 CHANGED_CHARS = 140
@@ -86,15 +86,16 @@ def _row(
         return Row("noted by the agent", f"{item.at:%H:%M:%S}", "", f"{item.text}{status}", "",
                    item.outcome or "")  # fmt: skip
     if item.status == "folded":
-        return Row(f"**{item.label}**", f"from {item.at:%H:%M:%S}", "", item.text, "",
-                   _ended(item))  # fmt: skip
+        program = f"`{item.program()}`" if item.program() else ""
+        return Row(f"**{item.label}**", f"from {item.at:%H:%M:%S}", program,
+                   item.ran or item.text, item.changed or "", _ended(item))  # fmt: skip
     ran = item.ran or item.status or ""
     if item.status == "running" and at is not None:  # of the dump's instant, to the second
         ran = f"running for {between(item.at, at)}"
     if item.ports and (item.pid is not None or item.status != "ended"):  # unseen: unknown
         ports = ", ".join(map(str, item.ports))
         state = "open" if item.port_open else "never opened" if item.status == "ended" else None
-        ran += f"; port {ports} {state or 'not open yet'}"
+        ran += f"; port {ports} {state or ('not open' if stuck else 'not open yet')}"
     changed = (item.changed or "").removeprefix("relaunched with ")
     if len(changed) > CHANGED_CHARS:
         changed = changed[: CHANGED_CHARS - 1].rsplit(", ", 1)[0] + ", …"
@@ -113,7 +114,7 @@ def _ended(item: HistoryItem) -> str:
     if not item.error:
         return ""
     code = item.error.replace("`", "'")
-    where = f" (in {item.error_log.rsplit('/', 1)[-1]})" if item.error_log else ""
+    where = f" (in {log_name(item.error_log, item.cwd)})" if item.error_log else ""
     return f"`{code}`{where}"
 
 

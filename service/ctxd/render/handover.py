@@ -10,8 +10,8 @@ Markdown list items out; every age in it is measured at the instant the snapshot
 import re
 from datetime import datetime
 
-from ctxd.fmt import between
-from ctxd.models import Change, HistoryItem, ProcessInfo, Snapshot
+from ctxd.fmt import between, human_bytes, log_name, ranges
+from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Snapshot
 from ctxd.signals import ranks
 from ctxd.signals.attempts import phase
 
@@ -40,7 +40,9 @@ def lines(s: Snapshot) -> list[str]:
     out += _user(s)
     if n.agent_said is not None and n.agent_said.text.strip():
         said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
-        out.append(f"**You last said** ({_clock(n.agent_said.at)}, your own words): {said}")
+        ago = between(n.agent_said.at, at)
+        out.append(f"**You last said** ({_clock(n.agent_said.at)}, {ago} before this dump, your"
+                   f" own words): {said}")  # fmt: skip
     if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
         woke = n.wakes[-1]
         out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
@@ -50,7 +52,9 @@ def lines(s: Snapshot) -> list[str]:
             out.append(_live(item, s, at))
     failed = _newest_failure(s)
     if failed is not None:
-        out.append(_failure(failed))
+        running = any(i.status in ("running", "started") and i.at > failed.at
+                      for i in attempt_items)  # fmt: skip
+        out.append(_failure(failed, running))
     elif attempt_items and not any(i.status in ("running", "started") for i in attempt_items):
         last = attempt_items[-1]
         out.append(f"**Nothing runs**: the last attempt, {last.label}, {last.ran or 'ended'}.")
@@ -119,7 +123,8 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
              f"{_clock(item.at)}{ago}: **{now}**"]  # fmt: skip
     if item.ports:
         ports = ", ".join(map(str, item.ports))
-        words.append(f"port {ports} {'open' if item.port_open else 'not open yet'}")
+        closed = "not open" if now == "stuck" else "not open yet"
+        words.append(f"port {ports} {'open' if item.port_open else closed}")
     expected = _WORKERS.search(" " + (item.command or ""))
     rows = [p for p in tree if not p.root and p.state != "zombie"]
     grouped = sum(g.count for g in s.observations.processes.workers if g.tree == item.pid)
@@ -135,9 +140,9 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     if gpus:
         busy = "/".join(sorted({f"{g.utilization_percent:.0f}%" for g in gpus
                                 if g.utilization_percent is not None})) or "?"  # fmt: skip
-        indices = ", ".join(str(g.index) for g in gpus)
         plural = "s" if len(gpus) > 1 else ""
-        words.append(f"it holds {len(gpus)} GPU{plural} ({indices}) at {busy} utilisation")
+        words.append(f"it holds {len(gpus)} GPU{plural} ({_gpu_sizes(gpus)}) at {busy}"
+                     " utilisation")  # fmt: skip
     if now == "stuck" and where:
         words.append(where[0])
     last = _log_line(item, s, pids)
@@ -146,11 +151,26 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     return "; ".join(words) + "."
 
 
-def _failure(item: HistoryItem) -> str:
-    where = f" (in {item.error_log.rsplit('/', 1)[-1]})" if item.error_log else ""
+def _failure(item: HistoryItem, running: bool) -> str:
+    where = f" (in {log_name(item.error_log, item.cwd)})" if item.error_log else ""
     ran = item.ran or "ended"
     label = item.label if item.status != "folded" else f"{item.label} (the newest of them)"
-    return f"**Last failure**: {label}, launched {_clock(item.at)}, {ran}: `{item.error}`{where}."
+    head = "**Last failure, before what runs now**" if running else "**Last failure**"
+    return f"{head}: {label}, launched {_clock(item.at)}, {ran}: `{item.error}`{where}."
+
+
+def _gpu_sizes(gpus: list[GpuInfo]) -> str:
+    """ "0-2, 4-7: 118.8 GiB each; 3: 1.1 GiB" (en dashes): the GPUs by the memory each
+    holds, as Now's warning folds them, so an odd one (a rank still loading) is not hidden."""
+    by_size: dict[str, list[int]] = {}
+    for gpu in gpus:
+        by_size.setdefault(human_bytes(gpu.memory_used_bytes), []).append(gpu.index)
+    if len(gpus) == 1:
+        return f"{gpus[0].index}: {human_bytes(gpus[0].memory_used_bytes)}"
+    return "; ".join(
+        f"{ranges(sorted(indices))}: {size}{' each' if len(indices) > 1 else ''}"
+        for size, indices in sorted(by_size.items(), key=lambda item: -len(item[1]))
+    )
 
 
 def _since(s: Snapshot) -> str:

@@ -128,9 +128,10 @@ def stuck_trees(
             evidence.append(("the others " if top else "") + "waiting in " + ", ".join(points))
         apart = ranks.apart(members, current.processes.stuck_stacks, tree)
         evidence += [] if apart else _python_waits(current, tree)
+        below = f" (its top and {len(members) - 1} below it)" if len(members) > 2 else ""
         text = (
-            f"stuck: all {len(members)} processes in tree {tree} idle for"
-            f" {_of_age(idle, members, at)}"
+            f"stuck: all {len(members)} processes in tree {tree}{below} idle for"
+            f" {'at least ' if len(members) > 1 else ''}{_of_age(idle, members, at)}"
         )
         signals.append(
             Signal(severity="critical", code="stuck", subject=str(tree),
