@@ -227,3 +227,37 @@ def test_an_attempt_that_writes_to_another_log_says_so_among_its_changes(tmp_pat
         third.changed
         == "relaunched with --tp 8 added; output server.log \N{RIGHTWARDS ARROW} a3.log"
     )
+
+
+def test_the_program_a_passing_shell_started_binds_its_attempt_while_the_shell_lives(tmp_path):
+    """`bash -c 'nohup python serve.py … &'` seen in the instant before the shell goes: its
+    child is the launch, and binds the attempt its command made, so a run that dies before the
+    next look is one ctxd saw, not one that "died before ctxd saw it run"."""
+    from ctxd.models.processes import ProcessInfo
+
+    store = _store(tmp_path)
+    at = datetime.now(UTC) - timedelta(seconds=0.3)
+    argv = ["python", "serve.py", "--run", "199"]
+    line = "nohup python serve.py --run 199 > run199.log 2>&1 &"
+    pending = {**_launch(0, argv, at), "start_key": "cmd:199", "pid": None, "seen": False,
+               "watch_id": None, "command": line}  # fmt: skip
+    _save(store, pending)
+    shell = ProcessInfo(watch_id=1, pid=7224, ppid=1, name="bash", state="sleeping",
+                        started_at=at, age_s=0.3, argv=["bash", "-c", line], root=True,
+                        tree=7224, cwd="/srv")  # fmt: skip
+    child = ProcessInfo(watch_id=1, pid=7226, ppid=7224, name="python", state="running",
+                        started_at=at, age_s=0.3, argv=argv, root=False, tree=7224,
+                        cwd="/srv")  # fmt: skip
+    watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="serve.py"))
+    files = binding.LogFiles((tmp_path,), Limits())
+
+    def look(*items: ProcessInfo) -> list[AttemptUpdate]:
+        seen = Observations.model_validate(
+            {"processes": {"items": [p.model_dump() for p in items]}}
+        )
+        return binding.observed(store, "s", [watch], seen, files, binding.cutoff(store, "s"))
+
+    (update,) = look(shell, child)
+    assert update.bound_from == "cmd:199" and update.pid == 7226 and update.seen is True
+    stranger = child.model_copy(update={"argv": ["python", "other.py"], "pid": 7300})
+    assert look(shell, stranger) == []  # a child no command names waits to be a root

@@ -156,6 +156,23 @@ def test_exit_names_last_seen_and_last_error_line() -> None:
     )
 
 
+def test_a_shell_gone_with_the_program_it_started_leaves_the_news_to_the_program() -> None:
+    """`bash -c 'nohup python serve.py … &'` and its child both gone: the program crashed,
+    with its log's error; the shell, which only started it, says nothing of its own."""
+    shell = proc(7224, root=True).model_copy(
+        update={"name": "bash", "tree": 7224, "argv": ["bash", "-c", "nohup … &"]}
+    )
+    child = proc(7226).model_copy(
+        update={"ppid": 7224, "tree": 7224, "argv": ["python", "serve.py", "--run", "199"]}
+    )
+    log = LogInfo(watch_id=2, path="/x/run199.log", size=1, modified_at=T0, silent_for_s=1,
+                  lines=["torch.distributed.DistBackendError: NCCL error"])  # fmt: skip
+    (found,) = signals.exited_processes(obs(logs=[log]), obs(shell, child))
+    assert found.severity == "critical" and found.text.startswith(
+        "process 7226 (python serve.py) crashed: torch.distributed.DistBackendError"
+    ), found.text
+
+
 def test_port_now_listening_and_health_failing() -> None:
     before = obs(ports=[PortInfo(host="127.0.0.1", port=8000, listening=False)])
     url = "http://127.0.0.1:8000/health"

@@ -98,10 +98,16 @@ def observed(
     bound: set[str] = set()
     running = set()
     saves: list[AttemptUpdate] = []
+    # a shell that starts something in the background and goes: its child is the launch,
+    # though the shell still lives for this look (a child that dies with it is seen no more)
+    shells = {p.pid for p in items if p.root and not _exiting(p) and _passing(p)}
     for p in items:
         watch = process_watches.get(p.watch_id)
-        if not p.root or watch is None or _exiting(p):
+        launched = not p.root and p.ppid in shells
+        if not (p.root or launched) or watch is None or _exiting(p):
             continue
+        if launched and _born_with(p.argv, p.cwd, p.started_at, pending, bound) is None:
+            continue  # a shell's child no command names: it is followed once it is a root
         assert isinstance(watch.spec, ProcessWatch)
         running.add(p.key)
         expected = list(watch.spec.expect_ports)

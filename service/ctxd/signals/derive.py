@@ -5,6 +5,7 @@ from collections.abc import Set
 from datetime import datetime, timedelta
 
 from ctxd.attempts.flags import process_name
+from ctxd.discovery.procscan import SHELLS
 from ctxd.fmt import human_bytes, human_duration, ranges
 from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
@@ -161,21 +162,32 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
     if previous is None:
         return []
     last_seen = {e.key: e.last_seen_at for e in current.processes.exited}
+    exited = list(happened.exited(previous, current))
+    # a shell that started a program and went with it: the program (its child) is the launch,
+    # and says the news; the shell's own exit says nothing more
+    launched = {q.tree for q in exited if not q.root and q.tree is not None and not _shell(q)}
     signals = []
-    for p in happened.exited(previous, current):
+    for p in exited:
+        if p.root and p.pid in launched and _shell(p):
+            continue
+        lead = p.root or p.tree in launched
         seen = last_seen.get(p.key) or p.seen_at
         when = f", last seen alive {seen:%H:%M:%S} UTC" if seen else ""
-        error = root_cause(current, _its_logs(current, p, seen)) if p.root else None
+        error = root_cause(current, _its_logs(current, p, seen)) if lead else None
         # the evidence leads: what a reader acts on is the cause, not the exit
-        crashed = f": {error[1]} (in {error[0]});" if error and p.root else ""
+        crashed = f": {error[1]} (in {error[0]});" if error else ""
         verb = "crashed" if crashed else "exited"
         signals.append(
-            Signal(severity="critical" if p.root else "warning", code=happened.PROCESS_EXITED,
+            Signal(severity="critical" if lead else "warning", code=happened.PROCESS_EXITED,
                    subject=p.key,
-                   text=f"process {p.pid} ({p.name}) {verb}{crashed} "
+                   text=f"process {p.pid} ({process_name(p)}) {verb}{crashed} "
                    f"{'exited ' if crashed else ''}since the previous snapshot{when}")
         )  # fmt: skip
     return signals
+
+
+def _shell(p: ProcessInfo) -> bool:
+    return (p.argv[0] if p.argv else p.name).rsplit("/", 1)[-1] in SHELLS
 
 
 def _its_logs(current: Observations, p: ProcessInfo, seen: datetime | None) -> list[LogInfo]:
