@@ -325,3 +325,44 @@ def test_the_handover_dates_the_agents_words_and_sets_the_last_failure_before_wh
     assert "8 GPUs (0\N{EN DASH}2, 4\N{EN DASH}7: 118.8 GiB each; 3: 1.1 GiB)" in running, running
     assert last.startswith("**Last failure, before what runs now**: attempt 1"), last
     assert last.endswith("(in logs/attempt1.log)."), last
+
+
+def test_a_port_open_a_second_after_launch_is_not_yet_proof_where_the_last_run_died_later():
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at, trigger="t"))
+    failed = live(at - timedelta(seconds=5), label="attempt 199", status="ended", pid=40,
+                  error="DistBackendError: NCCL error", lived_s=2.0)  # fmt: skip
+    up = live(at - timedelta(seconds=1), label="attempt 200", port_open=True)
+    snapshot.narrative.history = [failed, up]
+    snapshot.observations.processes.items = [root(1)]
+    running = next(line for line in handover.lines(snapshot) if "Running now" in line)
+    assert "**serving**" in running, running
+    assert "not yet as old as attempt 199 was when it died (2 s)" in running, running
+    snapshot.narrative.history = [failed, up.model_copy(update={"at": at - timedelta(seconds=9)})]
+    running = next(line for line in handover.lines(snapshot) if "Running now" in line)
+    assert "**serving**" in running and "not yet as old" not in running, running
+
+
+def test_now_says_whether_it_is_quiet_or_the_handover_said_it_all(snap: Snapshotter):
+    at = datetime.now(UTC)
+    quiet = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=at, trigger="t"))
+    assert "- nothing stands out in what ctxd watches now" in snap.render(quiet, for_model=True)
+    failed = live(at - timedelta(seconds=5), label="attempt 1", status="ended", pid=40,
+                  error="RuntimeError: boom")  # fmt: skip
+    told = quiet.model_copy(deep=True)
+    told.narrative.history = [failed]
+    told.signals = [Signal(severity="critical", code="attempt_failed", subject="attempt 1",
+                           text="attempt 1 died: RuntimeError: boom")]  # fmt: skip
+    dump = snap.render(told, for_model=True)
+    assert "**Last failure**: attempt 1" in dump
+    assert "- nothing beyond what the handover says" in dump, dump
+
+
+def test_a_running_line_with_secrets_says_where_their_values_are(snap: Snapshotter):
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=at, trigger="t"))
+    line = "HF_TOKEN=[REDACTED] nohup python3 serve.py > server.log 2>&1 &"
+    snapshot.narrative.history = [live(at, command=line, written=True, cwd="/srv")]
+    dump = snap.render(snapshot, for_model=True)
+    assert f"cd /srv && {line}" in dump
+    assert "values are in the running process's own `/proc/50/environ`" in dump, dump

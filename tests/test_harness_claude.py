@@ -279,7 +279,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
     first, second = rows
-    assert re.search(r"died after \d+ s|before ctxd saw it run", first), first
+    assert re.search(r"died after \d+ s|before ctxd first looked at it", first), first
     assert "torch.OutOfMemoryError: CUDA out of" in first
     assert f"(pid {launcher.pid})" in second and "running for" in second
     assert "--mem-fraction-static 0.95 → 0.85" in second and "OutOfMemoryError" not in second
@@ -294,7 +294,10 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert (
         f"(pid {launcher.pid})" in handover and "8 workers expected (--tp 8), 8 running" in handover
     )
-    assert "**stuck**" in handover and "**Last failure**: attempt 1" in handover
+    assert "**stuck**" in handover and "**Last failure, before what runs now**: attempt 1" in (
+        handover
+    )
+    assert f"`/proc/{launcher.pid}/environ`" in attempts  # where HF_TOKEN's value is
     assert "stuck (see Now)" in second
     now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
     assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)

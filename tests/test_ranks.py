@@ -184,8 +184,8 @@ def test_ranks_are_named_by_the_job_line_they_wait_at_with_its_text_and_library_
     assert line == (
         "ranks 0\N{EN DASH}2 (pids 11, 12, 13) wait in `dist.all_reduce(t)` at serve_tp.py:12 "
         "(torch.distributed all_reduce); rank 3 (pid 14) in `time.sleep(3600)` at "
-        "serve_tp.py:11; the launcher (pid 10, torchrun) in `sys.exit(main())` at torchrun:8 "
-        "(torch.distributed main)"
+        "serve_tp.py:11; the launcher (pid 10, torchrun) in _invoke_run at api.py:835 "
+        "(torch.distributed)"  # its own loop: torchrun's entry point script is no job code
     )
 
 

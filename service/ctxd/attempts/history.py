@@ -239,4 +239,7 @@ def _item(attempt: Attempt, previous: Attempt | None, now: datetime, number: int
         ports=list(attempt.expected_ports),
         port_open=bool(attempt.port_opened) if attempt.expected_ports else None,
         logs=list(attempt.logs),
+        lived_s=(attempt.ended_at - attempt.started_at).total_seconds()
+        if attempt.ended_at
+        else None,
     )

@@ -97,6 +97,7 @@ class HistoryItem(BaseModel):
     ports: list[int] = Field(default_factory=list)
     port_open: bool | None = None
     logs: list[str] = Field(default_factory=list)
+    lived_s: float | None = None  # from its launch to when it was seen gone (ended ones)
 
     def program(self) -> str | None:
         """The program its line names (`python3 serve.py`, the text between the first pair of

@@ -10,7 +10,7 @@ Markdown list items out; every age in it is measured at the instant the snapshot
 import re
 from datetime import datetime
 
-from ctxd.fmt import between, human_bytes, log_name, ranges
+from ctxd.fmt import between, human_bytes, human_duration, log_name, ranges
 from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Snapshot
 from ctxd.signals import ranks
 from ctxd.signals.attempts import phase
@@ -125,6 +125,8 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
         ports = ", ".join(map(str, item.ports))
         closed = "not open" if now == "stuck" else "not open yet"
         words.append(f"port {ports} {'open' if item.port_open else closed}")
+    if now == "serving" and (early := _younger_than_failures(item, s.narrative.history, at)):
+        words.append(early)
     expected = _WORKERS.search(" " + (item.command or ""))
     rows = [p for p in tree if not p.root and p.state != "zombie"]
     grouped = sum(g.count for g in s.observations.processes.workers if g.tree == item.pid)
@@ -149,6 +151,17 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     if last:
         words.append(f"its log says last: {last}")
     return "; ".join(words) + "."
+
+
+def _younger_than_failures(item: HistoryItem, history: list[HistoryItem], at: datetime) -> str:
+    """ "not yet as old as attempt 199 was when it died (2 s)": a port open a second after
+    the launch, where the failure before it died seconds in, is no proof the run is up."""
+    died = [i for i in history if i.error and i.lived_s is not None and i.at < item.at]
+    if not died or died[-1].lived_s is None or (at - item.at).total_seconds() > died[-1].lived_s:
+        return ""
+    return (
+        f"not yet as old as {died[-1].label} was when it died ({human_duration(died[-1].lived_s)})"
+    )
 
 
 def _failure(item: HistoryItem, running: bool) -> str:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctxd.attempts.flags import process_name
 from ctxd.fmt import ranges
 from ctxd.models import ProcessInfo, StuckStack
 
@@ -82,12 +83,13 @@ def place(stack: StuckStack) -> Place | None:
     if not frames:
         return None
     own = _own(frames, stack.source)
-    if own is None:
+    if own is None:  # all the library's (a launcher's loop): its innermost frame, by module
         m = frames[0]
-        return Place(m["name"], m["file"], m["line"], own=False)
+        return Place(m["name"], m["file"], m["line"], call=_module(m["file"]), own=False)
     m = frames[own]
     text = stack.source.get(f"{m['file']}:{m['line']}", "")
-    return Place(m["name"], m["file"], m["line"], text, _call(frames[:own]))
+    call = _call(frames[:own]) or ("" if _script(m["file"]) else _module(m["file"]))
+    return Place(m["name"], m["file"], m["line"], text, call)
 
 
 def where(stack: StuckStack) -> str | None:
@@ -111,7 +113,8 @@ def _threads(lines: Sequence[str]) -> list[tuple[str | None, list[re.Match[str]]
 
 def _own(frames: list[re.Match[str]], source: dict[str, str]) -> int | None:
     if source:
-        marked = next((i for i, m in enumerate(frames) if f"{m['file']}:{m['line']}" in source),
+        marked = next((i for i, m in enumerate(frames)
+                       if f"{m['file']}:{m['line']}" in source and not _entry_point(m["file"])),
                       None)  # fmt: skip
         if marked is not None:
             return marked
@@ -151,9 +154,20 @@ def _script(path: str) -> bool:
     return "/" not in path and not path.startswith("<") and not _library(path)
 
 
+def _entry_point(path: str) -> bool:
+    return "/" not in path and "." not in path and not path.startswith("<")
+
+
 def _library(path: str) -> bool:
+    """The interpreter's or a library's file, or a package's entry point (`torchrun:8`, a
+    script with no .py that only calls its package's main: where it waits is in there)."""
     top = path.split("/", 1)[0].removesuffix(".py")
-    return path.startswith("<") or top in sys.stdlib_module_names or bool(_LIBRARY.search(path))
+    return (
+        path.startswith("<")
+        or _entry_point(path)
+        or top in sys.stdlib_module_names
+        or bool(_LIBRARY.search(path))
+    )
 
 
 def _on(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
@@ -203,7 +217,7 @@ def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: st
     if len(ordered) > APART_SHOWN + 1:
         parts.append(f"{len(ordered) - APART_SHOWN - 1} more places")
     for pid, said in launcher[:1]:
-        name = by_pid[pid].name
+        name = process_name(by_pid[pid])
         parts.append(f"the launcher (pid {pid}{', ' + name if name else ''}) in {said}")
     return ["; ".join(parts)]
 
