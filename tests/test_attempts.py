@@ -84,7 +84,10 @@ def test_a_launch_that_dies_at_once_is_an_attempt_with_its_command_and_its_logs_
     one, two = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
     # the first launch was never seen running, and still is an attempt, with its flags
     failed = attempts.split("Attempt 1 (the newest failure), as you wrote it:", 1)[1]
-    assert "--max-model-len 32768" in failed.split("```")[1] and "before ctxd first looked at it" in one
+    assert (
+        "--max-model-len 32768" in failed.split("```")[1]
+        and "before ctxd first looked at it" in one
+    )
     assert "torch.OutOfMemoryError: CUDA out of memory" in one and "attempt1.log" in one
     # the relaunch is attempt 2, running, with its pid and what changed from attempt 1
     assert f"(pid {live})" in two and "running for" in two and "--max-model-len 32768 → 8192" in two

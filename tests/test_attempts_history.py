@@ -261,3 +261,14 @@ def test_the_program_a_passing_shell_started_binds_its_attempt_while_the_shell_l
     assert update.bound_from == "cmd:199" and update.pid == 7226 and update.seen is True
     stranger = child.model_copy(update={"argv": ["python", "other.py"], "pid": 7300})
     assert look(shell, stranger) == []  # a child no command names waits to be a root
+
+
+def test_a_log_per_run_is_no_change_of_output(tmp_path):
+    store = _store(tmp_path)
+    _save(store,
+          _launch(1, ["python3", "serve.py", "--run", "1"], T0, logs=["/srv/logs/run1.log"],
+                  ended_at=T0),
+          _launch(2, ["python3", "serve.py", "--run", "2"], T0 + timedelta(seconds=5),
+                  logs=["/srv/logs/run2.log"]))  # fmt: skip
+    second = history.history(store, "s", [])[1]
+    assert second.changed == "relaunched with --run 1 \N{RIGHTWARDS ARROW} 2", second.changed

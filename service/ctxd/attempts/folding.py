@@ -61,6 +61,7 @@ class Light:
     error_log: str | None
     flags: tuple[tuple[str, str], ...]  # (flag or variable, its value here) that changed
     program: str
+    cwd: str | None
 
 
 def light(run: list[Numbered], previous: Attempt | None, following: Attempt | None = None) -> Light:
@@ -79,7 +80,8 @@ def light(run: list[Numbered], previous: Attempt | None, following: Attempt | No
     status = "running" if newest.ended_at is None and newest.seen else "ended"
     return Light(attempt.started_at, first, last,
                  status if newest.ended_at or newest.seen else "started",
-                 newest.error, newest.error_log, flags, program_name(attempt.argv))  # fmt: skip
+                 newest.error, newest.error_log, flags, program_name(attempt.argv),
+                 newest.cwd)  # fmt: skip
 
 
 def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
@@ -108,6 +110,7 @@ def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
     return HistoryItem(
         error=failed[-1].error if failed else None,
         error_log=failed[-1].error_log if failed else None,
+        cwd=failed[-1].cwd if failed else None,
         at=older[0].at,
         source="launch",
         label=attempts(first, last),

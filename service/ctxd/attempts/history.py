@@ -3,6 +3,7 @@ snapshot has not saved yet applied), interleaved with the agent's own journal en
 logs those attempts write.
 """
 
+import re
 import shlex
 import weakref
 from collections.abc import Sequence
@@ -169,6 +170,8 @@ def _output_moved(previous: Attempt, attempt: Attempt) -> str | None:
         return None
     was = ", ".join(log_name(path, previous.cwd) for path in previous.logs)
     now = ", ".join(log_name(path, attempt.cwd) for path in attempt.logs)
+    if re.sub(r"\d+", "N", was) == re.sub(r"\d+", "N", now):
+        return None  # a log per run (run198.log, run199.log): the run's number, not a change
     return f"output {was} \N{RIGHTWARDS ARROW} {now}"
 
 

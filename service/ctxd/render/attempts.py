@@ -13,7 +13,7 @@ from ctxd.collectors._logtext import error_shape
 from ctxd.fmt import attempts, between, flags_said, log_name
 from ctxd.models import HistoryItem
 
-CHANGED_CHARS = 140
+CHANGED_CHARS = 240
 _LIVE = ("running", "started")
 FLAGS_NAMED = 6
 
@@ -97,8 +97,10 @@ def _row(
         state = "open" if item.port_open else "never opened" if item.status == "ended" else None
         ran += f"; port {ports} {state or ('not open' if stuck else 'not open yet')}"
     changed = (item.changed or "").removeprefix("relaunched with ")
-    if len(changed) > CHANGED_CHARS:
-        changed = changed[: CHANGED_CHARS - 1].rsplit(", ", 1)[0] + ", …"
+    if len(changed) > CHANGED_CHARS:  # whole changes kept, the last ones go
+        head = changed[: CHANGED_CHARS - 1]
+        cut = max(head.rfind("; "), head.rfind(", "))
+        changed = (head[:cut] if cut > 0 else head) + ", …"
     return Row(
         label=f"**{item.label}**",
         launched=f"{item.at:%H:%M:%S}",
