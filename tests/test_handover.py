@@ -366,3 +366,9 @@ def test_a_running_line_with_secrets_says_where_their_values_are(snap: Snapshott
     dump = snap.render(snapshot, for_model=True)
     assert f"cd /srv && {line}" in dump
     assert "values are in the running process's own `/proc/50/environ`" in dump, dump
+
+
+def test_the_values_a_flag_took_are_all_named_unless_many():
+    assert fmt.values_said(["a", "b", "c", "d", "e", "f", "g"]) == "a, b, c, d, e, f, g"
+    assert fmt.values_said(list("abcdefgh")) == "a, b, c, d, e, f and 2 more"
+    assert fmt.values_said([str(n) for n in range(8)]) == "0\N{HORIZONTAL ELLIPSIS}7 (8 values)"

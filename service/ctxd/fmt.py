@@ -110,7 +110,7 @@ def flags_said(pairs: Iterable[tuple[str, str]], limit: int) -> tuple[str, int]:
 def values_said(seen: list[str]) -> str:
     """The values a flag took, in the order tried: all of a few, the range of many numbers
     ("50002…50194 (193 values)"), else the first ones and how many more."""
-    if len(seen) <= VALUES_SHOWN:
+    if len(seen) <= VALUES_SHOWN + 1:  # "and 1 more" would take the room the one takes
         return ", ".join(seen)
     if all(v.lstrip("-").isdigit() for v in seen):
         numbers = sorted(int(v) for v in seen)
