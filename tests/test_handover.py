@@ -372,3 +372,17 @@ def test_the_values_a_flag_took_are_all_named_unless_many():
     assert fmt.values_said(["a", "b", "c", "d", "e", "f", "g"]) == "a, b, c, d, e, f, g"
     assert fmt.values_said(list("abcdefgh")) == "a, b, c, d, e, f and 2 more"
     assert fmt.values_said([str(n) for n in range(8)]) == "0\N{HORIZONTAL ELLIPSIS}7 (8 values)"
+
+
+def test_now_points_to_the_handover_for_where_ranks_wait_instead_of_saying_it_twice():
+    ranks_line = ("ranks 0\N{EN DASH}2 (pids 11, 12, 13) wait in `dist.all_reduce(t)` at x.py:3;"
+                  " rank 3 (pid 14) in `open(p)` at x.py:2")  # fmt: skip
+    stuck = Signal(severity="critical", code="stuck", subject="10",
+                   text=f"stuck: all 5 processes in tree 10 idle for 9 s; {ranks_line};"
+                   " port 30000 expected, not listening")  # fmt: skip
+    told = [f"**Running now**: attempt 2, `torchrun` (pid 10): **stuck**; {ranks_line}."]
+    assert handover.in_now(stuck, told) == (
+        "stuck: all 5 processes in tree 10 idle for 9 s; its ranks wait as the handover says;"
+        " port 30000 expected, not listening"
+    )
+    assert handover.in_now(stuck, ["**Running now**: attempt 2: **stuck**."]) == stuck.text

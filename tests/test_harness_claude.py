@@ -305,10 +305,12 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # by the job's own line (the others wait for it)
     stuck = [line for line in now.splitlines() if "stuck:" in line]
     assert stuck and "critical" in stuck[0], now
-    assert "rank 3 (pid" in stuck[0] and "open(slice_path(rank)" in stuck[0], stuck[0]
-    assert "opening /" in stuck[0] and "/.weights-cache/tp3.safetensors" in stuck[0], stuck[0]
-    assert "a FIFO no process writes" in stuck[0], stuck[0]  # the kernel's fifo_open says so
-    assert "wait_for_all_ranks" in context or "time.sleep(0.5)" in stuck[0], stuck[0]
+    # where the ranks wait is said once, in the handover's line of the running attempt
+    assert "its ranks wait as the handover says" in stuck[0], stuck[0]
+    assert "rank 3 (pid" in handover and "open(slice_path(rank)" in handover, handover
+    assert "opening /" in handover and "/.weights-cache/tp3.safetensors" in handover, handover
+    assert "a FIFO no process writes" in handover, handover  # the kernel's fifo_open says so
+    assert "wait_for_all_ranks" in context or "time.sleep(0.5)" in handover, handover
     # no chatter of ctxd's own in what the model gets
     assert "Where this dump lives" not in context and "Watched without being asked" not in context
     # the rebuilt wheel and the recent commands

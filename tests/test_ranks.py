@@ -127,7 +127,10 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
         return dump if "ranks 0\N{EN DASH}2 (pids" in dump else None
 
     dump = wait_until(diagnosed, "a dump that compares the ranks", limit=60, every=1.0)
-    stuck = next(line for line in dump.splitlines() if "**critical**: stuck:" in line)
+    # the handover says where the ranks wait, and Now points there instead of saying it again
+    now = next(line for line in dump.splitlines() if "**critical**: stuck:" in line)
+    assert "its ranks wait as the handover says" in now, now
+    stuck = next(line for line in dump.splitlines() if "**Running now**" in line)
     Path(os.environ.get("CTXD_TEST_OUT", os.devnull)).write_text(stuck)
     together = ", ".join(str(ranks[r]) for r in "012")
     # where the job's own code waits, with the text of its line and the library call it is in

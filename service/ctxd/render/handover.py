@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 
 from ctxd.fmt import between, human_bytes, human_duration, log_name, ranges
-from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Snapshot
+from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Signal, Snapshot
 from ctxd.signals import ranks
 from ctxd.signals.attempts import phase
 
@@ -21,6 +21,7 @@ MESSAGE_CHARS = 300
 AGENT_SAID_CHARS = 700
 CHANGES_SHOWN = 4
 CHANGE_CHARS = 160
+RANKS_SAID_CHARS = 40  # a shorter run of words in common is no rank line
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
 _WORKERS = re.compile(
     r"(?:^|\s)--(?:tp|tp-size|tensor-parallel-size|nproc-per-node|nproc_per_node|num-gpus)"
@@ -69,6 +70,21 @@ def told(s: Snapshot) -> set[str]:
     failed = _newest_failure(s)
     newest = {f"attempt_failed:{failed.label}"} if failed is not None else set()
     return newest | {sig.key for sig in s.signals if sig.code == "attempt_running"}
+
+
+def in_now(signal: Signal, told: list[str]) -> str:
+    """A signal as Now says it, `told`: the handover's lines. A stuck tree's line leaves out
+    where its ranks wait when the handover's line of its attempt says that word for word."""
+    if signal.code != "stuck":
+        return signal.text
+    running = [line for line in told if line.startswith("**Running now**")]
+    parts = signal.text.split("; ")
+    said = 1  # the parts after the verdict that a running attempt's line has, in a row
+    while said < len(parts) and any("; ".join(parts[1 : said + 1]) in line for line in running):
+        said += 1
+    if said == 1 or len("; ".join(parts[1:said])) < RANKS_SAID_CHARS:
+        return signal.text
+    return "; ".join([parts[0], "its ranks wait as the handover says", *parts[said:]])
 
 
 def _newest_failure(s: Snapshot) -> HistoryItem | None:

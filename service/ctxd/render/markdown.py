@@ -99,6 +99,7 @@ def environment() -> jinja2.Environment:
     env.globals["process_view"] = render_processes.view
     env.globals["handover"] = handover.lines
     env.globals["told_in_handover"] = handover.told
+    env.globals["in_now"] = handover.in_now
     env.globals["attempt_rows"] = attempt_table.rows
     env.globals["gpu_rows"] = gpu_table.rows
     env.globals["stack_threads"] = stacks.threads
