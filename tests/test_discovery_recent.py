@@ -55,7 +55,7 @@ def test_a_poll_alike_but_for_its_numbers_is_one_line_and_a_launch_its_own() -> 
     assert [r.command for r in recent] == [launch, "tail -n 8 s1.log", "nvidia-smi",
                                            "tail -n 3 s1.log"]  # fmt: skip
     assert recent[0].line().endswith("→ started in the background → attempt 4 (pid 4242)")
-    assert recent[1].line().endswith("(8 runs alike; this is the newest)")
+    assert recent[1].line().endswith("(8 runs alike but for their numbers; the newest shown)")
 
 
 def test_first_error_line() -> None:
@@ -71,3 +71,17 @@ def test_first_error_line() -> None:
 def test_a_successful_command_has_no_error_line() -> None:
     (only,) = recent_commands([cmd("grep -c error log", 0, 0, "error: 3 matches")])
     assert only.first_error is None
+
+
+def test_a_launch_is_named_by_its_start_since_its_attempt_holds_the_line():
+    from datetime import UTC, datetime
+
+    from ctxd.discovery.recent import LAUNCH_CHARS, RecentCommand
+
+    line = "NCCL_DEBUG=INFO nohup python serve.py " + "--flag value " * 30 + "> run.log 2>&1 &"
+    launch = RecentCommand(line, datetime.now(UTC), 0, True, attempt="attempt 7 (pid 42)")
+    said = launch.line()
+    assert said.endswith("…` → started in the background → attempt 7 (pid 42)"), said
+    assert len(said.split("`")[1]) == LAUNCH_CHARS
+    plain = RecentCommand(line, datetime.now(UTC), 0).line()
+    assert "> run.log 2>&1 &` → exit 0" in plain  # any other command keeps its whole line

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Protocol
 
 RECENT_MAX = 10
+LAUNCH_CHARS = 100
 LINE_MAX_CHARS = 200
 _ERROR = re.compile(
     r"(?:^|\b)(?:error|fatal|failed|exception|traceback|panic|segmentation fault|killed"
@@ -43,7 +44,9 @@ class RecentCommand:
 
     def line(self) -> str:
         """One line, like: 12:03 `make -j8` → exit 2: make: *** No targets (3 runs)."""
-        text = f"{self.at.strftime('%H:%M')} `{_one_line(self.command)}`"
+        # a launch's whole line is its attempt's, under Attempts: its start says which it is
+        limit = LAUNCH_CHARS if self.attempt else LINE_MAX_CHARS
+        text = f"{self.at.strftime('%H:%M')} `{_one_line(self.command, limit)}`"
         if self.attempt:
             # the shell's exit status says nothing of what it sent off
             text += f" → started in the background → {self.attempt}"
@@ -54,7 +57,8 @@ class RecentCommand:
         if self.first_error:
             text += f": {self.first_error}"
         if self.runs > 1:
-            text += f" ({self.runs} runs{' alike; this is the newest' if self.alike else ''})"
+            alike = " alike but for their numbers; the newest shown" if self.alike else ""
+            text += f" ({self.runs} runs{alike})"
         return text
 
 
