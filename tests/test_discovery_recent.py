@@ -78,7 +78,7 @@ def test_a_launch_is_named_by_its_start_since_its_attempt_holds_the_line():
 
     from ctxd.discovery.recent import LAUNCH_CHARS, RecentCommand
 
-    line = "NCCL_DEBUG=INFO nohup python serve.py " + "--flag value " * 30 + "> run.log 2>&1 &"
+    line = "NCCL_DEBUG=INFO nohup python serve.py " + "--flag value " * 11 + "> run.log 2>&1 &"
     launch = RecentCommand(line, datetime.now(UTC), 0, True, attempt="attempt 7 (pid 42)")
     said = launch.line()
     assert said.endswith("…` → started in the background → attempt 7 (pid 42)"), said
