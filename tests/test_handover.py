@@ -382,7 +382,27 @@ def test_now_points_to_the_handover_for_where_ranks_wait_instead_of_saying_it_tw
                    " port 30000 expected, not listening")  # fmt: skip
     told = [f"**Running now**: attempt 2, `torchrun` (pid 10): **stuck**; {ranks_line}."]
     assert handover.in_now(stuck, told) == (
-        "stuck: all 5 processes in tree 10 idle for 9 s; its ranks wait as the handover says;"
+        "stuck: all 5 processes in tree 10 idle for 9 s; where each waits: as the handover says;"
         " port 30000 expected, not listening"
     )
     assert handover.in_now(stuck, ["**Running now**: attempt 2: **stuck**."]) == stuck.text
+
+
+def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at,
+                                              trigger="resume"))  # fmt: skip
+    n = snapshot.narrative
+    n.objective = "find the hang"
+    n.user_messages = [Said(at=at - timedelta(seconds=30), text="find the hang")]
+    n.agent_said = Said(at=at - timedelta(seconds=12), text="The server is loading.")
+    died = live(at - timedelta(seconds=14), label="attempt 1", status="ended", pid=40,
+                error="RuntimeError: boom", lived_s=5.0)  # fmt: skip
+    n.history = [died, live(at - timedelta(seconds=8))]
+    snapshot.observations.processes.items = [root(8)]
+    snapshot.signals = [Signal(severity="critical", code="stuck", subject="50", text="stuck")]
+    lines = handover.lines(snapshot)
+    said = next(line for line in lines if line.startswith("**You last said**"))
+    assert "your own words; since then: attempt 1 died, attempt 2 is stuck now)" in said, said
+    # a dump taken as the conversation resumed comes before the message that resumed it
+    assert lines[1].endswith("(taken as this conversation resumed: a message after it is newer)")

@@ -306,7 +306,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     stuck = [line for line in now.splitlines() if "stuck:" in line]
     assert stuck and "critical" in stuck[0], now
     # where the ranks wait is said once, in the handover's line of the running attempt
-    assert "its ranks wait as the handover says" in stuck[0], stuck[0]
+    assert "where each waits: as the handover says" in stuck[0], stuck[0]
     assert "rank 3 (pid" in handover and "open(slice_path(rank)" in handover, handover
     assert "opening /" in handover and "/.weights-cache/tp3.safetensors" in handover, handover
     assert "a FIFO no process writes" in handover, handover  # the kernel's fifo_open says so

@@ -33,8 +33,8 @@ SERVER = textwrap.dedent(
     run = int(sys.argv[sys.argv.index("--run") + 1])
     port = int(sys.argv[sys.argv.index("--port") + 1])
     algo = sys.argv[sys.argv.index("--nccl-algo") + 1]
-    os.environ["NCCL_ALGO"] = algo  # for the ranks' NCCL, which logs that it read it
-    print(f"NCCL INFO NCCL_ALGO set by environment to {algo}", flush=True)
+    os.environ["NCCL_ALGO"] = algo  # for the ranks' NCCL (set here: not in this one's environ)
+    print(f"serve.py: --nccl-algo {algo}: NCCL_ALGO={algo} for the ranks", flush=True)
     print("NCCL INFO Bootstrap : Using eth0:10.0.3.5<0>", flush=True)
     if run < RUNS:
         print(f"NCCL WARN socketStartConnect: Connect to 10.0.3.7<{port + 1000}> failed :"

@@ -8,7 +8,7 @@ Markdown list items out; every age in it is measured at the instant the snapshot
 """
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ctxd.fmt import between, human_bytes, human_duration, log_name, ranges
 from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Signal, Snapshot
@@ -21,6 +21,8 @@ MESSAGE_CHARS = 300
 AGENT_SAID_CHARS = 700
 CHANGES_SHOWN = 4
 CHANGE_CHARS = 160
+# A dump taken as a conversation resumes comes before the message that resumed it.
+RESUMED = " (taken as this conversation resumed: a message after it is newer)"
 RANKS_SAID_CHARS = 40  # a shorter run of words in common is no rank line
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
 _WORKERS = re.compile(
@@ -42,8 +44,9 @@ def lines(s: Snapshot) -> list[str]:
     if n.agent_said is not None and n.agent_said.text.strip():
         said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
         ago = between(n.agent_said.at, at)
+        since = _since_said(s, n.agent_said.at)
         out.append(f"**You last said** ({_clock(n.agent_said.at)}, {ago} before this dump, your"
-                   f" own words): {said}")  # fmt: skip
+                   f" own words{since}): {said}")  # fmt: skip
     if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
         woke = n.wakes[-1]
         out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
@@ -84,7 +87,7 @@ def in_now(signal: Signal, told: list[str]) -> str:
         said += 1
     if said == 1 or len("; ".join(parts[1:said])) < RANKS_SAID_CHARS:
         return signal.text
-    return "; ".join([parts[0], "its ranks wait as the handover says", *parts[said:]])
+    return "; ".join([parts[0], "where each waits: as the handover says", *parts[said:]])
 
 
 def _newest_failure(s: Snapshot) -> HistoryItem | None:
@@ -113,8 +116,9 @@ def _user(s: Snapshot) -> list[str]:
         return []
     latest = said[-1]
     if len(said) == 1 and latest.text == n.objective:  # the objective quotes it already
+        after = RESUMED if s.header.trigger == "resume" else ""
         return [f"**The user's latest message**: the objective above ({_clock(latest.at)});"
-                " none since, up to this dump"]  # fmt: skip
+                f" none since, up to this dump{after}"]  # fmt: skip
     if latest.text.strip():
         words = _quote(latest.text, MESSAGE_CHARS)
     else:
@@ -167,6 +171,28 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     if last:
         words.append(f"its log says last: {last}")
     return "; ".join(words) + "."
+
+
+def _since_said(s: Snapshot, said_at: datetime) -> str:
+    """ "; since then, attempt 2 was found stuck": what ctxd saw after the agent's last words
+    that those words could not know (a reader takes "the server is loading" above a stuck
+    verdict for a contradiction, when it is only older)."""
+    at = s.header.taken_at
+    news = []
+    for item in s.narrative.history:
+        if item.source != "launch" or not item.label:
+            continue
+        if item.status in ("running", "started"):
+            now = phase(item, s.signals, s.observations, at)
+            if now in ("stuck", "serving"):
+                news.append(f"{item.label} is {now} now")
+        elif (
+            item.error
+            and item.lived_s is not None
+            and item.at + timedelta(seconds=item.lived_s) > said_at
+        ):
+            news.append(f"{item.label} died")
+    return f"; since then: {', '.join(news)}" if news else ""
 
 
 def _younger_than_failures(item: HistoryItem, history: list[HistoryItem], at: datetime) -> str:

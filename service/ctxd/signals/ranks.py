@@ -223,15 +223,19 @@ def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: st
 
 
 def _who(pids: list[int], by_pid: dict[int, ProcessInfo], ranked: dict[int, str]) -> str:
-    """ "ranks 0-2 (pids 11, 12, 13)", "rank 3 (pid 14)", "pids 11, 12" (without ranks)."""
+    """ "ranks 0-2 (pids 11, 12, 13)", "rank 3 (pid 14)", "pids 11, 12" (without ranks);
+    ranked pids in their ranks' order, each rank's pid readable by its place."""
+    ranks = sorted({int(ranked[pid]) for pid in pids if pid in ranked})
+    if ranks:
+        pids = sorted(pids, key=lambda pid: int(ranked.get(pid, sys.maxsize)))
     shown = ", ".join(str(pid) for pid in pids[:PIDS_SHOWN])
     shown += ", …" if len(pids) > PIDS_SHOWN else ""
     pid_word = "pid" if len(pids) == 1 else "pids"
-    ranks = sorted({int(ranked[pid]) for pid in pids if pid in ranked})
     if not ranks:
         return f"{pid_word} {shown}" if len(pids) == 1 else f"{len(pids)} workers (pids {shown})"
     noun = "rank" if len(ranks) == 1 else "ranks"
-    return f"{noun} {ranges(ranks)} ({pid_word} {shown})"
+    by_rank = " by rank" if len(ranks) > 1 and len(ranks) == len(pids) else ""
+    return f"{noun} {ranges(ranks)} ({pid_word}{by_rank} {shown})"
 
 
 def _code(text: str) -> str:

@@ -171,7 +171,7 @@ def _observed(s: Snapshot, left: dict[str, str]) -> str:
 def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
     """An attempt's row keeps what it changed and its error, shortened."""
     for item in s.narrative.history:
-        item.changed = redact.cut(item.changed, 160) if item.changed else item.changed
+        item.changed = redact.cut(item.changed, 240) if item.changed else item.changed
         item.error = redact.cut(item.error, 200) if item.error else item.error
     return "long attempt cells"
 
