@@ -406,3 +406,20 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     assert "your own words; since then: attempt 1 died, attempt 2 is stuck now)" in said, said
     # a dump taken as the conversation resumed comes before the message that resumed it
     assert lines[1].endswith("(taken as this conversation resumed: a message after it is newer)")
+
+
+def test_a_folded_row_of_workers_lists_every_port_they_listen_on():
+    from ctxd.models import WorkerGroup
+    from ctxd.render import processes as process_rows
+
+    workers = []
+    for i, port in enumerate((41055, 40573, 35369)):
+        w = root(9).model_copy(update={"pid": 51 + i, "ppid": 50, "root": False,
+                                       "listening": [port]})  # fmt: skip
+        workers.append(w)
+    section = ProcessesSection(
+        items=[root(9), *workers],
+        workers=[WorkerGroup(tree=50, count=3, command="python3 serve_tp.py", pids=[51, 52, 53])],
+    )
+    ((_, shown),) = process_rows.view(section, [section.items[0]]).groups
+    assert shown.listening == [35369, 40573, 41055]

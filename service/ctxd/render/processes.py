@@ -46,6 +46,16 @@ def _without_odd(group: WorkerGroup, section: ProcessesSection) -> WorkerGroup:
     return group.model_copy(update={"pids": kept})
 
 
+def _shown(group: WorkerGroup, by_ref: dict[str, ProcessInfo]) -> ProcessInfo:
+    """The row a folded group shows: its first member's, listening on every port any of them
+    listens on (gloo ranks each listen on a port of their own: one shown would read as all)."""
+    first = by_ref[group.refs[0]]
+    ports = sorted({port for ref in group.refs if ref in by_ref for port in by_ref[ref].listening})
+    return (
+        first if ports == sorted(first.listening) else first.model_copy(update={"listening": ports})
+    )
+
+
 def view(section: ProcessesSection, roots: list[ProcessInfo]) -> ProcessView:
     items = section.items
     featured = set(section.featured)
@@ -53,7 +63,7 @@ def view(section: ProcessesSection, roots: list[ProcessInfo]) -> ProcessView:
     visible, by_ref = {p.ref for p in rows}, {p.ref: p for p in items}
     workers = [_without_odd(g, section) for g in section.workers]
     groups = [
-        (g, by_ref[g.refs[0]])
+        (g, _shown(g, by_ref))
         for g in workers
         if len(g.pids) > 1 and visible.intersection(g.refs) and g.refs[0] in by_ref
     ]
