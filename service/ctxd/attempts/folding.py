@@ -64,11 +64,30 @@ class Light:
     cwd: str | None
 
 
+# Lights by what they are read from: an ended attempt's never changes, and a long session's
+# snapshot folds hundreds (its flags parsed and compared each time cost it milliseconds).
+_lights: dict[tuple, Light] = {}
+LIGHTS_KEPT = 8192
+
+
 def light(run: list[Numbered], previous: Attempt | None, following: Attempt | None = None) -> Light:
     """Its numbers, how it ended, its error and, against the one before (`previous`, for the
     newest folded ones), the flags and variables it changed, with their values; the session's
     first attempt, with none before it, gives the values of those its `following` one changed
     (the fold then lists what the first was launched with too)."""
+    (first, attempt), (last, newest) = run[0], run[-1]
+    key = (first, last, attempt.id, newest.id, newest.ended_at, newest.seen, newest.error,
+           newest.error_log, previous.id if previous else None,
+           following.id if following else None)  # fmt: skip
+    if attempt.id and (kept := _lights.get(key)) is not None:
+        return kept
+    if len(_lights) >= LIGHTS_KEPT:
+        _lights.clear()
+    _lights[key] = made = _light(run, previous, following)
+    return made
+
+
+def _light(run: list[Numbered], previous: Attempt | None, following: Attempt | None) -> Light:
     (first, attempt), (last, newest) = run[0], run[-1]
     flags: tuple[tuple[str, str], ...] = ()
     if previous is not None:
