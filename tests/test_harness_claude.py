@@ -38,9 +38,10 @@ ASK = (
 
 LAUNCHER = '''\
 """An SGLang-like launcher: it starts its 8 tensor-parallel workers (RANK set, `--tp-rank N`,
-the server's own flags), which each read their slice of the weights and then wait for every
-rank to report ready. Rank 3's slice sits on a stalled mount (here a FIFO nobody writes: its
-open() never returns), so the others wait forever and the port never opens. With a static
+the server's own flags), which each read their slice of the weights, streamed from the weight
+store through a pipe, and then wait for every rank to report ready. Rank 3's stream stalls
+(its pipe is never opened for writing: its open() never returns), so the others wait forever
+and the port never opens. With a static
 memory fraction over 0.9 and CUDA graphs on, graph capture runs out of GPU memory after the
 load, as SGLang's does. Log lines carry the real time; the stand-in nvidia-smi shows the
 workers holding memory."""
@@ -67,16 +68,26 @@ def worker(rank):
     load_shard(rank)
     wait_for_all_ranks(rank)
 
+def stream_slice(path, rank):
+    """A slice streamed from the weight store into its pipe, as the rank reads it; rank 3's
+    stream stalls: nothing ever opens its pipe for writing."""
+    if rank == 3:
+        time.sleep(1.5)
+        log("WARNING stage_weights: tp3.safetensors: the weight store sent 0 B in 1.5 s;"
+            " rank 3 waits on its stream")
+        return
+    with open(path, "wb") as pipe:
+        pipe.write(bytes(4096))
+
 def stage_weights(cache, tp):
+    """Each rank's slice as a pipe its stream fills, so no rank waits for a whole copy."""
     os.makedirs(cache, exist_ok=True)
     for rank in range(tp):
         path = os.path.join(cache, f"tp{rank}.safetensors")
         if os.path.lexists(path):
             os.unlink(path)
-        if rank == 3:
-            os.mkfifo(path)  # on the stalled mount
-        else:
-            open(path, "wb").close()
+        os.mkfifo(path)
+        threading.Thread(target=stream_slice, args=(path, rank), daemon=True).start()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -131,7 +142,8 @@ wheel:
 """
 
 LAUNCH = (
-    "nohup python3 launch_server.py --model-path /models/Llama-3.1-8B-Instruct --tp 8 --port 30000"
+    "nohup python3 launch_server.py --model-path meta-llama/Llama-3.1-8B-Instruct --tp 8"
+    " --port 30000"
 )
 
 # A stand-in `nvidia-smi` first on the service's PATH: 8 H200s, the launcher's workers (its

@@ -40,7 +40,7 @@ CODEX = MODULES / ".bin" / "codex"  # the npm launcher (node), which starts the 
 # the agent's own work.
 NATIVE = sorted(MODULES.glob("@openai/codex-*/vendor/*/bin/codex"))
 LAUNCH = (
-    "setsid nohup python3 launch_server.py --model-path /models/Llama-3.1-8B-Instruct --tp 8"
+    "setsid nohup python3 launch_server.py --model-path meta-llama/Llama-3.1-8B-Instruct --tp 8"
     " --port 30000"
 )
 KEY_VARIABLE = "SCRIPTED_RESPONSES_KEY"

@@ -33,7 +33,8 @@ from tests.test_harness_claude import (
 
 GEMINI = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "gemini"
 LAUNCH = (
-    "nohup python3 launch_server.py --model-path /models/Llama-3.1-8B-Instruct --tp 8 --port 30000"
+    "nohup python3 launch_server.py --model-path meta-llama/Llama-3.1-8B-Instruct --tp 8"
+    " --port 30000"
 )
 # Gemini's own settings for a scripted model: an API key (any) and no folder-trust prompt.
 ITS_OWN_VARIABLES = ("CTXD_", "GEMINI_", "GOOGLE_")  # of this machine: not the test's

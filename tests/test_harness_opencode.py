@@ -29,27 +29,37 @@ SECRET = "hf_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"
 
 TRAINER = '''\
 """A training run that stalls: its 4 data loader workers (processes, as torch's DataLoader
-starts them) read their shards and feed a queue; worker 3's shard sits on a stalled mount (a
-FIFO nobody writes: its open() never returns), so after three steps the loop waits for its
-batch forever. A batch of 256 asks more GPU memory than a GPU has."""
-import argparse, multiprocessing as mp, os, sys
+starts them) read their shards, streamed from the data store through pipes, and feed a queue;
+shard 3's stream stalls (its pipe is never opened for writing: the open() never returns), so
+after three steps the loop waits for its batch forever. A batch of 256 asks more GPU memory
+than a GPU has."""
+import argparse, multiprocessing as mp, os, sys, threading, time
 
 def load_worker(worker_id, shards, out, epoch_done):
     with open(os.path.join(shards, f"shard-{worker_id}.bin"), "rb") as shard:
         out.put(shard.read(4096))
     epoch_done.wait()  # a worker stays up until the epoch ends
 
+def stream_shard(path, worker_id):
+    """A shard streamed from the data store into its pipe as its worker reads it; shard 3's
+    stream stalls: nothing ever opens its pipe for writing."""
+    if worker_id == 3:
+        time.sleep(1.5)
+        print("WARNING stage_shards: shard-3.bin: the data store sent 0 B in 1.5 s; loader 3"
+              " waits on its stream", flush=True)
+        return
+    with open(path, "wb") as pipe:
+        pipe.write(os.urandom(4096))
+
 def stage_shards(shards):
+    """Each worker's shard as a pipe its stream fills, so no worker waits for a whole copy."""
     os.makedirs(shards, exist_ok=True)
     for worker_id in range(4):
         path = os.path.join(shards, f"shard-{worker_id}.bin")
         if os.path.lexists(path):
             os.unlink(path)
-        if worker_id == 3:
-            os.mkfifo(path)  # on the stalled mount
-        else:
-            with open(path, "wb") as f:
-                f.write(os.urandom(4096))
+        os.mkfifo(path)
+        threading.Thread(target=stream_shard, args=(path, worker_id), daemon=True).start()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
