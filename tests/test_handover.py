@@ -9,6 +9,7 @@ from ctxd import fmt
 from ctxd.attempts.model import AttemptUpdate
 from ctxd.models import (
     HistoryItem,
+    LogInfo,
     Observations,
     PortInfo,
     PortsSection,
@@ -423,3 +424,29 @@ def test_a_folded_row_of_workers_lists_every_port_they_listen_on():
     )
     ((_, shown),) = process_rows.view(section, [section.items[0]]).groups
     assert shown.listening == [35369, 40573, 41055]
+
+
+def test_since_the_last_version_names_what_happened_not_that_a_log_grew():
+    from ctxd.models import Change
+
+    at = datetime.now(UTC)
+    header = SnapshotHeader(session="s", version=4, taken_at=at, trigger="t", previous_version=3)
+    snapshot = Snapshot(header=header)
+    snapshot.changes = [Change(kind="log_grew", text="log /srv/server.log: grew by 129 B")]
+    assert not any(line.startswith("**Since v3**") for line in handover.lines(snapshot))
+    snapshot.changes.append(Change(kind="artifact_new", text="artifact /srv/dist/k.whl: new"))
+    (since,) = [line for line in handover.lines(snapshot) if line.startswith("**Since v3**")]
+    assert "k.whl" in since and "grew" not in since, since
+
+
+def test_a_stuck_trees_silent_log_is_quoted_whole_where_it_fits():
+    line = "[13:00:02 TP0] WARNING stage_weights: tp3.safetensors: the weight store sent 0 B" + (
+        " in 1.5 s; rank 3 waits on its stream (s3://weights/llama-3.1-8b/tp3.safetensors)"
+    )
+    assert len(line) > 150
+    top = root(600)
+    seen = Observations(processes=ProcessesSection(items=[top], stuck_after_s=60))
+    seen.logs.items = [LogInfo(watch_id=2, path="/srv/server.log", size=1, silent_for_s=600,
+                               modified_at=T0, lines=[line], writer_pid=50)]  # fmt: skip
+    (stuck,) = derive.stuck_trees(seen)
+    assert f"last line: {line}" in stuck.text, stuck.text

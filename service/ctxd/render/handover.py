@@ -239,8 +239,9 @@ def _since(s: Snapshot) -> str:
 
 
 def _news(s: Snapshot) -> list[Change]:
-    """The changes that say something happened; signals raised or cleared are Now's to say."""
-    return [c for c in s.changes if c.kind not in ("signal_raised", "signal_cleared")]
+    """The changes that say something happened; signals raised or cleared are Now's to say, and
+    a log that grew says nothing its last line (in the running attempt's sentence) does not."""
+    return [c for c in s.changes if c.kind not in ("signal_raised", "signal_cleared", "log_grew")]
 
 
 def _tree(item: HistoryItem, s: Snapshot) -> list[ProcessInfo]:

@@ -25,6 +25,7 @@ from ctxd.thresholds import (
 # How long after it was last seen alive an exited process may still have written its log: the
 # time between two looks (the sampler's, a snapshot's, a probe's)
 EXIT_WRITE_SLACK_S = 5.0
+LAST_LINE_CHARS = 240  # of a silent log's last line, quoted whole where it fits (with "…")
 
 
 def derive(
@@ -111,7 +112,8 @@ def stuck_trees(
         for log in current.logs.items:
             theirs = log.writer_pid in pids if log.writer_pid else log.path not in earlier_runs
             if log.silent_for_s >= threshold and theirs:
-                last = log.lines[-1].strip()[:120] if log.lines else ""
+                last = log.lines[-1].strip() if log.lines else ""
+                last = last if len(last) <= LAST_LINE_CHARS else last[: LAST_LINE_CHARS - 1] + "…"
                 tail = f", last line: {last}" if last else ""
                 evidence.append(f"log {log.path} silent {silent_for(log, at)}{tail}")
         if not evidence:
