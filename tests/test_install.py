@@ -114,7 +114,7 @@ def test_doctor_says_what_to_fix_then_that_all_is_well(server, tmp_path: Path):
     assert "FIX  no agent harness is wired to ctxd" in before.stdout
     assert "→ `ctxd install`" in before.stdout
     down = ctxd(home, work, "--url", "http://127.0.0.1:9", "doctor")
-    assert down.returncode == 1 and "start it: `ctxd serve`" in down.stdout
+    assert down.returncode == 1 and "start it: `ctxd serve --port 9`" in down.stdout
     ctxd(home, work, "--url", server.url, "install", "claude").check_returncode()
     after = ctxd(home, work, "--url", server.url, "doctor")
     assert after.returncode == 0, after.stdout

@@ -20,8 +20,9 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
 
 
 def service_url(given: str) -> str:
-    """The service's URL from `host`, `host:port` or an http(s) URL (a path is kept: a proxy
-    may serve ctxd under one); `NotAnAddress` says in plain words why it cannot be one."""
+    """The service's URL from a port (this machine's), `host`, `host:port` or an http(s) URL (a
+    path is kept: a proxy may serve ctxd under one); `NotAnAddress` says in plain words why it
+    cannot be one."""
     address = env.with_scheme(given)
     try:
         parsed = httpx.URL(address)
@@ -39,7 +40,7 @@ def service_url(given: str) -> str:
     return address.rstrip("/")
 
 
-ADDRESS_FORMS = "give host:port or http://host:port, e.g. 127.0.0.1:8765"
+ADDRESS_FORMS = "give PORT, host:port or http://host:port, e.g. 127.0.0.1:8765"
 
 
 class Client:

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ctxd.cli import output
+from ctxd.cli import env, output
 from ctxd.cli.client import Client, Unreachable, body, detail
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -40,6 +40,8 @@ def serve(args: argparse.Namespace) -> int:
 
     given = ("host", "port", "data_dir", "access_log")
     overrides = {k: v for k in given if (v := getattr(args, k)) is not None}
+    if "port" not in overrides and not os.environ.get("CTXD_PORT"):
+        overrides.update(env.served_port())  # the port CTXD_URL names: the one the CLI calls
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -325,7 +327,8 @@ def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) ->
     try:
         response = Client(args.url).call(method, path, **kwargs)
     except Unreachable as exc:
-        raise CliError(f"{exc}; start it with `ctxd serve` or `make run`, or pass --url") from None
+        start = env.start_command(args.url)
+        raise CliError(f"{exc}; start it with `{start}`, or pass --url") from None
     if response.status_code >= 400:
         status = response.status_code
         code, hint = HINTS.get(status, (EXIT_SERVICE, "see the service log"))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxd import DEFAULT_URL
+from ctxd.cli import env
 from ctxd.cli.client import Client, Unreachable
 from ctxd.harness.adapter import Adapter
 from ctxd.harness.files import Change, InstallError
@@ -34,22 +35,27 @@ def examine(url: str, home: Path, project: Path) -> Iterator[Finding]:
     server are this installation's, for one URL."""
     wired: list[Finding] = []
     urls = [] if url == DEFAULT_URL else [url]  # the default: only where a harness calls it
+    callers: dict[str, list[str]] = {}  # a URL hooks call: the harnesses whose hooks call it
     for name in MODULES:
         for scope in ("user", "project"):
             findings, called = _harness(adapter(name), scope, url, home, project)
             wired += findings
+            if called:
+                callers.setdefault(called, []).append(name)
             if called and called not in urls:
                 urls.append(called)
     for each in urls or [url]:
         yield from _service(each)
+    for called, names in callers.items():
+        if called != url:  # this CLI would read and write another service than the hooks do
+            who = ", ".join(dict.fromkeys(names))
+            yield Finding(False, f"this CLI talks to {url}, but the hooks of {who} call {called}",
+                          f"export CTXD_URL={called}")  # fmt: skip
     yield from wired
     if not wired:
         known = ", ".join(MODULES)
         fix = f"`ctxd install` (wires each harness found here: {known}), or name one"
         yield Finding(False, "no agent harness is wired to ctxd", fix)
-    for tool, why in (("node", "the opencode plugin's tests"), ("chromium", "the browser tests")):
-        found = shutil.which(tool)
-        yield Finding(True, f"{tool}: {found or 'not installed'} (only {why} need it)")
 
 
 def _harness(
@@ -101,7 +107,7 @@ def _service(url: str) -> Iterator[Finding]:
     try:
         health = client.call("GET", "/health")
     except Unreachable as exc:
-        yield Finding(False, f"service: {exc}", "start it: `ctxd serve` (or `make run`)")
+        yield Finding(False, f"service: {exc}", f"start it: `{env.start_command(url)}`")
         return
     if health.status_code == 401:
         yield Finding(False, f"service at {url} wants a token", "set CTXD_TOKEN (or CTXD_URL)")

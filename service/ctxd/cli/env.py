@@ -14,9 +14,48 @@ def url() -> str:
     return with_scheme(os.environ.get("CTXD_URL", DEFAULT_URL))
 
 
+def served_port() -> dict[str, int]:
+    """{"port": N} where CTXD_URL names this machine's service on port N (`ctxd serve` then
+    listens where the CLI and the hooks call); {} where it names none, or another host."""
+    from urllib.parse import urlsplit
+
+    given = os.environ.get("CTXD_URL")
+    if not given:
+        return {}
+    try:
+        parts = urlsplit(with_scheme(given))
+        port = parts.port
+    except ValueError:
+        return {}
+    local = parts.hostname in ("127.0.0.1", "localhost", "::1")
+    return {"port": port} if local and port is not None else {}
+
+
+def start_command(url: str) -> str:
+    """The command that starts the service `url` names, on this machine: `ctxd serve`, with
+    the port (and a host that is not the default) when the URL has others."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(with_scheme(url))
+        host, port = parts.hostname or "127.0.0.1", parts.port
+    except ValueError:
+        return "ctxd serve"
+    default = urlsplit(DEFAULT_URL)
+    words = ["ctxd serve"]
+    if host not in (default.hostname, "localhost"):
+        words.append(f"--host {host}")
+    if port is not None and port != default.port:
+        words.append(f"--port {port}")
+    return " ".join(words)
+
+
 def with_scheme(address: str) -> str:
-    """`host:port` as `http://host:port`, the way a person often writes it; a URL as it is."""
+    """`host:port` as `http://host:port`, the way a person often writes it, a bare port as this
+    machine's (`18411`: `http://127.0.0.1:18411`); a URL as it is."""
     address = address.strip()
+    if address.isdigit():
+        return f"http://127.0.0.1:{address}"
     return address if "://" in address else f"http://{address}"
 
 

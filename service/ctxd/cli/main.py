@@ -116,6 +116,13 @@ def _session(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION", help="the session's name (see `ctxd sessions`)")
 
 
+URL_HELP = (
+    "the running service: a port of this machine, host:port or a URL"
+    f" (default: CTXD_URL, else {DEFAULT_URL}); before or after the command"
+)
+TOKEN_FILE_HELP = "a file holding the service's bearer token (default: CTXD_TOKEN_FILE)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ctxd.cli import commands, setup
     from ctxd.harness.registry import COMMAND_HOOKS, MODULES
@@ -127,15 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
-    parser.add_argument(
-        "--url",
-        help=f"the running service, as host:port or a URL (default: CTXD_URL, else {DEFAULT_URL})",
-    )
-    parser.add_argument(
-        "--token-file",
-        metavar="PATH",
-        help="a file holding the service's bearer token (default: CTXD_TOKEN_FILE)",
-    )
+    parser.add_argument("--url", help=URL_HELP)
+    parser.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(func=None, url_unused=False)
     sub = parser.add_subparsers(title="commands", dest="command_name", metavar="COMMAND")
@@ -422,4 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name not in ("help", "serve", "hook"):
             # SUPPRESS: left out, it keeps what `ctxd --json COMMAND` set
             p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+        if name not in ("help", "serve", "token", "hook"):  # where the service is, either side
+            p.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+            p.add_argument(
+                "--token-file", metavar="PATH", default=argparse.SUPPRESS, help=TOKEN_FILE_HELP
+            )
     return parser

@@ -290,7 +290,7 @@ def post(url: str, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         kind_of = Down if isinstance(exc, ConnectionRefusedError) else HookError
         raise kind_of(
             f"ctxd is not reachable at {url} ({exc or type(exc).__name__}); start it with "
-            "`ctxd serve`; the agent goes on without it"
+            f"`{env.start_command(url)}`; the agent goes on without it"
         ) from None
 
 
