@@ -24,11 +24,13 @@ PACKAGE = REPO / "service" / "ctxd"
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
          "-w", str(dist), str(REPO)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-2000:]
+    # a quiet build (what `make run` prints first): every folder of data is a package of its own
+    assert "absent from the `packages` configuration" not in built.stdout + built.stderr
     return next(dist.glob("ctxd-*.whl"))
 
 
