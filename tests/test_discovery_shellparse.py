@@ -98,6 +98,9 @@ def test_log_targets(command: str, logs: tuple[str, ...]) -> None:
         ("uvicorn app:app --host 0.0.0.0 --port 9001", (9001,)),
         ("gunicorn -b 127.0.0.1:8002 app:app", (8002,)),
         ("python -m http.server 8003", (8003,)),
+        ("python3 -m http.server 8006 --bind 0.0.0.0", (8006,)),  # its port, wherever it stands
+        ("python3 -m http.server --bind 127.0.0.1 -d /srv 8007", (8007,)),
+        ("python3 -m http.server -d /srv", ()),  # 8000, its default: not said, not guessed
         ("vllm serve m --listen localhost:8004", (8004,)),
         ("curl -s localhost:30000/health", ()),  # a client, not a listener
         ("python -c 'print(1)' --port 99999", ()),

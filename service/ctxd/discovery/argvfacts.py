@@ -53,8 +53,8 @@ def ports_of(argv: list[str]) -> list[int]:
             host_port = parts[-2] if len(parts) >= 2 else parts[0]
             if host_port.isdigit():
                 found.append(host_port)
-    if "http.server" in argv[:3] and argv[-1].isdigit():
-        found.append(argv[-1])
+    if "http.server" in argv[:3]:  # `python3 -m http.server [--bind A] [-d DIR] [PORT]`
+        found += _http_server_port(argv[argv.index("http.server") + 1 :])
     for value in _flag_values(argv, _ADDRESS_FLAG):
         if match := _HOST_PORT.match(value):
             found.append(match[1])
@@ -63,6 +63,21 @@ def ports_of(argv: list[str]) -> list[int]:
             found.append(match[1])
     ports = [int(p) for p in found if p.isdigit() and 0 < int(p) < 65536]
     return list(dict.fromkeys(ports))
+
+
+def _http_server_port(args: list[str]) -> list[str]:
+    """The port `python3 -m http.server` is given: its one positional argument, wherever it
+    stands among the options (those that take a value skipped with it)."""
+    taking = {"-b", "--bind", "-d", "--directory", "-p", "--protocol"}
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in taking:
+            skip = True
+        elif not arg.startswith("-"):
+            return [arg] if arg.isdigit() else []
+    return []
 
 
 def log_flags(argv: list[str]) -> list[str]:
