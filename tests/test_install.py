@@ -246,8 +246,24 @@ def test_install_with_no_harness_named_wires_each_one_found(tmp_path: Path):
     gone = ctxd(home, work, "uninstall", env=path)
     assert gone.returncode == 0, gone.stderr
     assert not [p for p in home.rglob("*") if p.is_file()], gone.stdout  # as it was: empty
-    nothing = ctxd(home, work, "install", env={"PATH": os.path.dirname(sys.executable)})
-    assert nothing.returncode == 0 and "no harness found" in nothing.stdout
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    nothing = ctxd(bare, work, "install", env={"PATH": os.path.dirname(sys.executable)})
+    # nothing done is an error, saying where it looked
+    assert nothing.returncode == 2 and "no agent harness found" in nothing.stderr
+    assert "Claude Code: `claude` on PATH or " in nothing.stderr, nothing.stderr
+    assert str(bare / ".config" / "opencode") in nothing.stderr
+
+
+def test_a_harness_is_found_by_its_settings_folder_without_its_program_on_path(tmp_path: Path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".codex").mkdir(parents=True)
+    work.mkdir()
+    path = {"PATH": os.path.dirname(sys.executable), "CODEX_HOME": ""}
+    done = ctxd(home, work, "install", env=path)
+    assert done.returncode == 0, done.stderr
+    assert "Codex: created" in done.stdout, done.stdout
+    assert not (home / ".claude").exists()  # only what is there is wired
 
 
 def test_a_hook_installed_with_a_token_file_reaches_a_service_that_wants_the_token(tmp_path):

@@ -32,17 +32,23 @@ def doctor(args: argparse.Namespace) -> int:
 
 def install(args: argparse.Namespace) -> int:
     """`ctxd install|uninstall [HARNESS]`: the harness named, or each one found on this
-    machine (its command on PATH, or for an uninstall ctxd wired into it). One line per file
-    written (with --json, one object per harness)."""
+    machine (its command on PATH or its settings folder, or for an uninstall ctxd wired into
+    it); none found for an install is an error. One line per file written (with --json, one
+    object per harness)."""
     project = Path(git_root(os.getcwd()) or os.getcwd())
     names = [args.harness] if args.harness else [n for n in MODULES if _found(n, args, project)]
     done = [_install_one(name, args, project) for name in names]
     if getattr(args, "json", False):
         print(json.dumps(done, indent=2))
-    elif not names:
-        verb = "uninstall" if args.remove else "install"
-        found = "ctxd is not wired into any harness" if args.remove else "no harness found"
-        print(f"{found} (known: {', '.join(MODULES)}); name one: `ctxd {verb} claude`")
+    elif not names and args.remove:
+        print(f"ctxd is not wired into any harness (known: {', '.join(MODULES)})")
+    elif not names:  # nothing done: said as an error, for a script and a person alike
+        harnesses = [adapter(n) for n in MODULES]
+        looked = "; ".join(
+            f"{h.label}: `{h.program}` on PATH or {h.config_home(Path.home())}" for h in harnesses
+        )
+        raise CliError(f"no agent harness found (looked for {looked}); name one: `ctxd install"
+                       " claude`", EXIT_USAGE)  # fmt: skip
     else:
         for said in done:
             _say(said, "" if args.harness else f"{adapter(said['harness']).label}: ", args.remove)
@@ -62,8 +68,10 @@ def _say(said: dict[str, Any], prefix: str, remove: bool) -> None:
 
 def _found(name: HarnessName, args: argparse.Namespace, project: Path) -> bool:
     harness = adapter(name)
-    if not args.remove:
-        return shutil.which(harness.program) is not None
+    if not args.remove:  # its program on PATH, or its settings folder (run by a path or alias)
+        return (
+            shutil.which(harness.program) is not None or harness.config_home(Path.home()).is_dir()
+        )
     try:
         plan = harness.plan(args.url, args.scope, project, Path.home(), True)
     except InstallError:

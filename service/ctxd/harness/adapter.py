@@ -84,6 +84,11 @@ class Adapter(Protocol):
         """What the person must still do after an install (Codex: trust the new hooks)."""
         ...
 
+    def config_home(self, home: Path) -> Path:
+        """The folder of its user settings: where it is, the harness is installed (a person
+        may run it by a path or an alias, its program not on PATH)."""
+        ...
+
 
 class CommandHook(Protocol):
     """A harness that runs a command for each hook event (`ctxd hook <name>`), JSON on stdin

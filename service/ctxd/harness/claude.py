@@ -72,6 +72,9 @@ class ClaudeCode:
     # Events whose trouble the person should see (a note per tool call would be noise).
     tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
 
+    def config_home(self, home: Path) -> Path:
+        return home / ".claude"
+
     def event_name(self, payload: dict[str, Any]) -> str | None:
         name = payload.get("hook_event_name")
         return name if isinstance(name, str) else None

@@ -79,6 +79,9 @@ class Codex:
     # Events whose trouble the person should see (a note per tool call would be noise).
     tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
 
+    def config_home(self, home: Path) -> Path:
+        return user_folder(home)
+
     def event_name(self, payload: dict[str, Any]) -> str | None:
         name = payload.get("hook_event_name")
         return name if isinstance(name, str) else None
@@ -156,13 +159,15 @@ def config(command: str) -> dict[str, Any]:
     }
 
 
+def user_folder(home: Path) -> Path:
+    """Codex's home: `$CODEX_HOME`, else `~/.codex`."""
+    return Path(os.environ.get("CODEX_HOME") or home / ".codex")
+
+
 def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
     """(hooks.json, config.toml) for a scope: the project's `.codex/`, else Codex's home
     (`$CODEX_HOME`, else `~/.codex`)."""
-    if scope == "project":
-        folder = project / ".codex"
-    else:
-        folder = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    folder = project / ".codex" if scope == "project" else user_folder(home)
     return folder / "hooks.json", folder / "config.toml"
 
 

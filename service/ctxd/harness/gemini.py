@@ -104,6 +104,9 @@ class Gemini:
     # request, nor a tool call's.
     tell_events: tuple[str, ...] = ("SessionStart", "BeforeAgent")
 
+    def config_home(self, home: Path) -> Path:
+        return user_folder(home)
+
     def __init__(self) -> None:
         self.compactions = CompactionGuard(AUTO_COMPACT_EVERY_S)
 
@@ -189,9 +192,14 @@ def config(command: str) -> dict[str, list[Any]]:
     }
 
 
+def user_folder(home: Path) -> Path:
+    """Gemini's own folder: `.gemini` in `$GEMINI_CLI_HOME`, else in the user's home."""
+    return Path(os.environ.get("GEMINI_CLI_HOME") or home) / ".gemini"
+
+
 def settings_path(scope: str, project: Path, home: Path) -> Path:
     """The settings.json holding the hooks and MCP servers: the project's `.gemini/`, else
     the one in Gemini's home (`$GEMINI_CLI_HOME`, else the user's home)."""
     if scope == "project":
         return project / ".gemini" / "settings.json"
-    return Path(os.environ.get("GEMINI_CLI_HOME") or home) / ".gemini" / "settings.json"
+    return user_folder(home) / "settings.json"

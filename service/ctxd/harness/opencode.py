@@ -51,6 +51,9 @@ class Opencode:
     label = "opencode"
     program = "opencode"
 
+    def config_home(self, home: Path) -> Path:
+        return user_folder(home)
+
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "event")
         kind = KINDS.get(name, "other")
@@ -85,13 +88,17 @@ class Opencode:
 ADAPTER = Opencode()
 
 
+def user_folder(home: Path) -> Path:
+    """opencode's user folder: `opencode` in `$XDG_CONFIG_HOME`, else in `~/.config`."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "opencode"
+
+
 def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
     """(the plugin file, the opencode config file holding the MCP servers) for a scope."""
     if scope == "project":
         folder, config_dir = project / ".opencode", project
     else:
-        base = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
-        folder = config_dir = Path(base) / "opencode"
+        folder = config_dir = user_folder(home)
     config = config_dir / "opencode.json"
     if not config.exists() and (config_dir / "opencode.jsonc").exists():
         config = config_dir / "opencode.jsonc"
