@@ -65,6 +65,8 @@ def test_install_merges_is_idempotent_and_uninstall_removes_exactly_ours(tmp_pat
     assert servers["github"] == THEIR_MCP["mcpServers"]["github"]
     assert servers["ctxd"] == {"type": "http", "url": "http://127.0.0.1:8765/mcp"}
     assert (settings.with_name("settings.json.ctxd-backup")).read_text() == original[0]
+    # the backup is named among what it did
+    assert f"kept the file as it was in {settings}.ctxd-backup" in done.stdout, done.stdout
 
     once = settings.read_text(), mcp.read_text()
     again = ctxd(home, work, "install", "claude")
@@ -77,6 +79,26 @@ def test_install_merges_is_idempotent_and_uninstall_removes_exactly_ours(tmp_pat
     assert (settings.read_text(), mcp.read_text()) == original  # byte for byte
     assert not list(home.rglob("*.ctxd-backup"))  # the backups, once restored, are gone
     assert "nothing to remove" in ctxd(home, work, "uninstall", "claude").stdout
+
+
+def test_uninstall_after_the_person_edited_the_file_leaves_no_backup(tmp_path: Path):
+    """Edited since the install: uninstall takes ctxd's entries out of the file as it is now and
+    removes the backup, older than the person's edits (it would stay for good otherwise)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".claude").mkdir(parents=True)
+    work.mkdir()
+    settings = home / ".claude" / "settings.json"
+    settings.write_text(json.dumps(THEIRS, indent=4))
+    ctxd(home, work, "install", "claude").check_returncode()
+    edited = json.loads(settings.read_text())
+    edited["model"] = "sonnet"  # the person's edit, after the install
+    settings.write_text(json.dumps(edited))
+    gone = ctxd(home, work, "uninstall", "claude")
+    assert gone.returncode == 0, gone.stderr
+    assert f"cleaned {settings}" in gone.stdout and "removed the backup" in gone.stdout
+    left = json.loads(settings.read_text())
+    assert left["model"] == "sonnet" and "ctxd" not in settings.read_text()
+    assert not list(home.rglob("*.ctxd-backup"))
 
 
 def test_project_scope_and_files_it_will_not_touch(tmp_path: Path):

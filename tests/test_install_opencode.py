@@ -95,6 +95,7 @@ def test_project_scope_follows_the_2_0_form_and_bakes_in_the_url(tmp_path: Path)
 
     ctxd(home, work, "uninstall", "opencode", "--scope", "project").check_returncode()
     assert json.loads(config.read_text()) == THEIRS_V2 and not plugin.exists()
+    assert not plugin.parent.exists()  # the plugins folder made for it goes with it
 
 
 def test_files_it_will_not_touch(tmp_path: Path):

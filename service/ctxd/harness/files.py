@@ -1,6 +1,7 @@
 """The files a harness install writes: a planned `Change` per file, shown as a diff or applied
 with a backup, atomically and keeping the file's mode; harness settings read as JSON."""
 
+import contextlib
 import json
 import os
 import stat
@@ -42,12 +43,13 @@ def apply(changes: list[Change], remove: bool = False) -> list[tuple[Path, str]]
     """Write the files that change; returns each path with what was done to it ("created",
     "updated", "restored", "removed", "cleaned").
 
-    An install backs a file up once, before its first change (`.ctxd-backup`); a file it
-    creates has no backup. An uninstall leaves each file as it was before the install: the
-    backup put back byte for byte (and removed) when the file, without ctxd, holds what the
-    backup holds; a file ctxd created removed when nothing but ctxd was in it; otherwise the
-    file without ctxd's entries, the backup kept (the file changed since). A file ctxd owns
-    whole (the opencode plugin) is removed by a change to nothing."""
+    An install backs a file up once, before its first change (`.ctxd-backup`, said among what
+    it did); a file it creates has no backup. An uninstall leaves each file as it was before
+    the install: the backup put back byte for byte (and removed) when the file, without ctxd,
+    holds what the backup holds; a file ctxd created removed when nothing but ctxd was in it;
+    otherwise the file without ctxd's entries, and the backup removed (the file changed since:
+    it is older than the person's edits). A file ctxd owns whole (the opencode plugin) is
+    removed by a change to nothing, with its folder when that is left empty."""
     done = []
     for change in changes:
         if not change.changed:
@@ -57,6 +59,8 @@ def apply(changes: list[Change], remove: bool = False) -> list[tuple[Path, str]]
         if not change.after and not change.backup:
             path.unlink(missing_ok=True)
             done.append((path, "removed"))
+            with contextlib.suppress(OSError):  # the folder made for it, left empty by it
+                path.parent.rmdir()
         elif remove and backup.exists() and _same(change.after, read_text(backup), path):
             _write_in_place(path, read_text(backup))
             backup.unlink()
@@ -71,8 +75,12 @@ def apply(changes: list[Change], remove: bool = False) -> list[tuple[Path, str]]
                 import shutil  # only when installing: the hook path imports this module
 
                 shutil.copy2(path, backup)
+                done.append((backup, "kept the file as it was in"))
             _write_in_place(path, change.after)
             done.append((path, "cleaned" if remove else "updated" if existed else "created"))
+            if remove and backup.exists():  # edited since: the file now, less ctxd, is newer
+                backup.unlink()
+                done.append((backup, "removed the backup, older than your edits,"))
     return done
 
 
