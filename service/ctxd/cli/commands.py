@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -304,6 +305,15 @@ def prune(args: argparse.Namespace) -> int:
     params = {"keep_days": args.keep_days} if args.keep_days else None
     result = _call(args, "POST", "/api/prune", params=params)
     _report(args, result, lambda r: output.pruned(r["removed"], args.keep_days))
+    return 0
+
+
+def scrub(args: argparse.Namespace) -> int:
+    """Values piped on stdin (never on the command line, where `ps` shows them) are scrubbed
+    with those ctxd learned by itself."""
+    values = [] if sys.stdin.isatty() else [v.strip() for v in sys.stdin if v.strip()]
+    result = _call(args, "POST", "/api/scrub", json={"values": values})
+    _report(args, result, output.scrubbed)
     return 0
 
 

@@ -403,6 +403,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=commands.prune)
 
+    p = sub.add_parser(
+        "scrub",
+        help="take secrets ctxd learned after storing them (and any given on stdin, one a line)"
+        " out of everything it stored",
+    )
+    p.set_defaults(func=commands.scrub)
+
     p = sub.add_parser("health", help="is the service up, and its version")
     p.set_defaults(func=commands.health)
 

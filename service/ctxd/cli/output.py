@@ -122,6 +122,16 @@ def snapshot_taken(snapshot: dict[str, Any]) -> str:
     return f"{header['session']} v{header['version']} ({signals})"
 
 
+def scrubbed(result: dict[str, int]) -> str:
+    if not result["values"]:
+        return "nothing to scrub: every secret ctxd knows was scrubbed when it learned it"
+    places = result["rows"] + result["blobs"] + result["dumps"]
+    return (
+        f"scrubbed {result['values']} secret value(s) from {places} stored place(s)"
+        f" ({result['rows']} rows, {result['blobs']} sections, {result['dumps']} dumps)"
+    )
+
+
 def pruned(removed: int, keep_days: int | None) -> str:
     older = f"{keep_days} days" if keep_days else "the server's keep-days"
     return f"removed {counted(removed, 'version')} older than {older}"

@@ -29,6 +29,7 @@ from ctxd.models import (
 )
 from ctxd.usecases.agent_actions import ActionsIn, ActionsOut
 from ctxd.usecases.operations import UseCases
+from ctxd.usecases.scrub import ScrubIn
 from ctxd.usecases.search import LIMIT_MAX, OFFSET_MAX, SearchResult
 
 MARKDOWN = "text/markdown"  # Litestar appends "; charset=utf-8" to text types
@@ -60,6 +61,15 @@ def prune(
     state: State, keep_days: Annotated[int | None, Parameter(ge=1, le=3650)] = None
 ) -> dict[str, int]:
     return {"removed": use(state).prune(keep_days)}
+
+
+@post("/api/scrub", sync_to_thread=True, status_code=200)
+def scrub(state: State, data: ScrubIn | None = None) -> dict[str, int]:
+    """Secrets learned since they were stored taken out of the store and the dump files now
+    (ctxd also does it by itself, a moment after it learns one); how many places changed."""
+    done = use(state).scrubber.now(data.values if data else [])
+    return {"values": done.values, "rows": sum(done.rows.values()), "blobs": done.blobs,
+            "dumps": done.dumps}  # fmt: skip
 
 
 @get("/api/search", sync_to_thread=True)

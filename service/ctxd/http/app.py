@@ -15,7 +15,16 @@ from ctxd import __version__, redact
 from ctxd.collectors.proc import sampler
 from ctxd.errors import CtxdError
 from ctxd.http import access, gc_policy, storage_errors
-from ctxd.http.api import harness_hook, health, hook, prune, search_all, sessions_router, wake
+from ctxd.http.api import (
+    harness_hook,
+    health,
+    hook,
+    prune,
+    scrub,
+    search_all,
+    sessions_router,
+    wake,
+)
 from ctxd.http.mcp.mount import LazyMcp
 from ctxd.http.pages import PageController
 from ctxd.http.peers import handlers as peer_handlers
@@ -112,6 +121,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=[
             health,
             prune,
+            scrub,
             hook,
             harness_hook,
             wake,

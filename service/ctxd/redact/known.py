@@ -74,6 +74,12 @@ def learn(value: str) -> bool:
         return True
 
 
+def values() -> tuple[str, ...]:
+    """The values known now, the least recently seen first."""
+    with _lock:
+        return tuple(_values)
+
+
 def forget_all() -> None:
     """Drop every known value (tests, and a process that wants a clean slate)."""
     global _forms, generation

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -185,6 +186,26 @@ class DumpFiles:
 
     def remove(self, sid: str, version: int) -> None:
         (self.session_dir(sid) / version_file(version)).unlink(missing_ok=True)
+
+    def scrub(self, forms: list[str], replace: Callable[[str], str]) -> int:
+        """The Markdown files (and the latest dumps held in memory) holding one of `forms`,
+        rewritten with `replace`; how many files were."""
+        with self._guard:
+            for sid, text in list(self._latest.items()):
+                if any(form in text for form in forms):
+                    self._latest[sid] = replace(text)
+        count = 0
+        for path in self.settings.data_dir.glob("*/*.md"):
+            try:
+                if path.is_symlink() or not path.is_file():
+                    continue  # latest.md links to a version's file, rewritten as itself
+                text = path.read_text(encoding="utf-8")
+                if any(form in text for form in forms):
+                    write_atomic(path, replace(text))
+                    count += 1
+            except (OSError, ValueError) as exc:
+                log.warning("could not rewrite %s without a learned secret: %s", path, exc)
+        return count
 
     def latest_in_memory(self, sid: str) -> str | None:
         """The newest stored dump of a session, if written or checked since start-up."""

@@ -8,6 +8,7 @@ input are the use cases' (`service/ctxd/usecases/operations.py`).
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ctxd.models import (
     Watch,
     WatchSpec,
 )
+from ctxd.store import scrub as store_scrub
 from ctxd.store import search_index as store_search
 from ctxd.store.agent import AgentRows
 from ctxd.store.connection import iso, now
@@ -36,6 +38,18 @@ PROMPTS_KEPT = 5
 
 class Store(AgentRows, ConversationRows, SnapshotRows):
     """Sessions, their watches and journal entries, on top of the snapshot rows."""
+
+    # --- secrets learned after they were stored ---------------------------------------------
+
+    def scrub(self, forms: list[str], replace: Callable[[str], str]) -> store_scrub.Scrubbed:
+        """Every stored text holding one of `forms` rewritten with `replace` (see `scrub`),
+        then the WAL, which held the old pages, emptied."""
+        with self._tx() as db:
+            done = store_scrub.scrub(db, forms, replace)
+        if done.total:
+            with self._lock:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return done
 
     # --- sessions ---------------------------------------------------------------------------
 

@@ -129,11 +129,8 @@ class SnapshotRows(Connection):
         data = row["markdown_z"]
         if data is None:
             return str(row["markdown"])
-        base = _delta_base(data)
-        if base is None:
-            return zlib.decompress(data).decode()
-        key = self._snapshot_row(sid, base, "markdown_z")["markdown_z"]
-        return _undelta(data, zlib.decompress(key)).decode()
+        with self._lock:
+            return markdown_of(self.db, sid, data)
 
     # A dump is stored whole (zlib) every KEYFRAME_EVERY versions; the others as zlib with the
     # keyframe's dump as preset dictionary: a version that adds a log line costs a few hundred
@@ -245,6 +242,19 @@ class SnapshotRows(Connection):
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 KEYFRAME_EVERY = 32
 DELTA = b"\x00d"  # never the start of a zlib stream (0x78 ...)
+
+
+def markdown_of(db: Database, sid: str, data: bytes) -> str:
+    """A stored dump as text: whole, or a delta of its session's keyframe version's dump."""
+    base = _delta_base(data)
+    if base is None:
+        return zlib.decompress(data).decode()
+    key = db.execute(
+        "select markdown_z from snapshots where session = ? and version = ?", [sid, base]
+    ).fetchone()
+    if key is None or key[0] is None:
+        raise NotFound(f"the dump version {base} of session '{sid}' is gone")
+    return _undelta(data, zlib.decompress(key[0])).decode()
 
 
 def _delta(raw: bytes, key: bytes, base: int) -> bytes:

@@ -28,7 +28,9 @@ from ctxd.discovery.actions import Action, CommandAction
 from ctxd.discovery.shellparse import CommandFacts, SimpleCommand, parse_command
 from ctxd.errors import CtxdError
 from ctxd.models import LogWatch, ProcessWatch, Strict, Trigger, Watch, WatchIn, WatchSpec
+from ctxd.redact import known as redact_known
 from ctxd.snapshotter.snapshotter import Snapshotter
+from ctxd.usecases.scrub import Scrubber
 
 log = logging.getLogger("ctxd")
 
@@ -60,10 +62,11 @@ BUILT_WATCHES_MAX = 4
 
 
 class ActionIntake:
-    def __init__(self, snap: Snapshotter, admit: Admit) -> None:
+    def __init__(self, snap: Snapshotter, admit: Admit, scrubber: Scrubber) -> None:
         self.snap = snap
         self.store = snap.store
         self.admit = admit
+        self.scrubber = scrubber
         self._lock = threading.Lock()
         self._reads: dict[str, Counter[str]] = {}
         self._last_at: dict[str, datetime] = {}
@@ -83,7 +86,10 @@ class ActionIntake:
         discover = self.store.get_session(sid).discovery
         for action in actions:
             if isinstance(action, CommandAction):  # its flags' and headers' secrets, first
+                known = redact_known.generation
                 redact.learn_command(action.command)
+                if redact_known.generation != known:  # stored before it was known: scrubbed
+                    self.scrubber.request()
             action = redact.scrub(action)
             body = action.model_dump(mode="json", exclude={"at"})
             self.store.add_action(sid, action.kind, action.at, body)

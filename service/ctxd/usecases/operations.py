@@ -62,6 +62,7 @@ from ctxd.store.peers import Peer, PeerIn
 from ctxd.usecases import recovery
 from ctxd.usecases.admission import admit
 from ctxd.usecases.agent_actions import ActionIntake
+from ctxd.usecases.scrub import Scrubber
 from ctxd.usecases.search import SearchResult, find
 
 OBJECTIVE_CHARS = 2000
@@ -76,7 +77,10 @@ class UseCases:
         self.store = snap.store
         self.settings = snap.settings
         self.activity = activity
-        self.intake = ActionIntake(snap, lambda sid, spec, why: self.add_watch(sid, spec, why)[0])
+        self.scrubber = Scrubber(snap.store, snap.files)
+        self.intake = ActionIntake(
+            snap, lambda sid, spec, why: self.add_watch(sid, spec, why)[0], self.scrubber
+        )
         self._transcripts_read: set[str] = set()
         self.turns = TurnMarks()
         # hook events by how they came: posted by the harness itself, or by `ctxd hook`
@@ -85,6 +89,7 @@ class UseCases:
 
     def close(self) -> None:
         self.intake.close()
+        self.scrubber.close()
 
     def _active(self, sid: str) -> str:
         """One rule for every transport: a call about a session is activity of that session."""
