@@ -79,3 +79,15 @@ def test_a_key_stored_before_its_flag_named_it_is_taken_out_of_everything(
     assert again.returncode == 0 and "nothing to scrub" in again.stdout, again.stdout
     # the service keeps answering: every version still reads back
     assert client.get("/api/sessions/svc/snapshots/1").status_code == 200
+
+
+def test_scrub_refuses_what_cannot_be_a_secret_and_answers_garbage_plainly(server: Server):
+    client = httpx.Client(base_url=server.url, timeout=30)
+    for body in ({"values": ["short"]}, {"values": "orchid-lamp"}, {"other": 1},
+                 {"values": ["x" * 5000]}, {"values": ["long-enough-value"] * 65}):  # fmt: skip
+        answer = client.post("/api/scrub", json=body)
+        assert answer.status_code == 400, (body, answer.text)
+    garbage = client.post("/api/scrub", content=b"\xff\x00not json",
+                          headers={"content-type": "application/json"})  # fmt: skip
+    assert garbage.status_code == 400
+    assert client.post("/api/scrub").json() == {"values": 0, "rows": 0, "blobs": 0, "dumps": 0}
