@@ -233,3 +233,29 @@ def test_the_lead_of_an_injected_dump_states_facts_not_orders() -> None:
     assert "ctxd note" not in lead  # no hint to the model: the dump's last line names the rest
     for order in ("you must", "always", "never", "record progress", "make sure", "please"):
         assert order not in lead.lower(), order
+
+
+def test_a_subagent_starts_with_the_dump_its_parent_would_resume_from(
+    server: Server, client: httpx.Client, work: Path
+) -> None:
+    """SubagentStart (the payload names the parent's conversation and the subagent's own id):
+    answered with the session's dump as the subagent's additionalContext, through the command
+    hook's endpoint and the HTTP hook Claude Code posts itself; a second delivery adds none."""
+    prompt = "Find out why the vLLM server hangs at startup on 4 GPUs"
+    send(client, event("UserPromptSubmit", work, prompt_id="p1", prompt=prompt))
+    start = event("SubagentStart", work, agent_id="a1f3", agent_type="general-purpose")
+    answer = send(client, start)
+    assert prompt in answer["context"], answer  # the objective, in the dump it is handed
+    output = CLAUDE.output("SubagentStart", answer)
+    assert output is not None
+    specific = output["hookSpecificOutput"]
+    assert specific["hookEventName"] == "SubagentStart" and prompt in specific["additionalContext"]
+    assert send(client, start)["context"] is None  # the same subagent, delivered twice
+    posted = client.post(
+        "/api/hooks/claude/http",
+        json=event("SubagentStart", work, agent_id="b7c9", agent_type="Explore"),
+    )
+    assert posted.status_code == 200, posted.text
+    said = posted.json()["hookSpecificOutput"]
+    assert said["hookEventName"] == "SubagentStart" and prompt in said["additionalContext"]
+    assert "SubagentStart" in claude.config("ctxd hook claude")["hooks"]  # install wires it

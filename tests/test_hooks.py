@@ -182,7 +182,7 @@ def test_print_config_is_the_hooks_block_for_settings_json():
     config = json.loads(out.stdout)["hooks"]
     assert set(config) == {
         "PreCompact", "PostCompact", "SessionStart", "UserPromptSubmit", "Stop", "StopFailure",
-        "PostToolUse", "PostToolUseFailure", "SessionEnd",
+        "PostToolUse", "PostToolUseFailure", "SessionEnd", "SubagentStart",
     }  # fmt: skip
     assert config["SessionStart"][0]["matcher"] == "startup|compact|resume|clear|fork"
     tools = config["PostToolUse"][0]

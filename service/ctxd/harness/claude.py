@@ -39,7 +39,7 @@ from ctxd.harness.files import (
 # the checkout's latest); the server hands a dump only to the other sources.
 SESSION_SOURCES = "startup|compact|resume|clear|fork"
 TOOLS = "Bash|Edit|Write|MultiEdit|NotebookEdit"
-INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
+INJECT_EVENTS = ("SessionStart", "UserPromptSubmit", "SubagentStart")
 KINDS: dict[str, EventKind] = {
     "SessionStart": "start",
     "UserPromptSubmit": "prompt",
@@ -47,6 +47,7 @@ KINDS: dict[str, EventKind] = {
     "PostToolUseFailure": "tool",
     "PreCompact": "compact",
     "PostCompact": "compacted",
+    "SubagentStart": "subagent",
     "Stop": "idle",
     "StopFailure": "failed",
     "SessionEnd": "end",
@@ -58,6 +59,7 @@ IDENTIFIED: dict[EventKind, tuple[str, ...]] = {
     "start": ("source", "prompt_id"),
     "prompt": ("prompt_id",),
     "tool": ("tool_use_id",),
+    "subagent": ("agent_id",),
 }
 
 
@@ -68,6 +70,7 @@ class ClaudeCode:
     # Events a person waits on get the time a fresh snapshot may take; the others are quick.
     slow_events = {
         "SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0, "StopFailure": 30.0,
+        "SubagentStart": 30.0,
     }  # fmt: skip
     # Events whose trouble the person should see (a note per tool call would be noise).
     tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
@@ -214,6 +217,7 @@ def config(command: str, wake: bool = True, posts_to: str | None = None) -> dict
         "PostToolUse": entry(30, TOOLS, **({} if posts_to else {"async": True})),
         "PostToolUseFailure": entry(30, "Bash", **({} if posts_to else {"async": True})),
         "PostCompact": entry(10),
+        "SubagentStart": entry(30),
         "Stop": entry(10),
         "StopFailure": entry(30),
         "SessionEnd": entry(10),

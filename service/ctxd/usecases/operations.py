@@ -402,6 +402,8 @@ class UseCases:
         elif event.kind == "start" and event.source in RESUME_SOURCES:
             out.context = self.resume(sid, max_chars=budget)
             self.turns.mark(sid, event.conversation)
+        elif event.kind == "subagent":  # it starts with none of the conversation
+            out.context = self.resume(sid, max_chars=budget)
         elif event.kind == "prompt":
             if self.turns.fresh(sid, event.conversation):
                 # the turn began with a dump (resume, compaction): the prompt is still recorded
