@@ -17,11 +17,13 @@ from typing import Any
 
 @dataclass
 class Step:
-    """One scripted answer: a shell command for the harness to run, or a text that ends the turn."""
+    """One scripted answer: a shell command for the harness to run, a subagent to start, or a
+    text that ends the turn."""
 
     bash: str | None = None
     background: bool = False
     text: str = "done"
+    agent: str | None = None  # a subagent to start (Claude Code's Agent tool) with this prompt
 
 
 @dataclass
@@ -107,7 +109,13 @@ def _texts(message: dict[str, Any]) -> str:
 
 
 def _message(step: Step, model: str, n: int) -> dict[str, Any]:
-    if step.bash is not None:
+    if step.agent is not None:
+        tool_input = {"description": "scripted subagent", "prompt": step.agent,
+                      "subagent_type": "general-purpose"}  # fmt: skip
+        content = [{"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Agent",
+                    "input": tool_input}]  # fmt: skip
+        stop = "tool_use"
+    elif step.bash is not None:
         tool_input: dict[str, Any] = {"command": step.bash, "description": "scripted step"}
         if step.background:
             tool_input["run_in_background"] = True

@@ -177,3 +177,26 @@ def test_ctxd_wired_twice_by_its_plugin_and_by_install_acts_once_per_event(
     store = Store(server.data_dir / "ctxd.db")
     commands = [a["command"] for a in store.list_actions("exporter", "command")]
     assert commands.count("echo rows=0 > export.log") == 1, commands
+
+
+@needs_claude
+def test_a_subagent_claude_code_starts_is_handed_the_dump(server: Server, tmp_path: Path):
+    """The Agent tool starts a subagent with none of the conversation: ctxd's SubagentStart
+    hook hands it the session's dump, which the subagent's first request to the model holds."""
+    home, work = tmp_path / "home", tmp_path / "exporter"
+    for folder in (home, work):
+        folder.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    task = "Read export.log and say how many rows it wrote."
+    model = ScriptedModel([Step(bash="echo rows=0 > export.log"), Step(agent=task),
+                           Step(text="It wrote 0 rows."), STAY, Step(text="Empty.")])  # fmt: skip
+    env = claude_env(home, tmp_path / "bin", server, model)
+    try:
+        run_claude(["-p", PROMPT, "--plugin-dir", str(PLUGIN)], work, env)
+    finally:
+        model.close()
+    (first,) = [body for body in model.requests
+                if task in ScriptedModel.texts(body["messages"][0])]  # fmt: skip
+    handed = "\n".join(ScriptedModel.texts(m) for m in first["messages"])
+    assert "# exporter · v" in handed, handed[-3000:]  # the dump, its title line
+    assert PROMPT in handed and "echo rows=0 > export.log" in handed
