@@ -4,16 +4,18 @@ files that already hold someone else's hooks and config."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import httpx
 from ctxd.discovery.payloads import from_codex
 from ctxd.harness.codex import ADAPTER as CODEX
 from ctxd.harness.registry import adapter, command_hook
 
-from tests.conftest import Server
+from tests.conftest import Server, wait_until
 
 SESSION = "01a233bc-3314-7bf1-84a3-64b2b6c78caf"
 
@@ -279,3 +281,34 @@ def test_config_it_will_not_touch_or_not_change(tmp_path: Path):
     (home / ".codex" / "hooks.json").write_text('{"hooks": []}')
     odd = ctxd(home, work, "install", "codex")
     assert odd.returncode != 0 and "'hooks' is not an object" in odd.stderr
+
+
+def test_a_launch_codex_ended_with_its_command_says_so(rooted_server: Server, tmp_path: Path):
+    """Codex ends a command's process group as the command returns: a plain `nohup … &` goes
+    with it, no error in its log. Its attempt says why (as ctxd sees it here: the launch's
+    group ended at once, as Codex ends it); a `setsid` launch is no such case."""
+    work = tmp_path / "svc"
+    work.mkdir()
+    client = httpx.Client(base_url=rooted_server.url, timeout=60)
+
+    def send(event: dict[str, object]) -> dict:
+        answer = client.post("/api/hooks/codex", json={"payload": event})
+        answer.raise_for_status()
+        return dict(answer.json())
+
+    send(payload("UserPromptSubmit", work, turn_id="t0", prompt="Start the mock server"))
+    line = "nohup python3 -c 'import time; time.sleep(300)' --serve > serve.log 2>&1 &"
+    shell_of_codex = subprocess.Popen(["bash", "-c", line], cwd=work, start_new_session=True)
+    shell_of_codex.wait(timeout=30)
+    os.killpg(shell_of_codex.pid, signal.SIGTERM)  # what Codex does as the command returns
+    send(payload("PostToolUse", work, turn_id="t1", tool_name="Bash",
+                 tool_input={"command": line}, tool_response="", tool_use_id="call_1"))  # fmt: skip
+
+    def row() -> str:
+        dump = client.get("/api/sessions/svc/resume").text
+        rows = [r for r in dump.splitlines() if r.startswith("| **attempt 1**")]
+        return rows[0] if rows and "running" not in rows[0] else ""
+
+    said = wait_until(row, "the attempt seen to end")
+    assert "Codex ends a command's process group" in said and "setsid nohup" in said, said
+    assert CODEX.left_behind("setsid nohup python3 serve.py > s.log 2>&1 &") is None

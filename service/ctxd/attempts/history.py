@@ -6,7 +6,7 @@ logs those attempts write.
 import re
 import shlex
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -21,6 +21,8 @@ COMMAND_CHARS = 2000  # the running and the newest failed attempt show theirs wh
 ATTEMPTS_FOLDED = 500  # the newest attempts read for the dump; older ones are searched
 SHOWN_IN_FULL = 6  # the newest attempts shown one by one; older ones fold by outcome
 FLAGS_COMPARED = 200  # of the folded ones, the newest whose flags say which varied
+# An attempt gone this soon, with no error, may have gone with the command that started it.
+AT_ONCE_S = 3.0
 
 
 def attempt_logs(
@@ -53,6 +55,7 @@ def history(
     )
     first_number = total - len(newest_attempts) + 1
     now = datetime.now(UTC)
+    ended_by = _harness_reaper(store, sid)
     older: list[Light] = []
     newest: list[HistoryItem] = []
     previous: Attempt | None = None
@@ -65,9 +68,9 @@ def history(
             following = numbered_runs[index + 1][0][1] if number == 1 else None
             older.append(light(run, previous if compared else None, following))
         else:
-            item = _item(attempt, previous, now, number)
+            item = _item(attempt, previous, now, number, ended_by)
             if len(run) > 1:
-                item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0]))
+                item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0], ended_by))
             newest.append(item)
         previous = run[-1][1]
     if older:
@@ -185,11 +188,39 @@ def _journal(entry: JournalEntry) -> HistoryItem:
     )
 
 
-def _item(attempt: Attempt, previous: Attempt | None, now: datetime, number: int) -> HistoryItem:
+Reaper = Callable[[str], str | None]
+
+
+def _harness_reaper(store: Store, sid: str) -> Reaper:
+    """Why a process a command sent off ended with the command, where a harness of this
+    session's conversations ends such processes itself (`Adapter.left_behind`)."""
+    from ctxd.harness.registry import MODULES, adapter
+
+    named = {c["harness"] for c in store.conversations_of(sid)} & set(MODULES)
+    harnesses = [adapter(name) for name in sorted(named)]
+
+    def why(command: str) -> str | None:
+        return next((w for h in harnesses if (w := h.left_behind(command))), None)
+
+    return why
+
+
+def _item(
+    attempt: Attempt,
+    previous: Attempt | None,
+    now: datetime,
+    number: int,
+    ended_by: Reaper | None = None,
+) -> HistoryItem:
     program = program_name(attempt.argv)
     pid = f" (pid {attempt.pid})" if attempt.pid is not None else ""
     text = f"`{program}`{pid} at {attempt.started_at:%H:%M:%S} UTC"
     notes = [attempt.outcome(now)]
+    at_once = attempt.ended_at is not None and (
+        not attempt.seen or (attempt.ended_at - attempt.started_at).total_seconds() <= AT_ONCE_S
+    )
+    if at_once and not attempt.error and attempt.command and ended_by is not None:
+        notes[0] = ended_by(attempt.command) or notes[0]
     if attempt.ended_at is None:
         status = "running" if attempt.seen else "started"
         if attempt.idle_s is not None and attempt.idle_s >= 10:

@@ -85,6 +85,12 @@ class Adapter(Protocol):
         """What the person must still do after an install (Codex: trust the new hooks)."""
         ...
 
+    def left_behind(self, command: str) -> str | None:
+        """Why a process `command` sent off ended as the command returned, where the harness
+        ends such processes itself (said of an attempt that ended at once, its log holding no
+        error); None where it leaves them be."""
+        ...
+
     def config_home(self, home: Path) -> Path:
         """The folder of its user settings: where it is, the harness is installed (a person
         may run it by a path or an alias, its program not on PATH)."""

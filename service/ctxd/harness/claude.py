@@ -75,6 +75,9 @@ class ClaudeCode:
     # Events whose trouble the person should see (a note per tool call would be noise).
     tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
 
+    def left_behind(self, command: str) -> str | None:
+        return None
+
     def config_home(self, home: Path) -> Path:
         return home / ".claude"
 

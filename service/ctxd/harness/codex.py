@@ -79,6 +79,16 @@ class Codex:
     # Events whose trouble the person should see (a note per tool call would be noise).
     tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
 
+    def left_behind(self, command: str) -> str | None:
+        """Codex ends a command's process group as the command returns: a `nohup … &` goes
+        with it, silently; `setsid` starts a group of its own, which stays."""
+        if "setsid" in command:
+            return None
+        return (
+            "ended as its command returned: Codex ends a command's process group (launch"
+            " it with `setsid nohup … &`)"
+        )
+
     def config_home(self, home: Path) -> Path:
         return user_folder(home)
 

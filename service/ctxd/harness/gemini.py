@@ -104,6 +104,9 @@ class Gemini:
     # request, nor a tool call's.
     tell_events: tuple[str, ...] = ("SessionStart", "BeforeAgent")
 
+    def left_behind(self, command: str) -> str | None:
+        return None
+
     def config_home(self, home: Path) -> Path:
         return user_folder(home)
 

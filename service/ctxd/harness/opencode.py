@@ -51,6 +51,9 @@ class Opencode:
     label = "opencode"
     program = "opencode"
 
+    def left_behind(self, command: str) -> str | None:
+        return None
+
     def config_home(self, home: Path) -> Path:
         return user_folder(home)
 
