@@ -12,9 +12,11 @@ HARNESS := .harness/node_modules/.bin/gemini
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# PYTHONWARNINGS: setuptools' notes on editable installs (a page of asterisks) are not the
+# user's business; pip's own errors still show.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 # `make run PORT=18765` (or CTXD_PORT) serves on another port; the store stays in ./snapshots.
