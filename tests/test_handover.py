@@ -404,7 +404,9 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     snapshot.signals = [Signal(severity="critical", code="stuck", subject="50", text="stuck")]
     lines = handover.lines(snapshot)
     said = next(line for line in lines if line.startswith("**You last said**"))
-    assert "your own words; since then: attempt 1 died, attempt 2 is stuck now)" in said, said
+    assert said.startswith(
+        "**You last said**, before attempt 1 died and attempt 2 was found stuck, ("
+    ), said
     # a dump taken as the conversation resumed comes before the message that resumed it
     assert lines[1].endswith("(taken as this conversation resumed: a message after it is newer)")
 

@@ -44,9 +44,10 @@ def lines(s: Snapshot) -> list[str]:
     if n.agent_said is not None and n.agent_said.text.strip():
         said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
         ago = between(n.agent_said.at, at)
-        since = _since_said(s, n.agent_said.at)
-        out.append(f"**You last said** ({_clock(n.agent_said.at)}, {ago} before this dump, your"
-                   f" own words{since}): {said}")  # fmt: skip
+        since = _since_said(s, n.agent_said.at)  # words older than the news: said as such
+        head = f"**You last said**, before {since}," if since else "**You last said**"
+        out.append(f"{head} ({_clock(n.agent_said.at)}, {ago} before this dump, your own"
+                   f" words): {said}")  # fmt: skip
     if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
         woke = n.wakes[-1]
         out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
@@ -174,9 +175,9 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
 
 
 def _since_said(s: Snapshot, said_at: datetime) -> str:
-    """ "; since then, attempt 2 was found stuck": what ctxd saw after the agent's last words
-    that those words could not know (a reader takes "the server is loading" above a stuck
-    verdict for a contradiction, when it is only older)."""
+    """ "attempt 2 was found stuck": what ctxd saw after the agent's last words that those
+    words could not know (a reader takes "the server is loading" above a stuck verdict for a
+    contradiction, when it is only older); "" when nothing was."""
     at = s.header.taken_at
     news = []
     for item in s.narrative.history:
@@ -185,14 +186,14 @@ def _since_said(s: Snapshot, said_at: datetime) -> str:
         if item.status in ("running", "started"):
             now = phase(item, s.signals, s.observations, at)
             if now in ("stuck", "serving"):
-                news.append(f"{item.label} is {now} now")
+                news.append(f"{item.label} was found {now}")
         elif (
             item.error
             and item.lived_s is not None
             and item.at + timedelta(seconds=item.lived_s) > said_at
         ):
             news.append(f"{item.label} died")
-    return f"; since then: {', '.join(news)}" if news else ""
+    return " and ".join(news)
 
 
 def _younger_than_failures(item: HistoryItem, history: list[HistoryItem], at: datetime) -> str:
