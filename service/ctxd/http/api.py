@@ -64,7 +64,7 @@ def prune(
 
 
 @post("/api/scrub", sync_to_thread=True, status_code=200)
-def scrub(state: State, data: ScrubIn | None = None) -> dict[str, int]:
+def scrub(state: State, data: JSONBody[ScrubIn | None] = None) -> dict[str, int]:
     """Secrets learned since they were stored taken out of the store and the dump files now
     (ctxd also does it by itself, a moment after it learns one); how many places changed."""
     done = use(state).scrubber.now(data.values if data else [])
