@@ -199,7 +199,7 @@ def test_the_handover_quotes_the_user_and_the_agent_with_their_times():
     assert lines[1].startswith("**The user's latest message** (") and "empty" in lines[1]
     assert "“keep NCCL_DEBUG=INFO”" in lines[2] and "find the hang" not in lines[2]
     assert lines[3].startswith("**You last said** (")
-    assert lines[3].endswith("your own words): “Relaunched in eager mode; waiting.”")
+    assert lines[3].endswith("; your own words): “Relaunched in eager mode; waiting.”")
 
 
 def test_alike_failures_fold_but_the_newest_failure_and_what_runs_keep_their_rows():
@@ -404,8 +404,9 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     snapshot.signals = [Signal(severity="critical", code="stuck", subject="50", text="stuck")]
     lines = handover.lines(snapshot)
     said = next(line for line in lines if line.startswith("**You last said**"))
-    assert said.startswith(
-        "**You last said**, before attempt 1 died and attempt 2 was found stuck, ("
+    assert said.startswith("**You last said** (") and said.endswith(
+        " before this dump, before attempt 1 died and attempt 2 was found stuck; your own"
+        " words): “The server is loading.”"
     ), said
     # a dump taken as the conversation resumed comes before the message that resumed it
     assert lines[1].endswith("(taken as this conversation resumed: a message after it is newer)")

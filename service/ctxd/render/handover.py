@@ -45,9 +45,9 @@ def lines(s: Snapshot) -> list[str]:
         said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
         ago = between(n.agent_said.at, at)
         since = _since_said(s, n.agent_said.at)  # words older than the news: said as such
-        head = f"**You last said**, before {since}," if since else "**You last said**"
-        out.append(f"{head} ({_clock(n.agent_said.at)}, {ago} before this dump, your own"
-                   f" words): {said}")  # fmt: skip
+        before = f", before {since}" if since else ""
+        out.append(f"**You last said** ({_clock(n.agent_said.at)}, {ago} before this dump"
+                   f"{before}; your own words): {said}")  # fmt: skip
     if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
         woke = n.wakes[-1]
         out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
