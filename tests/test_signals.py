@@ -286,3 +286,12 @@ def test_alike_gpus_fold_with_the_odd_one_apart_and_sizes_kept() -> None:
         f"GPUs 0{dash}2, 4{dash}7: 118.8 GiB each (pids 100, 101, 102, 104, 105, 106, 107);"
         " GPU 3: 1.1 GiB (pid 103) held at 0% utilisation; 8 of them watched"
     ), held
+
+
+def test_zombies_of_one_parent_are_one_line() -> None:
+    dead = [proc(20 + i, state="zombie").model_copy(update={"ppid": 7}) for i in range(8)]
+    (found,) = [s for s in signals.derive(obs(*dead), None) if s.code == "zombie"]
+    assert found.text == (
+        "8 processes (pids 20, 21, 22, 23, 24, 25, 26, 27) are zombies: parent 7 has not"
+        " reaped them"
+    )

@@ -291,12 +291,25 @@ def ports_opened(current: Observations, previous: Observations | None) -> list[S
 
 
 def zombies(current: Observations) -> list[Signal]:
-    return [
-        Signal(severity="warning", code="zombie", subject=p.key,
-               text=f"process {p.pid} ({p.name}) is a zombie: parent {p.ppid} has not reaped it")
-        for p in current.processes.items
-        if p.state == "zombie"
-    ]  # fmt: skip
+    """Exited processes their parent has not reaped: one line per parent (a launcher that
+    never waits for its helpers leaves a row of them, one warning each said nothing more)."""
+    by_parent: dict[int, list[ProcessInfo]] = {}
+    for p in current.processes.items:
+        if p.state == "zombie":
+            by_parent.setdefault(p.ppid, []).append(p)
+    signals = []
+    for ppid, dead in by_parent.items():
+        if len(dead) == 1:
+            (p,) = dead
+            text = f"process {p.pid} ({p.name}) is a zombie: parent {ppid} has not reaped it"
+            subject = p.key
+        else:
+            pids = ", ".join(str(p.pid) for p in dead)
+            text = f"{len(dead)} processes (pids {pids}) are zombies: parent {ppid} has not"
+            text += " reaped them"
+            subject = f"zombies of {ppid}"
+        signals.append(Signal(severity="warning", code="zombie", subject=subject, text=text))
+    return signals
 
 
 def gpu_held_idle(current: Observations) -> list[Signal]:
