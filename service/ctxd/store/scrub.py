@@ -46,8 +46,8 @@ def scrub(db: Database, forms: list[str], replace: Callable[[str], str]) -> Scru
     if not forms:
         return done
     db.execute("PRAGMA secure_delete = ON")  # freed and overwritten bytes are zeroed
-    for table in _text_tables(db):
-        if count := _rows(db, table, forms, replace):
+    for table, columns in _text_tables(db).items():
+        if count := _rows(db, table, columns, forms, replace):
             done.rows[table] = count
     done.blobs = _blobs(db, forms, replace)
     done.dumps = _dumps(db, forms, replace)
@@ -72,8 +72,9 @@ def _text_tables(db: Database) -> dict[str, list[str]]:
     return tables
 
 
-def _rows(db: Database, table: str, forms: list[str], replace: Callable[[str], str]) -> int:
-    columns = _text_tables(db)[table]
+def _rows(
+    db: Database, table: str, columns: list[str], forms: list[str], replace: Callable[[str], str]
+) -> int:
     holds = " or ".join(f"instr({col}, ?) > 0" for col in columns for _ in forms)
     params = [form for _ in columns for form in forms]
     picked = ", ".join(columns)

@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
+from ctxd import redact
 from ctxd.models import Strict
 from ctxd.redact import REDACTED
 from ctxd.redact import known as redact_known
@@ -63,8 +64,8 @@ class Scrubber:
     def now(self, values: Sequence[str] = ()) -> Scrubbed:
         """Learn `values` (a person's own, given to be scrubbed), then scrub every value not
         scrubbed yet; what was rewritten."""
-        for value in values:
-            redact_known.learn(value)
+        for value in values:  # learned as any secret is: kept (as a digest) across restarts
+            redact.learn(value)
         with self._lock:
             fresh = self.pending()
             if not fresh:
