@@ -224,7 +224,9 @@ def test_dumps_stored_as_deltas_read_back_whole_before_and_after_a_prune(tmp_pat
     store = Store(tmp_path / "ctxd.db")
     store.put_session("d", SessionIn())
     log = [f"2026-11-29 12:00:{i % 60:02d} step {i} loss {1 / (i + 1):.5f}" for i in range(300)]
-    old = now() - timedelta(days=40)
+    # from half past midnight, whenever the test runs: which version is the last of its day
+    # (one a prune keeps) must not depend on the hour of the run
+    old = (now() - timedelta(days=40)).replace(hour=0, minute=30, second=0, microsecond=0)
     dumps: dict[int, str] = {}
 
     def build(version: int) -> tuple[Snapshot, str]:

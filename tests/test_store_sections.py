@@ -43,7 +43,10 @@ def _store_with(tmp_path: Path, count: int, old_until: int = 0) -> tuple[Store, 
     built: dict[int, Snapshot] = {}
 
     def build(version: int) -> tuple[Snapshot, str]:
-        moment = now() - timedelta(days=40) + timedelta(hours=version)
+        # from half past midnight, whenever the test runs: which version is the last of its
+        # day (one a prune keeps) must not depend on the hour of the run
+        start = (now() - timedelta(days=40)).replace(hour=0, minute=30, second=0, microsecond=0)
+        moment = start + timedelta(hours=version)
         header = SnapshotHeader(
             session="s",
             version=version,
