@@ -19,6 +19,7 @@ import httpx
 import psutil
 
 from bench.scenario import free_port, start_server
+from bench.timing import cpu_percent
 
 DORMANT_AFTER_S = 20
 SETTLE_S = 40
@@ -52,12 +53,9 @@ def measure(sessions: int, live: int, seconds: float, root: Path) -> tuple[float
                     ):
                         client.post(f"/api/sessions/{sid}/watches", json=spec)
             time.sleep(SETTLE_S)
-            proc = psutil.Process(server.process.pid)
-            before = proc.cpu_times()
-            time.sleep(seconds)
-            after = proc.cpu_times()
-            cpu = (after.user + after.system - before.user - before.system) / seconds * 100
-            return cpu, proc.memory_info().rss / 2**20, min(live, sessions)
+            cpu = cpu_percent(server.process.pid, seconds)
+            rss = psutil.Process(server.process.pid).memory_info().rss
+            return cpu, rss / 2**20, min(live, sessions)
         finally:
             server.stop()
             for sleeper in sleepers:

@@ -23,6 +23,7 @@ import httpx
 import psutil
 
 from bench.scenario import Server, start_server
+from bench.timing import cpu_percent
 
 # Dies 2 s after its start, writing the moment it dies (the wall clock) where the bench reads it.
 DIES = (
@@ -100,11 +101,7 @@ def bench_idle(waiters: int, seconds: float, root: Path) -> tuple[float, float]:
                 line = f"nohup {sys.executable} {sleeper} bench-idle-{os.getpid()}-{n} &"
                 procs.append(waiter(server, report(server, work, f"i{n}", line), root))
             time.sleep(20)  # settle: the launches' snapshots and the first looks are done
-            me = psutil.Process(server.process.pid)
-            before = me.cpu_times()
-            time.sleep(seconds)
-            after = me.cpu_times()
-            cpu = (after.user + after.system - before.user - before.system) / seconds * 100
+            cpu = cpu_percent(server.process.pid, seconds)
             rss = sum(psutil.Process(p.pid).memory_info().rss for p in procs) / 2**20
             return cpu, rss
         finally:

@@ -12,7 +12,7 @@ import httpx
 import psutil
 
 from bench.scenario import Scenario, Server, register
-from bench.timing import p95, timed
+from bench.timing import cpu_percent, p95, timed
 
 SETTLE_S = 12.0  # two event probes (CTXD_EVENT_PROBE_S, 5 s) and a tick
 
@@ -116,11 +116,7 @@ def bench_idle_crowd(
     # Idle is the steady state: a new session's first two probes walk its artifact tree
     # (the second settles the tree's watcher), so two probe periods pass before measuring.
     time.sleep(SETTLE_S)
-    proc = psutil.Process(server.process.pid)
-    before = proc.cpu_times()
-    time.sleep(seconds)
-    after = proc.cpu_times()
-    cpu = (after.user + after.system - before.user - before.system) / seconds * 100
+    cpu = cpu_percent(server.process.pid, seconds)
     figures["idle10x8_cpu_pct"] = cpu
     row("CPU of one core", f"{cpu:.2f} %")
 

@@ -1,8 +1,20 @@
-"""Timing helpers shared by the benchmarks: repeated runs, medians and p95, in milliseconds."""
+"""Timing helpers shared by the benchmarks: repeated runs, medians and p95, in milliseconds, and
+a process's CPU over a window."""
 
 import statistics
 import time
 from collections.abc import Callable
+
+import psutil
+
+
+def cpu_percent(pid: int, seconds: float) -> float:
+    """The CPU a process uses over the next `seconds` (user and system), in % of one core."""
+    proc = psutil.Process(pid)
+    before = proc.cpu_times()
+    time.sleep(seconds)
+    after = proc.cpu_times()
+    return (after.user + after.system - before.user - before.system) / seconds * 100
 
 
 def timed(fn: Callable[[], object], runs: int) -> list[float]:

@@ -251,6 +251,20 @@ def fresh_redaction() -> Iterator[None]:
     redact_known.forget_all()
 
 
+def claude_hooks(client: httpx.Client, conversation: str, cwd: Path) -> Callable[..., dict]:
+    """Claude Code's hook events of one conversation in `cwd`, posted as its hooks post them
+    (`/api/hooks/claude`); each call answers ctxd's JSON."""
+
+    def hook(event: str, **fields: object) -> dict:
+        payload = {"hook_event_name": event, "session_id": conversation, "cwd": str(cwd),
+                   **fields}  # fmt: skip
+        answer = client.post("/api/hooks/claude", json={"payload": payload})
+        answer.raise_for_status()
+        return dict(answer.json())
+
+    return hook
+
+
 def wait_until(check: Callable[[], T], what: str = "the condition", limit: float = 30.0,
                every: float = 0.05) -> T:  # fmt: skip
     """Polls `check` until it returns something true, and returns that; fails after `limit` s."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import Server, tagged, wait_until
+from tests.conftest import Server, claude_hooks, tagged, wait_until
 
 LAUNCHES = 200
 COMMANDS = 2_000
@@ -82,12 +82,7 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     (workspace / "serve.py").write_text(SERVER)
     client = httpx.Client(base_url=server.url, timeout=60)
 
-    def hook(event: str, **fields: object) -> dict:
-        payload = {"hook_event_name": event, "session_id": "long-1", "cwd": str(workspace),
-                   **fields}  # fmt: skip
-        answer = client.post("/api/hooks/claude", json={"payload": payload})
-        answer.raise_for_status()
-        return answer.json()
+    hook = claude_hooks(client, "long-1", workspace)
 
     def bash(command: str, n: int) -> None:
         hook("PostToolUse", tool_name="Bash", tool_use_id=f"toolu_{n}",

@@ -18,7 +18,7 @@ from ctxd.collectors.proc.pystacks import py_spy
 from ctxd.models import ProcessInfo, StuckStack
 from ctxd.signals import ranks
 
-from tests.conftest import Server, start_server, stop_server, wait_until
+from tests.conftest import Server, claude_hooks, start_server, stop_server, wait_until
 
 LAUNCH = textwrap.dedent(
     """
@@ -105,11 +105,7 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
     os.system(f"cd {workspace} && {line}")  # as the agent's shell ran it
     client = httpx.Client(base_url=server.url, timeout=60)
 
-    def hook(event: str, **fields: object) -> dict:
-        payload = {"hook_event_name": event, "session_id": "c", "cwd": str(workspace), **fields}
-        answer = client.post("/api/hooks/claude", json={"payload": payload})
-        answer.raise_for_status()
-        return answer.json()
+    hook = claude_hooks(client, "c", workspace)
 
     hook("UserPromptSubmit", prompt="The 4-rank job hangs after start; find the rank at fault")
     hook("PostToolUse", tool_name="Bash", tool_use_id="toolu_1", tool_input={"command": line},

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import Server, wait_until
+from tests.conftest import Server, claude_hooks, wait_until
 from tests.test_canary import _db_text, _forms
 
 KEY = "velvet-harbor-4217-kite"  # no known shape: only its flag says it is a key
@@ -39,11 +39,7 @@ def test_a_key_stored_before_its_flag_named_it_is_taken_out_of_everything(
     log.write_text(f"connecting to the model API with key {KEY}\nstarted\n")
     client = httpx.Client(base_url=server.url, timeout=60)
 
-    def hook(event: str, **fields: object) -> dict:
-        payload = {"hook_event_name": event, "session_id": "k-1", "cwd": str(work), **fields}
-        answer = client.post("/api/hooks/claude", json={"payload": payload})
-        answer.raise_for_status()
-        return answer.json()
+    hook = claude_hooks(client, "k-1", work)
 
     hook("UserPromptSubmit", prompt=f"the staging password is {PASSWORD}; find why it fails")
     hook("PostToolUse", tool_name="Bash", tool_use_id="toolu_1",

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port, start_server, stop_server, tagged, wait_until
+from tests.conftest import claude_hooks, free_port, start_server, stop_server, tagged, wait_until
 
 STUCK_AFTER_S = 8
 SERVE_TP = textwrap.dedent(
@@ -88,12 +88,7 @@ def test_a_real_gloo_hang_is_handed_over_with_its_odd_rank(tmp_path: Path, tag: 
     port = free_port()
     calls = 0
 
-    def hook(event: str, **fields: object) -> dict:
-        payload = {"hook_event_name": event, "session_id": "tp-1", "cwd": str(workspace),
-                   **fields}  # fmt: skip
-        answer = client.post("/api/hooks/claude", json={"payload": payload})
-        answer.raise_for_status()
-        return answer.json()
+    hook = claude_hooks(client, "tp-1", workspace)
 
     def bash(command: str) -> str:
         nonlocal calls
