@@ -10,9 +10,9 @@ Markdown list items out; every age in it is measured at the instant the snapshot
 import re
 from datetime import datetime, timedelta
 
-from ctxd.fmt import between, human_bytes, human_duration, log_name, ranges
+from ctxd.fmt import between, human_duration, log_name, ranges
 from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Signal, Snapshot
-from ctxd.signals import ranks
+from ctxd.signals import derive, ranks
 from ctxd.signals.attempts import phase
 
 # The user's earlier prompts quoted after the latest, and how much of each.
@@ -218,14 +218,9 @@ def _failure(item: HistoryItem, running: bool) -> str:
 def _gpu_sizes(gpus: list[GpuInfo]) -> str:
     """ "0-2, 4-7: 118.8 GiB each; 3: 1.1 GiB" (en dashes): the GPUs by the memory each
     holds, as Now's warning folds them, so an odd one (a rank still loading) is not hidden."""
-    by_size: dict[str, list[int]] = {}
-    for gpu in gpus:
-        by_size.setdefault(human_bytes(gpu.memory_used_bytes), []).append(gpu.index)
-    if len(gpus) == 1:
-        return f"{gpus[0].index}: {human_bytes(gpus[0].memory_used_bytes)}"
     return "; ".join(
-        f"{ranges(sorted(indices))}: {size}{' each' if len(indices) > 1 else ''}"
-        for size, indices in sorted(by_size.items(), key=lambda item: -len(item[1]))
+        f"{ranges([g.index for g in group])}: {size}{' each' if len(group) > 1 else ''}"
+        for size, group in derive.by_size(gpus)
     )
 
 

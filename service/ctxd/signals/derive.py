@@ -327,18 +327,24 @@ def gpu_held_idle(current: Observations) -> list[Signal]:
     watched = {p.pid for p in current.processes.items}
     owners = [p for gpu in held for p in gpu.processes]
     mine = [p for p in owners if p.watched or p.pid in watched]
-    by_size: dict[str, list[GpuInfo]] = {}
-    for gpu in held:  # alike GPUs in one part, the odd one (a rank still loading) apart
-        by_size.setdefault(human_bytes(gpu.memory_used_bytes), []).append(gpu)
     parts = [
         (f"GPU {gpus[0].index}: {size}" if len(gpus) == 1
          else f"GPUs {_indices(gpus)}: {size} each") + f" ({_pids(gpus)})"
-        for size, gpus in sorted(by_size.items(), key=lambda item: -len(item[1]))
+        for size, gpus in by_size(held)
     ]  # fmt: skip
     whose = f"{len(mine)} of them watched" if len(owners) > 1 else "watched" if mine else ""
     text = f"{'; '.join(parts)} held at 0% utilisation" + (f"; {whose}" if whose else "")
     subject = "gpus" if len(held) > 1 else f"gpu{held[0].index}"
     return [Signal(severity="warning", code="gpu_held_idle", subject=subject, text=text)]
+
+
+def by_size(gpus: list[GpuInfo]) -> list[tuple[str, list[GpuInfo]]]:
+    """The GPUs grouped by the memory each holds (as written: "118.8 GiB"), the largest group
+    first: alike ones together, an odd one (a rank still loading) apart."""
+    groups: dict[str, list[GpuInfo]] = {}
+    for gpu in gpus:
+        groups.setdefault(human_bytes(gpu.memory_used_bytes), []).append(gpu)
+    return sorted(groups.items(), key=lambda item: -len(item[1]))
 
 
 def _pids(gpus: list[GpuInfo]) -> str:
