@@ -4,6 +4,7 @@ from collections import Counter
 from collections.abc import Set
 from datetime import datetime, timedelta
 
+from ctxd import redact
 from ctxd.attempts.flags import process_name
 from ctxd.discovery.procscan import SHELLS
 from ctxd.fmt import human_bytes, human_duration, ranges
@@ -112,8 +113,8 @@ def stuck_trees(
         for log in current.logs.items:
             theirs = log.writer_pid in pids if log.writer_pid else log.path not in earlier_runs
             if log.silent_for_s >= threshold and theirs:
-                last = log.lines[-1].strip() if log.lines else ""
-                last = last if len(last) <= LAST_LINE_CHARS else last[: LAST_LINE_CHARS - 1] + "…"
+                # cut as any text is: a known token's fragment at the edge is withheld
+                last = redact.cut(log.lines[-1].strip(), LAST_LINE_CHARS, "…") if log.lines else ""
                 tail = f", last line: {last}" if last else ""
                 evidence.append(f"log {log.path} silent {silent_for(log, at)}{tail}")
         if not evidence:
