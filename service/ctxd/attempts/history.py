@@ -216,9 +216,8 @@ def _item(
     pid = f" (pid {attempt.pid})" if attempt.pid is not None else ""
     text = f"`{program}`{pid} at {attempt.started_at:%H:%M:%S} UTC"
     notes = [attempt.outcome(now)]
-    at_once = attempt.ended_at is not None and (
-        not attempt.seen or (attempt.ended_at - attempt.started_at).total_seconds() <= AT_ONCE_S
-    )
+    lived_s = (attempt.ended_at - attempt.started_at).total_seconds() if attempt.ended_at else None
+    at_once = lived_s is not None and (not attempt.seen or lived_s <= AT_ONCE_S)
     if at_once and not attempt.error and attempt.command and ended_by is not None:
         notes[0] = ended_by(attempt.command) or notes[0]
     if attempt.ended_at is None:
@@ -273,7 +272,5 @@ def _item(
         ports=list(attempt.expected_ports),
         port_open=bool(attempt.port_opened) if attempt.expected_ports else None,
         logs=list(attempt.logs),
-        lived_s=(attempt.ended_at - attempt.started_at).total_seconds()
-        if attempt.ended_at
-        else None,
+        lived_s=lived_s,
     )
