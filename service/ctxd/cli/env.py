@@ -17,37 +17,37 @@ def url() -> str:
 def served_port() -> dict[str, int]:
     """{"port": N} where CTXD_URL names this machine's service on port N (`ctxd serve` then
     listens where the CLI and the hooks call); {} where it names none, or another host."""
-    from urllib.parse import urlsplit
-
-    given = os.environ.get("CTXD_URL")
-    if not given:
+    where = _host_port(os.environ.get("CTXD_URL") or "")
+    if where is None or where[1] is None or where[0] not in ("127.0.0.1", "localhost", "::1"):
         return {}
-    try:
-        parts = urlsplit(with_scheme(given))
-        port = parts.port
-    except ValueError:
-        return {}
-    local = parts.hostname in ("127.0.0.1", "localhost", "::1")
-    return {"port": port} if local and port is not None else {}
+    return {"port": where[1]}
 
 
 def start_command(url: str) -> str:
     """The command that starts the service `url` names, on this machine: `ctxd serve`, with
     the port (and a host that is not the default) when the URL has others."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(with_scheme(url))
-        host, port = parts.hostname or "127.0.0.1", parts.port
-    except ValueError:
-        return "ctxd serve"
-    default = urlsplit(DEFAULT_URL)
+    where, default = _host_port(url), _host_port(DEFAULT_URL)
     words = ["ctxd serve"]
-    if host not in (default.hostname, "localhost"):
-        words.append(f"--host {host}")
-    if port is not None and port != default.port:
-        words.append(f"--port {port}")
+    if where is not None and default is not None:
+        (host, port), (default_host, default_port) = where, default
+        if host not in (default_host, "localhost"):
+            words.append(f"--host {host}")
+        if port is not None and port != default_port:
+            words.append(f"--port {port}")
     return " ".join(words)
+
+
+def _host_port(address: str) -> tuple[str, int | None] | None:
+    """(host, port) of an address as `with_scheme` reads it; None for none, or no address."""
+    from urllib.parse import urlsplit  # not on a hook's path
+
+    if not address.strip():
+        return None
+    try:
+        parts = urlsplit(with_scheme(address))
+        return parts.hostname or "127.0.0.1", parts.port
+    except ValueError:
+        return None
 
 
 def with_scheme(address: str) -> str:
