@@ -324,7 +324,7 @@ def test_the_handover_dates_the_agents_words_and_sets_the_last_failure_before_wh
     said, running, last = handover.lines(snapshot)[1:4]
     assert said.startswith("**You last said** (") and "13 s before this dump" in said, said
     assert "8 GPUs (0\N{EN DASH}2, 4\N{EN DASH}7: 118.8 GiB each; 3: 1.1 GiB)" in running, running
-    assert last.startswith("**Last failure, before what runs now**: attempt 1"), last
+    assert last.startswith("**Last attempt that died, before what runs now**: attempt 1"), last
     assert last.endswith("(in logs/attempt1.log)."), last
 
 
@@ -405,8 +405,8 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     lines = handover.lines(snapshot)
     said = next(line for line in lines if line.startswith("**You last said**"))
     assert said.startswith("**You last said** (") and said.endswith(
-        " before this dump, before attempt 1 died and attempt 2 was found stuck; your own"
-        " words): “The server is loading.”"
+        " before this dump; your own words): “The server is loading.” Since then, attempt 1"
+        " died and attempt 2 was found stuck: these words are older than that."
     ), said
     # a dump taken as the conversation resumed comes before the message that resumed it
     assert lines[1].endswith("(taken as this conversation resumed: a message after it is newer)")

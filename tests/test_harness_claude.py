@@ -68,26 +68,30 @@ def worker(rank):
     load_shard(rank)
     wait_for_all_ranks(rank)
 
-def stream_slice(path, rank):
-    """A slice streamed from the weight store into its pipe, as the rank reads it; rank 3's
-    stream stalls: nothing ever opens its pipe for writing."""
+def stream_slice(path, rank, debug):
+    """A slice streamed from the weight store into its pipe by this launcher's stream thread,
+    as the rank reads it; rank 3's stream stalls and its thread gives up without ever opening
+    the pipe for writing."""
     if rank == 3:
         time.sleep(1.5)
-        log("WARNING stage_weights: tp3.safetensors: the weight store sent 0 B in 1.5 s;"
-            " rank 3 waits on its stream")
+        if debug:
+            log("DEBUG stage_weights: tp3.safetensors: 0 B from the weight store in 1.5 s"
+                " (the 7 other slices streamed whole)")
+        log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s;"
+            " nothing writes rank 3's pipe now")
         return
     with open(path, "wb") as pipe:
         pipe.write(bytes(4096))
 
-def stage_weights(cache, tp):
-    """Each rank's slice as a pipe its stream fills, so no rank waits for a whole copy."""
+def stage_weights(cache, tp, debug):
+    """Each rank's slice as a pipe its stream thread fills, so no rank waits for a whole copy."""
     os.makedirs(cache, exist_ok=True)
     for rank in range(tp):
         path = os.path.join(cache, f"tp{rank}.safetensors")
         if os.path.lexists(path):
             os.unlink(path)
         os.mkfifo(path)
-        threading.Thread(target=stream_slice, args=(path, rank), daemon=True).start()
+        threading.Thread(target=stream_slice, args=(path, rank, debug), daemon=True).start()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -102,7 +106,10 @@ if __name__ == "__main__":
         sys.exit(0)
     log(f"server_args: {vars(args)}")
     cache = os.path.abspath(".weights-cache")
-    stage_weights(cache, args.tp)
+    debug = args.log_level == "debug"
+    stage_weights(cache, args.tp, debug)
+    if debug:
+        log(f"DEBUG stage_weights: {args.tp} pipes under {cache}, one stream thread each")
     workers = [
         subprocess.Popen([sys.executable, "launch_server.py", "--worker", "--tp-rank", str(r),
                           *sys.argv[1:]],
@@ -306,8 +313,9 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert (
         f"(pid {launcher.pid})" in handover and "8 workers expected (--tp 8), 8 running" in handover
     )
-    assert "**stuck**" in handover and "**Last failure, before what runs now**: attempt 1" in (
-        handover
+    assert (
+        "**stuck**" in handover
+        and "**Last attempt that died, before what runs now**: attempt 1" in (handover)
     )
     assert f"`/proc/{launcher.pid}/environ`" in attempts  # where HF_TOKEN's value is
     assert "stuck (see Now)" in second

@@ -41,18 +41,20 @@ def load_worker(worker_id, shards, out, epoch_done):
     epoch_done.wait()  # a worker stays up until the epoch ends
 
 def stream_shard(path, worker_id):
-    """A shard streamed from the data store into its pipe as its worker reads it; shard 3's
-    stream stalls: nothing ever opens its pipe for writing."""
+    """A shard streamed from the data store into its pipe by the trainer's stream thread, as
+    its worker reads it; shard 3's stream stalls and its thread gives up without ever opening
+    the pipe for writing."""
     if worker_id == 3:
         time.sleep(1.5)
-        print("WARNING stage_shards: shard-3.bin: the data store sent 0 B in 1.5 s; loader 3"
-              " waits on its stream", flush=True)
+        print("WARNING stage_shards: shard-3.bin: stream thread gave up after 1.5 s (0 B from"
+              " the data store); nothing writes loader 3's pipe now", flush=True)
         return
     with open(path, "wb") as pipe:
         pipe.write(os.urandom(4096))
 
 def stage_shards(shards):
-    """Each worker's shard as a pipe its stream fills, so no worker waits for a whole copy."""
+    """Each worker's shard as a pipe its stream thread fills, so no worker waits for a whole
+    copy."""
     os.makedirs(shards, exist_ok=True)
     for worker_id in range(4):
         path = os.path.join(shards, f"shard-{worker_id}.bin")

@@ -284,7 +284,7 @@ def test_alike_gpus_fold_with_the_odd_one_apart_and_sizes_kept() -> None:
     dash = "\N{EN DASH}"
     assert held.text == (
         f"GPUs 0{dash}2, 4{dash}7: 118.8 GiB each (pids 100, 101, 102, 104, 105, 106, 107);"
-        " GPU 3: 1.1 GiB (pid 103) held at 0% utilisation; 8 of them watched"
+        " GPU 3: 1.1 GiB (pid 103) held at 0% utilisation; all their processes watched"
     ), held
 
 

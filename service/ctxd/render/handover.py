@@ -45,9 +45,9 @@ def lines(s: Snapshot) -> list[str]:
         said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
         ago = between(n.agent_said.at, at)
         since = _since_said(s, n.agent_said.at)  # words older than the news: said as such
-        before = f", before {since}" if since else ""
-        out.append(f"**You last said** ({_clock(n.agent_said.at)}, {ago} before this dump"
-                   f"{before}; your own words): {said}")  # fmt: skip
+        after = f" Since then, {since}: these words are older than that." if since else ""
+        out.append(f"**You last said** ({_clock(n.agent_said.at)}, {ago} before this dump;"
+                   f" your own words): {said}{after}")  # fmt: skip
     if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
         woke = n.wakes[-1]
         out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
@@ -118,8 +118,8 @@ def _user(s: Snapshot) -> list[str]:
     latest = said[-1]
     if len(said) == 1 and latest.text == n.objective:  # the objective quotes it already
         after = RESUMED if s.header.trigger == "resume" else ""
-        return [f"**The user's latest message**: the objective above ({_clock(latest.at)});"
-                f" none since, up to this dump{after}"]  # fmt: skip
+        return [f"**The user's latest message**: the objective itself ({_clock(latest.at)});"
+                f" nothing since{after}"]  # fmt: skip
     if latest.text.strip():
         words = _quote(latest.text, MESSAGE_CHARS)
     else:
@@ -211,7 +211,7 @@ def _failure(item: HistoryItem, running: bool) -> str:
     where = f" (in {log_name(item.error_log, item.cwd)})" if item.error_log else ""
     ran = item.ran or "ended"
     label = item.label if item.status != "folded" else f"{item.label} (the newest of them)"
-    head = "**Last failure, before what runs now**" if running else "**Last failure**"
+    head = "**Last attempt that died, before what runs now**" if running else "**Last failure**"
     return f"{head}: {label}, launched {_clock(item.at)}, {ran}: `{item.error}`{where}."
 
 

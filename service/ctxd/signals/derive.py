@@ -333,7 +333,11 @@ def gpu_held_idle(current: Observations) -> list[Signal]:
          else f"GPUs {_indices(gpus)}: {size} each") + f" ({_pids(gpus)})"
         for size, gpus in by_size(held)
     ]  # fmt: skip
-    whose = f"{len(mine)} of them watched" if len(owners) > 1 else "watched" if mine else ""
+    whose = (
+        ("all their processes watched" if len(mine) == len(owners) else
+         f"{len(mine)} of their {len(owners)} processes watched") if len(owners) > 1
+        else "watched" if mine else ""
+    )  # fmt: skip
     text = f"{'; '.join(parts)} held at 0% utilisation" + (f"; {whose}" if whose else "")
     subject = "gpus" if len(held) > 1 else f"gpu{held[0].index}"
     return [Signal(severity="warning", code="gpu_held_idle", subject=subject, text=text)]
