@@ -4,6 +4,7 @@ story's three attempts."""
 from datetime import UTC, datetime, timedelta
 
 from ctxd.attempts.flags import (
+    attempt_diff,
     flag_diff,
     parse_flags,
     summary_line,
@@ -80,3 +81,32 @@ def test_outcomes() -> None:
     assert failed.outcome(T0) == "exited with status 1 after 40 s"
     killed = Attempt(1, (), T0, ended_at=T0 + timedelta(hours=1, minutes=5), exit_status=-9)
     assert killed.outcome(T0) == "killed by signal 9 after 1 h 5 min"
+
+
+def test_the_shells_own_variables_are_not_added_when_the_attempt_before_was_never_seen():
+    """Attempt 1 died before ctxd saw it (its environment is what its line set: nothing);
+    attempt 2 was seen, and /proc gives what the harness's shell passed to every launch too
+    (PYTHONPATH). Only what attempt 2's line sets is "added"."""
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    first = Attempt(
+        pid=None,
+        argv=("python3", "serve.py", "--mem", "0.95"),
+        started_at=at,
+        command="nohup python3 serve.py --mem 0.95 > a.log 2>&1 &",
+        seen=False,
+    )
+    second = Attempt(
+        pid=7,
+        argv=("python3", "serve.py", "--mem", "0.85"),
+        started_at=at,
+        env={"HF_TOKEN": "[REDACTED]", "PYTHONPATH": "service"},
+        command="HF_TOKEN=[REDACTED] nohup python3 serve.py --mem 0.85 > b.log &",
+    )
+    assert attempt_diff(first, second).env == ["HF_TOKEN=[REDACTED] added"]
+    # both seen: /proc on either side, every difference counts
+    seen_first = Attempt(pid=6, argv=first.argv, started_at=at, env={"PYTHONPATH": "old"},
+                         command=first.command)  # fmt: skip
+    assert attempt_diff(seen_first, second).env == [
+        "HF_TOKEN=[REDACTED] added",
+        "PYTHONPATH old → service",
+    ]

@@ -8,6 +8,7 @@ only reads them. argv and env values are as observed; the caller redacts before 
 import re
 from dataclasses import dataclass, field
 
+from ctxd.attempts.model import Attempt
 from ctxd.collectors.proc.argv import is_python
 from ctxd.models import ProcessInfo
 
@@ -118,6 +119,21 @@ class FlagDiff:
                 self.env,
             )
         )
+
+
+def attempt_diff(previous: Attempt, attempt: Attempt) -> FlagDiff:
+    """`flag_diff` of two attempts. An environment read from /proc (a process seen) holds what
+    the agent's shell passed to every launch (PYTHONPATH, PATH's kin); one known only from
+    its command line (a launch that died before it was seen) holds what that line set. Such
+    two are compared by the names either command line sets, so the shell's own variables are
+    not "added"."""
+    old, new = previous.env, attempt.env
+    if previous.seen != attempt.seen:
+        written = {name for a in (previous, attempt) if a.command for name in a.env
+                   if f"{name}=" in a.command or not a.seen}  # fmt: skip
+        old = {k: v for k, v in old.items() if k in written}
+        new = {k: v for k, v in new.items() if k in written}
+    return flag_diff(previous.argv, attempt.argv, old, new)
 
 
 def flag_diff(

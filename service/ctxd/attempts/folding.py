@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ctxd.attempts.flags import changed_values, flag_diff, program_name
+from ctxd.attempts.flags import attempt_diff, changed_values, program_name
 from ctxd.attempts.model import Attempt
 from ctxd.collectors._logtext import error_shape
 from ctxd.fmt import attempts, flags_said
@@ -91,10 +91,10 @@ def _light(run: list[Numbered], previous: Attempt | None, following: Attempt | N
     (first, attempt), (last, newest) = run[0], run[-1]
     flags: tuple[tuple[str, str], ...] = ()
     if previous is not None:
-        diff = flag_diff(previous.argv, attempt.argv, previous.env, attempt.env)
+        diff = attempt_diff(previous, attempt)
         flags = tuple(changed_values(diff).items())
     elif following is not None:
-        diff = flag_diff(following.argv, attempt.argv, following.env, attempt.env)
+        diff = attempt_diff(following, attempt)
         flags = tuple((k, v) for k, v in changed_values(diff).items() if v != "(removed)")
     status = "running" if newest.ended_at is None and newest.seen else "ended"
     return Light(attempt.started_at, first, last,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from ctxd.attempts.flags import changed_values, flag_diff, program_name, summary_line
+from ctxd.attempts.flags import attempt_diff, changed_values, program_name, summary_line
 from ctxd.attempts.folding import Light, crowd, earlier, folded, light, runs
 from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given, given_or
 from ctxd.fmt import attempts, human_duration, log_name
@@ -238,7 +238,7 @@ def _item(
     values: dict[str, str] = {}
     changed = None
     if previous is not None:
-        diff = flag_diff(previous.argv, attempt.argv, previous.env, attempt.env)
+        diff = attempt_diff(previous, attempt)
         flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
         values = changed_values(diff)
         changed = summary_line(diff, program, program_name(previous.argv))
