@@ -230,3 +230,22 @@ def test_listening_sockets_from_netlink_match_proc_net_tcp() -> None:
     finally:
         for sock in [*opened, quiet]:
             sock.close()
+
+
+def test_a_port_row_says_the_address_the_server_is_bound_to() -> None:
+    """A server bound to another address than the watch names (here 127.0.0.2, as 0.0.0.0
+    would be, on loopback only) is shown at the address it listens on, from the kernel's
+    LISTEN table, by both of its readers (sock_diag and /proc/net/tcp)."""
+    from pathlib import Path
+
+    from ctxd.collectors.proc import procfs
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.2", 0))
+        sock.listen()
+        port = int(sock.getsockname()[1])
+        inode = os.fstat(sock.fileno()).st_ino
+        assert procfs.listening_inodes().bound[inode] == "127.0.0.2"
+        assert procfs.listening_inodes(Path("/proc/self/..")).bound[inode] == "127.0.0.2"
+        (row,) = ports.collect([watch(1, PortWatch(port=port))], context()).items
+    assert row.listening and row.host == "127.0.0.1" and row.bound == "127.0.0.2", row

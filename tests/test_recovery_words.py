@@ -66,6 +66,10 @@ def test_a_port_is_expected_by_a_named_process_not_a_watch_number() -> None:
     assert "| 127.0.0.1:30000 | **no** |  | the watched sglang (pid 4242) |" in table
     assert "| 127.0.0.1:8000 | **no** |  | a process watch with nothing running |" in table
     assert "watch 1" not in table and "watch 3" not in table
+    # a server on every interface is shown where it listens, not where the watch looked
+    ports[0] = PortInfo(host="127.0.0.1", port=30000, listening=True, bound="0.0.0.0")
+    served = dump(Observations(ports=PortsSection(items=ports[:1])))
+    assert "| 0.0.0.0:30000 | yes |" in served.split("## Ports and health")[1], served
     (gone,) = [s for s in signals.expected_ports(Observations(ports=PortsSection(items=ports)))
                if "8000" in s.subject]  # fmt: skip
     assert gone.text.endswith("; the process watch that expects it matches no running process")

@@ -109,7 +109,7 @@ def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortIn
     try:
         # A local port is read from the kernel's LISTEN table: connecting would add to the
         # backlog of a server that is hung and not accepting, until it looked closed.
-        if local is not None and _is_local(row.host):
+        if local is not None and is_local(row.host):
             row.listening = row.port in local
         else:
             row.listening = is_listening(row.host, row.port)
@@ -119,8 +119,10 @@ def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortIn
         return Unavailable(watch_id=row.watch_id, target=target, reason=_short(repr(exc)))
     if ctx.probe:
         return row  # an event needs to know it listens; who owns it and its health can wait
-    if row.listening and _is_local(row.host) and row.owner_pid is None:
-        row.owner_pid = _owner(row.port, ctx, walk=True)
+    if row.listening and is_local(row.host):
+        row.bound = _bound(row, ctx)
+        if row.owner_pid is None:
+            row.owner_pid = _owner(row.port, ctx, walk=True)
     if row.url:
         if not ctx.settings.allow_remote_health and not is_loopback(row.url):
             row.health_error = "refused: not a loopback URL (set CTXD_ALLOW_REMOTE_HEALTH=true)"
@@ -131,6 +133,16 @@ def _check(row: PortInfo, ctx: CollectContext, local: set[int] | None) -> PortIn
             )
         row.url = redact.text(row.url)
     return row
+
+
+def _bound(row: PortInfo, ctx: CollectContext) -> str | None:
+    """The address the local listener on `row.port` is bound to, where it is not the one the
+    watch names: "0.0.0.0" for a server on every interface (IPv4 first, then IPv6)."""
+    table = procfs.listening_of_run(ctx)
+    found = {table.bound[i] for i, port in table.items() if port == row.port and i in table.bound}
+    if not found or row.host in found:
+        return None
+    return min(found, key=lambda address: (":" in address, address))
 
 
 def _owner(port: int, ctx: CollectContext, walk: bool) -> int | None:
@@ -153,14 +165,27 @@ def _local_listening(ctx: CollectContext) -> set[int] | None:
     return set(procfs.listening_of_run(ctx).values())
 
 
-def _is_local(host: str) -> bool:
+def opened(section: PortsSection, max_age_s: float) -> bool:
+    """Whether a local port `section` saw closed listens now, by the machine's LISTEN table
+    read at most `max_age_s` ago (one read shared by every session asking): the watcher's
+    cheap look between probes, as no kernel event says a port opened."""
+    waiting = {row.port for row in section.items if not row.listening and is_local(row.host)}
+    if not waiting:
+        return False
+    try:
+        return not waiting.isdisjoint(procfs.listening_shared(max_age_s).values())
+    except OSError:
+        return False
+
+
+def is_local(host: str) -> bool:
     return host in ("localhost", "0.0.0.0", "::") or is_loopback(f"http://{host}/")
 
 
 def _may_wait(row: PortInfo, local: set[int] | None, ctx: CollectContext) -> bool:
     """Whether checking `row` may block: a connect elsewhere, a health request, or a walk of
     every process for a listening socket's owner not found among the likely pids."""
-    if local is None or not _is_local(row.host):
+    if local is None or not is_local(row.host):
         return True  # a TCP connect, up to its timeout
     if ctx.probe or row.port not in local:
         return False
@@ -188,7 +213,7 @@ def collect(watches: list[Watch], ctx: CollectContext) -> PortsSection:
         check = partial(_check_alone, ctx=ctx, local=local)
         if not ctx.probe:  # a listening port's owner among the likely pids is a few reads
             for row in rows:
-                if local is not None and _is_local(row.host) and row.port in local:
+                if local is not None and is_local(row.host) and row.port in local:
                     row.owner_pid = _owner(row.port, ctx, walk=False)
         # What may wait (a connect elsewhere, a health URL, a walk for a socket's owner) is
         # checked at once in threads; a local port's state is a lookup in the LISTEN table,

@@ -112,6 +112,7 @@ class PortInfo(BaseModel):
     host: str
     port: int
     listening: bool
+    bound: str | None = None  # the address it listens on, where not `host` ("0.0.0.0")
     expected_by: int | None = None
     url: str | None = None
     health_status: int | None = None

@@ -7,6 +7,7 @@ import platform
 import re
 import socket
 import struct
+import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -18,27 +19,80 @@ _LISTEN = "0A"
 _SOCKET = re.compile(r"^socket:\[(\d+)\]$")
 
 
-def parse_net_tcp(text: str) -> dict[int, int]:
-    """{socket inode: port} for the LISTEN rows of a /proc/net/tcp or tcp6 table."""
-    found: dict[int, int] = {}
+class Listening(dict[int, int]):
+    """{socket inode: port} of listening TCP sockets, and `bound`: {inode: the address it is
+    bound to, as a person writes it ("0.0.0.0", "::", "127.0.0.1")}."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bound: dict[int, str] = {}
+
+    def add(self, inode: int, port: int, address: bytes) -> None:
+        self[inode] = port
+        with contextlib.suppress(ValueError):
+            family = socket.AF_INET if len(address) == 4 else socket.AF_INET6
+            self.bound[inode] = socket.inet_ntop(family, address)
+
+    def update_from(self, other: "Listening") -> None:
+        self.update(other)
+        self.bound.update(other.bound)
+
+
+def parse_net_tcp(text: str) -> Listening:
+    """The LISTEN rows of a /proc/net/tcp or tcp6 table (its addresses: 32-bit words in the
+    host's order, hex)."""
+    found = Listening()
     for line in text.splitlines()[1:]:
         fields = line.split()
         if len(fields) < 10 or fields[3] != _LISTEN:
             continue
         try:
-            port = int(fields[1].rpartition(":")[2], 16)
-            found[int(fields[9])] = port
+            address, _, port = fields[1].rpartition(":")
+            raw = bytes.fromhex(address)
+            if sys.byteorder == "little":
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.add(int(fields[9]), int(port, 16), raw)
         except ValueError:
             continue
     return found
 
 
-def listening_of_run(ctx: CollectContext) -> dict[int, int]:
-    """`listening_inodes()` of this collection run: asked once, shared by its collectors."""
-    return ctx.once("listening sockets", listening_inodes)
+PROBE_SOCKETS_AGE_S = 1.0  # the probes of one watcher tick share one read of the LISTEN sockets
+# The latest read of the LISTEN sockets, and when it was made (time.monotonic()).
+_listening: tuple[float, Listening] = (float("-inf"), Listening())
 
 
-def listening_inodes(proc: Path = PROC) -> dict[int, int]:
+def listening_of_run(ctx: CollectContext) -> Listening:
+    """`listening_inodes()` of this collection run: asked once, shared by its collectors; a
+    probe's is a read at most PROBE_SOCKETS_AGE_S old, so the sessions of one watcher tick,
+    whatever they watch, cost one look at the machine's sockets. Read-only."""
+
+    return ctx.once(
+        "listening sockets", lambda: listening_shared(PROBE_SOCKETS_AGE_S if ctx.probe else 0.0)
+    )
+
+
+def listening_shared(max_age_s: float) -> Listening:
+    """`listening_inodes()` read at most `max_age_s` ago, or read now; read-only."""
+    global _listening
+    stamp, table = _listening
+    if time.monotonic() - stamp <= max_age_s:
+        return table
+    started = time.monotonic()
+    table = listening_inodes()
+    _listening = (started, table)
+    return table
+
+
+def sockets_outdated(before: float) -> None:
+    """The shared read of the LISTEN sockets is not to be used if made before `before`: a
+    process ended since, as the kernel said, and its port may have closed with it."""
+    global _listening
+    if _listening[0] < before:
+        _listening = (float("-inf"), Listening())
+
+
+def listening_inodes(proc: Path = PROC) -> Listening:
     """Every listening TCP socket in ctxd's network namespace, by inode.
 
     Asked of the kernel over netlink (sock_diag, what `ss` uses) for LISTEN sockets only:
@@ -47,13 +101,15 @@ def listening_inodes(proc: Path = PROC) -> dict[int, int]:
     """
     if proc == PROC:
         try:
-            return {**_diag_listening(socket.AF_INET), **_diag_listening(socket.AF_INET6)}
+            found = _diag_listening(socket.AF_INET)
+            found.update_from(_diag_listening(socket.AF_INET6))
+            return found
         except OSError:
             pass
-    found: dict[int, int] = {}
+    found = Listening()
     for table in ("tcp", "tcp6"):
         try:
-            found.update(parse_net_tcp((proc / "net" / table).read_text()))
+            found.update_from(parse_net_tcp((proc / "net" / table).read_text()))
         except OSError:
             continue
     return found
@@ -63,16 +119,17 @@ _SOCK_DIAG, _BY_FAMILY, _DUMP_REQUEST, _DONE, _ERROR = 4, 20, 0x301, 3, 2
 _TCP_LISTEN = 10
 _NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
 # inet_diag_msg: family, state, timer, retrans, then the socket id (source port first,
-# network order, at offset 4) ... and the inode at offset 68
+# network order, at offset 4; the source address, 16 bytes, at 8) ... and the inode at 68
 _DIAG_PORT, _DIAG_INODE = struct.Struct(">H"), struct.Struct("=I")
 
 
-def _diag_listening(family: int) -> dict[int, int]:
-    """{inode: port} of the LISTEN TCP sockets of one address family, from sock_diag."""
+def _diag_listening(family: int) -> Listening:
+    """The LISTEN TCP sockets of one address family, from sock_diag."""
     request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << _TCP_LISTEN)
     request += bytes(48)  # inet_diag_sockid: any address, any port
     message = _NLMSG.pack(_NLMSG.size + len(request), _BY_FAMILY, _DUMP_REQUEST, 1, 0) + request
-    found: dict[int, int] = {}
+    found = Listening()
+    size = 4 if family == socket.AF_INET else 16
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _SOCK_DIAG) as sock:
         sock.settimeout(1.0)
         sock.sendto(message, (0, 0))
@@ -88,7 +145,8 @@ def _diag_listening(family: int) -> dict[int, int]:
                 body = offset + _NLMSG.size
                 if length >= _NLMSG.size + 72 and data[body + 1] == _TCP_LISTEN:
                     port = _DIAG_PORT.unpack_from(data, body + 4)[0]
-                    found[_DIAG_INODE.unpack_from(data, body + 68)[0]] = port
+                    address = data[body + 8 : body + 8 + size]  # the source address
+                    found.add(_DIAG_INODE.unpack_from(data, body + 68)[0], port, address)
                 offset += (length + 3) & ~3
             if not data:
                 raise OSError("sock_diag closed before the end of the dump")

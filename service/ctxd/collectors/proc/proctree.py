@@ -133,12 +133,13 @@ def shared(max_age_s: float) -> tuple[dict[int, Entry], dict[int, list[int]]]:
 
 
 def outdated(before: float) -> None:
-    """The shared table is not to be used if read before `before` (time.monotonic()): a
+    """The shared table (and sockets) is not to be used if read before `before` (monotonic): a
     process ended since, as the kernel said, and a probe must not see it alive."""
     global _latest
     with _cache_lock:
         if _latest[0] < before:
             _latest = (float("-inf"), {}, {})
+    procfs.sockets_outdated(before)
 
 
 _family: tuple[int, frozenset[int]] = (0, frozenset())
