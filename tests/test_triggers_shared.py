@@ -158,7 +158,183 @@ def test_an_exit_the_kernel_tells_is_probed_at_once_not_at_the_next_period(watch
     assert child.pid in watcher.exits.following()
     child.kill()
     child.wait()
-    wait_until(lambda: "x" in watcher._exited_in, "the kernel telling the exit")
+    wait_until(lambda: "x" in watcher._probe_anew, "the kernel telling the exit")
     watcher.tick()  # same moment of the period: only the kernel's word makes it probe
     (event,) = events_of(watcher, "x")
     assert "process-exit" in event.trigger
+
+
+def test_a_log_error_the_kernel_tells_is_read_at_once_not_at_the_next_period(
+    watcher: Watcher, tmp_path: Path
+):
+    """A watched log is followed by the kernel (watchfiles): when it prints an error, the next
+    tick reads the session's logs (only them) and takes its event snapshot, though the
+    period's probe was taken already (the stepped clock does not move here)."""
+    log_file = tmp_path / "server.log"
+    log_file.write_text("loading\n")
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", LogWatch(path=str(log_file)), limit=100)
+    tick(watcher)  # the period's probe: the log is followed from now on
+    wait_until(lambda: str(log_file) in watcher.files.watching(), "the notifier on the log")
+    time.sleep(0.3)  # the notifier holds its kernel watch
+    with log_file.open("a") as out:
+        out.write(TRACEBACK)
+    wait_until(lambda: "x" in watcher._changed_in, "the kernel telling the change")
+    watcher.tick_told()  # between full ticks: only the sessions the kernel told of
+    (event,) = events_of(watcher, "x")
+    assert "log-error" in event.trigger, event
+
+
+def test_a_log_folder_is_followed_until_its_log_appears_and_dormant_sessions_follow_nothing(
+    watcher: Watcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A log that does not exist yet is followed by its folder (its creation is news); a
+    session gone dormant holds no kernel watch."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", LogWatch(path=str(logs / "run3.log")), limit=100)
+    tick(watcher)
+    wait_until(lambda: watcher.files.watching() == {str(logs)}, "the notifier on the folder")
+    time.sleep(0.3)
+    (logs / "run3.log").write_text(TRACEBACK)
+    wait_until(lambda: "x" in watcher._changed_in, "the kernel telling the new log")
+    monkeypatch.setattr(watcher.settings, "dormant_after_s", 0.1)
+    time.sleep(0.2)
+    for _ in range(3):
+        tick(watcher)
+    assert watcher.dormant(store.get_session("x"))
+    wait_until(lambda: not watcher.files.watching(), "the kernel watch dropped")
+
+
+def test_a_change_the_kernel_does_not_tell_is_still_found_by_the_period_probe(
+    watcher: Watcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Beyond the notifier's cap (or on a mount whose changes the kernel does not report) a
+    log is still read by the slow probe: the error makes its event snapshot one period late."""
+    from ctxd.snapshotter import file_events
+
+    monkeypatch.setattr(file_events, "FOLLOWED_MAX", 0)
+    log_file = tmp_path / "server.log"
+    log_file.write_text("loading\n")
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", LogWatch(path=str(log_file)), limit=100)
+    tick(watcher)
+    with log_file.open("a") as out:
+        out.write(TRACEBACK)
+    time.sleep(1.0)
+    watcher.tick()
+    assert not events_of(watcher, "x") and "x" not in watcher._changed_in
+    (event,) = tick_until_event(watcher, "x")  # the clock moves: the period's probe finds it
+    assert "log-error" in event.trigger, event
+
+
+def test_sessions_with_different_watches_share_one_look_at_the_machine_per_tick(
+    watcher: Watcher, spawn, monkeypatch: pytest.MonkeyPatch
+):
+    """Ten sessions, each watching its own process and port (ten watch sets, ten probes):
+    one tick reads the machine's process table once and its LISTEN sockets once."""
+    from ctxd.collectors.proc import procfs, proctree
+
+    reads = {"table": 0, "sockets": 0}
+    scan, listening = proctree.scan, procfs.listening_inodes
+
+    def counted_scan():
+        reads["table"] += 1
+        return scan()
+
+    def counted_listening(*args):
+        reads["sockets"] += 1
+        return listening(*args)
+
+    monkeypatch.setattr(proctree, "scan", counted_scan)
+    monkeypatch.setattr(procfs, "listening_inodes", counted_listening)
+    store = watcher.snap.store
+    for n in range(10):
+        child = spawn(*SLEEPER)
+        store.put_session(f"s{n}", SessionIn(quiet_after_s=3600))
+        store.add_watch(f"s{n}", ProcessWatch(pid=child.pid), limit=100)
+        store.add_watch(f"s{n}", PortWatch(port=free_port()), limit=100)
+    watcher.snap.runner.last_timings.clear()
+    proctree.outdated(time.monotonic())  # what the set-up's reads left is not this tick's
+    tick(watcher)
+    assert probed(watcher) == {f"s{n}" for n in range(10)}
+    assert reads == {"table": 1, "sockets": 1}, reads
+
+
+def test_a_session_never_snapshot_whose_process_runs_does_not_go_dormant(
+    watcher: Watcher, spawn, monkeypatch: pytest.MonkeyPatch
+):
+    """No version yet, only probes: what they saw alive keeps the session awake; one whose
+    watched process has ended sleeps."""
+    monkeypatch.setattr(watcher.settings, "dormant_after_s", 0.3)
+    store = watcher.snap.store
+    child = spawn(*SLEEPER)
+    store.put_session("alive", SessionIn(quiet_after_s=3600))
+    store.add_watch("alive", ProcessWatch(pid=child.pid), limit=100)
+    store.put_session("gone", SessionIn(quiet_after_s=3600))
+    store.add_watch("gone", ProcessWatch(match="no-such-program-ever-runs"), limit=100)
+    tick(watcher)
+    time.sleep(0.4)
+    for _ in range(3):
+        tick(watcher)
+    assert not store.list_snapshots("alive")
+    assert not watcher.dormant(store.get_session("alive"))
+    assert watcher.dormant(store.get_session("gone"))
+
+
+def test_a_port_that_opens_is_probed_at_the_next_tick_not_at_the_next_period(watcher: Watcher):
+    """No kernel event says a port opened: each tick reads the machine's LISTEN table once
+    for every session waiting on a local port, and one that opened is probed at once (the
+    stepped clock does not move here)."""
+    import socket
+
+    port = free_port()
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", PortWatch(port=port), limit=100)
+    tick(watcher)  # the period's probe: the port is closed
+    tick(watcher)
+    assert watcher._port_waiters == {"x"}
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        time.sleep(triggers.PORT_LOOK_S)  # the shared LISTEN table read before it is stale
+        watcher.tick_told()  # between full ticks: only the sessions waiting on a port
+        (event,) = events_of(watcher, "x")
+    assert "port-open" in event.trigger, event
+
+
+def test_a_settled_session_is_probed_loosely_and_one_the_kernel_cannot_follow_every_period(
+    watcher: Watcher, spawn, monkeypatch: pytest.MonkeyPatch
+):
+    """Both watch a live process and have no attempt. Where a pidfd follows it, its exit comes
+    from the kernel: the session is probed every LOOSE_PERIODS; where none can (another pid
+    namespace, an old kernel), every period, as before."""
+    counts: dict[str, int] = {}
+    observe = watcher.snap.runner.observe
+
+    def counted(sid, *args, **kwargs):
+        counts[sid] = counts.get(sid, 0) + 1
+        return observe(sid, *args, **kwargs)
+
+    monkeypatch.setattr(watcher.snap.runner, "observe", counted)
+    store = watcher.snap.store
+    followed, unfollowed = spawn(*SLEEPER), spawn(*SLEEPER)
+    store.put_session("settled", SessionIn(quiet_after_s=3600))
+    store.add_watch("settled", ProcessWatch(pid=followed.pid), limit=100)
+    store.put_session("blind", SessionIn(quiet_after_s=3600))
+    store.add_watch("blind", ProcessWatch(pid=unfollowed.pid), limit=100)
+    follow = watcher.exits.follow
+    monkeypatch.setattr(
+        watcher.exits, "follow", lambda sid, pid: sid != "blind" and follow(sid, pid)
+    )
+    periods = 2 + triggers.LOOSE_PERIODS
+    for _ in range(int(periods * PERIOD_S / STEP_S)):
+        tick(watcher)
+    assert counts["blind"] == periods, counts
+    assert counts["settled"] == 3, counts  # its first two probes, then one loose period

@@ -9,10 +9,12 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from ctxd.collectors import ports
 from ctxd.errors import NotFound
 from ctxd.models import Observations, Session, Snapshot, Trigger, Watch
 from ctxd.snapshotter import happened, news
 from ctxd.snapshotter.exits import ExitWatch
+from ctxd.snapshotter.file_events import FileEvents, watched_paths
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.store.connection import now
 
@@ -20,6 +22,16 @@ log = logging.getLogger(__name__)
 
 # The collectors whose news is an event; host, GPU and command probes are too costly to poll.
 EVENT_SOURCES = frozenset({"processes", "ports", "logs", "artifacts", "slurm"})
+# What a file change told by the kernel is looked at with, at once: the rest waits its probe.
+FILE_SOURCES = frozenset({"logs", "artifacts"})
+FILE_LOOK_GAP_S = 1.0  # a log written without pause is looked at once a second at most
+# While a live session waits for a local port, the loop looks at the machine's LISTEN table
+# (one read for all) this often: no kernel event says a port opened.
+PORT_LOOK_S = 1.0
+# A settled session (no attempt starting, nobody waiting, every process of it followed by a
+# pidfd, nothing on another host) is probed every this many event periods: what it waits for
+# comes from the kernel (exits, file changes) or the LISTEN table's look (ports) meanwhile.
+LOOSE_PERIODS = 4
 PRUNE_EVERY = timedelta(hours=6)
 
 
@@ -38,6 +50,11 @@ class Activity:
         with self._lock:
             seen = self._seen.get(session.id)
         return max(seen, session.last_activity_at) if seen else session.last_activity_at
+
+    def all(self) -> dict[str, datetime]:
+        """Every session's last activity seen here, as of now (one copy, one lock)."""
+        with self._lock:
+            return dict(self._seen)
 
 
 @dataclass
@@ -81,23 +98,40 @@ class Watcher:
         self._quiet_told: dict[str, set[int]] = {}  # session -> attempts told still starting
         # exits the kernel told (a pidfd per watched tree's top): probed at the next tick
         self.exits = ExitWatch(self._exited)
-        self._exited_in: dict[str, int] = {}  # session -> the kernel's exit notice, numbered
+        self._probe_anew: dict[str, int] = {}  # session -> an exit or a port opening, numbered
+        # file changes the kernel told (logs, artifacts): those files looked at at once
+        self.files = FileEvents(self._file_changed)
+        self._changed_in: dict[str, int] = {}  # session -> the kernel's change notice, numbered
+        self._files_looked: dict[str, float] = {}  # session -> when its files were last looked at
         self._order = itertools.count(1)  # numbers probes and notices: which came first
         self._nudge: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._busy = threading.Lock()
         self._stopped = False
+        self._port_waiters: set[str] = set()  # live sessions waiting on a local port
+        self._awake: dict[str, Session] = {}  # the sessions the last full tick probed
 
     async def run(self) -> None:
+        """A full tick every `trigger_interval_s`; between, as the kernel tells of an exit or a
+        file change, or every PORT_LOOK_S while a session waits on a port, a tick of only the
+        sessions concerned (a thousand dormant ones cost nothing then)."""
         self._loop, self._nudge = asyncio.get_running_loop(), asyncio.Event()
+        every = self.settings.trigger_interval_s
+        last_full = float("-inf")
         while not self._stopped:
             self._nudge.clear()
+            full = time.monotonic() - last_full >= every
+            if full:
+                last_full = time.monotonic()
             try:
-                await asyncio.to_thread(self.tick)
+                await asyncio.to_thread(self.tick if full else self.tick_told)
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("trigger tick failed")
-            with contextlib.suppress(TimeoutError):  # an exit told by the kernel comes early
-                await asyncio.wait_for(self._nudge.wait(), self.settings.trigger_interval_s)
+            wait = max(0.0, every - (time.monotonic() - last_full))
+            if self._port_waiters:
+                wait = min(wait, PORT_LOOK_S)
+            with contextlib.suppress(TimeoutError):  # what the kernel tells comes early
+                await asyncio.wait_for(self._nudge.wait(), wait)
 
     def stop(self) -> None:
         """No tick starts after this returns, and none is still running."""
@@ -105,10 +139,19 @@ class Watcher:
         with self._busy:
             pass
         self.exits.stop()
+        self.files.stop()
 
     def _exited(self, sid: str) -> None:
         """From the exits thread: a process `sid` watches ended; probe it at once."""
-        self._exited_in[sid] = next(self._order)
+        self._probe_anew[sid] = next(self._order)
+        self._wake_loop()
+
+    def _file_changed(self, sid: str) -> None:
+        """From the file events thread: a log or artifact `sid` watches changed; look at once."""
+        self._changed_in.setdefault(sid, next(self._order))
+        self._wake_loop()
+
+    def _wake_loop(self) -> None:
         if self._loop is not None and self._nudge is not None:
             self._loop.call_soon_threadsafe(self._nudge.set)
 
@@ -117,18 +160,47 @@ class Watcher:
             if not self._stopped:
                 self._tick()
 
+    def tick_told(self) -> None:
+        """Between full ticks: only the live sessions the kernel told of (an exit, a file
+        change) or that wait on a local port."""
+        with self._busy:
+            if self._stopped:
+                return
+            for sid in set(self._probe_anew) | set(self._changed_in) | set(self._port_waiters):
+                session = self._awake.get(sid)
+                if session is None:
+                    continue  # dormant or new: the next full tick sees it
+                try:
+                    self.check_ports(sid)
+                    self.check_events(session)
+                except NotFound:
+                    continue
+
     def _tick(self) -> None:
+        awake: dict[str, Session] = {}
+        self._port_waiters = set()
+        seen = self.activity.all()
         for session in self._sessions():
+            since = self._dormant.get(session.id)
+            if (
+                since is not None
+                and max(seen.get(session.id, since), session.last_activity_at) <= since
+            ):
+                continue  # asleep, no activity since: a dict lookup, not a read of its version
             try:
                 self.flush_activity(session)
                 if self.dormant(session):
                     continue  # nothing alive, nobody around: no probe, no snapshot
+                awake[session.id] = session
+                self.check_ports(session.id)
                 self.check_events(session)
                 self.check_waited(session)
                 self.check_quiet(session)
                 self.check_schedule(session)
             except NotFound:
                 continue  # deleted while we looked
+        self._awake = awake
+        self.files.retain(set(awake))  # a dormant or deleted session's files: no kernel watch
         self._forget_unused_probes()
         if now() - self._last_prune > PRUNE_EVERY:
             self._last_prune = now()
@@ -166,7 +238,10 @@ class Watcher:
         if now() - last < timedelta(seconds=self.settings.dormant_after_s):
             return False
         latest = self.snap.latest(session.id)
-        if latest is not None and (latest.observations.processes.items or news.pending(latest)):
+        # what is alive: the newest look, its last probe or else its newest version (a session
+        # never snapshot but probed, whose process runs, is not dormant)
+        seen = self._probes.get(session.id) or (latest.observations if latest else None)
+        if (seen is not None and seen.processes.items) or (latest and news.pending(latest)):
             return False
         self._dormant[session.id] = now()
         self._probes.pop(session.id, None)
@@ -243,7 +318,8 @@ class Watcher:
         if shared is not None and time.monotonic() < shared.next_at:
             self._next_probe[sid] = shared.next_at
             return shared.probe
-        next_at = self._next_probe[sid] = time.monotonic() + self.settings.event_probe_s
+        every = self.settings.event_probe_s * self._pace(sid, watches)
+        next_at = self._next_probe[sid] = time.monotonic() + every
         previous = self._probes.get(sid)
         sources = self._event_sources(key)
         probe = self.snap.runner.observe(
@@ -256,6 +332,24 @@ class Watcher:
         self._shared[key] = SharedProbe(probe, next_at, next(self._order))
         return probe
 
+    def _pace(self, sid: str, watches: list[Watch]) -> int:
+        """Event periods until the session's next probe: one while something may happen that
+        nothing tells (an attempt starting, whose stuck verdict needs looks; an agent waiting;
+        a process no pidfd follows; a watch on another host), LOOSE_PERIODS once settled."""
+        previous = self._probes.get(sid)
+        if previous is None or self.snap.news.waited(sid):
+            return 1
+        for w in watches:
+            host = w.spec.host
+            if host is not None and not (w.spec.kind == "port" and ports.is_local(host)):
+                return 1
+        followed = self.exits.following()
+        if any(p.pid not in followed for p in previous.processes.items if p.state != "zombie"):
+            return 1
+        if news.pending(self.snap.latest(sid)):
+            return 1
+        return LOOSE_PERIODS
+
     def _forget_unused_probes(self) -> None:
         """Drop the probes of watch sets no session has asked for over a whole period."""
         stale = time.monotonic() - self.settings.event_probe_s
@@ -263,26 +357,65 @@ class Watcher:
             del self._shared[key]
             self._next_slurm_probe.pop(key, None)
 
+    def check_ports(self, sid: str) -> None:
+        """A local port its last probe saw closed listens now (the LISTEN table, read once a
+        tick for every session): probe it at once, not at the next period."""
+        probe = self._probes.get(sid)
+        if probe is None or not any(not p.listening for p in probe.ports.items):
+            self._port_waiters.discard(sid)
+            return
+        self._port_waiters.add(sid)
+        if ports.opened(probe.ports, PORT_LOOK_S / 2):
+            self._probe_anew.setdefault(sid, next(self._order))
+
+    def _look_at_files(self, sid: str, changed: int, pending: list[tuple[str, str]]) -> None:
+        """Logs and artifacts read again at once, after the kernel told one changed; the rest
+        of the last probe stands (processes and ports wait for their own period). A log
+        written without pause is read once every FILE_LOOK_GAP_S, the notice kept meanwhile."""
+        previous = self._probes.get(sid)
+        if previous is None:
+            return  # never probed: its first probe is due anyway
+        if time.monotonic() - self._files_looked.get(sid, float("-inf")) < FILE_LOOK_GAP_S:
+            self._changed_in.setdefault(sid, changed)  # at the next tick
+            return
+        self._files_looked[sid] = time.monotonic()
+        watches = self.snap.store.list_watches(sid)
+        shared = self._shared.get(watch_set(watches))
+        if shared is not None and shared.taken < changed:  # taken before the change
+            del self._shared[watch_set(watches)]
+        files = self.snap.runner.observe(
+            sid, watches, previous=previous, purpose="probe", only=FILE_SOURCES
+        )
+        probe = previous.model_copy(update={name: getattr(files, name) for name in FILE_SOURCES})
+        self._probes[sid] = probe
+        pending += [e for e in detect_events(previous, probe) if e not in pending]
+
     def check_events(self, session: Session) -> None:
         """Probe what is watched; news (an exit, an error, a port, a rebuild) is kept at once."""
         pending = self._pending.setdefault(session.id, [])
-        told = self._exited_in.pop(session.id, None)
-        if told is not None:  # the kernel said one of its processes ended: probe it again
+        told = self._probe_anew.pop(session.id, None)
+        if told is not None:  # one of its processes ended, or a port opened: probe it again
             self._next_probe[session.id] = 0.0
-        if time.monotonic() >= self._next_probe.get(session.id, 0.0):
+        changed = self._changed_in.pop(session.id, None)
+        if time.monotonic() < self._next_probe.get(session.id, 0.0):
+            if changed is not None:  # the kernel said a file it watches changed
+                self._look_at_files(session.id, changed, pending)
+        else:
             watches = self.snap.store.list_watches(session.id)
             key = watch_set(watches)
             shared = self._shared.get(key)
-            if told is not None and shared is not None and shared.taken < told:
-                del self._shared[key]  # taken before the exit: one new probe for all
+            notice = max((n for n in (told, changed) if n is not None), default=None)
+            if notice is not None and shared is not None and shared.taken < notice:
+                del self._shared[key]  # taken before the exit or change: one new probe for all
             if not watches:
                 self._next_probe[session.id] = time.monotonic() + self.settings.event_probe_s
             else:
                 previous = self._probes.get(session.id)
                 probe = self.probe(session.id, watches)
-                for p in probe.processes.items:
-                    if p.root and p.host is None:
+                for p in probe.processes.items:  # every one: a worker's death is news too
+                    if p.host is None and p.state != "zombie":
                         self.exits.follow(session.id, p.pid)
+                self.files.follow(session.id, watched_paths(watches, probe))
                 if probe is not previous:  # a probe already compared brings no news
                     found = detect_events(previous, probe)
                     self._probes[session.id] = probe
