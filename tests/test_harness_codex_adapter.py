@@ -78,7 +78,7 @@ def test_events_in_ctxd_words():
     kinds = {
         "SessionStart": "start", "UserPromptSubmit": "prompt", "PostToolUse": "tool",
         "PreCompact": "compact", "PostCompact": "other", "Stop": "idle", "SessionEnd": "end",
-        "PreToolUse": "other",
+        "PreToolUse": "other", "Interrupt": "interrupted",
     }  # fmt: skip
     for name, kind in kinds.items():
         event = CODEX.event(payload(name, "/w"))
@@ -137,6 +137,15 @@ def test_hook_runner_records_then_hands_back_the_state_on_resume(server: Server,
     # the "continue" of the same turn gets no second dump
     again = hook(server.url, payload("UserPromptSubmit", repo, turn_id="t2", prompt="continue"))
     assert (again.returncode, again.stdout) == (0, "")
+    # the person pressed Esc: where the turn stood is a version of its own, nothing printed
+    versions = len(httpx.get(f"{server.url}/api/sessions/train-loop/snapshots").json())
+    stop = hook(server.url, payload("Interrupt", repo, turn_id="t2"))
+    assert (stop.returncode, stop.stdout, stop.stderr) == (0, "", ""), stop
+    after = httpx.get(f"{server.url}/api/sessions/train-loop/snapshots").json()
+    assert len(after) == versions + 1
+    version = max(v["version"] for v in after)
+    newest = httpx.get(f"{server.url}/api/sessions/train-loop/snapshots/{version}")
+    assert newest.json()["header"]["note"] == "Codex: the person interrupted the turn"
 
 
 THEIR_HOOKS = {
@@ -191,7 +200,7 @@ def test_install_merges_is_idempotent_and_uninstall_removes_exactly_ours(tmp_pat
     assert all("async" not in h for e in merged.values() for x in e for h in x["hooks"])
     assert set(merged) == {
         "SessionStart", "UserPromptSubmit", "PostToolUse", "PreCompact", "PostCompact", "Stop",
-        "SessionEnd",
+        "Interrupt", "SessionEnd",
     }  # fmt: skip
     assert merged["SessionEnd"][0]["hooks"][0]["timeout"] <= 3  # Codex clamps it to 3 s
     text = config.read_text()
@@ -213,7 +222,7 @@ def test_install_merges_is_idempotent_and_uninstall_removes_exactly_ours(tmp_pat
 
     moved = ctxd(home, work, "--url", "http://127.0.0.1:9999", "install", "codex", **where)
     assert moved.returncode == 0, moved.stderr
-    assert hooks.read_text().count("hook codex") == 7 and "9999 hook codex" in hooks.read_text()
+    assert hooks.read_text().count("hook codex") == 8 and "9999 hook codex" in hooks.read_text()
     assert tomllib.loads(config.read_text())["mcp_servers"]["ctxd"] == {
         "url": "http://127.0.0.1:9999/mcp"
     }

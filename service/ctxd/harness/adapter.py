@@ -34,6 +34,7 @@ EventKind = Literal[
     "compact",  # the harness is about to compact its context
     "compacted",  # it compacted it: its own summary (`summary`) goes with the version before
     "failed",  # the turn ended on an error (`error`): a snapshot of where it stood
+    "interrupted",  # the person stopped the turn (Esc): a snapshot of where it stood
     "subagent",  # a subagent starts, with none of the conversation: it is handed the dump
     "idle",  # the turn ended; the agent waits
     "end",  # the conversation ended

@@ -52,6 +52,7 @@ KINDS: dict[str, EventKind] = {
     "PreCompact": "compact",
     "PostCompact": "other",  # the dump comes with the SessionStart (source compact) after it
     "Stop": "idle",
+    "Interrupt": "interrupted",  # the person pressed Esc: where the turn stood is kept
     "SessionEnd": "end",
 }
 MCP_MARK = "# ctxd's MCP server: `ctxd uninstall codex` removes this table"
@@ -164,6 +165,7 @@ def config(command: str) -> dict[str, Any]:
             "PreCompact": entry(60),
             "PostCompact": entry(10),
             "Stop": entry(10),
+            "Interrupt": entry(10),
             "SessionEnd": entry(3),  # Codex clamps it to 3 s
         }
     }

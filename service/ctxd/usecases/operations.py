@@ -420,6 +420,8 @@ class UseCases:
             self.keep_harness_summary(sid, adapter.label, event.summary, version)
         elif event.kind == "failed":
             self.take(sid, note=f"{adapter.label}: the turn failed: {event.error or 'unknown'}")
+        elif event.kind == "interrupted":
+            self.take(sid, note=f"{adapter.label}: the person interrupted the turn")
         elif event.kind in ("idle", "end"):
             self.heartbeat(sid)
             if event.kind == "idle" and event.said.strip():
