@@ -381,7 +381,8 @@ def test_the_event_probe_asks_the_controller_once_a_minute_not_every_probe(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The trigger loop ticked by the test on a clock the test steps: probes every 0.3 s of
-    it, the controller asked once per 60 s of it, however long each tick takes."""
+    it (every fourth period once the session is settled), the controller asked once per 60 s
+    of it, however long each tick takes."""
     job = cluster.sbatch("-J", "probed", "-t", "2", "--wrap", "sleep 30")
     try:
         cluster.wait_state(job, {"RUNNING"})
@@ -406,7 +407,7 @@ def test_the_event_probe_asks_the_controller_once_a_minute_not_every_probe(
             for _ in range(100):  # 30 s of probes, one each 0.3 s
                 watcher.tick()
                 clock.advance(0.3)
-            assert probes.count("probe") == 100
+            assert probes.count("probe") >= 100 // (triggers.LOOSE_PERIODS + 1), probes
             asked = calls.read_text().splitlines()
             assert len(asked) == 2, asked  # and the first probe's, not a hundred
             clock.advance(60)
