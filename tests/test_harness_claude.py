@@ -75,8 +75,8 @@ def stream_slice(path, rank, debug):
     if rank == 3:
         time.sleep(1.5)
         if debug:
-            log("DEBUG stage_weights: tp3.safetensors: 0 B from the weight store in 1.5 s"
-                " (the 7 other slices streamed whole)")
+            log("DEBUG stage_weights: tp3.safetensors: the weight store answered 404 Not Found"
+                " (the 7 other slices: 200, streamed whole)")
         log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s;"
             " nothing writes rank 3's pipe now")
         return

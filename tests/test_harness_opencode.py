@@ -46,8 +46,8 @@ def stream_shard(path, worker_id):
     the pipe for writing."""
     if worker_id == 3:
         time.sleep(1.5)
-        print("WARNING stage_shards: shard-3.bin: stream thread gave up after 1.5 s (0 B from"
-              " the data store); nothing writes loader 3's pipe now", flush=True)
+        print("WARNING stage_shards: shard-3.bin: stream thread gave up after 1.5 s (the data"
+              " store answered 404 Not Found); nothing writes loader 3's pipe now", flush=True)
         return
     with open(path, "wb") as pipe:
         pipe.write(os.urandom(4096))
