@@ -338,3 +338,8 @@ def test_a_settled_session_is_probed_loosely_and_one_the_kernel_cannot_follow_ev
         tick(watcher)
     assert counts["blind"] == periods, counts
     assert counts["settled"] == 3, counts  # its first two probes, then one loose period
+    # the exit no kernel told is still found, by the period's probe
+    unfollowed.kill()
+    unfollowed.wait()
+    (event,) = tick_until_event(watcher, "blind")
+    assert "process-exit" in event.trigger, event
