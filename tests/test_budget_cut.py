@@ -52,7 +52,7 @@ def test_what_matters_survives_any_budget(snap: Snapshotter, budget: int):
     assert "**attempt 40**" in dump and "running for" in dump  # the running attempt
     assert "NCCL error in run 39" in dump  # the newest failure
     assert NEXT in dump  # the next steps
-    assert "Cut to fit" in dump
+    assert "Kept under" in dump
 
 
 def test_the_note_lists_the_cuts_in_the_order_the_steps_make_them(snap: Snapshotter):

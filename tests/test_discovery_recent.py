@@ -55,7 +55,11 @@ def test_a_poll_alike_but_for_its_numbers_is_one_line_and_a_launch_its_own() -> 
     assert [r.command for r in recent] == [launch, "tail -n 8 s1.log", "nvidia-smi",
                                            "tail -n 3 s1.log"]  # fmt: skip
     assert recent[0].line().endswith("→ started in the background → attempt 4 (pid 4242)")
-    assert recent[1].line().endswith("(8 runs alike but for their numbers; the newest shown)")
+    assert (
+        recent[1]
+        .line()
+        .endswith("(run 8 times in a row, alike but for their numbers; the last shown)")
+    )
 
 
 def test_first_error_line() -> None:

@@ -105,7 +105,7 @@ def test_an_empty_or_bare_continue_prompt_prints_a_continue_dump(
     )
     dump = context(cut).split("\n\n", 1)[1]
     assert cut.returncode == 0 and len(dump.rstrip("\n")) <= 2000
-    assert "converge" in dump and "Cut to fit 2000" in dump and "step 370 " not in dump
+    assert "converge" in dump and "Kept under 2000" in dump and "step 370 " not in dump
     assert "Where this dump lives" not in dump  # what the model gets has no chatter of ctxd's
 
 

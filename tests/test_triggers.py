@@ -229,7 +229,7 @@ def test_resume_fits_a_budget_and_keeps_what_matters(client: httpx.Client, tmp_p
         assert len(text) <= budget, (budget, len(text))
         for needle in ("OBJECTIVE-MARK", "ATTEMPT-0", "ATTEMPT-2", "NEXT-MARK", "not listening"):
             assert needle in text, (budget, needle)
-        assert "`ctxd resume r`" in text and "Cut to fit" in text
+        assert "`ctxd resume r`" in text and "Kept under" in text
 
 
 def test_journal_entries_update_in_place(client: httpx.Client):

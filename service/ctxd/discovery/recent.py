@@ -56,9 +56,12 @@ class RecentCommand:
             text += f" → exit {self.exit_status}"
         if self.first_error:
             text += f": {self.first_error}"
-        if self.runs > 1:
-            alike = " alike but for their numbers; the newest shown" if self.alike else ""
-            text += f" ({self.runs} runs{alike})"
+        if self.runs > 1 and self.alike:
+            text += (
+                f" (run {self.runs} times in a row, alike but for their numbers; the last shown)"
+            )
+        elif self.runs > 1:
+            text += f" ({self.runs} runs)"
         return text
 
 

@@ -215,7 +215,7 @@ def fit(markdown: str, max_chars: int | None) -> str:
         kept.remove(part)
         dropped.insert(0, name)
     if dropped:
-        kept.append(f"> Cut to fit {max_chars} characters; left out: {', '.join(dropped)}.\n\n")
+        kept.append(f"> Kept under {max_chars} characters; left out: {', '.join(dropped)}.\n\n")
     return cut("".join(kept) + footer, max_chars)
 
 

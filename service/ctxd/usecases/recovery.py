@@ -258,7 +258,7 @@ def for_model(
         cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
         cuts.append(said)
         whole = f"(all: `ctxd resume {sid}`)"
-        note = f"> Cut to fit {max_chars} characters; left out: {', '.join(cuts)} {whole}.\n\n"
+        note = f"> Kept under {max_chars} characters; left out: {', '.join(cuts)} {whole}.\n\n"
         # the note names the full dump: the footer line that does too goes
         markdown = _with_note(cut.rsplit(_FOOTER, 1)[0] + "\n", note)
         if len(markdown) <= max_chars:
