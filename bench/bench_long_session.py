@@ -14,7 +14,7 @@ over `--runs`, and the size of each data directory (database with its WAL, and t
 
 The small session is built event by event through `POST /api/hooks/claude`. The long one
 goes through `POST /api/sessions/{sid}/actions` in batches of 100 actions, mapped from the
-same Claude Code payloads by the function the hook endpoint runs (`payloads.from_claude`):
+same Claude Code payloads by the function the hook endpoint runs (`harness.claude.tool_actions`):
 the same use case, recorded the same way, with fewer requests. `--hooks` builds it event by
 event through the hook endpoint instead (slower).
 """
@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-from ctxd.discovery.payloads import from_claude
+from ctxd.harness.claude import tool_actions as from_claude
 
 from bench.scenario import Server, start_server
 from bench.timing import p95

@@ -1,4 +1,5 @@
-"""Harness payloads (Claude Code hooks, opencode tool.execute.after) mapped to actions."""
+"""Harness payloads (Claude Code hooks, opencode tool.execute.after) mapped to actions, by
+each harness module."""
 
 import json
 import subprocess
@@ -7,6 +8,8 @@ import sys
 import pytest
 from ctxd.discovery import actions, payloads
 from ctxd.discovery.actions import CommandAction, FileEditAction, PromptAction
+from ctxd.harness.claude import tool_actions as claude_actions
+from ctxd.harness.opencode import tool_actions as opencode_actions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -16,11 +19,11 @@ LAUNCH = "nohup python -m sglang.launch_server --port 30000 > server.log 2>&1 &"
 
 def from_claude(payload: object) -> list:
     """A Claude Code payload's actions, as the service validates them."""
-    return [actions.parse_action(a) for a in payloads.from_claude(payload)]
+    return [actions.parse_action(a) for a in claude_actions(payload)]
 
 
 def from_opencode(payload: object) -> list:
-    return [actions.parse_action(a) for a in payloads.from_opencode(payload)]
+    return [actions.parse_action(a) for a in opencode_actions(payload)]
 
 
 def claude(event: str, **fields: object) -> dict:
@@ -197,7 +200,7 @@ def test_one_megabyte_of_output_is_cut_fast() -> None:
         tool_input={"command": "cat big"},
         tool_response={"stdout": "line\n" * 200_000},
     )
-    (action,) = payloads.from_claude(payload)
+    (action,) = claude_actions(payload)
     assert len(action["output_tail"]) == payloads.OUTPUT_TAIL_MAX_CHARS
 
 
@@ -258,7 +261,7 @@ OPENCODE = st.fixed_dictionaries(
 @settings(max_examples=300, deadline=None)
 @given(CLAUDE, OPENCODE)
 def test_arbitrary_payloads_map_to_valid_actions_or_nothing(claude_data: dict, oc: dict) -> None:
-    for item in payloads.from_claude(claude_data) + payloads.from_opencode(oc):
+    for item in claude_actions(claude_data) + opencode_actions(oc):
         actions.parse_action(item)  # whatever the mapping emits, the model accepts
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from ctxd.attempts.flags import flag_diff, summary_line
 from ctxd.collectors import CollectContext, processes
-from ctxd.discovery import actions, payloads, procscan, rules
+from ctxd.discovery import actions, procscan, rules
 from ctxd.discovery.actions import CommandAction
 from ctxd.discovery.shellparse import parse_command
 from ctxd.discovery.workspace import git_section
+from ctxd.harness import claude
 from ctxd.harness.hook import git_root
 from ctxd.models import Watch, WatchIn
 from ctxd.settings import Settings
@@ -85,7 +86,7 @@ def test_launch_then_debug_relaunch_discovered_without_watches(tmp_path: Path) -
     try:
         (action,) = [
             actions.parse_action(a)
-            for a in payloads.from_claude(bash_payload(command, work / "sub" / ".."))
+            for a in claude.tool_actions(bash_payload(command, work / "sub" / ".."))
         ]
         assert isinstance(action, CommandAction) and action.exit_status == 0
         workspace = git_root(action.cwd or "")  # the session's scope: the hook's `root`

@@ -11,8 +11,8 @@ import tomllib
 from pathlib import Path
 
 import httpx
-from ctxd.discovery.payloads import from_codex
 from ctxd.harness.codex import ADAPTER as CODEX
+from ctxd.harness.codex import tool_actions as from_codex
 from ctxd.harness.registry import adapter, command_hook
 
 from tests.conftest import Server, wait_until

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ctxd.discovery.payloads import from_gemini
 from ctxd.discovery.procscan import is_excluded
 from ctxd.harness.gemini import ADAPTER as GEMINI
 from ctxd.harness.gemini import CompactionGuard, Gemini
+from ctxd.harness.gemini import tool_actions as from_gemini
 from ctxd.harness.registry import adapter, command_hook
 
 from tests.conftest import Server

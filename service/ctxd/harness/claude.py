@@ -5,6 +5,27 @@ Ours are recognised by their command (`… hook claude`) and by the MCP server's
 so uninstall removes exactly what install added and a second install changes nothing. Hook
 commands written by earlier versions (`python -m service … hook claude`) end the same way,
 so `ctxd install claude` replaces them. Standard library only: the hook path imports it.
+
+Payload shapes relied on (checked against public sources, not guessed):
+Claude Code (hook JSON on stdin; code.claude.com/docs/en/hooks, PostToolUse section; the tool
+shapes from `sdk-tools.d.ts` in the npm package @anthropic-ai/claude-code 2.1.332, interfaces
+BashInput, BashOutput, FileEditInput, FileWriteInput, NotebookEditInput):
+  {"hook_event_name": "PostToolUse" | "PostToolUseFailure" | "UserPromptSubmit", "session_id",
+   "transcript_path", "cwd", "tool_name", "tool_input", "tool_response", "tool_use_id",
+   "prompt" (UserPromptSubmit), "error" (PostToolUseFailure)}
+  Bash:  tool_input {"command", "description", "timeout", "run_in_background"};
+         tool_response {"stdout", "stderr", "interrupted", "isImage", "noOutputExpected",
+         "backgroundTaskId" (when sent to the background), "backgroundedByUser" (Ctrl+B),
+         "timedOutAfterMs" (auto-backgrounded at its timeout), "returnCodeInterpretation"}.
+         BashOutput has no exit code. Inferred, not verified against a live CLI: Claude Code
+         turns a non-zero exit into a failed tool call unless it interprets the code (grep's
+         1 = "No matches found"), so a PostToolUse without interpretation is read as exit 0,
+         and a PostToolUseFailure "error" that starts "Exit code N" (the text of the failed
+         tool result) gives N; any other error leaves the exit status unknown.
+  A "duration_ms" (payload) or "durationMs" (tool_response) is used when present; no source
+  seen here guarantees either, so a Claude Code command usually has no duration.
+  Edit / Write: tool_input {"file_path", ...}; NotebookEdit: {"notebook_path", ...}; MultiEdit
+  ({"file_path", "edits"}) is gone from 2.1's tool list but older releases still send it.
 """
 
 import contextlib
@@ -16,7 +37,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ctxd.cli import env
-from ctxd.discovery import payloads
+from ctxd.discovery.payloads import (
+    as_dict,
+    as_text,
+    command_action,
+    duration_ms,
+    file_edit_action,
+    prompt_action,
+)
 from ctxd.harness.adapter import (
     EventKind,
     HarnessName,
@@ -100,7 +128,7 @@ class ClaudeCode:
             prompt=text_of(payload, "prompt"),
             transcript_path=text_of(payload, "transcript_path"),
             compaction=text_of(payload, "trigger"),
-            actions=tuple(payloads.from_claude(payload)) if kind == "tool" else (),
+            actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             # a Bash output past its inline limit: the start inline, the whole in this file
             output_file=text_of(response, "persistedOutputPath"),
             summary=text_of(payload, "compact_summary"),
@@ -238,3 +266,76 @@ def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
     if scope == "project":
         return project / ".claude" / "settings.local.json", project / ".mcp.json"
     return home / ".claude" / "settings.json", home / ".claude.json"
+
+
+_EXIT_CODE = re.compile(r"^\s*Exit code (-?\d+)")
+EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path"}
+EDIT_TOOLS_NOTEBOOK = {"NotebookEdit": "notebook_path"}
+
+
+def _bash_action(data: dict[str, Any], failed: bool) -> dict[str, Any] | None:
+    tool_input = as_dict(data.get("tool_input"))
+    command = as_text(tool_input.get("command"))
+    if not command:
+        return None
+    response = data.get("tool_response")
+    fields = as_dict(response)
+    output = "\n".join(
+        part for part in (as_text(fields.get("stdout")), as_text(fields.get("stderr"))) if part
+    )
+    if isinstance(response, str):
+        output = response
+    background = (
+        tool_input.get("run_in_background") is True
+        or bool(as_text(fields.get("backgroundTaskId")))
+        or fields.get("backgroundedByUser") is True
+        or bool(fields.get("timedOutAfterMs"))
+    )
+    exit_status: int | None = None
+    if failed:
+        error = as_text(data.get("error"))
+        output = output or error
+        if match := _EXIT_CODE.match(error):
+            exit_status = int(match[1])
+    elif (
+        not background
+        and not fields.get("interrupted")
+        and not fields.get("returnCodeInterpretation")
+    ):
+        exit_status = 0  # see the module docstring: success without interpretation means 0
+    took_ms = duration_ms(data.get("duration_ms"))
+    if took_ms is None:
+        took_ms = duration_ms(fields.get("durationMs"))
+    return command_action(
+        command,
+        cwd=as_text(data.get("cwd")),
+        exit_status=exit_status,
+        duration_s=took_ms / 1000 if took_ms is not None else None,
+        output=output,
+        background=background,
+        tool_id=as_text(data.get("tool_use_id")),
+        harness="claude",
+    )
+
+
+def tool_actions(data: Any) -> list[dict[str, Any]]:
+    """The actions in one Claude Code hook payload (PostToolUse[Failure], UserPromptSubmit)."""
+    if not isinstance(data, dict):
+        return []
+    event = as_text(data.get("hook_event_name"))
+    if event == "UserPromptSubmit":
+        text = as_text(data.get("prompt"))
+        return [prompt_action(text, harness="claude")] if text.strip() else []
+    if event not in ("PostToolUse", "PostToolUseFailure"):
+        return []
+    tool = as_text(data.get("tool_name"))
+    if tool == "Bash":
+        action = _bash_action(data, failed=event == "PostToolUseFailure")
+        return [action] if action else []
+    if event == "PostToolUseFailure":
+        return []  # an edit that failed changed nothing
+    key = EDIT_TOOLS.get(tool) or EDIT_TOOLS_NOTEBOOK.get(tool)
+    path = as_text(as_dict(data.get("tool_input")).get(key)) if key else ""
+    if not path:
+        return []
+    return [file_edit_action(path, tool, cwd=as_text(data.get("cwd")), harness="claude")]

@@ -17,6 +17,20 @@ server is written into `config.toml` as a marked `[mcp_servers.ctxd]` table appe
 file's text (the standard library reads TOML but does not write it, and a rewrite would lose
 the user's comments); the result is parsed before it is planned, and a `ctxd` server the user
 wrote is left alone. Standard library only: the hook path imports it.
+
+Payload shapes relied on (checked against public sources, not guessed):
+Codex CLI (hook JSON on stdin, as the real CLI of the npm package @openai/codex 0.171.0 sent
+it when driven offline here; its hooks take Claude Code's field names):
+  {"hook_event_name", "session_id", "turn_id" (events of a turn), "transcript_path" (its
+   rollout JSONL), "cwd", "model", "permission_mode", "source" (SessionStart: "startup" and
+   "resume" seen; "clear" and "compact" not driven here), "prompt" (UserPromptSubmit),
+   "tool_name", "tool_input", "tool_response", "tool_use_id" (PreToolUse, PostToolUse),
+   "stop_hook_active", "last_assistant_message" (Stop), "reason" (SessionEnd)}
+  The model's shell tool is `exec_command` (arguments {"cmd", ...}); its hooks call it "Bash":
+  tool_input {"command"} (a "workdir" there, where a release sends one, is the cwd, relative
+  to the payload's "cwd"), tool_response the output text (a string). No exit status reaches
+  the hook: a command that exits 1 comes as a PostToolUse like any other, so a Codex
+  command's exit is unknown.
 """
 
 import os
@@ -24,7 +38,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ctxd.discovery import payloads
+from ctxd.discovery.payloads import as_dict, as_text, command_action, prompt_action
 from ctxd.harness.adapter import (
     EventKind,
     HarnessName,
@@ -111,7 +125,7 @@ class Codex:
             # the first prompt's UserPromptSubmit instead
             transcript_path="",
             compaction=text_of(payload, "trigger"),
-            actions=tuple(payloads.from_codex(payload)) if kind == "tool" else (),
+            actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
         )
 
@@ -211,3 +225,45 @@ def mcp_toml(text: str, url: str | None, path: Path) -> str:
 
 def _toml_string(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def tool_actions(data: Any) -> list[dict[str, Any]]:
+    """The actions in one Codex CLI hook payload (PostToolUse of its shell tool,
+    UserPromptSubmit); see the module docstring for the shape."""
+    if not isinstance(data, dict):
+        return []
+    event = as_text(data.get("hook_event_name"))
+    if event == "UserPromptSubmit":
+        text = as_text(data.get("prompt"))
+        return [prompt_action(text, harness="codex")] if text.strip() else []
+    if event != "PostToolUse" or as_text(data.get("tool_name")) != "Bash":
+        return []
+    tool_input = as_dict(data.get("tool_input"))
+    command = as_text(tool_input.get("command"))
+    if not command:
+        return []
+    response = data.get("tool_response")
+    fields = as_dict(response)
+    output = (
+        response
+        if isinstance(response, str)
+        else "\n".join(
+            p
+            for p in (
+                as_text(fields.get("stdout")),
+                as_text(fields.get("stderr")),
+            )
+            if p
+        )
+    )
+    cwd, workdir = as_text(data.get("cwd")), as_text(tool_input.get("workdir"))
+    if workdir:
+        cwd = workdir if workdir.startswith("/") or not cwd else f"{cwd.rstrip('/')}/{workdir}"
+    action = command_action(
+        command,
+        cwd=cwd,
+        output=output,
+        tool_id=as_text(data.get("tool_use_id")),
+        harness="codex",
+    )
+    return [action]

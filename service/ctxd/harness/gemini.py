@@ -24,6 +24,21 @@ Ours are recognised by their command (`… hook gemini`) and the MCP server by i
 so uninstall removes exactly what install added and a second install changes nothing. Gemini
 reads settings.json with comments allowed; one that has them is not JSON here and is not
 touched. Standard library only: the hook path imports it.
+
+Payload shapes relied on (checked against public sources, not guessed):
+Gemini CLI (hook JSON on stdin, as the real CLI of the npm package @google/gemini-cli 0.61.0
+sent it when driven offline here; the shell tool's text from its `shell.ts`):
+  {"hook_event_name", "session_id", "transcript_path" (its own session JSONL), "cwd",
+   "timestamp", "tool_name", "tool_input", "tool_response" (AfterTool)}
+  run_shell_command: tool_input {"command", "description", "dir_path" (the cwd, relative to
+  the payload's "cwd"), "is_background"}; tool_response {"llmContent", "returnDisplay",
+  "error"?}, llmContent the text the model reads, inside `<untrusted_context>` lines:
+  sections "Output: …" (stdout and stderr together, "(empty)" when none), "Error: …" (a
+  spawn failure), "Exit Code: N" (only when not 0), "Signal: …", "Background PIDs: …",
+  "Process Group PGID: N", one per line; a command sent to the background or cancelled has a
+  sentence instead ("Command moved to background (PID: N). …", "Command was cancelled …").
+  So an exit status is known: N, or 0 when the command ended with no "Exit Code" line.
+  write_file / replace: tool_input {"file_path", …}; an edit that failed has an "error".
 """
 
 import os
@@ -33,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxd.discovery import payloads
+from ctxd.discovery.payloads import as_dict, as_text, command_action, file_edit_action
 from ctxd.harness.adapter import (
     EventKind,
     HarnessName,
@@ -135,7 +150,7 @@ class Gemini:
             # objective from the first prompt's BeforeAgent instead
             transcript_path="",
             compaction=trigger,
-            actions=tuple(payloads.from_gemini(payload)) if kind == "tool" else (),
+            actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             said=_said(payload) if kind == "idle" else "",
         )
 
@@ -206,3 +221,68 @@ def settings_path(scope: str, project: Path, home: Path) -> Path:
     if scope == "project":
         return project / ".gemini" / "settings.json"
     return user_folder(home) / "settings.json"
+
+
+GEMINI_EDIT_TOOLS = ("write_file", "replace")
+_GEMINI_SECTION = re.compile(
+    r"^(Output|Error|Exit Code|Signal|Background PIDs|Process Group PGID): ", re.MULTILINE
+)
+_GEMINI_WRAPPER = re.compile(r"^\s*<untrusted_context>\n?|\n?</untrusted_context>\s*$")
+
+
+def _gemini_sections(text: str) -> dict[str, str]:
+    """The sections of a Gemini shell result ("Output: …", "Exit Code: 1", …) by name."""
+    text = _GEMINI_WRAPPER.sub("", text)
+    marks = list(_GEMINI_SECTION.finditer(text))
+    return {
+        mark[1]: text[mark.end() : marks[n + 1].start() if n + 1 < len(marks) else None].strip()
+        for n, mark in enumerate(marks)
+    }
+
+
+def _under(cwd: str, path: str) -> str:
+    """`path` as Gemini's tools take it: relative to the payload's cwd unless absolute."""
+    if not path or path.startswith("/") or not cwd:
+        return path
+    return f"{cwd.rstrip('/')}/{path}"
+
+
+def tool_actions(data: Any) -> list[dict[str, Any]]:
+    """The actions in one Gemini CLI AfterTool payload (its shell tool, its file edits); see
+    the module docstring for the shape."""
+    if not isinstance(data, dict) or as_text(data.get("hook_event_name")) != "AfterTool":
+        return []
+    tool, cwd = as_text(data.get("tool_name")), as_text(data.get("cwd"))
+    tool_input, response = (
+        as_dict(data.get("tool_input")),
+        as_dict(data.get("tool_response")),
+    )
+    if tool in GEMINI_EDIT_TOOLS:
+        path = _under(cwd, as_text(tool_input.get("file_path")))
+        if not path or response.get("error"):
+            return []  # an edit that failed changed nothing
+        return [file_edit_action(path, tool, cwd=cwd, harness="gemini")]
+    command = as_text(tool_input.get("command"))
+    if tool != "run_shell_command" or not command:
+        return []
+    content = response.get("llmContent")
+    text = content if isinstance(content, str) else as_text(response.get("returnDisplay"))
+    sections = _gemini_sections(text)
+    background = tool_input.get("is_background") is True or "moved to background" in text
+    exit_status: int | None = None
+    if code := re.fullmatch(r"-?\d+", sections.get("Exit Code", "")):
+        exit_status = int(code[0])
+    elif "Output" in sections and not {"Signal", "Error"} & sections.keys() and not background:
+        exit_status = 0  # Gemini writes the exit code only when it is not 0
+    output = "\n".join(sections[k] for k in ("Output", "Error") if k in sections)
+    if not sections:
+        output = _GEMINI_WRAPPER.sub("", text)  # a cancelled or backgrounded command's sentence
+    action = command_action(
+        command,
+        cwd=_under(cwd, as_text(tool_input.get("dir_path"))) or cwd,
+        exit_status=exit_status,
+        output="" if output == "(empty)" else output,
+        background=background,
+        harness="gemini",
+    )
+    return [action]

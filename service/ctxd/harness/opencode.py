@@ -15,6 +15,16 @@ or the 2.x form (`mcp.servers.NAME`; 2.x still reads the 1.x form); ctxd writes 
 the file already uses, else the installed opencode's (`installed_version`: 2.x's for 2.x, the
 1.x form, which both read, otherwise), and removes its entry from both. The plugin file is
 ctxd's whole: it is recognised by its first line, and a `ctxd.js` not ours is never touched.
+
+Payload shapes relied on (checked against public sources, not guessed):
+opencode (plugin hook `tool.execute.after(input, output)`: dist/index.d.ts of the npm package
+@opencode-ai/plugin 1.18.33, and packages/opencode/src/tool/bash.ts in the opencode repository):
+  input {"tool", "sessionID", "callID", "args"} ("args" is in 1.18's types, not in older ones;
+  a bash "workdir" arg, where a release has one, is taken as the cwd);
+  output {"title", "output", "metadata"}; for bash, title is the command and metadata is
+  {"output", "exit", "description"}; edit/write take args {"filePath", ...}. The ctxd plugin
+  forwards {"input": input, "output": output, "args": args-from-tool.execute.before,
+  "cwd": directory}.
 """
 
 import json
@@ -25,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd import shipped
-from ctxd.discovery import payloads
+from ctxd.discovery.payloads import as_dict, as_text, command_action, file_edit_action
 from ctxd.harness.adapter import EventKind, HarnessName, HookEvent, text_of
 from ctxd.harness.files import MCP_NAME, Change, InstallError, json_text, read_json, read_text
 
@@ -66,7 +76,7 @@ class Opencode:
             conversation=text_of(payload, "sessionID"),
             cwd=text_of(payload, "cwd"),
             prompt=text_of(payload, "prompt"),
-            actions=tuple(payloads.from_opencode(payload)) if kind == "tool" else (),
+            actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             # the plugin's: the text of the session's last assistant message, sent on idle
             said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
         )
@@ -208,3 +218,42 @@ def _version(text: Any) -> tuple[int, int, int] | None:
 
 def _js_string(value: str) -> str:
     return json.dumps(value)  # a JSON string is a JS string literal: newlines escaped too
+
+
+OPENCODE_EDIT_TOOLS = {"edit", "write", "multiedit", "patch", "apply_patch"}
+
+
+def tool_actions(data: Any) -> list[dict[str, Any]]:
+    """The actions in one forwarded opencode `tool.execute.after`: {input, output, args, cwd}."""
+    if not isinstance(data, dict):
+        return []
+    hook_input = as_dict(data.get("input"))
+    output = as_dict(data.get("output"))
+    metadata = as_dict(output.get("metadata"))
+    args = as_dict(data.get("args")) or as_dict(hook_input.get("args"))
+    tool = as_text(hook_input.get("tool"))
+    cwd = as_text(args.get("workdir")) or as_text(data.get("cwd"))
+    call_id = as_text(hook_input.get("callID"))
+    if tool == "bash":
+        command = as_text(args.get("command")) or as_text(output.get("title"))
+        if not command:
+            return []
+        exit_value = metadata.get("exit")
+        exit_status = (
+            exit_value if isinstance(exit_value, int) and not isinstance(exit_value, bool) else None
+        )
+        text = as_text(output.get("output")) or as_text(metadata.get("output"))
+        action = command_action(
+            command,
+            cwd=cwd,
+            exit_status=exit_status,
+            output=text,
+            tool_id=call_id,
+            harness="opencode",
+        )
+        return [action]
+    if tool in OPENCODE_EDIT_TOOLS:
+        path = as_text(args.get("filePath")) or as_text(metadata.get("filepath"))
+        if path:
+            return [file_edit_action(path, tool, cwd=cwd, harness="opencode")]
+    return []
