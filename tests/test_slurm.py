@@ -6,10 +6,12 @@ Root only (slurmd runs jobs as their users), and only with the packages installe
 installs them when root); skipped with the reason otherwise.
 """
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -439,3 +441,60 @@ def test_output_patterns_become_the_files_the_job_wrote(
         (str(err), ["err"]),
     ]
     assert info["log_problems"] == []
+
+
+TASK = """\
+import os, time
+rank = int(os.environ["SLURM_PROCID"])
+if rank == 3:
+    with open("stalled.fifo", "rb") as pipe:  # nothing ever writes it: rank 3 blocks here
+        pipe.read()
+time.sleep(600)
+"""
+
+
+def test_a_running_jobs_tasks_are_collected_on_its_node_through_srun(
+    cluster: Cluster, ctxd: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four tasks of one step, rank 3 blocked opening a FIFO, the others asleep: collected
+    on the job's node by `srun --overlap` (no ctxd there but the package), named by rank and
+    grouped by where they wait; a node that does not answer in time is one line."""
+    from ctxd.collectors import _slurm_nodes
+
+    (cluster.jobs / "task.py").write_text(TASK)
+    fifo = cluster.jobs / "stalled.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    job = cluster.sbatch("-J", "tasks", "-n", "4", "--overcommit", "-o", "tasks.out",
+                         "--wrap", f"srun --overcommit -n 4 {sys.executable} task.py")  # fmt: skip
+    try:
+        cluster.wait_state(job, {"RUNNING"})
+
+        def four_tasks() -> bool:
+            found = subprocess.run(["pgrep", "-f", f"{sys.executable} task.py"],
+                                   capture_output=True, text=True).stdout.split()  # fmt: skip
+            return len(found) >= 4
+
+        wait_until(four_tasks, "the job's four tasks", limit=60)
+        time.sleep(1)  # rank 3 reaches its open()
+        taken, markdown = dump(ctxd, "tasks", {"kind": "slurm", "job": job})
+        (info,) = taken["observations"]["slurm"]["items"]
+        ranks = {t["rank"]: t for t in info["tasks"] if t["step"] == "0"}
+        assert sorted(ranks) == [0, 1, 2, 3], info["tasks"]
+        assert "openat" in (ranks[3]["waits_in"] or "") and ranks[3]["blocked_on"] == str(fifo)
+        assert all("nanosleep" in (ranks[r]["waits_in"] or "") for r in (0, 1, 2)), ranks
+        assert info["task_problems"] == []
+        node = socket.gethostname()
+        section = markdown.split("its processes on its nodes (asked through srun)")[1]
+        assert f"- {node}: rank 3 (pid {ranks[3]['pid']}) waits in" in section, section
+        assert f"{node}: ranks 0-2 (pids " in section.replace("\N{EN DASH}", "-"), section
+        # a node that does not answer within the deadline: one line, no tasks
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        tasks, problems = _slurm_nodes.collect(job, 1, 0.05)
+        assert tasks == [] and problems == [
+            "1 of its 1 nodes did not answer through srun: not all 1 nodes answered within 0.05 s"
+        ], problems
+    finally:
+        subprocess.run(["scancel", job], env=cluster.env(), check=False)
+        with contextlib.suppress(OSError):  # a writer lets a blocked rank 3 go, if still there
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))

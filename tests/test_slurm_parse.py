@@ -155,3 +155,10 @@ def test_a_requeued_job_has_not_ended_and_has_not_failed() -> None:
     (failed,) = signals_slurm.slurm_jobs(seen("NODE_FAIL"))
     assert failed.code == "slurm_failed"
     assert signals_slurm.slurm_jobs(seen("COMPLETED")) == []
+
+
+def test_a_host_list_counts_its_hosts() -> None:
+    from ctxd.collectors._slurm_parse import host_count
+
+    assert host_count("gpu[07-08,10],cpu1") == 4
+    assert host_count("node1") == 1 and host_count("a[1-3],b[5]") == 4 and host_count("") == 0

@@ -100,6 +100,8 @@ class Settings(BaseSettings):
     wake: bool = True
     # Slurm is probed for events less often: each look asks the cluster's shared controller.
     slurm_probe_s: float = Field(60.0, gt=0, le=3600)
+    # how long a snapshot waits for a running job's nodes to answer through srun
+    slurm_nodes_timeout_s: float = Field(10.0, gt=0, le=300)
     keep_days: int = Field(30, ge=1, le=3650)
     # Markdown files kept per session besides latest.md: the newest versions' (CTXD_MARKDOWN_FILES);
     # every version stays readable from the database. 0 keeps every version's file.

@@ -232,3 +232,18 @@ def _reason(value: str) -> str | None:
     """scontrol writes a reason's spaces as `_`: "ReqNodeNotAvail,_May_be_reserved"."""
     reason = _value(value)
     return reason.replace("_", " ") if reason else None
+
+
+def host_count(nodes: str) -> int:
+    """How many hosts a Slurm host list names: "gpu[07-08,10],cpu1" -> 4; "" -> 0."""
+    count = 0
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", nodes):
+        ranges = re.search(r"\[([^\]]*)\]", part)
+        if not ranges:
+            count += 1
+            continue
+        for item in ranges[1].split(","):
+            low, _, high = item.partition("-")
+            ok = low.isdigit() and (not high or high.isdigit())
+            count += (int(high) - int(low) + 1) if ok and high else 1
+    return count

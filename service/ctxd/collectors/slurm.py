@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxd import confine, redact
-from ctxd.collectors import CollectContext, per_watch
+from ctxd.collectors import CollectContext, _slurm_nodes, per_watch
 from ctxd.collectors._follow import Cursor
 from ctxd.collectors._slurm_parse import (
     ALIVE_STATES,
@@ -26,9 +26,18 @@ from ctxd.collectors._slurm_parse import (
     expand,
     from_sacct,
     from_scontrol,
+    host_count,
 )
 from ctxd.collectors.logs import observe_log
-from ctxd.models import LogInfo, LogWatch, SlurmJobInfo, SlurmSection, SlurmWatch, Watch
+from ctxd.models import (
+    LogInfo,
+    LogWatch,
+    SlurmJobInfo,
+    SlurmSection,
+    SlurmTask,
+    SlurmWatch,
+    Watch,
+)
 
 NAME = "slurm"
 SECTION = SlurmSection
@@ -159,6 +168,13 @@ def describe(
     pending = None
     if job.state == "PENDING" and job.submitted_at is not None:
         pending = max(0.0, (moment - job.submitted_at).total_seconds())
+    tasks: list[SlurmTask] = []
+    task_problems: list[str] = []
+    if job.state == "RUNNING" and spec.tasks and not ctx.probe:
+        nodes = host_count(job.nodes) or 1
+        tasks, task_problems = _slurm_nodes.collect(
+            job.job_id, nodes, ctx.settings.slurm_nodes_timeout_s
+        )
     return SlurmJobInfo(
         watch_id=watch.id,
         job_id=job.job_id,
@@ -184,6 +200,8 @@ def describe(
         logs=logs,
         log_problems=problems,
         source=job.source,
+        tasks=tasks,
+        task_problems=[redact.text(p) for p in task_problems],
     )
 
 

@@ -46,6 +46,7 @@ from ctxd.models.observations import (
     PortsSection,
     SlurmJobInfo,
     SlurmSection,
+    SlurmTask,
 )
 from ctxd.models.processes import (
     ExitedProcess,
@@ -137,6 +138,7 @@ __all__ = [
     "Signal",
     "SlurmJobInfo",
     "SlurmSection",
+    "SlurmTask",
     "SlurmWatch",
     "Snapshot",
     "SnapshotHeader",

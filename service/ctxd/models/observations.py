@@ -127,6 +127,25 @@ class PortsSection(BaseModel):
     unavailable: list[Unavailable] = Field(default_factory=list)
 
 
+class SlurmTask(BaseModel):
+    """One process of a running job, as the collector Slurm ran on its node saw it."""
+
+    node: str
+    pid: int
+    ppid: int
+    rank: int | None = None  # SLURM_PROCID: the task's rank in its step
+    step: str | None = None  # SLURM_STEP_ID; None: the batch script and what it started
+    name: str = ""
+    argv: list[str] = Field(default_factory=list)
+    state: str = ""  # the kernel's letter: R, S, D, Z
+    threads: int = 0
+    cpu_percent: Annotated[float, VOLATILE] = 0.0  # over a half-second sample
+    waits_in: str | None = None  # the kernel's view: "futex_do_wait (futex)"
+    blocked_on: str | None = None  # what that call names: a path being opened, a socket
+    stack: list[str] = Field(default_factory=list)  # py-spy's, for an idle Python process
+    stack_note: str | None = None  # why there is no stack
+
+
 class SlurmJobInfo(BaseModel):
     """One Slurm job as its controller (or accounting) tells it, with its output files' tails."""
 
@@ -155,6 +174,9 @@ class SlurmJobInfo(BaseModel):
     log_problems: list[str] = Field(default_factory=list)
     source: str = ""  # where it was read: scontrol (the controller) or sacct (accounting)
     host: str | None = None  # the peer it was observed on; None: this host
+    # a running job's processes on its nodes, collected there through srun (not by a probe)
+    tasks: list[SlurmTask] = Field(default_factory=list)
+    task_problems: list[str] = Field(default_factory=list)
 
 
 class SlurmSection(BaseModel):

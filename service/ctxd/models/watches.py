@@ -119,6 +119,9 @@ class SlurmWatch(Strict):
     workdir: PathText | None = None
     jobs: int = Field(5, ge=1, le=50, description="newest jobs shown for a name or mine")
     lines: int = Field(20, ge=1, le=500, description="lines of each job's stdout and stderr")
+    tasks: bool = Field(
+        True, description="a running job's processes, collected on its nodes through srun"
+    )
     # signals: pending longer than this; running with its output silent longer than this
     pending_after_s: float = Field(600.0, ge=0, le=30 * 86400)
     silent_after_s: float = Field(300.0, ge=0, le=30 * 86400)
