@@ -162,3 +162,12 @@ def test_a_host_list_counts_its_hosts() -> None:
 
     assert host_count("gpu[07-08,10],cpu1") == 4
     assert host_count("node1") == 1 and host_count("a[1-3],b[5]") == 4 and host_count("") == 0
+
+
+def test_a_job_allocated_gpus_is_told_apart() -> None:
+    """Its AllocTRES names gres/gpu: a step collecting beside it must ask for no GPU."""
+    line = CAPTURED.read_text().splitlines()[0]
+    (plain,) = from_scontrol(line)
+    with_gpus = line.rstrip() + " AllocTRES=cpu=1,mem=1G,node=1,billing=1,gres/gpu=2"
+    (held,) = from_scontrol(with_gpus)
+    assert not plain.gpus and held.gpus

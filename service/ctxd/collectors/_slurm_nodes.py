@@ -98,10 +98,14 @@ def tasks_here(job: str) -> list[dict[str, Any]]:
     return [{"node": node, **task} for task in found.values()]
 
 
-def collect(job: str, nodes: int, timeout_s: float) -> tuple[list[SlurmTask], list[str]]:
+def collect(
+    job: str, nodes: int, timeout_s: float, gpus: bool = False
+) -> tuple[list[SlurmTask], list[str]]:
     """The job's processes on each of its `nodes` nodes, through `srun --overlap` (the server
-    side), and a line for each node that did not answer within `timeout_s`."""
+    side), and a line for each node that did not answer within `timeout_s`. A job that holds
+    GPUs gets a step that asks for none (`--gres=gpu:0`): else the step waits for them."""
     argv = ["srun", f"--jobid={job}", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1",
+            *(["--gres=gpu:0"] if gpus else []),
             "--quiet", sys.executable, "-m", "ctxd.collectors._slurm_nodes", job]  # fmt: skip
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)

@@ -59,6 +59,7 @@ class Job:
     stderr: str | None = None
     source: str = ""
     number: str = ""  # the JobId itself: an array task's is not its array's
+    gpus: bool = False  # it was allocated GPUs (a step beside it must then ask for none)
 
 
 def fields(line: str) -> dict[str, str]:
@@ -100,6 +101,7 @@ def from_scontrol(text: str) -> list[Job]:
                 stderr=_value(f.get("StdErr", "")),
                 source="scontrol",
                 number=f["JobId"],
+                gpus="gres/gpu" in f.get("AllocTRES", "") or "gpu" in f.get("TresPerNode", ""),
             )
         )
     return jobs

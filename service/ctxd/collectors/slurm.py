@@ -173,7 +173,7 @@ def describe(
     if job.state == "RUNNING" and spec.tasks and not ctx.probe:
         nodes = host_count(job.nodes) or 1
         tasks, task_problems = _slurm_nodes.collect(
-            job.job_id, nodes, ctx.settings.slurm_nodes_timeout_s
+            job.job_id, nodes, ctx.settings.slurm_nodes_timeout_s, gpus=job.gpus
         )
     return SlurmJobInfo(
         watch_id=watch.id,
