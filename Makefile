@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 
 # The real agent harnesses the end-to-end tests drive offline (pinned; skipped without npm).
 HARNESS := .harness/node_modules/.bin/gemini
+# A real Ray head for the `ray` watch's test, in a virtualenv of its own (pinned; 380 MB; the
+# test skips, saying why, where it cannot be installed). ctxd itself never imports Ray.
+RAY := .ray/bin/ray
 
 .PHONY: run test lint bench clean
 
@@ -37,7 +40,11 @@ $(HARNESS):
 		@google/gemini-cli@0.61.0 \
 		|| echo "harness install failed: the real-harness tests will skip"
 
-test: lint $(HARNESS)
+$(RAY):
+	$(PYTHON) -m venv .ray && .ray/bin/python -m pip install --quiet 'ray[default]==2.60.0' \
+		|| echo "ray install failed: the Ray test will skip"
+
+test: lint $(HARNESS) $(RAY)
 	$(BIN)/python -m pytest -q --durations=20
 
 bench: $(STAMP)
@@ -45,4 +52,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .harness .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .harness .ray .mypy_cache .ruff_cache .pytest_cache

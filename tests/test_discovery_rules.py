@@ -130,3 +130,23 @@ def test_proposals_are_valid_watch_specs_once_auto_and_reason_are_taken_off() ->
     for proposal in proposals:
         spec = {k: v for k, v in proposal.items() if k not in ("auto", "reason")}
         assert WatchIn.model_validate(spec).root.kind == proposal["kind"]
+
+
+def test_a_ray_cluster_started_or_submitted_to_is_watched_by_its_dashboard():
+    """`ray start --head` (its dashboard port, 8265 by default; an all-interfaces host read
+    as this machine's) and `ray job submit --address URL` each make one ray watch."""
+
+    def rays(command: str) -> list[str]:
+        found = propose_for_command(parse_command(command), cwd="/w", at=AT)
+        return [p["url"] for p in found if p["kind"] == "ray"]
+
+    assert rays("ray start --head --port=6379 --dashboard-port=8300") == ["http://127.0.0.1:8300"]
+    assert rays("ray start --head --dashboard-host 0.0.0.0") == ["http://127.0.0.1:8265"]
+    assert rays("ray job submit --address http://127.0.0.1:8265 -- python train.py") == [
+        "http://127.0.0.1:8265"
+    ]
+    assert rays("RAY_ADDRESS=http://10.0.0.5:8265 ray job submit -- python t.py") == [
+        "http://10.0.0.5:8265"
+    ]
+    assert rays("ray start --address=10.0.0.5:6379") == []  # a worker node: the head has it
+    assert rays("ray status") == []

@@ -12,7 +12,7 @@ from ctxd.harness.hook import hook_main
 # The collectors' kinds (`collectors.kinds()`), the journal's kinds and the statuses each takes
 # (`models/journal.py`), held equal to them by a test: importing those to read them would cost
 # every CLI call half a second.
-WATCH_KINDS = ["process", "port", "slurm", "artifact", "command", "log"]
+WATCH_KINDS = ["process", "port", "slurm", "ray", "artifact", "command", "log"]
 NOTE_KINDS = [
     "objective", "attempt", "finding", "hypothesis", "decision", "next", "note", "fact", "question"
 ]  # fmt: skip
@@ -210,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=commands.resume)
 
-    p = sub.add_parser("watch", help="add a watch: process, log, artifact, port, command or slurm")
+    p = sub.add_parser(
+        "watch", help="add a watch: process, log, artifact, port, command, slurm or ray"
+    )
     _session(p)
     p.add_argument("kind", metavar="KIND", choices=WATCH_KINDS, help=", ".join(WATCH_KINDS))
     p.add_argument(
@@ -218,14 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TARGET",
         help="process: a regex on the command line (or --pid, --name); log/artifact: "
         "a path or glob; port: a port number; command: its name in the server's allowlist; "
-        "slurm: a job id (or --name, --mine)",
+        "slurm: a job id (or --name, --mine); ray: its dashboard's URL or port (8265)",
         nargs="?",
     )
     p.add_argument("--pid", type=int, help="process: its process id (instead of a regex)")
     p.add_argument(
         "--name",
         help="process: its exact name (instead of a regex); slurm: the job name; "
-        "command: the command's name",
+        "command: the command's name; ray: only actors whose name holds it",
     )
     p.add_argument("--mine", action="store_true", help="slurm: my jobs (see --workdir)")
     p.add_argument("--workdir", help="slurm with --mine: only jobs started from this directory")

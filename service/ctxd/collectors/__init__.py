@@ -128,13 +128,24 @@ def split(results: Iterable[Item | Unavailable]) -> tuple[list[Item], list[Unava
 
 def registry() -> Sequence[Collector]:
     """The collectors, in the order their sections appear in Observations and in the dump."""
-    from ctxd.collectors import artifacts, commands, gpus, host, logs, ports, processes, slurm
+    from ctxd.collectors import (
+        artifacts,
+        commands,
+        gpus,
+        host,
+        logs,
+        ports,
+        processes,
+        ray,
+        slurm,
+    )
 
     # typed as Collector: mypy checks each module against the protocol
     modules: tuple[Collector, ...] = (
         processes,
         ports,
         slurm,
+        ray,
         gpus,
         host,
         artifacts,

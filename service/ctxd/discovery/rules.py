@@ -43,7 +43,35 @@ def watch_key(watch: Mapping[str, Any]) -> tuple[str, str]:
         return kind, f"{watch.get('host', '127.0.0.1')}:{watch.get('port')}"
     if kind == "process":
         return kind, str(watch.get("match") or watch.get("name") or watch.get("pid"))
+    if kind == "ray":
+        return kind, str(watch.get("url", ""))
     return kind, str(watch.get("path", ""))
+
+
+def ray_dashboard(command: SimpleCommand) -> str | None:
+    """The dashboard URL of the Ray cluster a command starts or submits to: `ray start
+    --head` (its --dashboard-port, 8265 by default), `ray job submit --address URL`, or
+    RAY_ADDRESS set to an http URL on the command; None for anything else."""
+    argv = list(command.argv)
+    if not argv or os.path.basename(argv[0]) != "ray":
+        return None
+
+    def value(flag: str) -> str | None:
+        for n, arg in enumerate(argv):
+            if arg == flag and n + 1 < len(argv):
+                return argv[n + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    if argv[1:2] == ["start"] and "--head" in argv:
+        host = value("--dashboard-host") or "127.0.0.1"
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "localhost") else host
+        return f"http://{host}:{value('--dashboard-port') or 8265}"
+    if argv[1:3] == ["job", "submit"]:
+        address = value("--address") or command.env.get("RAY_ADDRESS", "")
+        return address.rstrip("/") if address.startswith(("http://", "https://")) else None
+    return None
 
 
 def program_pattern(argv: Iterable[str]) -> str | None:
@@ -149,6 +177,9 @@ def propose_for_command(
         # a launch's process watch expects its ports already; a port alone, else
         for port in facts.ports:
             out.add({"kind": "port", "port": port}, f"expected port of the command at {when}")
+    for command in facts.commands:
+        if url := ray_dashboard(command):
+            out.add({"kind": "ray", "url": url}, f"Ray cluster of the command at {when}")
     for build in facts.builds:
         outputs = build.outputs or (
             (_DEFAULT_OUTPUTS[build.tool],) if build.tool in _DEFAULT_OUTPUTS else ()

@@ -184,6 +184,56 @@ class SlurmSection(BaseModel):
     unavailable: list[Unavailable] = Field(default_factory=list)
 
 
+class RayNode(BaseModel):
+    node_id: str  # the first 8 characters of Ray's id
+    ip: str = ""
+    state: str = ""  # ALIVE, DEAD
+    head: bool = False
+    resources: dict[str, float] = Field(default_factory=dict)  # CPU, GPU, memory (bytes)
+
+
+class RayActor(BaseModel):
+    name: str = ""  # its name, or its class's where it has none
+    class_name: str = ""
+    state: str = ""  # ALIVE, PENDING_CREATION, RESTARTING, DEAD, DEPENDENCIES_UNREADY
+    pid: int | None = None
+    node_ip: str | None = None
+    asks: dict[str, float] = Field(default_factory=dict)  # the resources it requires
+    died_of: str | None = None  # the last line of its death cause: the exception
+    restarts: int = 0
+
+
+class RayTask(BaseModel):
+    """A task running long (or pending): where it runs, since when, and its stack if local."""
+
+    name: str
+    state: str
+    pid: int | None = None
+    started_at: datetime | None = None
+    running_s: Annotated[float | None, VOLATILE] = None
+    waits_in: str | None = None  # the kernel's view, for a worker on this machine
+    blocked_on: str | None = None
+    stack: list[str] = Field(default_factory=list)
+    stack_note: str | None = None
+
+
+class RayInfo(BaseModel):
+    watch_id: int
+    url: str
+    job: str | None = None
+    nodes: list[RayNode] = Field(default_factory=list)
+    actors: list[RayActor] = Field(default_factory=list)
+    actors_total: int = 0  # before the name filter and the cap
+    tasks: list[RayTask] = Field(default_factory=list)  # running long, or pending
+    free: dict[str, float] = Field(default_factory=dict)  # what ALIVE nodes hold, less in use
+    placement_groups_pending: list[str] = Field(default_factory=list)
+
+
+class RaySection(BaseModel):
+    items: list[RayInfo] = Field(default_factory=list)
+    unavailable: list[Unavailable] = Field(default_factory=list)
+
+
 class HostInfo(BaseModel):
     hostname: str = ""
     os: str = ""
@@ -253,6 +303,7 @@ class Observations(BaseModel):
     processes: ProcessesSection = ProcessesSection()
     ports: PortsSection = PortsSection()
     slurm: SlurmSection = SlurmSection()
+    ray: RaySection = RaySection()
     gpus: GpusSection = GpusSection()
     host: HostInfo = HostInfo()
     artifacts: ArtifactsSection = ArtifactsSection()

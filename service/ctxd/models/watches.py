@@ -135,8 +135,20 @@ class SlurmWatch(Strict):
         return self
 
 
+class RayWatch(Strict):
+    """A Ray cluster, read through its dashboard's state API: nodes, actors, long tasks."""
+
+    kind: Literal["ray"] = "ray"
+    host: PeerName | None = None  # a peer's name: asked on that host
+    url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] = "http://127.0.0.1:8265"
+    job: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{1,64}$")] | None = None
+    actors: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="only the actors whose name holds this text"
+    )
+
+
 WatchSpec = Annotated[
-    ProcessWatch | LogWatch | ArtifactWatch | PortWatch | CommandWatch | SlurmWatch,
+    ProcessWatch | LogWatch | ArtifactWatch | PortWatch | CommandWatch | SlurmWatch | RayWatch,
     Field(discriminator="kind"),
 ]
 

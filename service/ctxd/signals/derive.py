@@ -11,6 +11,7 @@ from ctxd.fmt import human_bytes, human_duration, ranges
 from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
 from ctxd.signals import ranks
 from ctxd.signals.logs import log_errors, logs_of, root_cause, silent_for, silent_logs
+from ctxd.signals.ray import ray_clusters
 from ctxd.signals.slurm import slurm_jobs
 from ctxd.snapshotter import happened
 from ctxd.thresholds import (
@@ -52,6 +53,7 @@ def derive(
         *disks_nearly_full(current),
         *unavailable_watches(current),
         *slurm_jobs(current),
+        *ray_clusters(current),
     ]
     stuck = {s.subject for s in signals if s.code == "stuck"}
     # a stuck tree's line names its closed port already
