@@ -343,3 +343,28 @@ def test_a_settled_session_is_probed_loosely_and_one_the_kernel_cannot_follow_ev
     unfollowed.wait()
     (event,) = tick_until_event(watcher, "blind")
     assert "process-exit" in event.trigger, event
+
+
+def test_an_exit_the_kernel_tells_carries_its_status_where_ctxd_may_listen(watcher: Watcher, spawn):
+    """With the kernel's process events (CAP_NET_ADMIN: root here), the exit of a followed
+    process comes with its status, and the exited row says it; without, it is unknown."""
+    from ctxd.collectors.proc import procevents
+
+    listening = procevents.listen()
+    if listening is None:
+        pytest.skip("the kernel's process events need CAP_NET_ADMIN")
+    listening.close()
+    child = spawn(sys.executable, "-c", "import sys, time; time.sleep(1.0); sys.exit(3)")
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", ProcessWatch(pid=child.pid), limit=100)
+    watcher.snap.take("x")  # a version that saw it run
+    tick(watcher)  # followed by a pidfd, the events listened to
+    assert child.pid in watcher.exits.following()
+    wait_until(lambda: procevents.exit_status(child.pid) is not None, "the kernel's word", 10)
+    assert procevents.exit_status(child.pid) == 3
+    child.wait()  # reaped, as its parent does: gone from the process table
+    (event,) = tick_until_event(watcher, "x")
+    taken = store.get_snapshot("x", event.version)
+    (gone,) = taken.observations.processes.exited
+    assert gone.pid == child.pid and gone.exit_status == 3, gone

@@ -138,7 +138,7 @@ def observed(
                     update, started_at=known.started_at, expected_ports=known.expected_ports
                 )
         saves.append(update)
-    gone = {e.key: e.last_seen_at for e in seen.processes.exited if e.root}
+    gone = {e.key: e for e in seen.processes.exited if e.root}
     for attempt in open_attempts:
         key = attempt.start_key
         if key in running or key in bound:
@@ -147,13 +147,16 @@ def observed(
         if attempt.seen:
             if attempt.watch_id not in process_watches:
                 continue  # its watch was removed: it is no longer followed, not "gone"
-            ended = gone.get(key) or now
+            exited = gone.get(key)
+            ended = (exited.last_seen_at if exited else None) or now
         elif attempt.id > cut.attempt_id or (now - started).total_seconds() < PENDING_S:
             continue  # reported while this snapshot looked, or its process may be starting
         else:
             ended = now  # it died before any snapshot saw it
         found = _error(attempt.logs, logs, started, files)
         ending = AttemptUpdate(start_key=key, ended_at=ended)
+        if attempt.seen and (exited := gone.get(key)) and exited.exit_status is not None:
+            ending = replace(ending, exit_status=exited.exit_status)  # as the kernel told
         if found is not None:
             ending = replace(ending, error=found[0], error_log=found[1])
         saves.append(ending)

@@ -10,7 +10,15 @@ import psutil
 
 from ctxd import redact
 from ctxd.collectors import CollectContext
-from ctxd.collectors.proc import procfs, procselect, procstatic, proctree, pystacks, sampler
+from ctxd.collectors.proc import (
+    procevents,
+    procfs,
+    procselect,
+    procstatic,
+    proctree,
+    pystacks,
+    sampler,
+)
 from ctxd.collectors.proc.procrows import Key, State, Unmoved, read_row
 from ctxd.collectors.proc.procsummary import featured, workers
 from ctxd.models import (
@@ -145,7 +153,8 @@ def _exited(
             last_seen = datetime.fromtimestamp(reading.last_alive, UTC)
         section.exited.append(
             ExitedProcess(watch_id=old.watch_id, pid=old.pid, name=old.name, root=old.root,
-                          key=old.key, last_seen_at=last_seen)
+                          key=old.key, last_seen_at=last_seen,
+                          exit_status=procevents.exit_status(old.pid))
         )  # fmt: skip
 
 

@@ -130,6 +130,7 @@ class ExitedProcess(BaseModel):
     root: bool = False
     key: str
     last_seen_at: datetime | None = None
+    exit_status: int | None = None  # its code, or minus its signal, where the kernel told
 
 
 class ProcessesSection(BaseModel):

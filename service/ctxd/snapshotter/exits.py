@@ -11,15 +11,18 @@ import contextlib
 import logging
 import os
 import select
+import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
-from ctxd.collectors.proc import proctree
+from ctxd.collectors.proc import procevents, proctree
 
 log = logging.getLogger(__name__)
 
 FOLLOWED_MAX = 4096  # pidfds held at most (one descriptor each)
+RECENT_MAX = 256  # pids whose pidfd fired lately: their status may come after
 
 
 class ExitWatch:
@@ -33,6 +36,9 @@ class ExitWatch:
         self._poll = select.epoll() if hasattr(select, "epoll") else None
         self._stopped = False
         self._thread: threading.Thread | None = None
+        # the kernel's process events, where ctxd may listen: exit statuses (procevents.py)
+        self._events: socket.socket | None = None
+        self._recent: deque[int] = deque(maxlen=RECENT_MAX)
 
     def follow(self, sid: str, pid: int) -> bool:
         """Tell `sid` when `pid` ends; False where the kernel cannot say (no pidfd)."""
@@ -51,8 +57,12 @@ class ExitWatch:
                 return False
             self._fds[fd] = (pid, {sid})
             self._by_pid[pid] = fd
+            procevents.forget(pid)  # a status kept for this pid is an earlier process's
             self._poll.register(fd, select.EPOLLIN)
             if self._thread is None:
+                self._events = procevents.listen()
+                if self._events is not None:
+                    self._poll.register(self._events.fileno(), select.EPOLLIN)
                 self._thread = threading.Thread(target=self._run, name="exits", daemon=True)
                 self._thread.start()
             return True
@@ -68,12 +78,22 @@ class ExitWatch:
                 ready = self._poll.poll(1.0)  # a second at most: `stop` is seen soon
             except OSError:
                 return
-            if ready:  # what was read of /proc before these exits shows them alive
+            events_fd = self._events.fileno() if self._events is not None else -1
+            if self._events is not None and ready:  # statuses first: the probe reads them
+                with self._lock:
+                    followed = set(self._by_pid) | set(self._recent)
+                procevents.drain(self._events, followed)
+            if any(fd != events_fd for fd, _ in ready):
+                # what was read of /proc before these exits shows them alive (the events of
+                # the machine's other processes leave it be)
                 proctree.outdated(time.monotonic())
             for fd, _ in ready:
+                if fd == events_fd:
+                    continue
                 with self._lock:
                     pid, sessions = self._fds.pop(fd, (0, set()))
                     self._by_pid.pop(pid, None)
+                    self._recent.append(pid)
                     with contextlib.suppress(OSError, ValueError):
                         self._poll.unregister(fd)
                     os.close(fd)
@@ -94,3 +114,5 @@ class ExitWatch:
             self._by_pid.clear()
             if self._poll is not None:
                 self._poll.close()
+            if self._events is not None:
+                self._events.close()

@@ -1,0 +1,111 @@
+"""Exit statuses as the kernel tells them: its process events connector (netlink).
+
+A pidfd says that a process ended, not how: only its parent may wait for it, and a launch
+the agent sent to the background is not ctxd's child. The kernel's process events connector
+(NETLINK_CONNECTOR, CN_IDX_PROC) reports every exit on the machine with its wait status, to
+a listener with CAP_NET_ADMIN (root, or a service given that capability). Where ctxd may
+listen, the exits thread reads it beside the pidfds and keeps the status of the processes it
+follows, which the processes collector then gives an exit ("exited with status 3", "killed
+by signal 9"); where it may not (most accounts), nothing changes: the exit is still told, its
+status is "unknown".
+"""
+
+import contextlib
+import os
+import socket
+import struct
+import threading
+from collections import OrderedDict
+
+NETLINK_CONNECTOR = 11
+CN_IDX_PROC = 1
+CN_VAL_PROC = 1
+PROC_CN_MCAST_LISTEN = 1
+PROC_EVENT_EXIT = 0x80000000
+_NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
+_CN_MSG = struct.Struct("=IIIIHH")  # idx, val, seq, ack, len, flags
+_EVENT = struct.Struct("=IIQ")  # what, cpu, timestamp (ns)
+_EXIT = struct.Struct("=iiII")  # pid, tgid, exit_code (a wait status), exit_signal
+KEPT_MAX = 4096  # statuses kept, the newest
+
+_lock = threading.Lock()
+_statuses: OrderedDict[int, int] = OrderedDict()  # pid -> its wait status
+
+
+def listen() -> socket.socket | None:
+    """A socket subscribed to the kernel's process events, non-blocking; None where the
+    kernel refuses it (no CAP_NET_ADMIN, no connector, another network namespace)."""
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
+    except (OSError, AttributeError):
+        return None
+    try:
+        sock.bind((os.getpid(), CN_IDX_PROC))
+        op = struct.pack("=I", PROC_CN_MCAST_LISTEN)
+        cn = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(op), 0) + op
+        sock.send(_NLMSG.pack(_NLMSG.size + len(cn), 3, 0, 0, os.getpid()) + cn)  # NLMSG_DONE
+        sock.setblocking(False)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def exits_in(data: bytes) -> list[tuple[int, int]]:
+    """(pid, wait status) of each process (thread group leader) exit in one datagram."""
+    found = []
+    offset = 0
+    while offset + _NLMSG.size <= len(data):
+        length = _NLMSG.unpack_from(data, offset)[0]
+        if length < _NLMSG.size:
+            break
+        body = offset + _NLMSG.size + _CN_MSG.size
+        if body + _EVENT.size + _EXIT.size <= offset + length:
+            what = _EVENT.unpack_from(data, body)[0]
+            if what == PROC_EVENT_EXIT:
+                pid, tgid, status, _ = _EXIT.unpack_from(data, body + _EVENT.size)
+                if pid == tgid:  # the process, not one of its threads
+                    found.append((pid, status))
+        offset += (length + 3) & ~3
+    return found
+
+
+def drain(sock: socket.socket, followed: set[int]) -> list[int]:
+    """Read what the kernel sent; keep the statuses of `followed` pids; return those pids."""
+    told = []
+    with contextlib.suppress(BlockingIOError, InterruptedError):
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                break
+            for pid, status in exits_in(data):
+                if pid in followed:
+                    keep(pid, status)
+                    told.append(pid)
+    return told
+
+
+def keep(pid: int, status: int) -> None:
+    with _lock:
+        _statuses[pid] = status
+        _statuses.move_to_end(pid)
+        while len(_statuses) > KEPT_MAX:
+            _statuses.popitem(last=False)
+
+
+def exit_status(pid: int) -> int | None:
+    """The exit of `pid` as the kernel told it: its code, or minus the signal that killed
+    it; None when the kernel told nothing (no connector, or not a followed process)."""
+    with _lock:
+        status = _statuses.get(pid)
+    if status is None:
+        return None
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+
+
+def forget(pid: int) -> None:
+    """A new process with this pid: the status kept is an older one's."""
+    with _lock:
+        _statuses.pop(pid, None)
