@@ -236,6 +236,12 @@ def main() -> None:
     bench_peers.run(5 if args.quick else args.runs)
     # a hook's wall time per Claude Code event: its own ctxd, its own checkout
     subprocess.run([sys.executable, "-m", "bench.bench_hook_events"], check=False)
+    # each harness's hook path per tool call, and a cluster's own engine read (Ray, Slurm)
+    subprocess.run([sys.executable, "-m", "bench.bench_hook_paths"], check=False)
+    subprocess.run([sys.executable, "-m", "bench.bench_engines"], check=False)
+    if not args.quick:  # idle cost and event latency by sessions; waking an idle agent
+        subprocess.run([sys.executable, "-m", "bench.bench_dormant"], check=False)
+        subprocess.run([sys.executable, "-m", "bench.bench_wake"], check=False)
     if not args.quick:  # last: "continue" after 2,000 launches and 20,000 commands
         figures.update(bench_long_session.run(args.runs))
     table.print_table(figures)
