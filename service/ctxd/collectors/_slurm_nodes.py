@@ -82,14 +82,14 @@ def tasks_here(job: str) -> list[dict[str, Any]]:
             del found[pid]  # ended during the sample
             continue
         spent = (after.cpu_ticks - ticks[pid]) / procfs.CLOCK_TICKS
-        task["cpu_percent"] = round(100 * spent / SAMPLE_S, 1)
+        task["busy_percent"] = round(100 * spent / SAMPLE_S, 1)
         task["state"] = after.letter
         if after.letter in ("S", "D"):
             task["waits_in"], task["blocked_on"] = procfs.waiting(pid)
     idle_python = [
         pid
         for pid, task in found.items()
-        if task["cpu_percent"] < IDLE_PERCENT and task["argv"] and is_python(task["argv"][0])
+        if task["busy_percent"] < IDLE_PERCENT and task["argv"] and is_python(task["argv"][0])
     ]
     for pid, taken in pystacks.take(idle_python, STACKS_BUDGET_S, pystacks.py_spy()).items():
         found[pid]["stack"] = list(taken.lines)

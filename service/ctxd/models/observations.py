@@ -139,7 +139,7 @@ class SlurmTask(BaseModel):
     argv: list[str] = Field(default_factory=list)
     state: str = ""  # the kernel's letter: R, S, D, Z
     threads: int = 0
-    cpu_percent: Annotated[float, VOLATILE] = 0.0  # over a half-second sample
+    busy_percent: Annotated[float, VOLATILE] = 0.0  # of a core, over a half-second sample
     waits_in: str | None = None  # the kernel's view: "futex_do_wait (futex)"
     blocked_on: str | None = None  # what that call names: a path being opened, a socket
     stack: list[str] = Field(default_factory=list)  # py-spy's, for an idle Python process

@@ -20,8 +20,8 @@ def _who(tasks: list[SlurmTask]) -> str:
 
 
 def _where(task: SlurmTask) -> str:
-    if task.state == "R" or task.cpu_percent >= 1.0:
-        return f"running ({task.cpu_percent:g}% of a core)"
+    if task.state == "R" or task.busy_percent >= 1.0:
+        return f"running ({task.busy_percent:g}% of a core)"
     where = f"in {task.waits_in}" if task.waits_in else f"asleep ({task.state})"
     return where + (f" on {task.blocked_on}" if task.blocked_on else "")
 
