@@ -1,4 +1,4 @@
-"""Process exits told by the kernel: a pidfd per watched tree's top, one epoll for them all.
+"""Process exits told by the kernel: a pidfd per watched process, one epoll for them all.
 
 The trigger loop probes what sessions watch every `event_probe_s`; an exit, the news that
 matters most, need not wait for that probe: the kernel makes a process's pidfd readable when

@@ -96,7 +96,7 @@ class Watcher:
         self._dormant: dict[str, datetime] = {}  # session -> since when it is not probed
         self._sessions_read: tuple[tuple[int, int], list[Session]] = ((-1, -1), [])
         self._quiet_told: dict[str, set[int]] = {}  # session -> attempts told still starting
-        # exits the kernel told (a pidfd per watched tree's top): probed at the next tick
+        # exits the kernel told (a pidfd per watched process): probed at the next tick
         self.exits = ExitWatch(self._exited)
         self._probe_anew: dict[str, int] = {}  # session -> an exit or a port opening, numbered
         # file changes the kernel told (logs, artifacts): those files looked at at once
