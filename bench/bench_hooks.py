@@ -81,7 +81,7 @@ def main() -> None:
 
 def timed_python() -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import ctxd.harness.hook"], check=True)
+    subprocess.run([sys.executable, "-c", "import ctxd.hookclient.hook"], check=True)
     return time.perf_counter() - started
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 from ctxd.cli import service_unit
-from ctxd.harness import autostart
+from ctxd.hookclient import autostart
 from ctxd.settings import Settings
 
 from tests.conftest import free_port, wait_until

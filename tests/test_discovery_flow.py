@@ -16,7 +16,7 @@ from ctxd.discovery.actions import CommandAction
 from ctxd.discovery.shellparse import parse_command
 from ctxd.discovery.workspace import git_section
 from ctxd.harness import claude
-from ctxd.harness.hook import git_root
+from ctxd.hookclient.hook import git_root
 from ctxd.models import Watch, WatchIn
 from ctxd.settings import Settings
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from ctxd.discovery.workspace import git_section, is_secret_path
-from ctxd.harness.hook import git_root
+from ctxd.hookclient.hook import git_root
 
 
 def git(repo: Path, *args: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 from ctxd import confine, redact
 from ctxd.discovery.shellparse import parse_command
 from ctxd.discovery.workspace import is_secret_path
-from ctxd.harness import autostart
+from ctxd.hookclient import autostart
 
 from tests.conftest import Server, app_client, free_port, stop_server, wait_until
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 from ctxd.harness.claude import ADAPTER as CLAUDE
-from ctxd.harness.hook import HookError, parse_payload
 from ctxd.harness.policy import is_continue
 from ctxd.harness.resolve import slug
+from ctxd.hookclient.hook import HookError, parse_payload
 
 from tests.conftest import Server, free_port
 

@@ -1,4 +1,4 @@
-"""The hooks' one-request HTTP client (ctxd.harness.hook_http) against real sockets: a real
+"""The hooks' one-request HTTP client (ctxd.hookclient.request) against real sockets: a real
 ctxd, a chunked answer, an answer that is not HTTP, nobody listening, a mute listener."""
 
 import socket
@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from ctxd.harness import hook_http
+from ctxd.hookclient import request
 from ctxd.http import access
 
 from tests.conftest import Server
@@ -59,9 +59,9 @@ def answering(
 
 
 def test_a_real_ctxd_answers(server: Server):
-    status, body = hook_http.request(server.url, "GET", "/health", b"", {}, timeout=10)
+    status, body = request.request(server.url, "GET", "/health", b"", {}, timeout=10)
     assert status == 200 and b'"status":"ok"' in body.replace(b" ", b"")
-    status, body = hook_http.request(
+    status, body = request.request(
         server.url, "POST", "/api/hooks/claude", b"{}",
         {"content-type": "application/json"}, timeout=10,
     )  # fmt: skip
@@ -74,24 +74,24 @@ def test_chunked_and_length_bounded_answers():
         b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n"
     )
     with answering(chunked) as (url, request_seen):
-        assert hook_http.request(url, "GET", "/x", b"", {}, timeout=5) == (200, b"hello, world")
+        assert request.request(url, "GET", "/x", b"", {}, timeout=5) == (200, b"hello, world")
         assert request_seen().startswith(b"GET /x HTTP/1.1\r\n")
     with answering(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nokEXTRA") as (url, _):
-        assert hook_http.request(url + "/base/", "POST", "/y", b"{}", {}, 5) == (201, b"ok")
+        assert request.request(url + "/base/", "POST", "/y", b"{}", {}, 5) == (201, b"ok")
 
 
 def test_what_is_not_an_answer_is_an_oserror():
     not_http = answering(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
     with not_http as (url, _), pytest.raises(ConnectionError, match="not an HTTP answer"):
-        hook_http.request(url, "GET", "/", b"", {}, timeout=5)
+        request.request(url, "GET", "/", b"", {}, timeout=5)
     mute = answering(b"HTTP/1.1 200 OK\r\n\r\n", mute=True)
     with mute as (url, _), pytest.raises(TimeoutError):
-        hook_http.request(url, "GET", "/", b"", {}, timeout=0.5)
+        request.request(url, "GET", "/", b"", {}, timeout=0.5)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
     with pytest.raises(ConnectionRefusedError):
-        hook_http.request(closed, "GET", "/", b"", {}, timeout=5)
+        request.request(closed, "GET", "/", b"", {}, timeout=5)
 
 
 def test_an_ipv6_literal_is_bracketed_in_host_and_ctxd_lets_it_in():
@@ -99,7 +99,7 @@ def test_an_ipv6_literal_is_bracketed_in_host_and_ctxd_lets_it_in():
         url,
         request_seen,
     ):
-        assert hook_http.request(url, "GET", "/", b"", {}, timeout=5) == (204, b"")
+        assert request.request(url, "GET", "/", b"", {}, timeout=5) == (204, b"")
         port = url.rsplit(":", 1)[1]
         assert f"\r\nHost: [::1]:{port}\r\n".encode() in request_seen()
     assert access._host_name(f"[::1]:{port}") in access.LOOPBACK_NAMES
@@ -110,7 +110,7 @@ def test_the_answer_ends_at_its_content_length_though_the_connection_stays_open(
     # read on to the connection's end would get no answer, only its timeout.
     reply = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"
     with answering(reply, hold=True) as (url, _):
-        assert hook_http.request(url, "GET", "/", b"", {}, timeout=30) == (200, b"hello")
+        assert request.request(url, "GET", "/", b"", {}, timeout=30) == (200, b"hello")
 
 
 def test_a_slow_drip_answer_is_cut_at_the_one_overall_timeout():
@@ -118,4 +118,4 @@ def test_a_slow_drip_answer_is_cut_at_the_one_overall_timeout():
     # timeout over the whole request can end it before the answer is complete.
     reply = b"HTTP/1.1 200 OK\r\ncontent-length: 600\r\n\r\n" + b"x" * 600
     with answering(reply, drip_s=0.1) as (url, _), pytest.raises(TimeoutError):
-        hook_http.request(url, "GET", "/", b"", {}, timeout=1)
+        request.request(url, "GET", "/", b"", {}, timeout=1)

@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from ctxd import DEFAULT_URL, __version__
-from ctxd.harness.hook import hook_main
+from ctxd.hookclient.hook import hook_main
 
 # The collectors' kinds (`collectors.kinds()`), the journal's kinds and the statuses each takes
 # (`models/journal.py`), held equal to them by a test: importing those to read them would cost

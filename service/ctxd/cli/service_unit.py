@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ctxd.harness.autostart import LOOPBACK, data_dir
 from ctxd.harness.files import Change, InstallError, read_text
+from ctxd.hookclient.autostart import LOOPBACK, data_dir
 
 UNIT_NAME = "ctxd.service"
 UNIT_MARK = "# ctxd: written by `ctxd service install`"

@@ -14,8 +14,8 @@ from ctxd.cli import service_unit
 from ctxd.cli.commands import EXIT_SERVICE, EXIT_USAGE, CliError
 from ctxd.harness.adapter import HarnessName
 from ctxd.harness.files import InstallError, apply
-from ctxd.harness.hook import git_root
 from ctxd.harness.registry import MODULES, adapter
+from ctxd.hookclient.hook import git_root
 
 
 def doctor(args: argparse.Namespace) -> int:

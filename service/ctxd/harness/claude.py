@@ -53,7 +53,6 @@ from ctxd.harness.adapter import (
     hook_output,
     text_of,
 )
-from ctxd.harness.autostart import LOOPBACK
 from ctxd.harness.files import (
     Change,
     json_text,
@@ -62,6 +61,7 @@ from ctxd.harness.files import (
     with_hooks,
     with_mcp_server,
 )
+from ctxd.hookclient.autostart import LOOPBACK
 
 # `startup` too: a fresh start is where a conversation is bound to its session (and told of
 # the checkout's latest); the server hands a dump only to the other sources.

@@ -19,7 +19,6 @@ from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
 from ctxd.discovery.payloads import OUTPUT_TAIL_MAX_CHARS
 from ctxd.errors import Invalid, NotFound
 from ctxd.harness import conversations, resolve
-from ctxd.harness import hook as hook_client
 from ctxd.harness.adapter import RESUME_SOURCES, HarnessName
 from ctxd.harness.events import (
     INJECT_MAX_CHARS,
@@ -34,6 +33,7 @@ from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
 from ctxd.harness.registry import adapter as harness_adapter
 from ctxd.harness.registry import command_hook
 from ctxd.harness.resolve import Resolved, ResolveIn
+from ctxd.hookclient import hook as hook_client
 from ctxd.models import (
     Diff,
     JournalEntry,

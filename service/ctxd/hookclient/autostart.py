@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from ctxd import user_data_dir
 from ctxd.cli import env
-from ctxd.harness import hook_http
+from ctxd.hookclient import request
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 WAIT_S = 8.0  # a person waits on a prompt this long at most for a first start
@@ -71,6 +71,6 @@ def _waited(url: str, wait: bool, said: str) -> str:
 
 def _healthy(url: str) -> bool:
     try:
-        return hook_http.request(url, "GET", "/health", b"", {}, timeout=1)[0] == 200
+        return request.request(url, "GET", "/health", b"", {}, timeout=1)[0] == 200
     except OSError:
         return False

@@ -21,9 +21,9 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from ctxd.cli import env
-from ctxd.harness import autostart, hook_http
 from ctxd.harness.adapter import CommandHook
 from ctxd.harness.registry import COMMAND_HOOKS, command_hook
+from ctxd.hookclient import autostart, request
 
 MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
@@ -285,7 +285,7 @@ def forward(url: str, harness: str, payload: dict[str, Any], timeout: float) -> 
 def post(url: str, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
     headers = {"content-type": "application/json", **_auth()}
     try:
-        return hook_http.request(url, "POST", path, body, headers, timeout)
+        return request.request(url, "POST", path, body, headers, timeout)
     except OSError as exc:
         kind_of = Down if isinstance(exc, ConnectionRefusedError) else HookError
         raise kind_of(
