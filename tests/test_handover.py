@@ -410,6 +410,8 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     ), said
     # a dump taken as the conversation resumed comes before the message that resumed it
     assert lines[1].endswith("(taken as this conversation resumed: a message after it is newer)")
+    assert lines[1].startswith("**The user's latest message**: the objective itself ("), lines[1]
+    assert "; nothing since" in lines[1]
 
 
 def test_a_folded_row_of_workers_lists_every_port_they_listen_on():
