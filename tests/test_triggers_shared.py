@@ -368,3 +368,7 @@ def test_an_exit_the_kernel_tells_carries_its_status_where_ctxd_may_listen(watch
     taken = store.get_snapshot("x", event.version)
     (gone,) = taken.observations.processes.exited
     assert gone.pid == child.pid and gone.exit_status == 3, gone
+    # and the attempt its first version saw running ended with it
+    (attempt,) = [a for a in store.list_attempts("x") if a.pid == child.pid]
+    assert attempt.exit_status == 3 and attempt.ended_at is not None, attempt
+    assert attempt.outcome(attempt.ended_at).startswith("exited with status 3 after"), attempt
