@@ -13,7 +13,6 @@ that says why it was not measured.
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -22,14 +21,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
-
+from bench import ray_head
 from bench.scenario import free_port
 from bench.timing import timed
 
-REPO = Path(__file__).resolve().parents[1]
-RAY_PYTHON = os.environ.get("CTXD_RAY_PYTHON") or str(REPO / ".ray" / "bin" / "python")
-LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 ACTORS = """\
 import sys, time, ray
 ray.init(address=f"127.0.0.1:{sys.argv[1]}", log_to_driver=False)
@@ -46,50 +41,26 @@ time.sleep(600)
 """
 
 
-def _end(mark: str, also: list[int]) -> None:
-    """This bench's Ray only: what names its temp dir, what that started, and the driver."""
-    found: dict[int, psutil.Process] = {}
-    for p in psutil.process_iter(["cmdline"]):
-        if mark in " ".join(p.info["cmdline"] or []) or p.pid in also:
-            for q in [p, *p.children(recursive=True)]:
-                found[q.pid] = q
-    for q in found.values():
-        try:
-            q.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            continue
-    psutil.wait_procs(list(found.values()), timeout=10)
-
-
 def bench_ray(runs: int, actors: int) -> str:
-    if not os.access(RAY_PYTHON, os.X_OK):
-        return f"not measured: no Ray ({RAY_PYTHON})"
+    if not os.access(ray_head.RAY_PYTHON, os.X_OK):
+        return f"not measured: no Ray ({ray_head.RAY_PYTHON})"
     from ctxd.collectors import CollectContext, ray
     from ctxd.models import RayWatch, Watch
     from ctxd.settings import Settings
 
     mark = tempfile.mkdtemp(prefix="ctxd-bench-ray-", dir="/tmp")
     gcs, dashboard = free_port(), free_port()
-    env = {**os.environ, **LOOPBACK_ONLY}
     driver = None
     try:
-        subprocess.run(
-            [str(Path(RAY_PYTHON).parent / "ray"), "start", "--head", "--node-ip-address=127.0.0.1",
-             f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-             "--include-dashboard=true", "--num-cpus=2", f"--temp-dir={mark}",
-             "--disable-usage-stats"],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        ray_head.start(mark, gcs, dashboard)
         job = Path(mark) / "actors.py"
         job.write_text(ACTORS)
         driver = subprocess.Popen(
-            [RAY_PYTHON, str(job), str(gcs), str(actors)], env=env,
+            [ray_head.RAY_PYTHON, str(job), str(gcs), str(actors)], env=ray_head.environment(),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
-        assert driver.stdout is not None
-        for line in driver.stdout:
-            if line.strip() == "ready":
-                break
+        if (said := ray_head.wait_ready(driver)) is not None:
+            return f"not measured: the job did not start: {said[-300:]}"
         spec = RayWatch(url=f"http://127.0.0.1:{dashboard}")
         watch = Watch(id=1, session="bench", created_at=datetime.now(UTC), spec=spec)
         ctx = CollectContext(settings=Settings())
@@ -98,7 +69,7 @@ def bench_ray(runs: int, actors: int) -> str:
         took = timed(lambda: ray.collect([watch], CollectContext(settings=Settings())), runs)
         return f"{statistics.median(took):.0f} ms ({len(first.items[0].actors)} actors)"
     finally:
-        _end(mark, [driver.pid] if driver else [])
+        ray_head.end(mark, [driver.pid] if driver else [])
 
 
 def bench_slurm(runs: int) -> str:

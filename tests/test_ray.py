@@ -13,7 +13,6 @@ its Python stack).
 
 import ipaddress
 import os
-import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -23,11 +22,8 @@ import httpx
 import psutil
 import pytest
 
+from bench import ray_head
 from tests.conftest import Server, free_port, start_server, stop_server, tagged, wait_until
-
-REPO = Path(__file__).resolve().parents[1]
-RAY_PYTHON = os.environ.get("CTXD_RAY_PYTHON") or str(REPO / ".ray" / "bin" / "python")
-LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 JOB = """\
 import sys, time, ray
@@ -65,28 +61,10 @@ time.sleep(600)
 
 
 def _no_ray() -> str | None:
-    if not os.access(RAY_PYTHON, os.X_OK):
-        return f"no Ray here ({RAY_PYTHON}: `make test` installs it, or set CTXD_RAY_PYTHON)"
+    if not os.access(ray_head.RAY_PYTHON, os.X_OK):
+        where = ray_head.RAY_PYTHON
+        return f"no Ray here ({where}: `make test` installs it, or set CTXD_RAY_PYTHON)"
     return None
-
-
-def _end(mark: str, also: list[int]) -> None:
-    """End this test's Ray: the processes whose command line names its temp dir, what they
-    started (the workers), and `also` (the driver)."""
-    found: dict[int, psutil.Process] = {}
-    for pid in tagged(mark) + also:
-        try:
-            top = psutil.Process(pid)
-            for p in [top, *top.children(recursive=True)]:
-                found[p.pid] = p
-        except psutil.Error:
-            continue
-    for p in found.values():
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            continue
-    psutil.wait_procs(list(found.values()), timeout=10)
 
 
 @pytest.fixture
@@ -97,37 +75,23 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, Path, list[int]]]:
         pytest.skip(reason)
     mark = tempfile.mkdtemp(prefix="ctxd-ray-", dir="/tmp")  # short: Ray's socket paths
     gcs, dashboard = free_port(), free_port()
-    env = {**os.environ, **LOOPBACK_ONLY}
-    env.pop("RAY_ADDRESS", None)
-    ray = str(Path(RAY_PYTHON).parent / "ray")
     fifo = tmp_path / "shard-3.bin"
     os.mkfifo(fifo)
     (tmp_path / "job.py").write_text(JOB)
     driver: subprocess.Popen | None = None
     try:
-        subprocess.run(
-            [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
-             "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-             "--include-dashboard=true", "--num-cpus=2", f"--temp-dir={mark}",
-             "--disable-usage-stats"],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        ray_head.start(mark, gcs, dashboard)
         driver = subprocess.Popen(
-            [RAY_PYTHON, str(tmp_path / "job.py"), str(gcs), str(fifo)], cwd=tmp_path,
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [ray_head.RAY_PYTHON, str(tmp_path / "job.py"), str(gcs), str(fifo)], cwd=tmp_path,
+            env=ray_head.environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
         )  # fmt: skip
-        assert driver.stdout is not None
-        said = []
-        for line in driver.stdout:  # Ray's own INFO lines first
-            said.append(line)
-            if line.strip() == "ready":
-                break
-        else:
-            pytest.fail("the job did not start:\n" + "".join(said[-20:]))
+        if (said := ray_head.wait_ready(driver)) is not None:
+            pytest.fail("the job did not start:\n" + said)
         pids = tagged(mark)
         yield f"http://127.0.0.1:{dashboard}", fifo, pids
     finally:
-        _end(mark, [driver.pid] if driver is not None else [])
+        ray_head.end(mark, [driver.pid] if driver is not None else [])
         assert not tagged(mark), "a Ray process of this test outlived it"
 
 
