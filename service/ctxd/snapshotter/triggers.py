@@ -380,9 +380,10 @@ class Watcher:
             return
         self._files_looked[sid] = time.monotonic()
         watches = self.snap.store.list_watches(sid)
-        shared = self._shared.get(watch_set(watches))
+        key = watch_set(watches)
+        shared = self._shared.get(key)
         if shared is not None and shared.taken < changed:  # taken before the change
-            del self._shared[watch_set(watches)]
+            del self._shared[key]
         files = self.snap.runner.observe(
             sid, watches, previous=previous, purpose="probe", only=FILE_SOURCES
         )
