@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Any
 
+import psutil
+
 from ctxd.collectors.proc import procfs, pystacks
 from ctxd.collectors.proc.argv import is_python
 from ctxd.models import SlurmTask
@@ -33,12 +35,11 @@ IDLE_PERCENT = 1.0  # below this share of a core over the sample, a process idle
 
 
 def _environ(pid: int) -> dict[str, str]:
+    """Its environment as psutil reads it (as the process collector does); {} when unread."""
     try:
-        data = procfs.read_proc(f"/proc/{pid}/environ", 1 << 20)
-    except OSError:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
         return {}
-    pairs = (item.partition(b"=") for item in data.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _, v in pairs}
 
 
 def _rank(text: str | None) -> int | None:
