@@ -318,6 +318,13 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
         and "**Last attempt that died, before what runs now**: attempt 1" in (handover)
     )
     assert f"`/proc/{launcher.pid}/environ`" in attempts  # where HF_TOKEN's value is
+    # one clock: no launch reads older than the prompt that asked for it (a kernel start
+    # time is read from whole-second boot time, up to a second early)
+    asked = re.search(
+        r"\*\*The user's latest message\*\*: the objective itself \((\d\d:\d\d:\d\d)\)", handover
+    )
+    assert asked, handover
+    assert all(row.split(" | ")[1] >= asked[1] for row in rows), (asked[1], rows)
     assert "stuck (see Now)" in second
     now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
     assert "OutOfMemoryError" not in "".join(x for x in now.splitlines() if "not listening" in x)

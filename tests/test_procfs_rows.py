@@ -117,3 +117,28 @@ def test_cpu_start_and_io_figures_match_psutils(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_start_shown_is_not_before_the_clock_reading_that_preceded_it():
+    """psutil's create_time adds start ticks to /proc/stat's boot time, which is whole
+    seconds: a process reads up to a second older than it is, so an attempt launched after a
+    prompt read 'launched 06:04:18' beside the prompt's 06:04:19. What a dump shows adds the
+    fraction (keys keep psutil's time)."""
+    import time
+    from datetime import UTC, datetime
+
+    before = time.time()
+    proc = subprocess.Popen(["sleep", "5"])
+    try:
+        created = psutil.Process(proc.pid).create_time()
+        shown = procfs.true_start(datetime.fromtimestamp(created, UTC)).timestamp()
+        assert 0.0 <= procfs.boot_skew() < 1.0
+        assert shown == pytest.approx(created + procfs.boot_skew())
+        # a clock tick (1/CLK_TCK) and the fork's own time apart, never a second
+        assert before - 2 / procfs.CLOCK_TICKS <= shown <= time.time() + 0.01
+        assert (
+            procfs.true_start(datetime.fromtimestamp(created, UTC), "node2").timestamp() == created
+        )
+    finally:
+        proc.kill()
+        proc.wait()

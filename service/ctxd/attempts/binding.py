@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from ctxd.attempts.flags import program_of
 from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given
 from ctxd.collectors.logs import last_error
+from ctxd.collectors.proc.procfs import true_start
 from ctxd.discovery.procscan import SHELLS
 from ctxd.discovery.shellparse import WRAPPER_PROGRAMS
 from ctxd.models import LogInfo, Observations, ProcessInfo, ProcessWatch, Watch
@@ -116,7 +117,7 @@ def observed(
             start_key=p.key,
             watch_id=watch.id,
             pid=p.pid,
-            started_at=p.started_at,
+            started_at=true_start(p.started_at, p.host),
             argv=tuple(p.argv),
             cwd=p.cwd,
             env=p.env,

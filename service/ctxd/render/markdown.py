@@ -14,6 +14,7 @@ from markdown_it.token import Token
 from ctxd import shipped
 from ctxd.attempts.flags import process_name
 from ctxd.collectors import registry
+from ctxd.collectors.proc.procfs import true_start
 from ctxd.fmt import between, human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import attempts as attempt_table
@@ -95,6 +96,7 @@ def environment() -> jinja2.Environment:
         shell_quote=shlex.quote,
         called=process_name,
         between=between,
+        true_start=lambda p: true_start(p.started_at, p.host),
     )
     env.globals["process_view"] = render_processes.view
     env.globals["handover"] = handover.lines

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from ctxd import redact
 from ctxd.attempts.flags import process_name
+from ctxd.collectors.proc.procfs import true_start
 from ctxd.discovery.procscan import SHELLS
 from ctxd.fmt import human_bytes, human_duration, ranges
 from ctxd.models import SEVERITY_ORDER, GpuInfo, LogInfo, Observations, ProcessInfo, Signal
@@ -87,7 +88,8 @@ def _of_age(span: float, members: list[ProcessInfo], at: datetime | None) -> str
     if not members:
         return human_duration(span)
     oldest = min(members, key=lambda p: p.started_at)
-    age = oldest.age_s if at is None else int(at.timestamp()) - int(oldest.started_at.timestamp())
+    born = true_start(oldest.started_at, oldest.host)
+    age = oldest.age_s if at is None else int(at.timestamp()) - int(born.timestamp())
     if age < span:
         return human_duration(span)
     return f"{human_duration(span)} of its {human_duration(age)}"

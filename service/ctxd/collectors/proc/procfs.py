@@ -1,6 +1,7 @@
 """Reads /proc for what psutil does cheaply not: stat lines, descriptors, sockets, wait points."""
 
 import contextlib
+import functools
 import itertools
 import os
 import platform
@@ -9,8 +10,11 @@ import socket
 import struct
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
+
+import psutil
 
 from ctxd.collectors import CollectContext
 
@@ -188,6 +192,27 @@ def read_proc(path: str, limit: int = 1 << 16) -> bytes:
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def boot_skew() -> float:
+    """The fraction of a second the kernel's boot time as /proc/stat gives it (whole seconds:
+    what psutil's create_time adds a process's start ticks to) lies before the true boot, so
+    that a process's start read from it is up to a second early beside a clock reading (a
+    prompt's, a command's). Keys keep psutil's time; what a dump shows adds this. 0 where it
+    cannot be known (a time namespace, a clock stepped since boot reads outside [0, 1))."""
+    try:
+        skew = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - psutil.boot_time()
+    except (OSError, AttributeError):
+        return 0.0
+    return skew if 0.0 <= skew < 1.0 else 0.0
+
+
+def true_start(started_at: datetime, host: str | None = None) -> datetime:
+    """A process's start as a clock would have read it (see boot_skew); a peer's as it came."""
+    return started_at if host else started_at + timedelta(seconds=boot_skew())
+
+
 _ASLEEP = frozenset("SDTt")
 
 

@@ -112,6 +112,7 @@ class Sampler:
                     return
                 if not _starts_at(start_ticks, key[1]):
                     _boot_time.cache_clear()  # the clock was stepped: boot time reads anew
+                    procfs.boot_skew.cache_clear()
                     if not _starts_at(start_ticks, key[1]):
                         return  # the pid was reused: not the process we were asked about
                 track = self._tracks[key] = _Track(key[0], start_ticks, asked_at=now)
