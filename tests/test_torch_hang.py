@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import claude_hooks, free_port, start_server, stop_server, tagged, wait_until
@@ -63,6 +64,14 @@ SERVE_TP = textwrap.dedent(
 )
 
 
+def ended(pid: int) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return process.status() == psutil.STATUS_ZOMBIE and process.num_threads() <= 1
+    except psutil.NoSuchProcess:
+        return True
+
+
 def torch_python() -> str:
     for python in (os.environ.get("CTXD_TORCH_PYTHON"), sys.executable):
         if python and subprocess.run([python, "-c", "import torch.distributed"],
@@ -107,8 +116,13 @@ def test_a_real_gloo_hang_is_handed_over_with_its_odd_rank(tmp_path: Path, tag: 
         first = (f"NCCL_DEBUG=INFO nohup torchrun --standalone --nproc-per-node 4 serve_tp.py"
                  f" --port {port} --tag {tag} > logs/tp1.log 2>&1 &")  # fmt: skip
         bash(first)
+        launched = tagged(tag)
         wait_until(lambda: "Root Cause" in (workspace / "logs" / "tp1.log").read_text(),
                    "the NCCL launch to fail", limit=90)  # fmt: skip
+        # torchrun prints its failure table, then tears down: its last thread ends before the
+        # agent relaunches (a zombie no parent reaps is ended: its pidfd has told)
+        wait_until(lambda: all(ended(pid) for pid in launched), "the NCCL launch to end",
+                   limit=30)  # fmt: skip
         bash("grep -m1 Error logs/tp1.log")
         hook(
             "Stop",

@@ -372,3 +372,30 @@ def test_an_exit_the_kernel_tells_carries_its_status_where_ctxd_may_listen(watch
     (attempt,) = [a for a in store.list_attempts("x") if a.pid == child.pid]
     assert attempt.exit_status == 3 and attempt.ended_at is not None, attempt
     assert attempt.outcome(attempt.ended_at).startswith("exited with status 3 after"), attempt
+
+
+def test_an_attempt_ends_when_its_pidfd_told_not_when_a_snapshot_noticed(watcher: Watcher, spawn):
+    """A launch that dies ends at the moment the kernel told, though its parent has not
+    reaped it (a zombie stays in the process table) and the snapshot that notices comes
+    seconds later; followed again as a zombie, the moment stays the first."""
+    child = spawn(*SLEEPER)
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", ProcessWatch(pid=child.pid), limit=100)
+    watcher.snap.take("x")  # a version that saw it run: the attempt
+    tick(watcher)  # followed by a pidfd
+    killed = time.time()
+    child.kill()  # not waited for: a zombie until the end of the test
+    wait_until(lambda: child.pid not in watcher.exits.following(), "the kernel telling the exit")
+    time.sleep(2.0)  # the noticing comes later
+    watcher.snap.take("x")
+    assert watcher.exits.follow("x", child.pid)  # a zombie's pidfd: readable at once
+    wait_until(lambda: child.pid not in watcher.exits.following(), "the zombie's pidfd")
+    watcher.snap.take("x")
+    (attempt,) = [a for a in store.list_attempts("x") if a.pid == child.pid]
+    assert attempt.ended_at is not None, attempt
+    assert abs(attempt.ended_at.timestamp() - killed) < 1.0, (attempt.ended_at, killed)
+    child.wait()  # reaped: the exited row tells the same moment
+    taken = watcher.snap.take("x")
+    gone = taken.observations.processes.exited
+    assert [abs(g.last_seen_at.timestamp() - killed) < 1.0 for g in gone] == [True], gone

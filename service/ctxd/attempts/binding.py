@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from ctxd.attempts.flags import program_of
 from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given
 from ctxd.collectors.logs import last_error
+from ctxd.collectors.proc import procevents
 from ctxd.collectors.proc.procfs import true_start
 from ctxd.discovery.procscan import SHELLS
 from ctxd.discovery.shellparse import WRAPPER_PROGRAMS
@@ -149,7 +150,7 @@ def observed(
             if attempt.watch_id not in process_watches:
                 continue  # its watch was removed: it is no longer followed, not "gone"
             exited = gone.get(key)
-            ended = (exited.last_seen_at if exited else None) or now
+            ended = (exited.last_seen_at if exited else None) or _exit_moment(attempt) or now
         elif attempt.id > cut.attempt_id or (now - started).total_seconds() < PENDING_S:
             continue  # reported while this snapshot looked, or its process may be starting
         else:
@@ -162,6 +163,15 @@ def observed(
             ending = replace(ending, error=found[0], error_log=found[1])
         saves.append(ending)
     return saves
+
+
+def _exit_moment(attempt: Attempt) -> datetime | None:
+    """When its process ended as its pidfd told, where no exited row says it: a zombie its
+    parent has not reaped yet is still in the table, though it died when the pidfd said."""
+    at = procevents.exited_at(attempt.pid) if attempt.pid is not None else None
+    if at is None or at < attempt.started_at.timestamp() - 1:
+        return None  # not followed, or an earlier process of that pid
+    return datetime.fromtimestamp(at, UTC)
 
 
 def _exiting(p: ProcessInfo) -> bool:
@@ -245,16 +255,17 @@ def _error(
     paths: Sequence[str], logs: dict[str, LogInfo], started: datetime, files: LogFiles
 ) -> tuple[str, str] | None:
     """(the error its own logs ended with, the log it is in): from a log it names that was
-    written since it started, as this snapshot's log watch saw it, else read from the
-    file's end."""
+    written since it started, read from the file's end once, as the attempt ends (its first
+    error there is the root cause: a log watch's summary is of the lines it read last, which
+    may be a launcher's wrapper of it, torchrun's `ChildFailedError`), else as this
+    snapshot's log watch saw it (a file ctxd may not read again)."""
     since = started - timedelta(seconds=1)
     for path in paths:
-        log = logs.get(path)
-        if log is not None:
-            if log.error_summary and log.modified_at >= since:
-                return log.error_summary, path
-        elif summary := last_error(path, files.roots, since.timestamp(), files.limits):
+        if summary := last_error(path, files.roots, since.timestamp(), files.limits):
             return summary, path
+        log = logs.get(path)
+        if log is not None and log.error_summary and log.modified_at >= since:
+            return log.error_summary, path
     return None
 
 

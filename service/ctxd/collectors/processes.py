@@ -151,6 +151,9 @@ def _exited(
         last_seen = old.seen_at
         if reading is not None and reading.last_alive:
             last_seen = datetime.fromtimestamp(reading.last_alive, UTC)
+        ended = procevents.exited_at(old.pid)
+        if ended is not None and ended >= old.started_at.timestamp():
+            last_seen = datetime.fromtimestamp(ended, UTC)  # its pidfd told the moment
         section.exited.append(
             ExitedProcess(watch_id=old.watch_id, pid=old.pid, name=old.name, root=old.root,
                           key=old.key, last_seen_at=last_seen,

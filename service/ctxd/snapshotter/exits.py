@@ -57,7 +57,8 @@ class ExitWatch:
                 return False
             self._fds[fd] = (pid, {sid})
             self._by_pid[pid] = fd
-            procevents.forget(pid)  # a status kept for this pid is an earlier process's
+            if not select.select([fd], [], [], 0)[0]:  # alive: what is kept is an earlier's
+                procevents.forget(pid)  # (one dead already may be followed again: its own)
             self._poll.register(fd, select.EPOLLIN)
             if self._thread is None:
                 self._events = procevents.listen()
@@ -87,11 +88,14 @@ class ExitWatch:
                 # what was read of /proc before these exits shows them alive (the events of
                 # the machine's other processes leave it be)
                 proctree.outdated(time.monotonic())
+            ended = time.time()
             for fd, _ in ready:
                 if fd == events_fd:
                     continue
                 with self._lock:
                     pid, sessions = self._fds.pop(fd, (0, set()))
+                    if pid:
+                        procevents.keep_moment(pid, ended)
                     self._by_pid.pop(pid, None)
                     self._recent.append(pid)
                     with contextlib.suppress(OSError, ValueError):

@@ -1,4 +1,5 @@
-"""Exit statuses as the kernel tells them: its process events connector (netlink).
+"""Exits as the kernel tells them: their statuses from its process events connector
+(netlink), their moments from the pidfds the exits thread follows.
 
 A pidfd says that a process ended, not how: only its parent may wait for it, and a launch
 the agent sent to the background is not ctxd's child. The kernel's process events connector
@@ -7,7 +8,9 @@ a listener with CAP_NET_ADMIN (root, or a service given that capability). Where 
 listen, the exits thread reads it beside the pidfds and keeps the status of the processes it
 follows, which the processes collector then gives an exit ("exited with status 3", "killed
 by signal 9"); where it may not (most accounts), nothing changes: the exit is still told, its
-status is "unknown".
+status is "unknown". The moment a followed process's pidfd turned readable is kept too: an
+attempt ends then, not when the next snapshot noticed (torchrun that died at 08:54:10 read
+"died after 13 s" beside the relaunch it preceded).
 """
 
 import contextlib
@@ -30,6 +33,7 @@ KEPT_MAX = 4096  # statuses kept, the newest
 
 _lock = threading.Lock()
 _statuses: OrderedDict[int, int] = OrderedDict()  # pid -> its wait status
+_moments: OrderedDict[int, float] = OrderedDict()  # pid -> when its pidfd said it ended
 
 
 def listen() -> socket.socket | None:
@@ -87,10 +91,28 @@ def drain(sock: socket.socket, followed: set[int]) -> list[int]:
 
 def keep(pid: int, status: int) -> None:
     with _lock:
-        _statuses[pid] = status
-        _statuses.move_to_end(pid)
-        while len(_statuses) > KEPT_MAX:
-            _statuses.popitem(last=False)
+        _kept(_statuses, pid, status)
+
+
+def keep_moment(pid: int, at: float) -> None:
+    """`pid` ended at `at` (wall clock), as its pidfd told: the first pidfd to tell it (one
+    opened on it once it was dead tells only that it is)."""
+    with _lock:
+        if pid not in _moments:
+            _kept(_moments, pid, at)
+
+
+def _kept(table: OrderedDict, pid: int, value: float) -> None:
+    table[pid] = value
+    table.move_to_end(pid)
+    while len(table) > KEPT_MAX:
+        table.popitem(last=False)
+
+
+def exited_at(pid: int) -> float | None:
+    """When `pid` ended (wall clock) as its pidfd told; None when no pidfd followed it."""
+    with _lock:
+        return _moments.get(pid)
 
 
 def exit_status(pid: int) -> int | None:
@@ -109,3 +131,4 @@ def forget(pid: int) -> None:
     """A new process with this pid: the status kept is an older one's."""
     with _lock:
         _statuses.pop(pid, None)
+        _moments.pop(pid, None)
