@@ -83,7 +83,7 @@ def test_a_launch_that_dies_at_once_is_an_attempt_with_its_command_and_its_logs_
     attempts = dump.split("## Attempts", 1)[1].split("\n## ", 1)[0]
     one, two = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
     # the first launch was never seen running, and still is an attempt, with its flags
-    failed = attempts.split("Attempt 1 (the newest failure), as you wrote it:", 1)[1]
+    failed = attempts.split("Attempt 1 (the newest that died), as you wrote it:", 1)[1]
     assert (
         "--max-model-len 32768" in failed.split("```")[1]
         and "before ctxd first looked at it" in one

@@ -136,7 +136,7 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
     )
     assert f"rank 3 (pid {ranks['3']}) in `time.sleep(600)` at launch.py:8" in stuck
     # the launcher waits for its ranks by design: said apart, not counted among them
-    assert "; the launcher (pid " in stuck and "in `p.join()` at launch.py:" in stuck
+    assert "; the launcher (pid " in stuck and "as it does while they run, in `p.join()`" in stuck
 
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -183,7 +183,8 @@ def test_ranks_are_named_by_the_job_line_they_wait_at_with_its_text_and_library_
     assert line == (
         "ranks 0\N{EN DASH}2 (pids by rank 11, 12, 13) wait in `dist.all_reduce(t)` at "
         "serve_tp.py:12 (torch.distributed all_reduce); rank 3 (pid 14) in `time.sleep(3600)` at "
-        "serve_tp.py:11; the launcher (pid 10, torchrun) in _invoke_run at api.py:835 "
+        "serve_tp.py:11; the launcher (pid 10, torchrun) waits on its workers, as it does while "
+        "they run, in _invoke_run at api.py:835 "
         "(torch.distributed)"  # its own loop: torchrun's entry point script is no job code
     )
 

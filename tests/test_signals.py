@@ -152,7 +152,7 @@ def test_exit_names_last_seen_and_last_error_line() -> None:
     (found,) = signals.exited_processes(current, before)
     assert found.text == (
         "process 10 (python) crashed: RuntimeError: CUDA error: no kernel image (in /x.log); "
-        "exited since the previous snapshot, last seen alive 12:00:00 UTC"
+        "exited, last seen alive 12:00:00 UTC"
     )
 
 

@@ -187,8 +187,8 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
         signals.append(
             Signal(severity="critical" if lead else "warning", code=happened.PROCESS_EXITED,
                    subject=p.key,
-                   text=f"process {p.pid} ({process_name(p)}) {verb}{crashed} "
-                   f"{'exited ' if crashed else ''}since the previous snapshot{when}")
+                   text=f"process {p.pid} ({process_name(p)}) {verb}{crashed}"
+                   f"{' exited' if crashed else ''}{when}")
         )  # fmt: skip
     return signals
 
