@@ -409,9 +409,10 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
         " died and attempt 2 was found stuck: these words are older than that."
     ), said
     # a dump taken as the conversation resumed comes before the message that resumed it
-    assert lines[1].endswith("(taken as this conversation resumed: a message after it is newer)")
-    assert lines[1].startswith("**The user's latest message**: the objective itself ("), lines[1]
-    assert "; nothing since" in lines[1]
+    assert lines[1].startswith(
+        "**The user's latest message before this dump**: the objective itself ("
+    ), lines[1]
+    assert lines[1].endswith("); the message after this dump is newer"), lines[1]
 
 
 def test_a_folded_row_of_workers_lists_every_port_they_listen_on():

@@ -17,9 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
-from tests.conftest import Server
+from tests.conftest import Server, free_port
 from tests.scripted_model import Step
 from tests.scripted_responses import MODEL, ScriptedResponses
 from tests.test_harness_claude import (
@@ -127,3 +128,71 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     # ctxd's MCP server, from the table install wrote into config.toml, offered to the model
     assert any(t.get("name") == "mcp__ctxd" for t in model.requests[-1]["tools"])
     check_scenario_dump(context, launcher, server.data_dir)
+
+
+def serving(folder: Path, port: int) -> psutil.Process | None:
+    """This test's web server: the process of its folder that serves `port`."""
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = proc.info["cmdline"] or []
+        mine = proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(folder)
+        if mine and "http.server" in cmdline and str(port) in cmdline:
+            return proc
+    return None
+
+
+@pytest.mark.skipif(not CODEX.exists(), reason="Codex not installed (`make test` does, with npm)")
+def test_a_plain_nohup_launch_codex_ends_is_said_so_and_the_setsid_relaunch_is_followed(
+    gpu_server: Server,  # noqa: F811  (the fixture imported above)
+    workspace: Path,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    """The agent starts a web server with a plain `nohup … &`: Codex ends the command's
+    process group as the command returns, and the server goes with it, nothing in its log.
+    The agent finds it down and relaunches it with `setsid`. Asked to continue, the model is
+    told why the first one ended and how to launch, and that the second one runs."""
+    server = gpu_server
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    port = free_port()
+    serve = f"nohup python3 -m http.server {port} --bind 127.0.0.1 > logs/web.log 2>&1 &"
+    probe = (
+        f'sleep 2; python3 -c "import urllib.request as u; print(u.urlopen('
+        f"'http://127.0.0.1:{port}/').status)\" 2>&1 | tail -1"
+    )
+    model = ScriptedResponses(
+        [
+            Step(bash=f"mkdir -p logs; {serve}"),
+            Step(bash=probe),
+            Step(bash=f"setsid {serve}"),
+            Step(bash=probe),
+            Step(
+                text="The first server died with its command; relaunched with setsid, it answers."
+            ),
+            Step(text="Picking up where we were."),
+        ]
+    )
+    (home / ".codex" / "config.toml").write_text(model_config(model.url))
+    subprocess.run(
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "codex"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "HOME": str(home), "CODEX_HOME": str(home / ".codex")},
+    )  # fmt: skip
+    headless = ["--dangerously-bypass-hook-trust", "--skip-git-repo-check"]
+    try:
+        codex([*headless, "Serve the docs folder over HTTP so I can look at it."], workspace, home)
+        codex(["resume", "--last", *headless, "continue"], workspace, home)
+    finally:
+        model.close()
+    context = model.context_of_last_turn()
+    (Path(__file__).parent / "artifacts" / "harness_codex_setsid_continue.txt").write_text(context)
+    web = serving(workspace, port)
+    assert web is not None, "the setsid relaunch is not running"
+    rows = [line for line in context.splitlines() if line.startswith("| **attempt ")]
+    assert len(rows) == 2, context
+    first, second = rows
+    # the first: ended as its command returned, and why, and how to launch instead
+    assert "Codex ends a command's process group" in first and "setsid nohup" in first, first
+    # the second: the running server, its pid and port
+    assert "running" in second and f"(pid {web.pid})" in second, second
+    assert "`setsid` added" in second, second  # what changed: how it was sent off
+    assert f"127.0.0.1:{port}" in context and "listening" in context, context

@@ -46,8 +46,9 @@ def stream_shard(path, worker_id):
     the pipe for writing."""
     if worker_id == 3:
         time.sleep(1.5)
-        print("WARNING stage_shards: shard-3.bin: stream thread gave up after 1.5 s (the data"
-              " store answered 404 Not Found); nothing writes loader 3's pipe now", flush=True)
+        print("WARNING stage_shards: shard-3.bin: stream thread gave up after 1.5 s (GET"
+              " http://datastore.lab.internal:9000/corpus-v2/shard-3.bin: 404 Not Found);"
+              " nothing writes loader 3's pipe now", flush=True)
         return
     with open(path, "wb") as pipe:
         pipe.write(os.urandom(4096))

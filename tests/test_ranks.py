@@ -136,7 +136,8 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
     )
     assert f"rank 3 (pid {ranks['3']}) in `time.sleep(600)` at launch.py:8" in stuck
     # the launcher waits for its ranks by design: said apart, not counted among them
-    assert "; the launcher (pid " in stuck and "as it does while they run, in `p.join()`" in stuck
+    assert "; the launcher (pid " in stuck and ") in `p.join()` at launch.py:" in stuck
+    assert "as it does while they run" not in stuck  # the job's own code: no launcher's loop
 
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -238,6 +238,23 @@ def test_parse_json_keeps_the_text_lines_and_names_the_job_frames() -> None:
     assert own == [("serve_tp.py:12", "serve_tp.py")]
 
 
+def test_a_forked_childs_job_frames_stop_where_it_began() -> None:
+    """A multiprocessing child's stack goes on past its `_bootstrap` into the frames it was
+    forked in (its parent's `w.start()`): those are not where the child waits."""
+    lib = "/usr/lib/python3.11/multiprocessing"
+    dump = [{"thread_name": "MainThread", "active": False, "frames": [
+        {"name": "wait", "line": 11, "filename": "train.py", "short_filename": "train.py"},
+        {"name": "_bootstrap", "line": 314, "filename": f"{lib}/process.py",
+         "short_filename": "multiprocessing/process.py"},
+        {"name": "_launch", "line": 71, "filename": f"{lib}/popen_fork.py",
+         "short_filename": "multiprocessing/popen_fork.py"},
+        {"name": "main", "line": 52, "filename": "train.py", "short_filename": "train.py"},
+    ]}]  # fmt: skip
+    lines, own = pystacks.parse_json(json.dumps(dump))
+    assert "  main (train.py:52)" in lines  # the stack as py-spy gave it
+    assert own == [("train.py:11", "train.py")]
+
+
 def test_source_lines_are_read_confined_bounded_and_redacted(tmp_path: Path) -> None:
     job = tmp_path / "job"
     job.mkdir()

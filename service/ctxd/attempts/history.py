@@ -166,6 +166,23 @@ def _sighted(update: AttemptUpdate) -> Attempt:
     )
 
 
+_DETACHERS = ("setsid", "nohup", "disown")
+_DETACHER = re.compile(r"(?:^|[\s;|&(])(setsid|nohup|disown)(?=\s|$)")
+
+
+def _sent_off_anew(previous: Attempt, attempt: Attempt) -> str | None:
+    """ "`setsid` added": how its line sends it off changed (a harness that ends a command's
+    process group spares only a `setsid` launch), as the two lines say; None where the same
+    or either line is not known."""
+    if not previous.command or not attempt.command:
+        return None
+    was = set(_DETACHER.findall(previous.command))
+    now = set(_DETACHER.findall(attempt.command))
+    parts = [f"`{w}` added" for w in _DETACHERS if w in now - was]
+    parts += [f"`{w}` dropped" for w in _DETACHERS if w in was - now]
+    return ", ".join(parts) or None
+
+
 def _output_moved(previous: Attempt, attempt: Attempt) -> str | None:
     """ "output logs/attempt1.log → server.log": where its output went instead, as its line
     names the files; None where both wrote the same ones (or either none ctxd knows)."""
@@ -242,7 +259,8 @@ def _item(
         flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
         values = changed_values(diff)
         changed = summary_line(diff, program, program_name(previous.argv))
-        moved = _output_moved(previous, attempt)
+        moved = "; ".join(filter(None, (_sent_off_anew(previous, attempt),
+                                         _output_moved(previous, attempt))))  # fmt: skip
         if moved and not diff.program_changed:
             unchanged = changed == "relaunched unchanged"
             changed = f"relaunched with {moved}" if unchanged else f"{changed}; {moved}"

@@ -22,7 +22,7 @@ AGENT_SAID_CHARS = 700
 CHANGES_SHOWN = 4
 CHANGE_CHARS = 160
 # A dump taken as a conversation resumes comes before the message that resumed it.
-RESUMED = " (taken as this conversation resumed: a message after it is newer)"
+RESUMED = "; the message after this dump is newer"
 RANKS_SAID_CHARS = 40  # a shorter run of words in common is no rank line
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
 _WORKERS = re.compile(
@@ -117,9 +117,11 @@ def _user(s: Snapshot) -> list[str]:
         return []
     latest = said[-1]
     if len(said) == 1 and latest.text == n.objective:  # the objective quotes it already
-        after = RESUMED if s.header.trigger == "resume" else ""
+        if s.header.trigger == "resume":
+            return [f"**The user's latest message before this dump**: the objective itself"
+                    f" ({_clock(latest.at)}){RESUMED}"]  # fmt: skip
         return [f"**The user's latest message**: the objective itself ({_clock(latest.at)});"
-                f" nothing since{after}"]  # fmt: skip
+                " nothing since"]  # fmt: skip
     if latest.text.strip():
         words = _quote(latest.text, MESSAGE_CHARS)
     else:

@@ -97,6 +97,7 @@ def environment() -> jinja2.Environment:
         called=process_name,
         between=between,
         true_start=lambda p: true_start(p.started_at, p.host),
+        local_start=true_start,  # a start time of this machine's process, as a clock reads it
     )
     env.globals["process_view"] = render_processes.view
     env.globals["handover"] = handover.lines

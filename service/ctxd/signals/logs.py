@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from ctxd.collectors._logtext import error_line_indexes
+from ctxd.collectors.proc.procfs import true_start
 from ctxd.fmt import between, human_duration
 from ctxd.models import LogInfo, Observations, Signal
 from ctxd.models.snapshot import Severity
@@ -91,7 +92,7 @@ def silent_logs(current: Observations, at: datetime | None = None) -> list[Signa
             ran = (
                 human_duration(lived + log.silent_for_s)
                 if at is None
-                else between(log.writer_started_at, at)
+                else between(true_start(log.writer_started_at), at)
             )
             silent += (
                 f", nothing since its writer (pid {log.writer_pid}) started {ran} ago"

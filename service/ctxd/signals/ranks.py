@@ -218,8 +218,9 @@ def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: st
         parts.append(f"{len(ordered) - APART_SHOWN - 1} more places")
     for pid, said in launcher[:1]:
         name = process_name(by_pid[pid])
-        parts.append(f"the launcher (pid {pid}{', ' + name if name else ''}) waits on its"
-                     f" workers, as it does while they run, in {said}")  # fmt: skip
+        # a launcher's own loop (torchrun's agent), not the job's code: its normal wait
+        usual = "" if said.startswith("`") else " waits on its workers, as it does while they run,"
+        parts.append(f"the launcher (pid {pid}{', ' + name if name else ''}){usual} in {said}")
     return ["; ".join(parts)]
 
 

@@ -47,6 +47,9 @@ _SYSCALL_ENTRY = ("do_syscall_64", "entry_SYSCALL")  # every syscall's: they tel
 _THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \((\w+)\)(?:: "(.*)")?$')
 # Files of the interpreter and of installed libraries, by their full name: not the job's code.
 _NOT_OWN = re.compile(r"(^<|/site-packages/|/dist-packages/|/lib/python[\d.]*/|/lib/pypy)")
+# Where a multiprocessing child begins: the job's frames outside it (`w.start()`) are those
+# the child was forked in, its parent's, not where it waits.
+_BOOTSTRAP = re.compile(r"^_bootstrap .*/multiprocessing/process\.py$")
 SOURCE_READ_MAX = 32768  # bytes read of one source file: a line past them is not shown
 SOURCE_LINE_MAX = 200  # characters kept of one source line
 SOURCE_FILES_MAX = 16  # source files read per collection
@@ -112,6 +115,7 @@ def parse_json(text: str) -> tuple[list[str], list[tuple[str, str]]]:
         status = "idle" if not thread.get("active") else "active"
         name = thread.get("thread_name")
         lines.append(f'thread "{name}" ({status})' if name else f"thread ({status})")
+        forked = False  # past a forked child's start: the outer frames are its parent's
         for depth, frame in enumerate(thread.get("frames") or [], 1):
             if depth > FRAMES_MAX:
                 lines.append("  (outer frames left out)")
@@ -120,8 +124,9 @@ def parse_json(text: str) -> tuple[list[str], list[tuple[str, str]]]:
             short = str(frame.get("short_filename") or full)
             at = f"{short}:{frame.get('line')}"
             lines.append(f"  {frame.get('name')} ({at})")
-            if own_file(full):
+            if own_file(full) and not forked:
                 own.append((redact.text(at), full))
+            forked = forked or _BOOTSTRAP.search(f"{frame.get('name')} {full}") is not None
     return lines, own
 
 
