@@ -263,6 +263,38 @@ def test_the_program_a_passing_shell_started_binds_its_attempt_while_the_shell_l
     assert look(shell, stranger) == []  # a child no command names waits to be a root
 
 
+def test_a_shim_that_becomes_the_program_binds_the_attempt_of_its_command(tmp_path):
+    """pyenv's `python3` is a bash script that execs the interpreter in the same pid: seen
+    as that script an instant after the launch, it is not a launch of its own; seen as the
+    program, it binds the attempt its command made (one attempt, not two)."""
+    from ctxd.models.processes import ProcessInfo
+
+    store = _store(tmp_path)
+    at = datetime.now(UTC) - timedelta(seconds=0.3)
+    argv = ["python3", "up.py", "--port", "8000"]
+    line = "nohup python3 up.py --port 8000 > up.log 2>&1 &"
+    pending = {**_launch(0, argv, at), "start_key": "cmd:up", "pid": None, "seen": False,
+               "watch_id": None, "command": line}  # fmt: skip
+    _save(store, pending)
+    shim = ProcessInfo(watch_id=1, pid=7300, ppid=1, name="bash", state="sleeping",
+                       started_at=at, age_s=0.3, root=True, tree=7300, cwd="/srv",
+                       argv=["bash", "/root/.pyenv/libexec/pyenv-exec", *argv])  # fmt: skip
+    watch = Watch(id=1, session="s", created_at=T0, spec=ProcessWatch(match="up.py"))
+    files = binding.LogFiles((tmp_path,), Limits())
+
+    def look(*items: ProcessInfo) -> list[AttemptUpdate]:
+        seen = Observations.model_validate(
+            {"processes": {"items": [p.model_dump() for p in items]}}
+        )
+        return binding.observed(store, "s", [watch], seen, files, binding.cutoff(store, "s"))
+
+    assert look(shim) == []  # the shim: not yet the program, nor a launch of its own
+    program = shim.model_copy(update={"argv": ["/root/.pyenv/versions/3.11/bin/python3",
+                                               *argv[1:]], "name": "python3"})  # fmt: skip
+    (update,) = look(program)
+    assert update.bound_from == "cmd:up" and update.pid == 7300, update
+
+
 def test_a_log_per_run_is_no_change_of_output(tmp_path):
     store = _store(tmp_path)
     _save(store,

@@ -75,8 +75,8 @@ def stream_slice(path, rank, debug):
     if rank == 3:
         time.sleep(1.5)
         if debug:
-            log("DEBUG stage_weights: GET http://weights.lab.internal:8081/llama-3.1-8b-instruct"
-                "/tp8/tp3.safetensors: 404 Not Found (the 7 other slices: 200, streamed whole)")
+            log("DEBUG stage_weights: GET http://weights.lab:8081/llama-8b/tp3.safetensors:"
+                " 404 Not Found (7 other slices: 200)")
         log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s;"
             " nothing writes rank 3's pipe now")
         return

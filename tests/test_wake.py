@@ -200,8 +200,9 @@ def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
 ) -> None:
     """The scripted model launches a server in the background and ends its turn; the server
     dies 8 s later; Claude Code, idle, sends the model a new request carrying ctxd's news
-    (the attempt, its error, its log) within seconds of the death, once. With CTXD_WAKE=0 in
-    the agent's environment no request comes."""
+    (the attempt, its error, its log) within seconds of the death, once; the relaunch it
+    sends off then comes up, and that wakes it once more ("serving on :PORT"). With
+    CTXD_WAKE=0 in the agent's environment no request comes."""
     from tests.scripted_model import ScriptedModel, Step
     from tests.test_harness_claude import CLAUDE
 
@@ -212,9 +213,15 @@ def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
     env = {**os.environ, "HOME": str(home), "CTXD_URL": server.url}
     subprocess.run([sys.executable, "-m", "ctxd", "install", "claude"], env=env, check=True,
                    capture_output=True)  # fmt: skip
+    from tests.conftest import free_port
+
     launch = f"nohup python3 serve.py 8 --tag {tag} > serve.log 2>&1 &"
+    port = free_port()
+    (work / "up.py").write_text(UP)
+    relaunch = f"nohup python3 up.py --port {port} --tag {tag} > up.log 2>&1 &"
     model = ScriptedModel([Step(bash=launch), Step(text="Launched; waiting for it to load."),
-                           Step(text="It died: reading its log next.")])  # fmt: skip
+                           Step(bash=relaunch), Step(text="It died: relaunched the other one."),
+                           Step(text="It serves.")])  # fmt: skip
     proc = None
     extra = {} if wake else {"CTXD_WAKE": "0"}  # the CLI passes its environment to its hooks
     try:
@@ -228,7 +235,11 @@ def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
             assert len(said) == 1 and "died" in said[0] and "OutOfMemoryError" in said[0], said
             assert "serve.log" in said[0] and f"pid {pid}" in said[0], said
             assert took < 5, took
-            time.sleep(3)  # no second wake for the same death
+            # the relaunch, sent off in the woken turn, comes up: that news wakes it once too
+            up = wait_for(lambda: woken_with(model, f"is serving on :{port}"), 30)
+            assert len(up) == 1 and "ctxd: attempt 2" in up[0], up
+            time.sleep(3)  # no second wake for the same death nor the same opening
+            assert len(woken_with(model, f"is serving on :{port}")) == 1
         else:
             time.sleep(8)
         assert len(woken_with(model, "ctxd: attempt 1")) == (1 if wake else 0)

@@ -35,6 +35,9 @@ from ctxd.store.database import Store
 # An attempt whose process is not seen this long after its command was reported ended
 # before ctxd looked (the settling snapshot comes a second after a launch).
 PENDING_S = 1.0
+# A shim's chain of scripts (pyenv's: several bash scripts) on a busy machine may take
+# seconds before it execs the program; until then it is not a launch of its own.
+SHIM_S = 5.0
 # Its process may have started this long before the command was reported (a tool call that
 # launched in the background, then slept and read the log before returning).
 BIND_BEFORE_S = 600.0
@@ -103,6 +106,7 @@ def observed(
     # a shell that starts something in the background and goes: its child is the launch,
     # though the shell still lives for this look (a child that dies with it is seen no more)
     shells = {p.pid for p in items if p.root and not _exiting(p) and _passing(p)}
+    becoming = bool(shells)  # a launch still on its way to its program (a shim, a wrapper)
     for p in items:
         watch = process_watches.get(p.watch_id)
         launched = not p.root and p.ppid in shells
@@ -151,7 +155,11 @@ def observed(
                 continue  # its watch was removed: it is no longer followed, not "gone"
             exited = gone.get(key)
             ended = (exited.last_seen_at if exited else None) or _exit_moment(attempt) or now
-        elif attempt.id > cut.attempt_id or (now - started).total_seconds() < PENDING_S:
+        elif (
+            attempt.id > cut.attempt_id
+            or (now - started).total_seconds() < PENDING_S
+            or (becoming and (now - started).total_seconds() < SHIM_S)
+        ):
             continue  # reported while this snapshot looked, or its process may be starting
         else:
             ended = now  # it died before any snapshot saw it
@@ -182,11 +190,17 @@ def _exiting(p: ProcessInfo) -> bool:
 
 def _passing(p: ProcessInfo) -> bool:
     """A shell running a command line (`bash -c 'nohup python serve.py … &'`) or a wrapper
-    (`nohup`, `setsid`, …) younger than PENDING_S: the shell of a command that starts
-    something in the background, its fork or a wrapper not yet replaced by the program; not
-    a launch of its own unless it stays (or its own command was that, which binds it first)."""
+    (`nohup`, `setsid`, …) younger than PENDING_S, or a shell running a script (a shim that
+    execs the program: `bash …/pyenv-exec python3 up.py`) younger than SHIM_S: the shell of
+    a command that starts something in the background, its fork, a shim or a wrapper not yet
+    replaced by the program; not a launch of its own unless it stays (or its own command
+    was that, which binds it first)."""
     name = PurePosixPath(p.argv[0]).name
     options = [arg for arg in p.argv[1:-1] if arg.startswith("-") and not arg.startswith("--")]
+    # a shell running a script: a version manager's shim (pyenv's `python3` is a bash script
+    # that execs the interpreter in the same pid) before it has become the program
+    if name in SHELLS and len(p.argv) > 1 and p.argv[1].startswith("/"):
+        return p.age_s < SHIM_S
     shell = name in SHELLS and any("c" in arg for arg in options)
     return (shell or name in WRAPPER_PROGRAMS) and p.age_s < PENDING_S
 
