@@ -136,6 +136,17 @@ def test_missing_pid_and_unmatched_pattern_are_unavailable() -> None:
     assert reasons == {1: f"no process with pid {2**22}", 2: f"no process matches /{pattern}/"}
 
 
+def test_an_automatic_watch_whose_process_ended_is_no_warning() -> None:
+    """ctxd's own watch of a program the agent ran (`make wheel`, seen running by a scan) is
+    no "no process matches" warning once the program is done: its attempt, where it has one,
+    says how it ended, and the watch retires."""
+    pattern = f"no-such-process-{uuid.uuid4().hex}"
+    mine = watch(1, match=pattern)
+    guessed = watch(2, match=pattern).model_copy(update={"auto": True})
+    section = processes.collect([mine, guessed], context())
+    assert [u.watch_id for u in section.unavailable] == [1]
+
+
 def test_own_process_and_ancestors_are_not_matched() -> None:
     own = psutil.Process()
     excluded = {own.pid, *(p.pid for p in own.parents())}

@@ -198,8 +198,8 @@ def test_the_handover_quotes_the_user_and_the_agent_with_their_times():
     assert lines[0] == "**Objective** (the user's first prompt): “find the hang”"
     assert lines[1].startswith("**The user's latest message** (") and "empty" in lines[1]
     assert "“keep NCCL_DEBUG=INFO”" in lines[2] and "find the hang" not in lines[2]
-    assert lines[3].startswith("**You last said** (")
-    assert lines[3].endswith("; your own words): “Relaunched in eager mode; waiting.”")
+    assert lines[3].startswith("**Your last words** (")
+    assert lines[3].endswith(" before this dump): “Relaunched in eager mode; waiting.”")
 
 
 def test_alike_failures_fold_but_the_newest_failure_and_what_runs_keep_their_rows():
@@ -321,8 +321,8 @@ def test_the_handover_dates_the_agents_words_and_sets_the_last_failure_before_wh
     snapshot.observations.gpus = GpusSection(
         items=[gpu(i, 1.1 if i == 3 else 118.8) for i in range(8)]
     )
-    said, running, last = handover.lines(snapshot)[1:4]
-    assert said.startswith("**You last said** (") and "13 s before this dump" in said, said
+    running, last, said = handover.lines(snapshot)[1:4]
+    assert said.startswith("**Your last words** (") and "13 s before this dump" in said, said
     assert "8 GPUs (0\N{EN DASH}2, 4\N{EN DASH}7: 118.8 GiB each; 3: 1.1 GiB)" in running, running
     assert last.startswith("**Last attempt that died, before what runs now**: attempt 1"), last
     assert last.endswith("(in logs/attempt1.log)."), last
@@ -389,6 +389,43 @@ def test_now_points_to_the_handover_for_where_ranks_wait_instead_of_saying_it_tw
     assert handover.in_now(stuck, ["**Running now**: attempt 2: **stuck**."]) == stuck.text
 
 
+def test_now_leaves_out_a_silent_logs_last_line_the_handover_quotes():
+    line = "WARNING stage_weights: tp3: gave up after 1.5 s; nothing writes rank 3's pipe"
+    stuck = Signal(severity="critical", code="stuck", subject="10",
+                   text=f"stuck: all 5 processes in tree 10 idle for 9 s; port 30000 expected,"
+                   f" not listening; log /srv/server.log silent 8 s, last line: “{line}”;"
+                   " its top (pid 10) waiting in do_wait (wait4)")  # fmt: skip
+    told = [f"**Running now**: attempt 2 (pid 10): **stuck**; its log says last: “{line}”."]
+    assert handover.in_now(stuck, told) == (
+        "stuck: all 5 processes in tree 10 idle for 9 s; port 30000 expected, not listening;"
+        " log /srv/server.log silent 8 s; its top (pid 10) waiting in do_wait (wait4)"
+    )
+    other = ["**Running now**: attempt 2 (pid 10): **stuck**; its log says last: “other”."]
+    assert handover.in_now(stuck, other) == stuck.text
+
+
+def test_idle_gpus_the_running_attempts_line_gives_are_not_said_again_in_now():
+    from ctxd.models import GpuInfo, GpuProcess, GpusSection
+
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at, trigger="t"))
+    snapshot.narrative.history = [live(at - timedelta(seconds=15))]
+    snapshot.observations.processes.items = [root(15)]
+
+    def gpu(i: int, pid: int) -> GpuInfo:
+        holder = GpuProcess(pid=pid, name="python3", used_memory_bytes=2**36)
+        return GpuInfo(index=i, name="NVIDIA H200", utilization_percent=0.0,
+                       memory_used_bytes=2**36, memory_total_bytes=2**37,
+                       processes=[holder])  # fmt: skip
+
+    idle = Signal(severity="warning", code="gpu_held_idle", subject="gpus", text="held")
+    snapshot.signals = [idle]
+    snapshot.observations.gpus = GpusSection(items=[gpu(0, 50), gpu(1, 50)])
+    assert idle.key in handover.told(snapshot)
+    snapshot.observations.gpus = GpusSection(items=[gpu(0, 50), gpu(1, 777)])  # not its own
+    assert idle.key not in handover.told(snapshot)
+
+
 def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     at = datetime.now(UTC)
     snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at,
@@ -403,16 +440,19 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     snapshot.observations.processes.items = [root(8)]
     snapshot.signals = [Signal(severity="critical", code="stuck", subject="50", text="stuck")]
     lines = handover.lines(snapshot)
-    said = next(line for line in lines if line.startswith("**You last said**"))
-    assert said.startswith("**You last said** (") and said.endswith(
-        " before this dump; your own words): “The server is loading.” Since then, attempt 1"
-        " died and attempt 2 was found stuck: these words are older than that."
-    ), said
+    said = next(line for line in lines if line.startswith("**Your last words"))
+    # after the state it describes, headed by what ctxd found since: where the agent was
+    state = [i for i, x in enumerate(lines) if x.startswith(("**Running now", "**Last"))]
+    assert state and lines.index(said) > max(state), lines
+    assert said.startswith(
+        "**Your last words, before attempt 1 died and attempt 2 was found stuck** ("
+    ) and said.endswith(" before this dump): “The server is loading.”"), said
     # a dump taken as the conversation resumed comes before the message that resumed it
-    assert lines[1].startswith(
-        "**The user's latest message before this dump**: the objective itself ("
+    assert lines[1].startswith("**The user's latest message**: the objective ("), lines[1]
+    assert lines[1].endswith(
+        "), up to this dump; this dump was taken as the conversation resumed: the message that"
+        " resumed it comes after the dump, and is the newest"
     ), lines[1]
-    assert lines[1].endswith("); the message after this dump is newer"), lines[1]
 
 
 def test_a_folded_row_of_workers_lists_every_port_they_listen_on():
@@ -455,4 +495,4 @@ def test_a_stuck_trees_silent_log_is_quoted_whole_where_it_fits():
     seen.logs.items = [LogInfo(watch_id=2, path="/srv/server.log", size=1, silent_for_s=600,
                                modified_at=T0, lines=[line], writer_pid=50)]  # fmt: skip
     (stuck,) = derive.stuck_trees(seen)
-    assert f"last line: {line}" in stuck.text, stuck.text
+    assert f"last line: “{line}”" in stuck.text, stuck.text

@@ -144,8 +144,10 @@ GITIGNORE = "logs/\n*.log\ndist/\n.weights-cache/\n"
 MAKEFILE = """\
 wheel:
 \tmkdir -p dist
-\tpython3 -c "import zipfile; z = zipfile.ZipFile('dist/kernel-0.2-py3-none-any.whl', 'w'); \\
-\t  z.writestr('kernel/__init__.py', 'x = 2')"
+\tpython3 -c "import os, zipfile; z = zipfile.ZipFile('dist/kernel-0.2-py3-none-any.whl', 'w', \\
+\t  zipfile.ZIP_DEFLATED); z.writestr('kernel/__init__.py', 'from .tables import TABLE'); \\
+\t  z.writestr('kernel/tables.py', 'TABLE = %r' % os.urandom(24000).hex()); \\
+\t  z.writestr('kernel-0.2.dist-info/METADATA', 'Name: kernel\\nVersion: 0.2')"
 """
 
 LAUNCH = (
@@ -323,7 +325,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # one clock: no launch reads older than the prompt that asked for it (a kernel start
     # time is read from whole-second boot time, up to a second early)
     asked = re.search(
-        r"\*\*The user's latest message before this dump\*\*: the objective itself"
+        r"\*\*The user's latest message\*\*: the objective"
         r" \((\d\d:\d\d:\d\d)\)",
         handover,
     )

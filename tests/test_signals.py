@@ -67,6 +67,14 @@ def test_pid_reuse_is_a_new_process():
     ]  # fmt: skip
 
 
+def test_a_process_caught_running_then_sleeping_is_no_change_a_zombie_is():
+    before = obs(proc(10, state="running"), proc(11, state="sleeping"))
+    after = obs(proc(10, state="sleeping"), proc(11, state="zombie"))
+    assert [c.text for c in changes.processes(before, after)] == [
+        "state of 11 python: sleeping -> zombie"
+    ]
+
+
 def test_silent_log_names_its_last_line():
     log = LogInfo(
         watch_id=2, path="/tmp/s.log", size=10, modified_at=T0, silent_for_s=240,
@@ -123,9 +131,9 @@ def test_stuck_names_its_evidence() -> None:
     found = signals.derive(current, None)
     assert found[0].code == "stuck"
     assert found[0].text == (
-        "stuck: all 9 processes in tree 10 (its top and 8 below it) idle for at least 4 min;"
-        " port 8000 expected, not listening; "
-        "log /x.log silent 4 min, last line: Capturing batches (bs=1): 0%"
+        "stuck: all 9 processes in tree 10 (its top and 8 below it) idle for at least 4 min,"
+        " past the 2 min it takes to call a tree stuck; port 8000 expected, not listening; "
+        "log /x.log silent 4 min, last line: “Capturing batches (bs=1): 0%”"
     )
     assert "all_idle" not in [s.code for s in found]
 

@@ -68,6 +68,7 @@ def _collect_watch(
     rows: list[tuple[int, int]],
     state: State,
     section: ProcessesSection,
+    auto: bool = False,
 ) -> None:
     target = _target(spec)
     found = shown = 0
@@ -95,7 +96,7 @@ def _collect_watch(
             section.unavailable.append(
                 Unavailable(watch_id=watch_id, target=f"pid {pid} {what}", reason="not permitted")
             )
-    if not found:
+    if not found and not auto:  # ctxd's own guess gone: its attempt says how it ended
         reason = (
             f"no process with pid {spec.pid}"
             if spec.pid is not None
@@ -163,7 +164,7 @@ def _exited(
 
 def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section = ProcessesSection(stuck_after_s=ctx.settings.stuck_after_s)
-    specs = [(w.id, w.spec) for w in watches if isinstance(w.spec, ProcessWatch)]
+    specs = [(w.id, w.spec, w.auto) for w in watches if isinstance(w.spec, ProcessWatch)]
     memory = ctx.memory_of(NAME, ProcessesMemory)
     handles = memory.handles
     try:
@@ -189,12 +190,12 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
         section.unavailable.append(Unavailable(target=NAME, reason=_reason(exc)))
         return section
     matched: set[int] = set()
-    for watch_id, spec in specs:
+    for watch_id, spec, auto in specs:
         try:
             rows = procselect.candidates(spec, table, excluded, children)
             rows += _orphans(watch_id, rows, ctx, table)
             matched.update(pid for pid, _ in rows)
-            _collect_watch(watch_id, spec, rows, state, section)
+            _collect_watch(watch_id, spec, rows, state, section, auto)
         except Exception as exc:  # one odd watch must not hide the others
             section.unavailable.append(
                 Unavailable(watch_id=watch_id, target=_target(spec), reason=_reason(exc))
@@ -215,11 +216,11 @@ def collect(watches: list[Watch], ctx: CollectContext) -> ProcessesSection:
     section.featured = featured(section.items)
     section.workers = workers(section.items)
     with contextlib.suppress(Exception):
-        _exited(ctx, section, state, {wid for wid, _ in specs})
+        _exited(ctx, section, state, {wid for wid, _, _ in specs})
     if specs and not ctx.probe:
         try:
             section.stuck_stacks = pystacks.for_stuck(
-                section.items, dict(specs), set(state.listen.values()),
+                section.items, {wid: spec for wid, spec, _ in specs}, set(state.listen.values()),
                 section.stuck_after_s or STUCK_AFTER_S, ctx.previous, memory.stacks,
             )  # fmt: skip
         except Exception as exc:  # the stacks add to the section: they must not cost it

@@ -1,9 +1,10 @@
 """The dump's opening handover: what a resuming agent reads first, a fact with its time a line.
 
 Written the way an agent hands its own work over before its context goes: the objective, what
-the user last asked, what the agent itself last said, each live attempt in a sentence (its
-phase, its port, its workers against those its flags ask for, its log's last line), the last
-failure with its error line, and what changed since the version before. Pure: a snapshot in,
+the user last asked, each live attempt in a sentence (its phase, its port, its workers against
+those its flags ask for, its log's last line), the last failure with its error line, what the
+agent itself last said (after the state, headed by what ctxd found since), and what changed
+since the version before. Pure: a snapshot in,
 Markdown list items out; every age in it is measured at the instant the snapshot was taken.
 """
 
@@ -22,7 +23,10 @@ AGENT_SAID_CHARS = 700
 CHANGES_SHOWN = 4
 CHANGE_CHARS = 160
 # A dump taken as a conversation resumes comes before the message that resumed it.
-RESUMED = "; the message after this dump is newer"
+RESUMED = (
+    "; this dump was taken as the conversation resumed: the message that resumed it comes"
+    " after the dump, and is the newest"
+)
 RANKS_SAID_CHARS = 40  # a shorter run of words in common is no rank line
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
 _WORKERS = re.compile(
@@ -41,16 +45,6 @@ def lines(s: Snapshot) -> list[str]:
                    " (dormant: no activity, nothing alive): what happened meanwhile was not seen"
                    " as it happened")  # fmt: skip
     out += _user(s)
-    if n.agent_said is not None and n.agent_said.text.strip():
-        said = _quote(n.agent_said.text, AGENT_SAID_CHARS)
-        ago = between(n.agent_said.at, at)
-        since = _since_said(s, n.agent_said.at)  # words older than the news: said as such
-        after = f" Since then, {since}: these words are older than that." if since else ""
-        out.append(f"**You last said** ({_clock(n.agent_said.at)}, {ago} before this dump;"
-                   f" your own words): {said}{after}")  # fmt: skip
-    if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
-        woke = n.wakes[-1]
-        out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
     attempt_items = [i for i in n.history if i.source == "launch" and i.label]
     for item in attempt_items:
         if item.status in ("running", "started"):
@@ -63,17 +57,33 @@ def lines(s: Snapshot) -> list[str]:
     elif attempt_items and not any(i.status in ("running", "started") for i in attempt_items):
         last = attempt_items[-1]
         out.append(f"**Nothing runs**: the last attempt, {last.label}, {last.ran or 'ended'}.")
+    if n.agent_said is not None and n.agent_said.text.strip():
+        out.append(_agent_said(s, n.agent_said.at, n.agent_said.text))
+    if n.wakes:  # the news it was told unasked: the turn it started may be what was lost
+        woke = n.wakes[-1]
+        out.append(f"**News ctxd sent to wake you** ({_clock(woke.at)}): {woke.text}")
     if s.header.previous_version and _news(s):  # "nothing changed" would tell nothing
         out.append(_since(s))
     return out
 
 
 def told(s: Snapshot) -> set[str]:
-    """The keys of the signals the handover says already: each live attempt's line and the
-    newest failure's; Now leaves them out."""
+    """The keys of the signals the handover says already: each live attempt's line, the
+    newest failure's, and the idle GPUs when every one of their holders is a live attempt's
+    (its line gives them, by size); Now leaves them out."""
     failed = _newest_failure(s)
     newest = {f"attempt_failed:{failed.label}"} if failed is not None else set()
-    return newest | {sig.key for sig in s.signals if sig.code == "attempt_running"}
+    live = set()
+    for item in s.narrative.history:
+        if item.source == "launch" and item.label and item.status in ("running", "started"):
+            live |= _pids(item, s)
+    gpus = {
+        sig.key
+        for sig in s.signals
+        if sig.code == "gpu_held_idle"
+        and all(p.pid in live for g in s.observations.gpus.items for p in g.processes)
+    }
+    return newest | gpus | {sig.key for sig in s.signals if sig.code == "attempt_running"}
 
 
 def in_now(signal: Signal, told: list[str]) -> str:
@@ -87,8 +97,17 @@ def in_now(signal: Signal, told: list[str]) -> str:
     while said < len(parts) and any("; ".join(parts[1 : said + 1]) in line for line in running):
         said += 1
     if said == 1 or len("; ".join(parts[1:said])) < RANKS_SAID_CHARS:
-        return signal.text
-    return "; ".join([parts[0], "where each waits: as the handover says", *parts[said:]])
+        text = signal.text
+    else:
+        text = "; ".join([parts[0], "where each waits: as the handover says", *parts[said:]])
+
+    def quoted(last: re.Match[str]) -> str:  # the running attempt's line quotes it already
+        return "" if any(last[1].rstrip("…") in line for line in running) else last[0]
+
+    return _LAST_LINE.sub(quoted, text)
+
+
+_LAST_LINE = re.compile(r", last line: “([^”]*)”")
 
 
 def _newest_failure(s: Snapshot) -> HistoryItem | None:
@@ -118,9 +137,9 @@ def _user(s: Snapshot) -> list[str]:
     latest = said[-1]
     if len(said) == 1 and latest.text == n.objective:  # the objective quotes it already
         if s.header.trigger == "resume":
-            return [f"**The user's latest message before this dump**: the objective itself"
-                    f" ({_clock(latest.at)}){RESUMED}"]  # fmt: skip
-        return [f"**The user's latest message**: the objective itself ({_clock(latest.at)});"
+            return [f"**The user's latest message**: the objective ({_clock(latest.at)}),"
+                    f" up to this dump{RESUMED}"]  # fmt: skip
+        return [f"**The user's latest message**: the objective ({_clock(latest.at)});"
                 " nothing since"]  # fmt: skip
     if latest.text.strip():
         words = _quote(latest.text, MESSAGE_CHARS)
@@ -159,8 +178,7 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
         words.append(f"{expected.group(1)} workers expected ({flag}), {workers} running")
     elif workers:
         words.append(f"{workers} child process{'es' if workers > 1 else ''}")
-    pids = {p.pid for p in tree} | {pid for g in s.observations.processes.workers
-                                     if g.tree == item.pid for pid in g.pids}  # fmt: skip
+    pids = _pids(item, s)
     gpus = [g for g in s.observations.gpus.items if any(p.pid in pids for p in g.processes)]
     if gpus:
         busy = "/".join(sorted({f"{g.utilization_percent:.0f}%" for g in gpus
@@ -174,6 +192,15 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     if last:
         words.append(f"its log says last: {last}")
     return "; ".join(words) + "."
+
+
+def _agent_said(s: Snapshot, at: datetime, text: str) -> str:
+    """The agent's own last reply, after the state it describes: words older than what ctxd
+    found since are headed by that news, so they read as where the agent was, not as now."""
+    since = _since_said(s, at)
+    head = f"**Your last words, before {since}**" if since else "**Your last words**"
+    ago = between(at, s.header.taken_at)
+    return f"{head} ({_clock(at)}, {ago} before this dump): {_quote(text, AGENT_SAID_CHARS)}"
 
 
 def _since_said(s: Snapshot, said_at: datetime) -> str:
@@ -240,6 +267,14 @@ def _news(s: Snapshot) -> list[Change]:
     """The changes that say something happened; signals raised or cleared are Now's to say, and
     a log that grew says nothing its last line (in the running attempt's sentence) does not."""
     return [c for c in s.changes if c.kind not in ("signal_raised", "signal_cleared", "log_grew")]
+
+
+def _pids(item: HistoryItem, s: Snapshot) -> set[int]:
+    """The pids of an attempt's tree, its folded workers' included."""
+    workers = s.observations.processes.workers
+    return {p.pid for p in _tree(item, s)} | {
+        pid for g in workers if g.tree == item.pid for pid in g.pids
+    }
 
 
 def _tree(item: HistoryItem, s: Snapshot) -> list[ProcessInfo]:

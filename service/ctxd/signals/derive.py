@@ -119,7 +119,7 @@ def stuck_trees(
             if log.silent_for_s >= threshold and theirs:
                 # cut as any text is: a known token's fragment at the edge is withheld
                 last = redact.cut(log.lines[-1].strip(), LAST_LINE_CHARS, "…") if log.lines else ""
-                tail = f", last line: {last}" if last else ""
+                tail = f", last line: “{last}”" if last else ""
                 evidence.append(f"log {log.path} silent {silent_for(log, at)}{tail}")
         if not evidence:
             continue  # idle and serving (or nothing expected of it): waiting, not stuck
@@ -139,7 +139,8 @@ def stuck_trees(
         below = f" (its top and {len(members) - 1} below it)" if len(members) > 2 else ""
         text = (
             f"stuck: all {len(members)} processes in tree {tree}{below} idle for"
-            f" {'at least ' if len(members) > 1 else ''}{_of_age(idle, members, at)}"
+            f" {'at least ' if len(members) > 1 else ''}{_of_age(idle, members, at)},"
+            f" past the {human_duration(threshold)} it takes to call a tree stuck"
         )
         signals.append(
             Signal(severity="critical", code="stuck", subject=str(tree),

@@ -29,6 +29,11 @@ def compare(before: Snapshot | None, after: Snapshot) -> list[Change]:
     ]
 
 
+# A process caught running by one reading and sleeping by the next changed nothing a reader
+# acts on: which of the two a reading finds is chance. A zombie, a stop or a disk wait is news.
+_SAMPLED = frozenset({"running", "sleeping", "idle"})
+
+
 def processes(before: Observations, after: Observations) -> list[Change]:
     old = {p.key: p for p in before.processes.items}
     new = {p.key: p for p in after.processes.items}
@@ -42,7 +47,7 @@ def processes(before: Observations, after: Observations) -> list[Change]:
         if k not in old
     ]
     for k, p in new.items():
-        if k in old and old[k].state != p.state:
+        if k in old and old[k].state != p.state and {old[k].state, p.state} - _SAMPLED:
             text = f"state of {p.pid} {p.name}: {old[k].state} -> {p.state}"
             changes.append(Change(kind="process_state", text=text))
     return changes

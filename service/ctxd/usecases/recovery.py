@@ -184,6 +184,16 @@ def _stack_frames(s: Snapshot, left: dict[str, str]) -> str:
     return "py-spy frames of stacks whose job's own lines are kept"
 
 
+def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
+    """A stuck tree's kernel stacks go where its job's own lines stay: each process row still
+    says the kernel function it waits in, and the whole line of the newest failure is worth
+    more than the callers of that function."""
+    for stack in s.observations.processes.stuck_stacks:
+        if stack.source:
+            stack.kernel = []
+    return "kernel stacks below the function each process waits in"
+
+
 def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
     """The newest failure's whole line goes last: the running row says what it changed."""
     running = any(i.status in ("running", "started") for i in s.narrative.history)
@@ -225,6 +235,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _shorter_rows,
     _shorter_lines,
     _stack_frames,
+    _kernel_stacks,
     _failed_command,
 )
 
