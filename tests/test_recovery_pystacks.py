@@ -240,11 +240,12 @@ def test_parse_json_keeps_the_text_lines_and_names_the_job_frames() -> None:
 
 def test_a_forked_childs_job_frames_stop_where_it_began() -> None:
     """A multiprocessing child's stack goes on past its `_bootstrap` into the frames it was
-    forked in (its parent's `w.start()`): those are not where the child waits."""
+    forked in (its parent's `w.start()`): those are not where the child waits. (py-spy names
+    the frame with its class, `BaseProcess._bootstrap`, as a real fork's dump shows.)"""
     lib = "/usr/lib/python3.11/multiprocessing"
     dump = [{"thread_name": "MainThread", "active": False, "frames": [
         {"name": "wait", "line": 11, "filename": "train.py", "short_filename": "train.py"},
-        {"name": "_bootstrap", "line": 314, "filename": f"{lib}/process.py",
+        {"name": "BaseProcess._bootstrap", "line": 314, "filename": f"{lib}/process.py",
          "short_filename": "multiprocessing/process.py"},
         {"name": "_launch", "line": 71, "filename": f"{lib}/popen_fork.py",
          "short_filename": "multiprocessing/popen_fork.py"},

@@ -49,7 +49,8 @@ _THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \((\w+)\)(?:: "(.*)")?$')
 _NOT_OWN = re.compile(r"(^<|/site-packages/|/dist-packages/|/lib/python[\d.]*/|/lib/pypy)")
 # Where a multiprocessing child begins: the job's frames outside it (`w.start()`) are those
 # the child was forked in, its parent's, not where it waits.
-_BOOTSTRAP = re.compile(r"^_bootstrap .*/multiprocessing/process\.py$")
+# py-spy names a method with its class: `BaseProcess._bootstrap`.
+_BOOTSTRAP = re.compile(r"^(?:\w+\.)?_bootstrap .*/multiprocessing/process\.py$")
 SOURCE_READ_MAX = 32768  # bytes read of one source file: a line past them is not shown
 SOURCE_LINE_MAX = 200  # characters kept of one source line
 SOURCE_FILES_MAX = 16  # source files read per collection
