@@ -395,12 +395,12 @@ def test_now_leaves_out_a_silent_logs_last_line_the_handover_quotes():
                    text=f"stuck: all 5 processes in tree 10 idle for 9 s; port 30000 expected,"
                    f" not listening; log /srv/server.log silent 8 s, last line: “{line}”;"
                    " its top (pid 10) waiting in do_wait (wait4)")  # fmt: skip
-    told = [f"**Running now**: attempt 2 (pid 10): **stuck**; its log says last: “{line}”."]
+    told = [f"**Running now**: attempt 2 (pid 10): **stuck**; attempt 2's log says last: “{line}”."]
     assert handover.in_now(stuck, told) == (
         "stuck: all 5 processes in tree 10 idle for 9 s; port 30000 expected, not listening;"
         " log /srv/server.log silent 8 s; its top (pid 10) waiting in do_wait (wait4)"
     )
-    other = ["**Running now**: attempt 2 (pid 10): **stuck**; its log says last: “other”."]
+    other = ["**Running now**: attempt 2 (pid 10): **stuck**; attempt 2's log says last: “other”."]
     assert handover.in_now(stuck, other) == stuck.text
 
 

@@ -343,6 +343,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert "rank 3 (pid" in handover and "open(slice_path(rank)" in handover, handover
     assert "opening /" in handover and "/.weights-cache/tp3.safetensors" in handover, handover
     assert "a FIFO no process writes" in handover, handover  # the kernel's fifo_open says so
+    assert "attempt 2's log says last: “" in handover, handover  # the attempt's, not the launcher's
     assert "wait_for_all_ranks" in context or "time.sleep(0.5)" in handover, handover
     # no chatter of ctxd's own in what the model gets
     assert "Where this dump lives" not in context and "Watched without being asked" not in context

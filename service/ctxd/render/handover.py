@@ -190,7 +190,7 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
         words.append(where[0])
     last = _log_line(item, s, pids)
     if last:
-        words.append(f"its log says last: {last}")
+        words.append(f"{item.label}'s log says last: {last}")  # not the launcher's words
     return "; ".join(words) + "."
 
 
