@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from ctxd.attempts.model import AttemptUpdate
-from ctxd.models import JournalIn, SessionIn
+from ctxd.models import JournalIn, SessionIn, Snapshot, SnapshotHeader, StuckStack
 from ctxd.settings import Settings
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.store.database import Store
@@ -65,3 +65,33 @@ def test_the_note_lists_the_cuts_in_the_order_the_steps_make_them(snap: Snapshot
     assert all(p >= 0 for p in positions) and positions == sorted(positions), note
     # a step that found nothing to cut is not named: this session has no GPU or artifact
     assert "GPUs" not in note and "artifacts" not in note, note
+
+
+def stuck_snapshot() -> Snapshot:
+    """A stuck tree: its launcher idle in its library's loop (two threads, no job's line), its
+    ranks in the job's own code; the kernel stack of each."""
+    s = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=T0, trigger="t"))
+    launcher = StuckStack(tree=10, pids=[10], kernel=["hrtimer_nanosleep", "common_nsleep"],
+                          lines=['thread "MainThread" (idle)', "  Agent._invoke_run (api.py:923)",
+                                 "  Agent.run (api.py:745)", 'thread "KeepAlive"',
+                                 "  Event.wait (threading.py:629)"])  # fmt: skip
+    ranks = StuckStack(tree=10, pids=[11, 12], kernel=["futex_do_wait", "__futex_wait"],
+                       lines=['thread "MainThread" (idle)', "  all_reduce (c10d.py:3252)"],
+                       source={"serve_tp.py:30": "dist.all_reduce(t)"})  # fmt: skip
+    s.observations.processes.stuck_stacks = [launcher, ranks]
+    return s
+
+
+def test_a_launchers_library_stack_goes_early_and_kernel_stacks_before_the_failures_line():
+    s = stuck_snapshot()
+    recovery._launcher_frames(s, {})
+    launcher, ranks = s.observations.processes.stuck_stacks
+    assert launcher.lines == ['thread "MainThread" (idle)', "  Agent._invoke_run (api.py:923)"]
+    assert len(ranks.lines) == 2 and ranks.kernel  # the ranks' stacks are not the launcher's
+    recovery._kernel_stacks(s, {})
+    assert ranks.kernel == [] and ranks.source  # the job's line stays
+    assert launcher.kernel  # no job's line: its kernel stack is all it has
+    steps = recovery.SHRINK_STEPS
+    first_logs = next(i for i, step in enumerate(steps) if "_logs_to" in step.__qualname__)
+    assert steps.index(recovery._launcher_frames) < first_logs
+    assert steps.index(recovery._kernel_stacks) < steps.index(recovery._failed_command)

@@ -184,6 +184,16 @@ def _stack_frames(s: Snapshot, left: dict[str, str]) -> str:
     return "py-spy frames of stacks whose job's own lines are kept"
 
 
+def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
+    """A stuck tree's top waiting in its library's own loop (torchrun's agent, a launcher's
+    `Popen.wait`) keeps its innermost frame: the handover says where it waits, and the rest of
+    its stack (its other threads, the frames that called the loop) says nothing of the hang."""
+    for stack in s.observations.processes.stuck_stacks:
+        if stack.tree in stack.pids and not stack.source and len(stack.lines) > 2:
+            stack.lines = stack.lines[:2]
+    return "the launcher's stack below its innermost frame"
+
+
 def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's kernel stacks go where its job's own lines stay: each process row still
     says the kernel function it waits in, and the whole line of the newest failure is worth
@@ -221,6 +231,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _ended_logs,
     _said_in_handover,
     _changes,
+    _launcher_frames,
     _logs_to(10),
     _recent_commands(5),
     _artifacts,
