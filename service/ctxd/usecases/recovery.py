@@ -195,9 +195,9 @@ def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
 
 
 def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
-    """A stuck tree's kernel stacks go where its job's own lines stay: each process row still
-    says the kernel function it waits in, and the whole line of the newest failure is worth
-    more than the callers of that function."""
+    """A stuck tree's kernel stacks go where its job's own lines stay, before any log line or
+    command: each process row still says the kernel function it waits in, and a reader acts on
+    a log line, never on the callers of that function."""
     for stack in s.observations.processes.stuck_stacks:
         if stack.source:
             stack.kernel = []
@@ -232,6 +232,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _said_in_handover,
     _changes,
     _launcher_frames,
+    _kernel_stacks,
     _logs_to(10),
     _recent_commands(5),
     _artifacts,
@@ -246,7 +247,6 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _shorter_rows,
     _shorter_lines,
     _stack_frames,
-    _kernel_stacks,
     _failed_command,
 )
 
