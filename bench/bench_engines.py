@@ -42,8 +42,8 @@ time.sleep(600)
 
 
 def bench_ray(runs: int, actors: int) -> str:
-    if not os.access(ray_head.RAY_PYTHON, os.X_OK):
-        return f"not measured: no Ray ({ray_head.RAY_PYTHON})"
+    if (why := ray_head.missing()) is not None:
+        return f"not measured: {why}"
     from ctxd.collectors import CollectContext, ray
     from ctxd.models import RayWatch, Watch
     from ctxd.settings import Settings

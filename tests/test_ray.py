@@ -14,6 +14,7 @@ its Python stack).
 import ipaddress
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,17 +61,10 @@ time.sleep(600)
 """
 
 
-def _no_ray() -> str | None:
-    if not os.access(ray_head.RAY_PYTHON, os.X_OK):
-        where = ray_head.RAY_PYTHON
-        return f"no Ray here ({where}: `make test` installs it, or set CTXD_RAY_PYTHON)"
-    return None
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[str, Path, list[int]]]:
     """A Ray head on loopback and the job above: (dashboard URL, the FIFO, the Ray pids)."""
-    reason = _no_ray()
+    reason = ray_head.missing()
     if reason:
         pytest.skip(reason)
     mark = tempfile.mkdtemp(prefix="ctxd-ray-", dir="/tmp")  # short: Ray's socket paths
@@ -160,6 +154,20 @@ def test_a_ray_job_is_read_through_its_dashboard(cluster, ctxd: Server) -> None:
             address = ipaddress.ip_address(c.laddr.ip)
             mapped = getattr(address, "ipv4_mapped", None)
             assert (mapped or address).is_loopback, (pid, c.laddr)
+
+
+def test_an_interpreter_without_ray_is_a_reason_to_skip(tmp_path: Path) -> None:
+    """A failed `pip install` leaves the virtualenv's python without Ray's `ray` CLI: the
+    test skips, saying so, rather than failing to start a head."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    said = ray_head.missing(str(bin_dir / "python"))
+    assert said is not None and said.startswith(f"Ray is not installed ({bin_dir / 'ray'}:"), said
+    assert ray_head.missing(str(tmp_path / "none" / "python")).startswith("no Python for Ray")
+    (bin_dir / "ray").write_text("#!/bin/sh\n")
+    (bin_dir / "ray").chmod(0o755)
+    assert ray_head.missing(str(bin_dir / "python")) is None
 
 
 def test_a_dashboard_that_does_not_answer_is_one_line(tmp_path: Path, ctxd: Server) -> None:
