@@ -211,15 +211,20 @@ class RayTask(BaseModel):
     pid: int | None = None
     started_at: datetime | None = None
     running_s: Annotated[float | None, VOLATILE] = None
+    node_ip: str | None = None  # the node it runs on
     waits_in: str | None = None  # the kernel's view, for a worker on this machine
     blocked_on: str | None = None
     stack: list[str] = Field(default_factory=list)
     stack_note: str | None = None
+    # the worker's own frames: "file:line" as the stack names it -> that line's text (redacted)
+    source: dict[str, str] = Field(default_factory=dict)
 
 
 class RayInfo(BaseModel):
     watch_id: int
     url: str
+    address: str | None = None  # "auto": the URL was found at this look
+    found: str | None = None  # how "auto" found it
     job: str | None = None
     nodes: list[RayNode] = Field(default_factory=list)
     actors: list[RayActor] = Field(default_factory=list)
