@@ -33,7 +33,9 @@ def ray_clusters(current: Observations) -> list[Signal]:
                 signals.append(Signal(severity="critical", code="ray_actor_dead",
                                       subject=subject, text=text))  # fmt: skip
             elif actor.state == "RESTARTING":
-                text = f"ray actor `{actor.name}` is restarting (restart {actor.restarts + 1})"
+                # Ray counts the restart under way in num_restarts already
+                which = f" (restart {actor.restarts})" if actor.restarts else ""
+                text = f"ray actor `{actor.name}` is restarting{which}"
                 signals.append(Signal(severity="warning", code="ray_actor_restarting",
                                       subject=subject, text=text))  # fmt: skip
             elif actor.state == "PENDING_CREATION":
