@@ -218,8 +218,8 @@ def _long_tasks(
     local = [t.pid for t, ip in found if t.pid and t.state == "RUNNING" and ip in here]
     for task, ip in found:
         if task.pid and task.running_s is not None and ip not in here:
-            task.stack_note = (f"its stack is on node {ip}: `py-spy dump --pid {task.pid}` there "
-                               "(ctxd takes stacks on this machine only)")  # fmt: skip
+            task.stack_note = (f"stacks on node {ip} are taken there: `py-spy dump --pid PID` "
+                               "(ctxd takes them on this machine only)")  # fmt: skip
     if local and not ctx.probe:
         taken = pystacks.take(local, pystacks.BUDGET_S, pystacks.py_spy())
         budget = [pystacks.SOURCE_FILES_MAX]
