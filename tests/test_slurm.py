@@ -108,7 +108,9 @@ MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-JobAcctGatherType=jobacct_gather/none
+# the gatherer sstat reads a running step's CPU and memory from, polled each second
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
 AccountingStorageType=accounting_storage/none
 MinJobAge=3600
 ReturnToService=2
@@ -454,13 +456,12 @@ time.sleep(600)
 
 
 def test_a_running_jobs_tasks_are_collected_on_its_node_through_srun(
-    cluster: Cluster, ctxd: httpx.Client, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, ctxd: httpx.Client
 ) -> None:
     """Four tasks of one step, rank 3 blocked opening a FIFO, the others asleep: collected
     on the job's node by `srun --overlap` (no ctxd there but the package), named by rank and
-    grouped by where they wait; a node that does not answer in time is one line."""
-    from ctxd.collectors import _slurm_nodes
-
+    grouped by where they wait, with their Python stacks; its steps' CPU and memory from
+    sstat."""
     (cluster.jobs / "task.py").write_text(TASK)
     fifo = cluster.jobs / "stalled.fifo"
     if not fifo.exists():
@@ -483,18 +484,63 @@ def test_a_running_jobs_tasks_are_collected_on_its_node_through_srun(
         assert sorted(ranks) == [0, 1, 2, 3], info["tasks"]
         assert "openat" in (ranks[3]["waits_in"] or "") and ranks[3]["blocked_on"] == str(fifo)
         assert all("nanosleep" in (ranks[r]["waits_in"] or "") for r in (0, 1, 2)), ranks
-        assert info["task_problems"] == []
+        # rank 3's Python stack, taken on its node: where task.py waits, not only the kernel's
+        assert ranks[3]["stack"][1:2] == ["  <module> (task.py:4)"], ranks[3]
+        assert ranks[0]["stack"][1:2] == ["  <module> (task.py:6)"], ranks[0]
+        assert taken["observations"]["slurm"]["unavailable"] == []
         node = socket.gethostname()
         section = markdown.split("its processes on its nodes (asked through srun)")[1]
         assert f"- {node}: rank 3 (pid {ranks[3]['pid']}) waits in" in section, section
         assert f"{node}: ranks 0-2 (pids " in section.replace("\N{EN DASH}", "-"), section
-        # a node that does not answer within the deadline: one line, no tasks
-        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-        tasks, problems = _slurm_nodes.collect(job, 1, 0.05)
-        assert tasks == [] and problems == [
-            "1 of its 1 nodes did not answer through srun: not all 1 nodes answered within 0.05 s"
-        ], problems
+        assert "  <module> (task.py:4)" in section, section
+        # its steps' CPU and memory, as sstat reads them live
+        steps = {st["step"]: st for st in info["steps"]}
+        assert steps[f"{job}.0"]["tasks"] == 4 and steps[f"{job}.0"]["max_rss_bytes"] > 0, steps
+        assert steps[f"{job}.0"]["max_rss_node"] == node, steps
+        assert f"- step {job}.0, 4 tasks: CPU " in markdown, markdown
+        assert f"at most (on {node})" in markdown, markdown
     finally:
         subprocess.run(["scancel", job], env=cluster.env(), check=False)
         with contextlib.suppress(OSError):  # a writer lets a blocked rank 3 go, if still there
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_node_that_does_not_answer_in_time_is_one_line_naming_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The job's node cannot answer within 0.3 s (its collector samples CPU for 0.5 s): one
+    unavailable line naming the node, and srun told to end its step, which leaves no
+    collector behind. This host's client has no sstat: the job says why it has no step
+    figures."""
+    client_bin = tmp_path / "bin"
+    client_bin.mkdir()
+    for name in ("scontrol", "squeue", "srun", "sacct"):
+        (client_bin / name).symlink_to(shutil.which(name) or name)
+    env = cluster.env() | {"PATH": str(client_bin), "CTXD_SLURM_NODES_TIMEOUT_S": "0.3"}
+    job = cluster.sbatch("-J", "slow", "-o", "slow.out", "--wrap", "sleep 120")
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=env)
+    try:
+        cluster.wait_state(job, {"RUNNING"})
+        with server.client() as client:
+            taken, markdown = dump(client, "slow", {"kind": "slurm", "job": job})
+        node = socket.gethostname()
+        (line,) = taken["observations"]["slurm"]["unavailable"]
+        assert line["target"] == f"slurm job {job} on node {node}", line
+        assert line["reason"] == "did not answer through srun within 0.3 s", line
+        assert f"- unavailable: `slurm job {job} on node {node}`: did not answer" in markdown
+        (info,) = taken["observations"]["slurm"]["items"]
+        assert info["tasks"] == [] and info["steps"] == [], info
+        assert info["steps_note"] == "`sstat` not found: no Slurm client on this host", info
+        assert f"job {job} (slow) steps: no CPU or memory figures from sstat (`sstat` not" in (
+            markdown
+        )
+
+        def collector_gone() -> bool:
+            found = subprocess.run(["pgrep", "-f", f"ctxd.collectors._slurm_nodes {job}$"],
+                                   capture_output=True, text=True).stdout  # fmt: skip
+            return not found.split()
+
+        wait_until(collector_gone, "the late collector's step to end", limit=30)
+    finally:
+        stop_server(server)
+        subprocess.run(["scancel", job], env=cluster.env(), check=False)
