@@ -1,9 +1,10 @@
 """The slurm watch against a real single-node Slurm (Debian's slurmctld, slurmd and munge).
 
-The fixture writes its own munge key and slurm.conf into a temporary folder, starts munged,
-slurmctld and slurmd there on free ports, waits for the node to be idle and stops them after.
-Root only (slurmd runs jobs as their users), and only with the packages installed (`.ci/run`
-installs them when root); skipped with the reason otherwise.
+The fixture (`bench/slurm_node.py`, which the engines bench shares) writes its own munge key
+and slurm.conf into a temporary folder, starts munged, slurmctld and slurmd there on free
+ports, waits for the node to be idle and stops them after. Root only (slurmd runs jobs as
+their users), and only with the packages installed (`.ci/run` installs them when root);
+skipped with the reason otherwise.
 """
 
 import contextlib
@@ -14,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,172 +25,23 @@ from ctxd.collectors import slurm
 from ctxd.models import SessionIn, SlurmWatch
 from ctxd.snapshotter import triggers
 
+from bench import slurm_node
+from bench.slurm_node import Cluster
 from tests.conftest import (
     StepClock,
-    free_port,
     start_server,
     stop_server,
     ticked_watcher,
     wait_until,
 )
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
-
-
-def _problem() -> str | None:
-    if os.geteuid() != 0:
-        return "a single-node Slurm needs root (slurmd runs jobs as their users)"
-    missing = [name for name in DAEMONS if shutil.which(name) is None]
-    if missing:
-        return f"not installed: {', '.join(missing)} (apt-get install slurm-wlm munge)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_problem() is not None, reason=str(_problem()))
-
-
-@dataclass
-class Cluster:
-    conf: Path
-    jobs: Path  # where jobs run and write their output
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
-
-    def sbatch(self, *args: str) -> str:
-        done = subprocess.run(
-            ["sbatch", "--parsable", *args],
-            cwd=self.jobs,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip().split(";")[0]
-
-    def state(self, job: str) -> str:
-        out = subprocess.run(
-            ["scontrol", "show", "job", "-o", job], env=self.env(), capture_output=True, text=True
-        ).stdout
-        return out.split("JobState=")[1].split()[0] if "JobState=" in out else ""
-
-    def wait_state(self, job: str, states: set[str], within: float = 60) -> str:
-        def reached() -> str | None:
-            state = self.state(job)
-            return state if state in states else None
-
-        return wait_until(reached, f"job {job} to be {states}", limit=within, every=0.2)
-
-
-def _write_conf(root: Path) -> Path:
-    node = socket.gethostname()
-    cpus = max(2, os.cpu_count() or 2)
-    conf = root / "slurm.conf"
-    conf.write_text(
-        f"""ClusterName=ctxdtest
-SlurmctldHost={node}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={root}/munge/sock
-CredType=cred/munge
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-SlurmctldLogFile={root}/slurmctld.log
-SlurmdLogFile={root}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-# the gatherer sstat reads a running step's CPU and memory from, polled each second
-JobAcctGatherType=jobacct_gather/linux
-JobAcctGatherFrequency=task=1
-AccountingStorageType=accounting_storage/none
-MinJobAge=3600
-ReturnToService=2
-NodeName={node} CPUs={cpus} State=UNKNOWN
-# a node that never comes: a job that asks for its feature stays pending
-NodeName=ghost NodeAddr=127.0.0.9 CPUs=1 Features=h200 State=FUTURE
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-"""
-    )
-    return conf
+pytestmark = pytest.mark.skipif(slurm_node.missing() is not None, reason=str(slurm_node.missing()))
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("slurm")
-    root.chmod(0o755)
-    for sub in ("state", "spool", "munge", "jobs"):
-        (root / sub).mkdir()
-        (root / sub).chmod(0o755)
-    key = root / "munge" / "key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o400)
-    conf = _write_conf(root)
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    munge = root / "munge"
-    started: list[subprocess.Popen] = []
-    try:
-        started.append(
-            subprocess.Popen(
-                [
-                    "munged",
-                    "-F",
-                    "--force",
-                    "--num-threads=4",
-                    f"--socket={munge}/sock",
-                    f"--key-file={key}",
-                    f"--log-file={munge}/log",
-                    f"--pid-file={munge}/pid",
-                    f"--seed-file={munge}/seed",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        _wait(lambda: (munge / "sock").exists(), "munged's socket")
-        for daemon in ("slurmctld", "slurmd"):
-            started.append(
-                subprocess.Popen(
-                    [daemon, "-D", "-f", str(conf)],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        cluster = Cluster(conf=conf, jobs=root / "jobs")
-
-        def idle() -> bool:
-            out = subprocess.run(
-                ["sinfo", "-h", "-o", "%t", "-n", socket.gethostname()],
-                env=env,
-                capture_output=True,
-                text=True,
-            ).stdout
-            return out.strip() == "idle"
-
-        _wait(idle, "the node to be idle", within=120)
-        yield cluster
-    finally:
-        for proc in reversed(started):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-def _wait(ready, what: str, within: float = 60) -> None:  # type: ignore[no-untyped-def]
-    wait_until(ready, what, limit=within, every=0.2)
+    with slurm_node.running(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
