@@ -37,14 +37,15 @@ def environment() -> dict[str, str]:
     return env
 
 
-def start(mark: str, gcs: int, dashboard: int) -> None:
-    """A head with its GCS on `gcs` and its dashboard on `dashboard`, its files under `mark`."""
+def start(mark: str, gcs: int, dashboard: int, extra: dict[str, str] | None = None) -> None:
+    """A head with its GCS on `gcs` and its dashboard on `dashboard`, its files under `mark`;
+    `extra`: more of its environment (Ray's `RAY_<setting>` overrides)."""
     subprocess.run(
         [RAY, "start", "--head", "--node-ip-address=127.0.0.1",
          f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
          "--include-dashboard=true", "--num-cpus=2", f"--temp-dir={mark}",
          "--disable-usage-stats"],
-        env=environment(), check=True, capture_output=True, timeout=120,
+        env=environment() | (extra or {}), check=True, capture_output=True, timeout=120,
     )  # fmt: skip
 
 

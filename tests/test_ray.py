@@ -242,6 +242,48 @@ def test_address_auto_finds_the_cluster_as_ray_does(cluster: Cluster, tmp_path: 
                                   "http://127.0.0.1:8265"), elsewhere  # fmt: skip
 
 
+def test_a_node_whose_raylet_dies_is_dead(tmp_path: Path, ctxd: Server) -> None:
+    """A head of its own whose raylet this test kills: the GCS marks the node DEAD (checked
+    every half second here), its dashboard still answers, and the dump and signals say so."""
+    if (reason := ray_head.missing()) is not None:
+        pytest.skip(reason)
+    mark = tempfile.mkdtemp(prefix="ctxd-ray-", dir="/tmp")
+    gcs, dashboard = free_port(), free_port()
+    url = f"http://127.0.0.1:{dashboard}"
+    quick = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
+             "RAY_health_check_failure_threshold": "2"}  # fmt: skip
+    try:
+        ray_head.start(mark, gcs, dashboard, quick)
+        nodes = httpx.get(f"{url}/api/v0/nodes", params={"detail": "1"}, timeout=30).json()
+        (head,) = nodes["data"]["result"]["result"]
+        raylet = [p for p in psutil.process_iter(["cmdline"])
+                  if f"--node_id={head['node_id']}" in (p.info["cmdline"] or [])]  # fmt: skip
+        assert len(raylet) == 1 and mark in " ".join(raylet[0].info["cmdline"]), raylet
+        raylet[0].kill()
+        with httpx.Client(base_url=ctxd.url, timeout=60) as client:
+            client.put("/api/sessions/lost", json={})
+            client.post("/api/sessions/lost/watches", json={"kind": "ray", "url": url})
+
+            def dead() -> dict | None:
+                taken = client.post("/api/sessions/lost/snapshots", json={"force": True}).json()
+                items = taken["observations"]["ray"]["items"]
+                return taken if items and items[0]["nodes"][0]["state"] == "DEAD" else None
+
+            taken = wait_until(dead, "the node to be DEAD", limit=60, every=0.5)
+            version = taken["header"]["version"]
+            dump = client.get(f"/api/sessions/lost/snapshots/{version}/markdown").text
+        (signal,) = [s for s in taken["signals"] if s["code"] == "ray_node_dead"]
+        short = head["node_id"][:8]
+        assert signal["text"] == f"ray node 127.0.0.1 ({short}, the head) is DEAD ({url})", signal
+        assert signal["severity"] == "critical", signal
+        assert "- nodes: 127.0.0.1 (head) DEAD, CPU 2, GPU 0" in dump, dump
+    finally:
+        ray_head.end(mark, [])
+        left = tagged(mark)
+        shutil.rmtree(mark, ignore_errors=True)
+        assert not left, "a Ray process of this test outlived it"
+
+
 def test_an_interpreter_without_ray_is_a_reason_to_skip(tmp_path: Path) -> None:
     """A failed `pip install` leaves the virtualenv's python without Ray's `ray` CLI: the
     test skips, saying so, rather than failing to start a head."""

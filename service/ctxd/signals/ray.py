@@ -22,7 +22,8 @@ def ray_clusters(current: Observations) -> list[Signal]:
     for cluster in current.ray.items:
         for node in cluster.nodes:
             if node.state == "DEAD":
-                text = f"ray node {node.ip or node.node_id} is DEAD ({cluster.url})"
+                which = f"{node.ip} ({node.node_id}{', the head' if node.head else ''})"
+                text = f"ray node {which if node.ip else node.node_id} is DEAD ({cluster.url})"
                 signals.append(Signal(severity="critical", code="ray_node_dead",
                                       subject=node.node_id, text=text))  # fmt: skip
         for actor in cluster.actors:
