@@ -18,7 +18,7 @@ def rays(command: str) -> list[dict]:
     return [s for s in specs if s["kind"] == "ray"]
 
 
-def test_a_vllm_multi_node_launch_on_ray_watches_the_cluster_it_starts() -> None:
+def test_a_vllm_or_sglang_launch_on_ray_watches_the_cluster_it_starts() -> None:
     launch = (
         "nohup vllm serve meta-llama/Llama-3.1-405B --tensor-parallel-size 8 "
         "--pipeline-parallel-size 2 --distributed-executor-backend ray > vllm.log 2>&1 &"
@@ -29,6 +29,9 @@ def test_a_vllm_multi_node_launch_on_ray_watches_the_cluster_it_starts() -> None
     assert (watch.kind, watch.address, watch.url) == ("ray", "auto", "http://127.0.0.1:8265")
     as_module = "python -m vllm.entrypoints.openai.api_server --distributed-executor-backend=ray"
     assert rays(as_module) == [{"kind": "ray", "address": "auto"}]
+    sglang = "python -m sglang.launch_server --model-path m --tp 16 --nnodes 2 --use-ray"
+    assert rays(sglang) == [{"kind": "ray", "address": "auto"}]
+    assert rays("python train.py --use-ray") == []  # a flag of another program's own
     # the same server on its own processes (mp) starts no Ray
     assert rays("vllm serve m --tensor-parallel-size 2 --distributed-executor-backend mp") == []
 

@@ -53,9 +53,9 @@ def ray_dashboard(command: SimpleCommand) -> dict[str, str] | None:
     watch's target: `ray start --head` (its --dashboard-port, 8265 by default) and `ray job
     submit --address URL` (or RAY_ADDRESS set to an http URL on the command) name the
     dashboard's URL; a worker's `ray start --address HOST:PORT` and a server that starts Ray
-    itself (vLLM's or SGLang's `--distributed-executor-backend ray`) leave it to be found as
-    Ray finds its cluster (`address: auto`: the current cluster file that start writes, or
-    the local default); None for anything else."""
+    itself (vLLM's `--distributed-executor-backend ray`, SGLang's `--use-ray`) leave it to be
+    found as Ray finds its cluster (`address: auto`: the current cluster file that start
+    writes, or the local default); None for anything else."""
     argv = list(command.argv)
 
     def value(flag: str) -> str | None:
@@ -66,7 +66,9 @@ def ray_dashboard(command: SimpleCommand) -> dict[str, str] | None:
                 return arg.split("=", 1)[1]
         return None
 
-    if value("--distributed-executor-backend") == "ray":
+    if value("--distributed-executor-backend") == "ray":  # vLLM's (and SGLang's engine's)
+        return {"address": "auto"}
+    if "--use-ray" in argv and any("sglang" in word for word in argv[:3]):  # SGLang's server
         return {"address": "auto"}
     if not argv or os.path.basename(argv[0]) != "ray":
         return None
