@@ -30,6 +30,9 @@ def test_a_long_task_on_another_node_says_how_to_take_its_stack_there() -> None:
         ("Worker.generate", 4101, FAR),
     ]
     assert all(t.stack == [] for t in tasks)
+    # a node the state API does not list: no address to say, and no note naming none
+    (unknown,) = _long_tasks([_row("Worker.generate", 4300, "gone", 600)], {}, ctx)
+    assert (unknown.node_ip, unknown.stack_note) == (None, None), unknown
     ((line, stack),) = lines(tasks)
     assert line == (
         f"{FAR}: tasks `Worker.generate` (pids 4100, 4101) RUNNING for 10 min: stacks on node "

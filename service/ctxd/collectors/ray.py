@@ -217,7 +217,7 @@ def _long_tasks(
     here = _local_ips()
     local = [t.pid for t, ip in found if t.pid and t.state == "RUNNING" and ip in here]
     for task, ip in found:
-        if task.pid and task.running_s is not None and ip not in here:
+        if task.pid and task.running_s is not None and ip and ip not in here:
             task.stack_note = (f"stacks on node {ip} are taken there: `py-spy dump --pid PID` "
                                "(ctxd takes them on this machine only)")  # fmt: skip
     if local and not ctx.probe:
