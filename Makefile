@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 
 # The real agent harnesses the end-to-end tests drive offline (pinned; skipped without npm).
 HARNESS := .harness/node_modules/.bin/gemini
-# A real Ray head for the `ray` watch's test, in a virtualenv of its own (pinned; 380 MB; the
-# test skips, saying why, where it cannot be installed). ctxd itself never imports Ray.
+# A real Ray head for the `ray` watch's test and the engines bench, in a virtualenv of its own
+# (pinned; 380 MB; both skip, saying why, where it cannot be installed). ctxd never imports Ray.
 RAY := .ray/bin/ray
 
 .PHONY: run test lint bench clean
@@ -47,7 +47,7 @@ $(RAY):
 test: lint $(HARNESS) $(RAY)
 	$(BIN)/python -m pytest -q --durations=20
 
-bench: $(STAMP)
+bench: $(STAMP) $(RAY)
 	command -v wrk >/dev/null || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m bench
 

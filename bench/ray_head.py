@@ -16,7 +16,18 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 # `make test` installs Ray 2.60 into `.ray/`; CTXD_RAY_PYTHON names another interpreter with Ray
 RAY_PYTHON = os.environ.get("CTXD_RAY_PYTHON") or str(REPO / ".ray" / "bin" / "python")
+RAY = str(Path(RAY_PYTHON).parent / "ray")  # the `ray` CLI: there only once Ray's install finished
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def missing(python: str = RAY_PYTHON) -> str | None:
+    """Why no head can be started with `python` (none there, or Ray not installed beside it);
+    None when one can. A failed `pip install` leaves the interpreter without the `ray` CLI."""
+    ray = str(Path(python).parent / "ray")
+    for path, what in ((python, "no Python for Ray"), (ray, "Ray is not installed")):
+        if not os.access(path, os.X_OK):
+            return f"{what} ({path}: `make test` installs it, or set CTXD_RAY_PYTHON)"
+    return None
 
 
 def environment() -> dict[str, str]:
@@ -26,14 +37,15 @@ def environment() -> dict[str, str]:
     return env
 
 
-def start(mark: str, gcs: int, dashboard: int) -> None:
-    """A head with its GCS on `gcs` and its dashboard on `dashboard`, its files under `mark`."""
+def start(mark: str, gcs: int, dashboard: int, extra: dict[str, str] | None = None) -> None:
+    """A head with its GCS on `gcs` and its dashboard on `dashboard`, its files under `mark`;
+    `extra`: more of its environment (Ray's `RAY_<setting>` overrides)."""
     subprocess.run(
-        [str(Path(RAY_PYTHON).parent / "ray"), "start", "--head", "--node-ip-address=127.0.0.1",
+        [RAY, "start", "--head", "--node-ip-address=127.0.0.1",
          f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
          "--include-dashboard=true", "--num-cpus=2", f"--temp-dir={mark}",
          "--disable-usage-stats"],
-        env=environment(), check=True, capture_output=True, timeout=120,
+        env=environment() | (extra or {}), check=True, capture_output=True, timeout=120,
     )  # fmt: skip
 
 

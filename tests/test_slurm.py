@@ -1,9 +1,10 @@
 """The slurm watch against a real single-node Slurm (Debian's slurmctld, slurmd and munge).
 
-The fixture writes its own munge key and slurm.conf into a temporary folder, starts munged,
-slurmctld and slurmd there on free ports, waits for the node to be idle and stops them after.
-Root only (slurmd runs jobs as their users), and only with the packages installed (`.ci/run`
-installs them when root); skipped with the reason otherwise.
+The fixture (`bench/slurm_node.py`, which the engines bench shares) writes its own munge key
+and slurm.conf into a temporary folder, starts munged, slurmctld and slurmd there on free
+ports, waits for the node to be idle and stops them after. Root only (slurmd runs jobs as
+their users), and only with the packages installed (`.ci/run` installs them when root);
+skipped with the reason otherwise.
 """
 
 import contextlib
@@ -14,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,170 +25,23 @@ from ctxd.collectors import slurm
 from ctxd.models import SessionIn, SlurmWatch
 from ctxd.snapshotter import triggers
 
+from bench import slurm_node
+from bench.slurm_node import Cluster
 from tests.conftest import (
     StepClock,
-    free_port,
     start_server,
     stop_server,
     ticked_watcher,
     wait_until,
 )
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
-
-
-def _problem() -> str | None:
-    if os.geteuid() != 0:
-        return "a single-node Slurm needs root (slurmd runs jobs as their users)"
-    missing = [name for name in DAEMONS if shutil.which(name) is None]
-    if missing:
-        return f"not installed: {', '.join(missing)} (apt-get install slurm-wlm munge)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_problem() is not None, reason=str(_problem()))
-
-
-@dataclass
-class Cluster:
-    conf: Path
-    jobs: Path  # where jobs run and write their output
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
-
-    def sbatch(self, *args: str) -> str:
-        done = subprocess.run(
-            ["sbatch", "--parsable", *args],
-            cwd=self.jobs,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip().split(";")[0]
-
-    def state(self, job: str) -> str:
-        out = subprocess.run(
-            ["scontrol", "show", "job", "-o", job], env=self.env(), capture_output=True, text=True
-        ).stdout
-        return out.split("JobState=")[1].split()[0] if "JobState=" in out else ""
-
-    def wait_state(self, job: str, states: set[str], within: float = 60) -> str:
-        def reached() -> str | None:
-            state = self.state(job)
-            return state if state in states else None
-
-        return wait_until(reached, f"job {job} to be {states}", limit=within, every=0.2)
-
-
-def _write_conf(root: Path) -> Path:
-    node = socket.gethostname()
-    cpus = max(2, os.cpu_count() or 2)
-    conf = root / "slurm.conf"
-    conf.write_text(
-        f"""ClusterName=ctxdtest
-SlurmctldHost={node}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={root}/munge/sock
-CredType=cred/munge
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-SlurmctldLogFile={root}/slurmctld.log
-SlurmdLogFile={root}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MinJobAge=3600
-ReturnToService=2
-NodeName={node} CPUs={cpus} State=UNKNOWN
-# a node that never comes: a job that asks for its feature stays pending
-NodeName=ghost NodeAddr=127.0.0.9 CPUs=1 Features=h200 State=FUTURE
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-"""
-    )
-    return conf
+pytestmark = pytest.mark.skipif(slurm_node.missing() is not None, reason=str(slurm_node.missing()))
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("slurm")
-    root.chmod(0o755)
-    for sub in ("state", "spool", "munge", "jobs"):
-        (root / sub).mkdir()
-        (root / sub).chmod(0o755)
-    key = root / "munge" / "key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o400)
-    conf = _write_conf(root)
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    munge = root / "munge"
-    started: list[subprocess.Popen] = []
-    try:
-        started.append(
-            subprocess.Popen(
-                [
-                    "munged",
-                    "-F",
-                    "--force",
-                    "--num-threads=4",
-                    f"--socket={munge}/sock",
-                    f"--key-file={key}",
-                    f"--log-file={munge}/log",
-                    f"--pid-file={munge}/pid",
-                    f"--seed-file={munge}/seed",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        _wait(lambda: (munge / "sock").exists(), "munged's socket")
-        for daemon in ("slurmctld", "slurmd"):
-            started.append(
-                subprocess.Popen(
-                    [daemon, "-D", "-f", str(conf)],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        cluster = Cluster(conf=conf, jobs=root / "jobs")
-
-        def idle() -> bool:
-            out = subprocess.run(
-                ["sinfo", "-h", "-o", "%t", "-n", socket.gethostname()],
-                env=env,
-                capture_output=True,
-                text=True,
-            ).stdout
-            return out.strip() == "idle"
-
-        _wait(idle, "the node to be idle", within=120)
-        yield cluster
-    finally:
-        for proc in reversed(started):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-def _wait(ready, what: str, within: float = 60) -> None:  # type: ignore[no-untyped-def]
-    wait_until(ready, what, limit=within, every=0.2)
+    with slurm_node.running(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -454,13 +307,12 @@ time.sleep(600)
 
 
 def test_a_running_jobs_tasks_are_collected_on_its_node_through_srun(
-    cluster: Cluster, ctxd: httpx.Client, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, ctxd: httpx.Client
 ) -> None:
     """Four tasks of one step, rank 3 blocked opening a FIFO, the others asleep: collected
     on the job's node by `srun --overlap` (no ctxd there but the package), named by rank and
-    grouped by where they wait; a node that does not answer in time is one line."""
-    from ctxd.collectors import _slurm_nodes
-
+    grouped by where they wait, with their Python stacks; its steps' CPU and memory from
+    sstat."""
     (cluster.jobs / "task.py").write_text(TASK)
     fifo = cluster.jobs / "stalled.fifo"
     if not fifo.exists():
@@ -483,18 +335,63 @@ def test_a_running_jobs_tasks_are_collected_on_its_node_through_srun(
         assert sorted(ranks) == [0, 1, 2, 3], info["tasks"]
         assert "openat" in (ranks[3]["waits_in"] or "") and ranks[3]["blocked_on"] == str(fifo)
         assert all("nanosleep" in (ranks[r]["waits_in"] or "") for r in (0, 1, 2)), ranks
-        assert info["task_problems"] == []
+        # rank 3's Python stack, taken on its node: where task.py waits, not only the kernel's
+        assert ranks[3]["stack"][1:2] == ["  <module> (task.py:4)"], ranks[3]
+        assert ranks[0]["stack"][1:2] == ["  <module> (task.py:6)"], ranks[0]
+        assert taken["observations"]["slurm"]["unavailable"] == []
         node = socket.gethostname()
         section = markdown.split("its processes on its nodes (asked through srun)")[1]
         assert f"- {node}: rank 3 (pid {ranks[3]['pid']}) waits in" in section, section
         assert f"{node}: ranks 0-2 (pids " in section.replace("\N{EN DASH}", "-"), section
-        # a node that does not answer within the deadline: one line, no tasks
-        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-        tasks, problems = _slurm_nodes.collect(job, 1, 0.05)
-        assert tasks == [] and problems == [
-            "1 of its 1 nodes did not answer through srun: not all 1 nodes answered within 0.05 s"
-        ], problems
+        assert "  <module> (task.py:4)" in section, section
+        # its steps' CPU and memory, as sstat reads them live
+        steps = {st["step"]: st for st in info["steps"]}
+        assert steps[f"{job}.0"]["tasks"] == 4 and steps[f"{job}.0"]["max_rss_bytes"] > 0, steps
+        assert steps[f"{job}.0"]["max_rss_node"] == node, steps
+        assert f"- step {job}.0, 4 tasks: CPU " in markdown, markdown
+        assert f"at most (on {node})" in markdown, markdown
     finally:
         subprocess.run(["scancel", job], env=cluster.env(), check=False)
         with contextlib.suppress(OSError):  # a writer lets a blocked rank 3 go, if still there
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_node_that_does_not_answer_in_time_is_one_line_naming_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The job's node cannot answer within 0.3 s (its collector samples CPU for 0.5 s): one
+    unavailable line naming the node, and srun told to end its step, which leaves no
+    collector behind. This host's client has no sstat: the job says why it has no step
+    figures."""
+    client_bin = tmp_path / "bin"
+    client_bin.mkdir()
+    for name in ("scontrol", "squeue", "srun", "sacct"):
+        (client_bin / name).symlink_to(shutil.which(name) or name)
+    env = cluster.env() | {"PATH": str(client_bin), "CTXD_SLURM_NODES_TIMEOUT_S": "0.3"}
+    job = cluster.sbatch("-J", "slow", "-o", "slow.out", "--wrap", "sleep 120")
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=env)
+    try:
+        cluster.wait_state(job, {"RUNNING"})
+        with server.client() as client:
+            taken, markdown = dump(client, "slow", {"kind": "slurm", "job": job})
+        node = socket.gethostname()
+        (line,) = taken["observations"]["slurm"]["unavailable"]
+        assert line["target"] == f"slurm job {job} on node {node}", line
+        assert line["reason"] == "did not answer through srun within 0.3 s", line
+        assert f"- unavailable: `slurm job {job} on node {node}`: did not answer" in markdown
+        (info,) = taken["observations"]["slurm"]["items"]
+        assert info["tasks"] == [] and info["steps"] == [], info
+        assert info["steps_note"] == "`sstat` not found: no Slurm client on this host", info
+        assert f"job {job} (slow) steps: no CPU or memory figures from sstat (`sstat` not" in (
+            markdown
+        )
+
+        def collector_gone() -> bool:
+            found = subprocess.run(["pgrep", "-f", f"ctxd.collectors._slurm_nodes {job}$"],
+                                   capture_output=True, text=True).stdout  # fmt: skip
+            return not found.split()
+
+        wait_until(collector_gone, "the late collector's step to end", limit=30)
+    finally:
+        stop_server(server)
+        subprocess.run(["scancel", job], env=cluster.env(), check=False)

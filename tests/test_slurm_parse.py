@@ -171,3 +171,28 @@ def test_a_job_allocated_gpus_is_told_apart() -> None:
     with_gpus = line.rstrip() + " AllocTRES=cpu=1,mem=1G,node=1,billing=1,gres/gpu=2"
     (held,) = from_scontrol(with_gpus)
     assert not plain.gpus and held.gpus
+
+
+def test_sstat_lines_become_steps_with_cpu_seconds_and_bytes() -> None:
+    """sstat's parsable output as Slurm 22.05 prints it: a step's CPU in [d-][h:]m:s[.ms],
+    memory with a K/M/G suffix; a line of another shape is left out."""
+    from ctxd.collectors._slurm_steps import cpu_time, memory, parse
+
+    text = (
+        "41.0|4|00:01:02|00:00.500|1234K|node7|1000K\n"
+        "41.batch|1|1-02:03:04|1-02:03:04|1.5G|node1|0\n"
+        "garbage line\n"
+    )
+    steps = parse(text)
+    assert [(s.step, s.tasks, s.cpu_s, s.min_cpu_s) for s in steps] == [
+        ("41.0", 4, 62.0, 0.5),
+        ("41.batch", 1, 93784.0, 93784.0),
+    ]
+    assert (steps[0].max_rss_bytes, steps[0].max_rss_node, steps[0].ave_rss_bytes) == (
+        1234 * 1024,
+        "node7",
+        1000 * 1024,
+    )
+    assert steps[1].max_rss_bytes == int(1.5 * 1024**3) and steps[1].ave_rss_bytes == 0
+    assert cpu_time("") is None and cpu_time("12") is None and cpu_time("a:b") is None
+    assert memory("") is None and memory("12X") is None

@@ -4,8 +4,8 @@
 node the job holds, beside the job's own steps (`--overlap`: it waits for none of the job's
 resources; no GPU asked). No ctxd service or token is needed there, only this package where
 the job's nodes see the interpreter ctxd runs with (a shared filesystem, as a cluster's
-software is). Each node prints one JSON line; the server reads them under one deadline, and a
-node that does not answer in time is one line that says so.
+software is). Each node prints one JSON line (its name and its processes); the server reads
+them under one deadline, and each node that does not answer in time is named.
 
 On a node (`python -m ctxd.collectors._slurm_nodes JOB`): the processes whose environment
 holds SLURM_JOB_ID=JOB, but this collector's own step, each with its rank (SLURM_PROCID),
@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -32,6 +33,7 @@ SAMPLE_S = 0.5  # CPU time read twice this far apart: what idles, and what runs
 STACKS_BUDGET_S = 3.0
 TASKS_MAX = 64  # processes of the job shown per node
 IDLE_PERCENT = 1.0  # below this share of a core over the sample, a process idles
+END_GRACE_S = 2.0  # srun's time to end its step once told to, past the deadline
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -99,48 +101,73 @@ def tasks_here(job: str) -> list[dict[str, Any]]:
     return [{"node": node, **task} for task in found.values()]
 
 
-def collect(
-    job: str, nodes: int, timeout_s: float, gpus: bool = False
-) -> tuple[list[SlurmTask], list[str]]:
+@dataclass
+class Collected:
+    """What the job's nodes said through srun: their processes, the nodes that answered, and
+    why the others did not (None when all did)."""
+
+    tasks: list[SlurmTask] = field(default_factory=list)
+    answered: set[str] = field(default_factory=set)
+    problem: str | None = None
+
+
+def collect(job: str, nodes: int, timeout_s: float, gpus: bool = False) -> Collected:
     """The job's processes on each of its `nodes` nodes, through `srun --overlap` (the server
-    side), and a line for each node that did not answer within `timeout_s`. A job that holds
-    GPUs gets a step that asks for none (`--gres=gpu:0`): else the step waits for them."""
+    side), each node's answer read as it comes until `timeout_s`; then srun is told to end
+    its step (SIGTERM, as a user's Ctrl-C would), and what did not answer is said. A job
+    that holds GPUs gets a step that asks for none (`--gres=gpu:0`): else the step waits
+    for them."""
     argv = ["srun", f"--jobid={job}", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1",
             *(["--gres=gpu:0"] if gpus else []),
             "--quiet", sys.executable, "-m", "ctxd.collectors._slurm_nodes", job]  # fmt: skip
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-        out, err = done.stdout, done.stderr
+        srun = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
-        return [], ["`srun` not found: no Slurm client on this host"]
-    except subprocess.TimeoutExpired as late:
-        out = late.stdout.decode(errors="replace") if isinstance(late.stdout, bytes) else ""
-        err = f"not all {nodes} nodes answered within {timeout_s:g} s"
-    tasks: list[SlurmTask] = []
-    answered = 0
+        return Collected(problem="`srun` not found: no Slurm client on this host")
+    try:
+        out, err = srun.communicate(timeout=timeout_s)
+        late = False
+    except subprocess.TimeoutExpired as expired:
+        srun.terminate()  # srun ends its step on the nodes, then itself
+        try:
+            out, err = srun.communicate(timeout=END_GRACE_S)
+        except subprocess.TimeoutExpired:
+            srun.kill()
+            out, err = srun.communicate()
+        out = out or _text(expired.stdout)
+        late = True
+    found = Collected()
     for line in out.splitlines():
         try:
-            listed = json.loads(line)
+            said = json.loads(line)
         except ValueError:
             continue
-        if isinstance(listed, list):
-            answered += 1
-            tasks += [SlurmTask.model_validate(t) for t in listed if isinstance(t, dict)]
-    problems = []
-    if answered < nodes:
-        said = next((x.strip() for x in err.splitlines() if x.strip()), "")
-        problems.append(
-            f"{nodes - answered} of its {nodes} nodes did not answer through srun"
-            + (f": {said[:300]}" if said else "")
+        if isinstance(said, dict) and isinstance(said.get("node"), str):
+            found.answered.add(said["node"])
+            listed = said.get("tasks")
+            if isinstance(listed, list):
+                found.tasks += [SlurmTask.model_validate(t) for t in listed if isinstance(t, dict)]
+    if len(found.answered) < nodes:
+        first = next((x.strip() for x in err.splitlines() if x.strip()), "")
+        found.problem = (
+            f"did not answer through srun within {timeout_s:g} s"
+            if late
+            else f"did not answer through srun{f': {first[:300]}' if first else ''}"
         )
-    return tasks, problems
+    return found
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].replace("_", "").isdigit():
         print("usage: python -m ctxd.collectors._slurm_nodes JOB", file=sys.stderr)
         return 2
-    print(json.dumps(tasks_here(argv[0])), flush=True)
+    print(json.dumps({"node": socket.gethostname(), "tasks": tasks_here(argv[0])}), flush=True)
     return 0
 
 

@@ -1,12 +1,15 @@
 """A Ray cluster as its dashboard's state API tells it: nodes, actors by state, long tasks.
 
 One GET each of `/api/v0/nodes`, `/api/v0/actors`, `/api/v0/tasks` and
-`/api/v0/placement_groups` (`detail=1`), on the dashboard the watch names (a loopback URL
-unless CTXD_ALLOW_REMOTE_HEALTH allows others, as for health URLs). An actor that died keeps
+`/api/v0/placement_groups` (`detail=1`), on the dashboard the watch names, or, for the address
+"auto", the one found as Ray finds its cluster (`_ray_address`: RAY_ADDRESS, the current
+cluster file, the default), found again at each look; a loopback URL unless
+CTXD_ALLOW_REMOTE_HEALTH allows others, as for health URLs. An actor that died keeps
 the last line of its death cause (the exception); one pending says what it asked for, and the
 cluster's free resources are beside it; a task running past the stuck threshold is listed
-with its worker's pid and, when that worker runs on this machine, its Python stack (py-spy),
-taken at snapshots, not at the watcher's probes.
+with its worker's pid and node and, when that worker runs on this machine, its Python stack
+(py-spy) with the text of its own frames' lines, taken at snapshots, not at the watcher's
+probes.
 """
 
 import time
@@ -16,8 +19,8 @@ from typing import Any
 import httpx
 import psutil
 
-from ctxd import redact
-from ctxd.collectors import CollectContext, per_watch
+from ctxd import confine, redact
+from ctxd.collectors import CollectContext, _ray_address, per_watch
 from ctxd.collectors.ports import is_loopback
 from ctxd.collectors.proc import procfs, pystacks
 from ctxd.models import (
@@ -52,9 +55,15 @@ def collect(watches: list[Watch], ctx: CollectContext) -> RaySection:
     return RaySection(items=items, unavailable=unavailable)
 
 
+class Unreachable(Exception):
+    """The dashboard "auto" found did not answer: what was looked at, and what failed."""
+
+
 def target(watch: Watch) -> str:
     spec = watch.spec
-    return f"ray cluster at {spec.url}" if isinstance(spec, RayWatch) else NAME
+    if not isinstance(spec, RayWatch):
+        return NAME
+    return f"ray cluster at {f'address {spec.address}' if spec.address else spec.url}"
 
 
 def _listed(client: httpx.Client, what: str, job: str | None = None) -> list[dict[str, Any]]:
@@ -68,20 +77,31 @@ def _listed(client: httpx.Client, what: str, job: str | None = None) -> list[dic
 
 
 def describe(watch_id: int, spec: RayWatch, ctx: CollectContext) -> RayInfo:
-    if not ctx.settings.allow_remote_health and not is_loopback(spec.url):
-        raise PermissionError("not a loopback URL (set CTXD_ALLOW_REMOTE_HEALTH=true)")
-    # trust_env=False: an HTTP(S)_PROXY meant for the internet must not intercept the cluster
-    with httpx.Client(base_url=spec.url, timeout=TIMEOUT_S, trust_env=False) as client:
-        nodes = _listed(client, "nodes")
-        actors = _listed(client, "actors", spec.job)
-        tasks = [] if ctx.probe else _listed(client, "tasks", spec.job)
-        groups = [] if ctx.probe else _listed(client, "placement_groups")
+    found = _ray_address.find() if spec.address == "auto" else None
+    url = found.url if found else spec.url
+    if not ctx.settings.allow_remote_health and not is_loopback(url):
+        why = f" ({found.how})" if found else ""
+        allow = "set CTXD_ALLOW_REMOTE_HEALTH=true"
+        raise PermissionError(f"{url} is not a loopback URL{why} ({allow})")
+    try:
+        # trust_env=False: an HTTP(S)_PROXY meant for the internet must not intercept the cluster
+        with httpx.Client(base_url=url, timeout=TIMEOUT_S, trust_env=False) as client:
+            nodes = _listed(client, "nodes")
+            actors = _listed(client, "actors", spec.job)
+            tasks = [] if ctx.probe else _listed(client, "tasks", spec.job)
+            groups = [] if ctx.probe else _listed(client, "placement_groups")
+    except httpx.HTTPError as exc:
+        if found is None:
+            raise
+        raise Unreachable(f"{found.how}: {type(exc).__name__}: {exc}") from exc
     ips = {n.get("node_id"): n.get("node_ip") for n in nodes}
     shown = [a for a in actors if not spec.actors or spec.actors in (a.get("name") or "")]
     kept = sorted(shown, key=lambda a: (ODD_FIRST.get(a.get("state", ""), 9), a.get("name") or ""))
     return RayInfo(
         watch_id=watch_id,
-        url=spec.url,
+        url=url,
+        address=spec.address,
+        found=found.how if found else None,
         job=spec.job,
         nodes=[_node(n) for n in nodes],
         actors=[_actor(a, ips) for a in kept[:ACTORS_MAX]],
@@ -189,17 +209,32 @@ def _long_tasks(
             pid=pid if isinstance(pid, int) and pid > 0 else None,
             started_at=datetime.fromtimestamp(now - running, UTC) if long and running else None,
             running_s=running if long else None,
+            node_ip=ips.get(raw.get("node_id")),
         )
-        found.append((task, ips.get(raw.get("node_id"))))
+        found.append((task, task.node_ip))
     found.sort(key=lambda pair: (pair[0].state != "RUNNING", -(pair[0].running_s or 0)))
     found = found[:TASKS_MAX]
     here = _local_ips()
     local = [t.pid for t, ip in found if t.pid and t.state == "RUNNING" and ip in here]
+    for task, ip in found:
+        if task.pid and task.running_s is not None and ip and ip not in here:
+            task.stack_note = (f"stacks on node {ip} are taken there: `py-spy dump --pid PID` "
+                               "(ctxd takes them on this machine only)")  # fmt: skip
     if local and not ctx.probe:
         taken = pystacks.take(local, pystacks.BUDGET_S, pystacks.py_spy())
+        budget = [pystacks.SOURCE_FILES_MAX]
         for task, _ in found:
             if task.pid in taken:
-                task.stack = list(taken[task.pid].lines)
-                task.stack_note = taken[task.pid].note
+                got = taken[task.pid]
+                task.stack, task.stack_note = list(got.lines), got.note
                 task.waits_in, task.blocked_on = procfs.waiting(task.pid)
+                roots = confine.roots_of_run(ctx)
+                task.source = pystacks.source_lines(got.own, _cwd(task.pid), roots, budget)
     return [task for task, _ in found]
+
+
+def _cwd(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).cwd()
+    except psutil.Error:
+        return None

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxd import confine, redact
-from ctxd.collectors import CollectContext, _slurm_nodes, per_watch
+from ctxd.collectors import CollectContext, _slurm_nodes, _slurm_steps, per_watch
 from ctxd.collectors._follow import Cursor
 from ctxd.collectors._slurm_parse import (
     ALIVE_STATES,
@@ -34,8 +34,10 @@ from ctxd.models import (
     LogWatch,
     SlurmJobInfo,
     SlurmSection,
+    SlurmStep,
     SlurmTask,
     SlurmWatch,
+    Unavailable,
     Watch,
 )
 
@@ -62,10 +64,13 @@ def collect(watches: list[Watch], ctx: CollectContext) -> SlurmSection:
     seen: dict[tuple[int, str], Cursor] = {}
     roots = confine.roots_of_run(ctx)
 
-    def observe(watch: Watch) -> list[SlurmJobInfo]:
+    def observe(watch: Watch) -> list[SlurmJobInfo | Unavailable]:
         assert isinstance(watch.spec, SlurmWatch)
-        jobs = find_jobs(watch.spec)
-        return [describe(watch, job, ctx, memory, seen, roots) for job in jobs]
+        said: list[SlurmJobInfo | Unavailable] = []
+        for job in find_jobs(watch.spec):
+            info, silent_nodes = describe(watch, job, ctx, memory, seen, roots)
+            said += [info, *silent_nodes]
+        return said
 
     items, unavailable = per_watch(watches, SlurmWatch, observe, target)
     memory.cursors = seen
@@ -143,7 +148,9 @@ def describe(
     memory: SlurmMemory,
     seen: dict[tuple[int, str], Cursor],
     roots: tuple[Path, ...],
-) -> SlurmJobInfo:
+) -> tuple[SlurmJobInfo, list[Unavailable]]:
+    """The job as its controller tells it, its output's tails and, when it runs, its
+    processes on its nodes; beside it an unavailable line per node that did not answer."""
     assert isinstance(watch.spec, SlurmWatch)
     spec, now = watch.spec, time.time()
     moment = datetime.now(UTC)
@@ -169,13 +176,25 @@ def describe(
     if job.state == "PENDING" and job.submitted_at is not None:
         pending = max(0.0, (moment - job.submitted_at).total_seconds())
     tasks: list[SlurmTask] = []
-    task_problems: list[str] = []
+    steps: list[SlurmStep] = []
+    steps_note: str | None = None
+    silent_nodes: list[Unavailable] = []
     if job.state == "RUNNING" and spec.tasks and not ctx.probe:
         nodes = host_count(job.nodes) or 1
-        tasks, task_problems = _slurm_nodes.collect(
+        found = _slurm_nodes.collect(
             job.job_id, nodes, ctx.settings.slurm_nodes_timeout_s, gpus=job.gpus
         )
-    return SlurmJobInfo(
+        tasks = found.tasks
+        steps, steps_note = _steps(job.job_id)
+        if found.problem is not None:
+            silent = [n for n in node_names(job.nodes) if n not in found.answered]
+            reason = redact.text(found.problem)
+            silent_nodes = [
+                Unavailable(watch_id=watch.id, target=f"slurm job {job.job_id} on node {n}",
+                            reason=reason)
+                for n in silent or [f"{nodes - len(found.answered)} of {job.nodes}"]
+            ]  # fmt: skip
+    info = SlurmJobInfo(
         watch_id=watch.id,
         job_id=job.job_id,
         name=job.name,
@@ -201,8 +220,35 @@ def describe(
         log_problems=problems,
         source=job.source,
         tasks=tasks,
-        task_problems=[redact.text(p) for p in task_problems],
+        steps=steps,
+        steps_note=steps_note,
     )
+    return info, silent_nodes
+
+
+def _steps(job_id: str) -> tuple[list[SlurmStep], str | None]:
+    """The job's running steps as sstat reads them, or why it said nothing of them."""
+    try:
+        answer = slurm(*_slurm_steps.argv(job_id))
+    except SlurmError as problem:
+        return [], redact.text(str(problem))
+    steps = _slurm_steps.parse(answer.stdout) if answer.returncode == 0 else []
+    if steps:
+        return steps, None
+    said = _first_line(answer.stderr) or _first_line(answer.stdout)
+    why = f"sstat exited {answer.returncode}" if answer.returncode else "sstat listed no step"
+    return [], redact.text(f"{why}: {said}" if said else why)
+
+
+def node_names(nodes: str) -> list[str]:
+    """A node list's names (`node[1-3]` is three), as Slurm expands it; [] when it cannot."""
+    if not nodes:
+        return []
+    try:
+        answer = slurm("scontrol", "show", "hostnames", nodes)
+    except SlurmError:
+        return []
+    return answer.stdout.split() if answer.returncode == 0 else []
 
 
 def output_paths(job: Job) -> tuple[str | None, str | None]:

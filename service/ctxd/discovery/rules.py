@@ -44,17 +44,19 @@ def watch_key(watch: Mapping[str, Any]) -> tuple[str, str]:
     if kind == "process":
         return kind, str(watch.get("match") or watch.get("name") or watch.get("pid"))
     if kind == "ray":
-        return kind, str(watch.get("url", ""))
+        return kind, str(watch.get("address") or watch.get("url", ""))
     return kind, str(watch.get("path", ""))
 
 
-def ray_dashboard(command: SimpleCommand) -> str | None:
-    """The dashboard URL of the Ray cluster a command starts or submits to: `ray start
-    --head` (its --dashboard-port, 8265 by default), `ray job submit --address URL`, or
-    RAY_ADDRESS set to an http URL on the command; None for anything else."""
+def ray_dashboard(command: SimpleCommand) -> dict[str, str] | None:
+    """Where the Ray cluster a command starts, joins or submits to shows itself, as a ray
+    watch's target: `ray start --head` (its --dashboard-port, 8265 by default) and `ray job
+    submit --address URL` (or RAY_ADDRESS set to an http URL on the command) name the
+    dashboard's URL; a worker's `ray start --address HOST:PORT` and a server that starts Ray
+    itself (vLLM's `--distributed-executor-backend ray`, SGLang's `--use-ray`) leave it to be
+    found as Ray finds its cluster (`address: auto`: the current cluster file that start
+    writes, or the local default); None for anything else."""
     argv = list(command.argv)
-    if not argv or os.path.basename(argv[0]) != "ray":
-        return None
 
     def value(flag: str) -> str | None:
         for n, arg in enumerate(argv):
@@ -64,13 +66,22 @@ def ray_dashboard(command: SimpleCommand) -> str | None:
                 return arg.split("=", 1)[1]
         return None
 
+    if value("--distributed-executor-backend") == "ray":  # vLLM's (and SGLang's engine's)
+        return {"address": "auto"}
+    if "--use-ray" in argv and any("sglang" in word for word in argv[:3]):  # SGLang's server
+        return {"address": "auto"}
+    if not argv or os.path.basename(argv[0]) != "ray":
+        return None
     if argv[1:2] == ["start"] and "--head" in argv:
         host = value("--dashboard-host") or "127.0.0.1"
         host = "127.0.0.1" if host in ("0.0.0.0", "::", "localhost") else host
-        return f"http://{host}:{value('--dashboard-port') or 8265}"
+        return {"url": f"http://{host}:{value('--dashboard-port') or 8265}"}
+    if argv[1:2] == ["start"] and value("--address"):
+        return {"address": "auto"}
     if argv[1:3] == ["job", "submit"]:
         address = value("--address") or command.env.get("RAY_ADDRESS", "")
-        return address.rstrip("/") if address.startswith(("http://", "https://")) else None
+        if address.startswith(("http://", "https://")):
+            return {"url": address.rstrip("/")}
     return None
 
 
@@ -178,8 +189,8 @@ def propose_for_command(
         for port in facts.ports:
             out.add({"kind": "port", "port": port}, f"expected port of the command at {when}")
     for command in facts.commands:
-        if url := ray_dashboard(command):
-            out.add({"kind": "ray", "url": url}, f"Ray cluster of the command at {when}")
+        if cluster := ray_dashboard(command):
+            out.add({"kind": "ray", **cluster}, f"Ray cluster of the command at {when}")
     for build in facts.builds:
         outputs = build.outputs or (
             (_DEFAULT_OUTPUTS[build.tool],) if build.tool in _DEFAULT_OUTPUTS else ()

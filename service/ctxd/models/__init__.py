@@ -51,6 +51,7 @@ from ctxd.models.observations import (
     RayTask,
     SlurmJobInfo,
     SlurmSection,
+    SlurmStep,
     SlurmTask,
 )
 from ctxd.models.processes import (
@@ -150,6 +151,7 @@ __all__ = [
     "Signal",
     "SlurmJobInfo",
     "SlurmSection",
+    "SlurmStep",
     "SlurmTask",
     "SlurmWatch",
     "Snapshot",

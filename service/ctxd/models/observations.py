@@ -146,6 +146,18 @@ class SlurmTask(BaseModel):
     stack_note: str | None = None  # why there is no stack
 
 
+class SlurmStep(BaseModel):
+    """One running step of a job as sstat reads it live: its CPU time and memory."""
+
+    step: str  # "123.0", "123.batch"
+    tasks: int | None = None
+    cpu_s: Annotated[float | None, VOLATILE] = None  # average CPU time of its tasks
+    min_cpu_s: Annotated[float | None, VOLATILE] = None  # of its least busy task
+    max_rss_bytes: Annotated[int | None, VOLATILE] = None  # its largest task's resident memory
+    max_rss_node: str | None = None  # the node of that task
+    ave_rss_bytes: Annotated[int | None, VOLATILE] = None
+
+
 class SlurmJobInfo(BaseModel):
     """One Slurm job as its controller (or accounting) tells it, with its output files' tails."""
 
@@ -175,8 +187,9 @@ class SlurmJobInfo(BaseModel):
     source: str = ""  # where it was read: scontrol (the controller) or sacct (accounting)
     host: str | None = None  # the peer it was observed on; None: this host
     # a running job's processes on its nodes, collected there through srun (not by a probe)
-    tasks: list[SlurmTask] = Field(default_factory=list)
-    task_problems: list[str] = Field(default_factory=list)
+    tasks: list[SlurmTask] = Field(default_factory=list)  # a node that did not answer: unavailable
+    steps: list[SlurmStep] = Field(default_factory=list)  # sstat's, of a running job
+    steps_note: str | None = None  # why sstat said nothing of them
 
 
 class SlurmSection(BaseModel):
@@ -211,15 +224,20 @@ class RayTask(BaseModel):
     pid: int | None = None
     started_at: datetime | None = None
     running_s: Annotated[float | None, VOLATILE] = None
+    node_ip: str | None = None  # the node it runs on
     waits_in: str | None = None  # the kernel's view, for a worker on this machine
     blocked_on: str | None = None
     stack: list[str] = Field(default_factory=list)
     stack_note: str | None = None
+    # the worker's own frames: "file:line" as the stack names it -> that line's text (redacted)
+    source: dict[str, str] = Field(default_factory=dict)
 
 
 class RayInfo(BaseModel):
     watch_id: int
     url: str
+    address: str | None = None  # "auto": the URL was found at this look
+    found: str | None = None  # how "auto" found it
     job: str | None = None
     nodes: list[RayNode] = Field(default_factory=list)
     actors: list[RayActor] = Field(default_factory=list)

@@ -135,16 +135,29 @@ class SlurmWatch(Strict):
         return self
 
 
+RAY_DASHBOARD = "http://127.0.0.1:8265"  # Ray's default dashboard
+
+
 class RayWatch(Strict):
     """A Ray cluster, read through its dashboard's state API: nodes, actors, long tasks."""
 
     kind: Literal["ray"] = "ray"
     host: PeerName | None = None  # a peer's name: asked on that host
-    url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] = "http://127.0.0.1:8265"
+    url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] = RAY_DASHBOARD
+    address: Literal["auto"] | None = Field(
+        None, description="'auto': the dashboard found as Ray finds its cluster, at each look"
+    )
     job: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{1,64}$")] | None = None
     actors: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         None, description="only the actors whose name holds this text"
     )
+
+    @model_validator(mode="after")
+    def _url_or_auto(self) -> "RayWatch":
+        # a stored watch holds the default url beside its address: the same watch
+        if self.address is not None and self.url != RAY_DASHBOARD:
+            raise ValueError("give 'url' or 'address': 'auto', not both")
+        return self
 
 
 WatchSpec = Annotated[

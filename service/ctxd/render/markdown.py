@@ -19,7 +19,7 @@ from ctxd.fmt import between, human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import attempts as attempt_table
 from ctxd.render import gpus as gpu_table
-from ctxd.render import handover, slurm_tasks, stacks
+from ctxd.render import handover, ray_tasks, slurm_tasks, stacks
 from ctxd.render import processes as render_processes
 from ctxd.render.dump_files import DumpLocation
 from ctxd.signals import ranks
@@ -108,6 +108,7 @@ def environment() -> jinja2.Environment:
     env.globals["stack_threads"] = stacks.threads
     env.globals["rank_of"] = ranks.rank_of
     env.globals["slurm_task_lines"] = slurm_tasks.lines
+    env.globals["ray_task_lines"] = ray_tasks.lines
     return env
 
 

@@ -22,7 +22,8 @@ def ray_clusters(current: Observations) -> list[Signal]:
     for cluster in current.ray.items:
         for node in cluster.nodes:
             if node.state == "DEAD":
-                text = f"ray node {node.ip or node.node_id} is DEAD ({cluster.url})"
+                which = f"{node.ip} ({node.node_id}{', the head' if node.head else ''})"
+                text = f"ray node {which if node.ip else node.node_id} is DEAD ({cluster.url})"
                 signals.append(Signal(severity="critical", code="ray_node_dead",
                                       subject=node.node_id, text=text))  # fmt: skip
         for actor in cluster.actors:
@@ -33,7 +34,9 @@ def ray_clusters(current: Observations) -> list[Signal]:
                 signals.append(Signal(severity="critical", code="ray_actor_dead",
                                       subject=subject, text=text))  # fmt: skip
             elif actor.state == "RESTARTING":
-                text = f"ray actor `{actor.name}` is restarting (restart {actor.restarts + 1})"
+                # Ray counts the restart under way in num_restarts already
+                which = f" (restart {actor.restarts})" if actor.restarts else ""
+                text = f"ray actor `{actor.name}` is restarting{which}"
                 signals.append(Signal(severity="warning", code="ray_actor_restarting",
                                       subject=subject, text=text))  # fmt: skip
             elif actor.state == "PENDING_CREATION":
