@@ -33,6 +33,19 @@ def test_cli_watches_a_slurm_job_and_a_process_on_a_peer(server: Server, tmp_pat
     assert specs[2]["match"] == "sglang" and specs[2]["host"] == "node2"
 
 
+def test_cli_watches_a_ray_cluster_by_port_or_found_as_ray_finds_it(server: Server):
+    import json
+
+    assert ctxd(server.url, "session", "rays").returncode == 0
+    by_port = ctxd(server.url, "watch", "rays", "ray", "8265")
+    found = ctxd(server.url, "watch", "rays", "ray", "auto", "--name", "loader")
+    assert (by_port.returncode, found.returncode) == (0, 0), found.stderr
+    listed = json.loads(ctxd(server.url, "watches", "rays", "--json").stdout)
+    specs = [w["spec"] for w in (listed if isinstance(listed, list) else listed["watches"])]
+    assert specs[0]["url"] == "http://127.0.0.1:8265" and specs[0]["address"] is None
+    assert specs[1]["address"] == "auto" and specs[1]["actors"] == "loader"
+
+
 def test_cli_errors_are_one_line_with_what_to_do(server: Server):
     missing = ctxd(server.url, "snapshot", "no-such-session")
     assert missing.returncode == 3  # not found

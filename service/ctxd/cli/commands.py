@@ -171,9 +171,10 @@ def _watch_fields(args: argparse.Namespace, target: str | None) -> dict[str, Any
         return {k: v for k, v in chosen if v}
     if args.kind == "port":
         return {"port": int(target or 0)} | ({"url": args.health_url} if args.health_url else {})
-    if args.kind == "ray":  # TARGET: the dashboard's URL (a bare port: this machine's)
+    if args.kind == "ray":  # TARGET: the dashboard's URL (a bare port: this machine's), or auto
         url = f"http://127.0.0.1:{target}" if target and target.isdigit() else target
-        chosen = (("url", url), ("actors", args.name))
+        where = ("address", "auto") if target == "auto" else ("url", url)
+        chosen = (where, ("actors", args.name))
         return {k: v for k, v in chosen if v}
     return {"target": target} if target else {}  # a kind this command has no options for
 

@@ -220,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TARGET",
         help="process: a regex on the command line (or --pid, --name); log/artifact: "
         "a path or glob; port: a port number; command: its name in the server's allowlist; "
-        "slurm: a job id (or --name, --mine); ray: its dashboard's URL or port (8265)",
+        "slurm: a job id (or --name, --mine); ray: its dashboard's URL or port (8265), or"
+        " auto (found as Ray finds its cluster)",
         nargs="?",
     )
     p.add_argument("--pid", type=int, help="process: its process id (instead of a regex)")
