@@ -158,6 +158,7 @@ def _observed(s: Snapshot, left: dict[str, str]) -> str:
     """Fewer rows, not empty sections: an emptied section would read "no log watched"."""
     o = s.observations
     kept = _live_trees(s)
+    relaunched = any(p.relaunch for p in o.processes.items)
     o.processes.items = [p for p in o.processes.items if p.pid in kept] or [
         p for p in o.processes.items if p.root
     ][:3]
@@ -165,7 +166,7 @@ def _observed(s: Snapshot, left: dict[str, str]) -> str:
         p.relaunch = []
     o.artifacts.items, o.commands.items = o.artifacts.items[:1], o.commands.items[:3]
     o.logs.items = o.logs.items[-3:]
-    return "relaunch blocks and minor rows"
+    return "relaunch blocks and minor rows" if relaunched else "minor rows"
 
 
 def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
@@ -268,6 +269,7 @@ def for_model(
         return markdown
     told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     state = (copy.model_dump_json(), len(left))
+    shown = markdown
     for step in SHRINK_STEPS:
         said = step(copy, left)
         now = (copy.model_dump_json(), len(left))
@@ -275,6 +277,9 @@ def for_model(
             continue
         state = now
         cut = snap.render(copy, for_model=True, left_out=left, served_at=served_at, handover=told)
+        if cut == shown:  # it cut what the dump does not show (a worker's environment): unnamed
+            continue
+        shown = cut
         # a step that cuts further what an earlier one cut says so in its place
         family = said.split(" but ")[0].split(" beyond ")[0]
         cuts = [c for c in cuts if c.split(" but ")[0].split(" beyond ")[0] != family]
