@@ -434,24 +434,26 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     n.objective = "find the hang"
     n.user_messages = [Said(at=at - timedelta(seconds=30), text="find the hang")]
     n.agent_said = Said(at=at - timedelta(seconds=12), text="The server is loading.")
-    died = live(at - timedelta(seconds=14), label="attempt 1", status="ended", pid=40,
-                error="RuntimeError: boom", lived_s=5.0)  # fmt: skip
-    n.history = [died, live(at - timedelta(seconds=8))]
-    snapshot.observations.processes.items = [root(8)]
+    died = live(at - timedelta(seconds=20), label="attempt 1", status="ended", pid=40,
+                error="RuntimeError: boom", lived_s=12.0)  # fmt: skip
+    n.history = [died, live(at - timedelta(seconds=16))]
+    snapshot.observations.processes.items = [root(16)]
     snapshot.signals = [Signal(severity="critical", code="stuck", subject="50", text="stuck")]
     lines = handover.lines(snapshot)
     said = next(line for line in lines if line.startswith("**Your last words"))
     # after the state it describes, headed by what ctxd found since: where the agent was
     state = [i for i, x in enumerate(lines) if x.startswith(("**Running now", "**Last"))]
     assert state and lines.index(said) > max(state), lines
+    # said of a launch 4 s old, before ctxd found it stuck: what it was then, not now
     assert said.startswith(
-        "**Your last words, before attempt 1 died and attempt 2 was found stuck** ("
-    ) and said.endswith(" before this dump): “The server is loading.”"), said
+        "**Your last words** (" + f"{n.agent_said.at:%H:%M:%S}; when attempt 2 was 4 s old;"
+        " before attempt 1 died and attempt 2 was found stuck; 12 s before this dump):"
+    ) and said.endswith(": “The server is loading.”"), said
     # a dump taken as the conversation resumed comes before the message that resumed it
-    assert lines[1].startswith("**The user's latest message**: the objective ("), lines[1]
-    assert lines[1].endswith(
-        "), up to this dump; this dump was taken as the conversation resumed: the message that"
-        " resumed it comes after the dump, and is the newest"
+    assert lines[1] == (
+        "**The user's latest message**: the one right after this dump (it was taken as the"
+        " conversation resumed, before that message); before it, the user's only message was"
+        f" the objective ({n.user_messages[0].at:%H:%M:%S})"
     ), lines[1]
 
 

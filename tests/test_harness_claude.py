@@ -325,8 +325,8 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # one clock: no launch reads older than the prompt that asked for it (a kernel start
     # time is read from whole-second boot time, up to a second early)
     asked = re.search(
-        r"\*\*The user's latest message\*\*: the objective"
-        r" \((\d\d:\d\d:\d\d)\)",
+        r"\*\*The user's latest message\*\*: the one right after this dump .*"
+        r" the user's only message was the objective \((\d\d:\d\d:\d\d)\)",
         handover,
     )
     assert asked, handover
@@ -379,7 +379,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     model = ScriptedModel(
         [
             Step(
-                bash=f"mkdir -p logs; {LAUNCH} --mem-fraction-static 0.95"
+                bash=f"mkdir -p logs; HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.95"
                 " > logs/attempt1.log 2>&1 &"
             ),
             Step(bash="sleep 3; tail -3 logs/attempt1.log"),
@@ -389,7 +389,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),
-            Step(text="Relaunched with the debug flags; the server is loading."),
+            Step(text="Relaunched with debug flags; it waits for all TP ranks to report ready."),
             Step(text="Picking up where we were."),
         ]
     )
@@ -434,7 +434,7 @@ def check_conversation_words(server: Server) -> None:
         for v in httpx.get(base, timeout=10).json()
     ]
     said = [n["agent_said"]["text"] for n in narratives if n["agent_said"]]
-    assert "Relaunched with the debug flags; the server is loading." in said, said
+    assert "Relaunched with debug flags; it waits for all TP ranks to report ready." in said, said
     taken = httpx.post(base, json={"force": True}, timeout=60).json()["header"]["version"]
     now = httpx.get(f"{base}/{taken}", timeout=10).json()["narrative"]
     assert now["agent_said"]["text"] == "Picking up where we were."

@@ -84,7 +84,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     model = ScriptedResponses(
         [
             Step(
-                bash=f"mkdir -p logs; {LAUNCH} --mem-fraction-static 0.95"
+                bash=f"mkdir -p logs; HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.95"
                 " > logs/attempt1.log 2>&1 &"
             ),
             Step(bash="sleep 3; tail -3 logs/attempt1.log"),
@@ -94,7 +94,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),
-            Step(text="Relaunched with the debug flags; the server is loading."),
+            Step(text="Relaunched with debug flags; it waits for all TP ranks to report ready."),
             Step(text="Picking up where we were."),
         ]
     )

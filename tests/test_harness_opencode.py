@@ -189,11 +189,11 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     env = offline_env(home, workspace)
     model = ScriptedOpenAI(
         [
-            Step(bash=f"{LAUNCH} --batch-size 256 > oom.log 2>&1 &"),
+            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 256 > oom.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 oom.log"),
             Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train.log"),
-            Step(text="The run is stuck waiting on a data loader worker."),
+            Step(text="Relaunched with batch size 64; after step 3 it waits for loader 3."),
             Step(text="Picking up where we were."),
         ]
     )

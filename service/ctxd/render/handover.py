@@ -24,8 +24,7 @@ CHANGES_SHOWN = 4
 CHANGE_CHARS = 160
 # A dump taken as a conversation resumes comes before the message that resumed it.
 RESUMED = (
-    "; this dump was taken as the conversation resumed: the message that resumed it comes"
-    " after the dump, and is the newest"
+    "the one right after this dump (it was taken as the conversation resumed, before that message)"
 )
 RANKS_SAID_CHARS = 40  # a shorter run of words in common is no rank line
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
@@ -137,8 +136,8 @@ def _user(s: Snapshot) -> list[str]:
     latest = said[-1]
     if len(said) == 1 and latest.text == n.objective:  # the objective quotes it already
         if s.header.trigger == "resume":
-            return [f"**The user's latest message**: the objective ({_clock(latest.at)}),"
-                    f" up to this dump{RESUMED}"]  # fmt: skip
+            return [f"**The user's latest message**: {RESUMED}; before it, the user's only"
+                    f" message was the objective ({_clock(latest.at)})"]  # fmt: skip
         return [f"**The user's latest message**: the objective ({_clock(latest.at)});"
                 " nothing since"]  # fmt: skip
     if latest.text.strip():
@@ -197,10 +196,16 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
 def _agent_said(s: Snapshot, at: datetime, text: str) -> str:
     """The agent's own last reply, after the state it describes: words older than what ctxd
     found since are headed by that news, so they read as where the agent was, not as now."""
-    since = _since_said(s, at)
-    head = f"**Your last words, before {since}**" if since else "**Your last words**"
-    ago = between(at, s.header.taken_at)
-    return f"{head} ({_clock(at)}, {ago} before this dump): {_quote(text, AGENT_SAID_CHARS)}"
+    when = [_clock(at)]
+    live = [i for i in s.narrative.history
+            if i.source == "launch" and i.label and i.status in ("running", "started")
+            and i.at <= at]  # fmt: skip
+    if live:  # "loading" said of a launch 3 s old reads as what it was then, not now
+        when.append(f"when {live[-1].label} was {between(live[-1].at, at)} old")
+    if since := _since_said(s, at):
+        when.append(f"before {since}")
+    when.append(f"{between(at, s.header.taken_at)} before this dump")
+    return f"**Your last words** ({'; '.join(when)}): {_quote(text, AGENT_SAID_CHARS)}"
 
 
 def _since_said(s: Snapshot, said_at: datetime) -> str:
