@@ -451,9 +451,9 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     ) and said.endswith(": “The server is loading.”"), said
     # a dump taken as the conversation resumed comes before the message that resumed it
     assert lines[1] == (
-        "**The user's latest message**: the one right after this dump (it was taken as the"
-        " conversation resumed, before that message); before it, the user's only message was"
-        f" the objective ({n.user_messages[0].at:%H:%M:%S})"
+        "**The user's latest message**: the one this conversation resumed with, handed to you"
+        " with this dump (which was taken before ctxd saw it); before it, the user's only"
+        f" message was the objective ({n.user_messages[0].at:%H:%M:%S})"
     ), lines[1]
 
 

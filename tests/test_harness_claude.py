@@ -325,7 +325,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # one clock: no launch reads older than the prompt that asked for it (a kernel start
     # time is read from whole-second boot time, up to a second early)
     asked = re.search(
-        r"\*\*The user's latest message\*\*: the one right after this dump .*"
+        r"\*\*The user's latest message\*\*: the one this conversation resumed with, .*"
         r" the user's only message was the objective \((\d\d:\d\d:\d\d)\)",
         handover,
     )
