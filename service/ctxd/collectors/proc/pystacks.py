@@ -118,6 +118,9 @@ def parse_json(text: str) -> tuple[list[str], list[tuple[str, str]]]:
         lines.append(f'thread "{name}" ({status})' if name else f"thread ({status})")
         forked = False  # past a forked child's start: the outer frames are its parent's
         for depth, frame in enumerate(thread.get("frames") or [], 1):
+            if forked:  # read as its own, `w.start()` would say the child waits where it began
+                lines.append("  (the frames it was forked in, its parent's, left out)")
+                break
             if depth > FRAMES_MAX:
                 lines.append("  (outer frames left out)")
                 break
