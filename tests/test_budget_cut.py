@@ -95,3 +95,4 @@ def test_a_launchers_library_stack_and_kernel_stacks_go_before_any_log_line():
     first_logs = next(i for i, step in enumerate(steps) if "_logs_to" in step.__qualname__)
     assert steps.index(recovery._launcher_frames) < first_logs
     assert steps.index(recovery._kernel_stacks) < first_logs
+    assert steps.index(recovery._stack_frames) < first_logs  # the job's own lines stay

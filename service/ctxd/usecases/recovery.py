@@ -234,9 +234,11 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _changes,
     _launcher_frames,
     _kernel_stacks,
+    _stack_frames,
     _logs_to(10),
     _recent_commands(5),
     _artifacts,
+    _logs_to(6),
     _logs_to(3),
     _tables,
     _older_narrative(5),
@@ -247,7 +249,6 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _older_narrative(1),
     _shorter_rows,
     _shorter_lines,
-    _stack_frames,
     _failed_command,
 )
 
