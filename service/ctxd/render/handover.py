@@ -11,7 +11,7 @@ Markdown list items out; every age in it is measured at the instant the snapshot
 import re
 from datetime import datetime, timedelta
 
-from ctxd.fmt import between, human_duration, log_name, ranges
+from ctxd.fmt import between, human_bytes, human_duration, log_name, ranges
 from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Signal, Snapshot
 from ctxd.signals import derive, ranks
 from ctxd.signals.attempts import phase
@@ -184,8 +184,9 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
         busy = "/".join(sorted({f"{g.utilization_percent:.0f}%" for g in gpus
                                 if g.utilization_percent is not None})) or "?"  # fmt: skip
         plural = "s" if len(gpus) > 1 else ""
-        words.append(f"it holds {len(gpus)} GPU{plural} ({_gpu_sizes(gpus)}) at {busy}"
-                     " utilisation")  # fmt: skip
+        name, size = _gpu_kind(gpus)
+        words.append(f"it holds {len(gpus)}{name} GPU{plural}{size} ({_gpu_sizes(gpus)})"
+                     f" at {busy} utilisation")  # fmt: skip
     if now == "stuck" and where:
         words.append(where[0])
     last = _log_line(item, s, pids)
@@ -248,6 +249,16 @@ def _failure(item: HistoryItem, running: bool) -> str:
     label = item.label if item.status != "folded" else f"{item.label} (the newest of them)"
     head = "**Last attempt that died, before what runs now**" if running else "**Last failure**"
     return f"{head}: {label}, launched {_clock(item.at)}, {ran}: `{item.error}`{where}."
+
+
+def _gpu_kind(gpus: list[GpuInfo]) -> tuple[str, str]:
+    """(" NVIDIA H200", " of 140.4 GiB"): what the GPUs are, when they are all of one kind (a
+    reader judges the 118.8 GiB held by what the card has)."""
+    kinds = {(g.name, g.memory_total_bytes) for g in gpus}
+    if len(kinds) != 1:
+        return "", ""
+    ((name, total),) = kinds
+    return (f" {name}" if name else ""), (f" of {human_bytes(total)}" if total else "")
 
 
 def _gpu_sizes(gpus: list[GpuInfo]) -> str:
