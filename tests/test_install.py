@@ -161,7 +161,7 @@ def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_serv
                 for e in entries for h in e["hooks"]]  # fmt: skip
     assert commands and not any("-m service" in c for c in commands)
     posted = [c for c in commands if c.endswith("/api/hooks/claude/http")]
-    assert len(posted) == 9  # one per event Claude Code posts itself, once
+    assert len(posted) == 10  # one per event Claude Code posts itself, once
     commands = [c for c in commands if c not in posted]
     assert all(c.endswith(("hook claude", "hook claude --wake")) for c in commands)
     assert sum(1 for c in commands if c.endswith("hook claude")) == 1  # SessionStart's; the

@@ -63,6 +63,9 @@ class HookEvent(NamedTuple):
     # This very event, where the harness names it (a prompt's or a tool call's id): the same
     # event delivered twice (ctxd's hooks wired by its plugin and by `ctxd install`) counts once.
     event_id: str = ""
+    # Of a turn's end, where the harness lists them (Claude Code's `background_tasks`): the
+    # command lines of its background shells still in flight; None where it said nothing.
+    in_flight: tuple[str, ...] | None = None
 
 
 class Adapter(Protocol):

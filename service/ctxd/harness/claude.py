@@ -22,6 +22,10 @@ BashInput, BashOutput, FileEditInput, FileWriteInput, NotebookEditInput):
          1 = "No matches found"), so a PostToolUse without interpretation is read as exit 0,
          and a PostToolUseFailure "error" that starts "Exit code N" (the text of the failed
          tool result) gives N; any other error leaves the exit status unknown.
+  Stop, SubagentStop: "last_assistant_message", "background_tasks" (the background work in
+  flight, from the 2.1.197 binary's schema and its builder: [{"id", "type" ("shell",
+  "subagent", "monitor", …), "status" ("running" or "pending": it lists no other), "description",
+  "command" (a shell's, cut to 1000 characters with a "… [+N chars]" marker)}]).
   A "duration_ms" (payload) or "durationMs" (tool_response) is used when present; no source
   seen here guarantees either, so a Claude Code command usually has no duration.
   Edit / Write: tool_input {"file_path", ...}; NotebookEdit: {"notebook_path", ...}; MultiEdit
@@ -135,6 +139,7 @@ class ClaudeCode:
             error=" ".join(filter(None, (text_of(payload, "error"), _details(payload)))),
             said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
             event_id=":".join((name, *identity)) if any(identity) or kind == "start" else "",
+            in_flight=_in_flight(payload.get("background_tasks")),
         )
 
     def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
@@ -208,6 +213,22 @@ WAKE_TIMEOUT_S = 7260  # the waiter's own ceiling (2 h) and a minute: it ends fi
 _SENDS_OFF = re.compile(r"(?<![&>])&(?![&>])|(?:^|[\s;|(])(?:nohup|setsid)\s")
 
 
+def _in_flight(tasks: Any) -> tuple[str, ...] | None:
+    """The command lines of a Stop's or SubagentStop's `background_tasks` that are shells
+    (`type` "shell", status "running" or "pending": the only ones Claude Code lists); None
+    where the payload has no list (an older release, another event)."""
+    if not isinstance(tasks, list):
+        return None
+    return tuple(
+        task["command"]
+        for task in tasks
+        if isinstance(task, dict)
+        and task.get("type") == "shell"
+        and task.get("status") in ("running", "pending")
+        and isinstance(task.get("command"), str)
+    )
+
+
 def _details(payload: dict[str, Any]) -> str:
     """A StopFailure's `error_details` (the API's answer), in brackets, cut to a line."""
     details = text_of(payload, "error_details")
@@ -250,6 +271,7 @@ def config(command: str, wake: bool = True, posts_to: str | None = None) -> dict
         "PostCompact": entry(10),
         "SubagentStart": entry(30),
         "Stop": entry(10),
+        "SubagentStop": entry(10),  # its background tasks: attempts reconciled
         "StopFailure": entry(30),
         "SessionEnd": entry(10),
     }

@@ -13,6 +13,8 @@ from typing import Any
 import psutil
 
 from ctxd import __version__, confine, redact
+from ctxd.attempts import reconcile
+from ctxd.attempts.binding import LogFiles
 from ctxd.discovery.actions import Action, CommandAction, parse_action
 from ctxd.discovery.harness_files import output_tail
 from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
@@ -394,6 +396,8 @@ class UseCases:
         if event.event_id and not self.turns.first(seen):
             return HookOut(session=sid)  # delivered again: ctxd's hooks are wired twice
         out = HookOut(session=sid, message=placed.pointer)
+        if event.in_flight is not None:  # the harness's own word on its background shells
+            self.background_told(sid, harness, event.in_flight)
         if event.kind in ("start", "prompt") and event.transcript_path:
             self.objective_from_transcript(sid, event.transcript_path)
         if event.kind == "tool":
@@ -427,6 +431,13 @@ class UseCases:
             if event.kind == "idle" and event.said.strip():
                 self.note_agent_said(sid, event.said)
         return out
+
+    def background_told(self, sid: str, harness: HarnessName, in_flight: tuple[str, ...]) -> None:
+        """The attempts of the harness's background calls as it says they stand: in flight
+        (its list's command lines) or ended (`attempts/reconcile.py`)."""
+        files = LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
+        updates = reconcile.told(self.store, sid, harness, in_flight, datetime.now(UTC), files)
+        reconcile.save(self.store, sid, updates)
 
     def note_agent_said(self, sid: str, text: str) -> None:
         """What the agent said as its turn ended, kept redacted and cut to its last
