@@ -44,7 +44,6 @@ from ctxd.harness.adapter import (
     HarnessName,
     HookEvent,
     hook_command,
-    hook_output,
     text_of,
 )
 from ctxd.harness.files import (
@@ -57,7 +56,6 @@ from ctxd.harness.files import (
     with_hooks,
 )
 
-INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
 TOOLS = "Bash"  # the name Codex's hooks give its shell tool (`exec_command`)
 KINDS: dict[str, EventKind] = {
     "SessionStart": "start",  # source: startup, resume, clear, compact
@@ -89,10 +87,7 @@ class Codex:
     name: HarnessName = "codex"
     label = "Codex"
     program = "codex"
-    # Events a person waits on get the time a fresh snapshot may take; the others are quick.
-    slow_events = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
-    # Events whose trouble the person should see (a note per tool call would be noise).
-    tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
+    programs = ("codex",)
 
     def left_behind(self, command: str) -> str | None:
         """Codex ends a command's process group as the command returns: a `nohup … &` goes
@@ -106,10 +101,6 @@ class Codex:
 
     def config_home(self, home: Path) -> Path:
         return user_folder(home)
-
-    def event_name(self, payload: dict[str, Any]) -> str | None:
-        name = payload.get("hook_event_name")
-        return name if isinstance(name, str) else None
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "hook_event_name")
@@ -128,20 +119,6 @@ class Codex:
             actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
         )
-
-    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
-        """Codex's JSON hook output (Claude Code's shape): context for the model, stated as
-        facts, and a message for the person."""
-        return hook_output(event, answer, INJECT_EVENTS)
-
-    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
-
-    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
-        return None  # no hook of its starts a turn (README: which harness can be woken)
-
-    def remember(self, event: str, sid: str) -> None:
-        """Codex has no file of exports for its shells: nothing to keep."""
 
     def notes(self, scope: str) -> list[str]:
         return [TRUST_NOTE] + ([PROJECT_NOTE] if scope == "project" else [])

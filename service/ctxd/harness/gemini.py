@@ -54,7 +54,6 @@ from ctxd.harness.adapter import (
     HarnessName,
     HookEvent,
     hook_command,
-    hook_output,
     text_of,
 )
 from ctxd.harness.files import (
@@ -66,7 +65,6 @@ from ctxd.harness.files import (
     with_mcp_server,
 )
 
-INJECT_EVENTS = ("SessionStart", "BeforeAgent")
 TOOLS = "run_shell_command|write_file|replace"  # a regular expression, as Gemini reads it
 KINDS: dict[str, EventKind] = {
     "SessionStart": "start",  # source: startup, resume, clear
@@ -113,11 +111,7 @@ class Gemini:
     name: HarnessName = "gemini"
     label = "Gemini CLI"
     program = "gemini"
-    # Events a person waits on get the time a fresh snapshot may take; the others are quick.
-    slow_events = {"SessionStart": 30.0, "BeforeAgent": 30.0, "PreCompress": 60.0}
-    # Events whose trouble the person should see: not PreCompress, which fires on every model
-    # request, nor a tool call's.
-    tell_events: tuple[str, ...] = ("SessionStart", "BeforeAgent")
+    programs = ("gemini",)
 
     def left_behind(self, command: str) -> str | None:
         return None
@@ -127,9 +121,6 @@ class Gemini:
 
     def __init__(self) -> None:
         self.compactions = CompactionGuard(AUTO_COMPACT_EVERY_S)
-
-    def event_name(self, payload: dict[str, Any]) -> str | None:
-        return text_of(payload, "hook_event_name") or None
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "hook_event_name")
@@ -153,18 +144,6 @@ class Gemini:
             actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             said=_said(payload) if kind == "idle" else "",
         )
-
-    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
-        return hook_output(event, answer, INJECT_EVENTS)
-
-    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
-
-    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
-        return None  # no hook of its starts a turn (README: which harness can be woken)
-
-    def remember(self, event: str, sid: str) -> None:
-        """Gemini CLI has no file of exports for its shells: nothing to keep."""
 
     def notes(self, scope: str) -> list[str]:
         return [TRUST_NOTE]
