@@ -4,11 +4,19 @@ status "running" or "pending", command): a call the harness says runs is running
 never saw its process; a call that left the list has ended; an attempt bound to a process is
 the kernel's to judge; a line that sends something off itself is not judged by its task."""
 
+import json
+import os
+import subprocess
+import sys
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import psutil
+import pytest
 from ctxd.attempts import reconcile
 from ctxd.attempts.binding import LogFiles
 from ctxd.attempts.model import Attempt, AttemptUpdate, reported
@@ -18,6 +26,9 @@ from ctxd.settings import Limits
 from ctxd.store.database import Store
 
 from tests.conftest import Server, wait_until
+from tests.scripted_model import ScriptedModel, Step
+from tests.test_harness_claude import CLAUDE as CLAUDE_CLI
+from tests.test_harness_claude import claude
 
 CONVERSATION = "0f4c2a9e-7b1d-4e55-9a3c-5d2e8f6b7c10"
 TRAIN = "python3 train.py --epochs 3 --lr 3e-4"
@@ -187,3 +198,83 @@ def test_an_ended_call_takes_the_error_its_log_ended_with(tmp_path: Path) -> Non
     ended = by_tool(store)["t_log"]
     assert ended.ended_at is not None and ended.error and "CUDA out of memory" in ended.error
     assert ended.error_log == str(log)
+
+
+class Recorder(ThreadingHTTPServer):
+    """A pass-through in front of ctxd that keeps the JSON Claude Code posts to its hooks, so a
+    test reads the payload the real CLI sent as ctxd received it."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream, self.posted = upstream, []
+        recorder = self
+
+        class Forward(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.command == "POST" and self.path == "/api/hooks/claude/http":
+                    recorder.posted.append(json.loads(body))
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length")}  # fmt: skip
+                answer = httpx.request(self.command, upstream + self.path, content=body,
+                                       headers=headers, timeout=60)  # fmt: skip
+                self.send_response(answer.status_code)
+                for name, value in answer.headers.items():
+                    if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(name, value)
+                self.send_header("content-length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_DELETE = _forward
+
+        super().__init__(("127.0.0.1", 0), Forward)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+SLEEPER = "python3 -c 'import time; time.sleep(40)'"
+
+
+def test_the_real_cli_lists_a_background_call_by_the_line_ctxd_recorded_it_by(
+    server: Server, tmp_path: Path
+) -> None:
+    """Claude Code 2.1.197 itself, offline: a Bash call sent to the background is in the Stop's
+    `background_tasks` under the very line its PostToolUse reported, which ctxd matches."""
+    if not CLAUDE_CLI.exists():
+        pytest.skip("the Claude Code CLI is not installed (make test installs it with npm)")
+    home, work = tmp_path / "home", tmp_path / "trainer"
+    home.mkdir()
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    recorder = Recorder(server.url)
+    model = ScriptedModel([Step(bash=SLEEPER, background=True), Step(text="It runs.")])
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "ctxd", "--url", recorder.url, "install", "claude"],
+            capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
+        )  # fmt: skip
+        claude(["-p", "Start the trainer in the background."], work, home, model)
+    finally:
+        model.close()
+        recorder.shutdown()
+        recorder.server_close()
+        for proc in psutil.process_iter(["cmdline", "cwd"]):  # the sleeper, if it outlived -p
+            if proc.info["cwd"] == str(work) and "time.sleep(40)" in " ".join(
+                proc.info["cmdline"] or []
+            ):
+                proc.kill()
+    stops = [p for p in recorder.posted if p.get("hook_event_name") == "Stop"]
+    assert stops, [p.get("hook_event_name") for p in recorder.posted]
+    (shell_task,) = [t for t in stops[-1]["background_tasks"] if t["type"] == "shell"]
+    assert shell_task["status"] == "running" and shell_task["command"] == SLEEPER
+    in_flight = CLAUDE.event(stops[-1]).in_flight
+    assert in_flight == (SLEEPER,)
+    sid = httpx.get(f"{server.url}/api/sessions").json()[0]["id"]
+    store = Store(server.data_dir / "ctxd.db")
+    calls = store.list_actions(sid, "command")
+    (call,) = [c for c in calls if c["command"] == SLEEPER]
+    assert call["background"] and call["harness"] == "claude"
+    assert reconcile.calls_in_flight(calls, in_flight) == {call["tool_id"]}

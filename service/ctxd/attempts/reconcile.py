@@ -51,7 +51,7 @@ def told(
     ]
     if not calls:
         return []
-    flying = _flying(calls, in_flight)
+    flying = calls_in_flight(calls, in_flight)
     ended = {str(call["tool_id"]) for call in calls} - flying
     updates = []
     for attempt in store.list_attempts(sid, limit=LOOKED):
@@ -71,9 +71,9 @@ def save(store: Store, sid: str, updates: list[AttemptUpdate]) -> None:
             store.save_attempts(sid, updates)
 
 
-def _flying(calls: list[dict[str, Any]], in_flight: Sequence[str]) -> set[str]:
-    """The tool call ids of the calls in flight: for each command line the harness lists n
-    times, the newest n calls of that line."""
+def calls_in_flight(calls: list[dict[str, Any]], in_flight: Sequence[str]) -> set[str]:
+    """The tool call ids of the calls in flight (`calls`: command actions as stored, oldest
+    first): for each command line the harness lists n times, the newest n calls of that line."""
     wanted = Counter(redact.text(line) for line in in_flight if line)
     flying: set[str] = set()
     for call in reversed(calls):  # newest first
