@@ -46,7 +46,7 @@ RESUME_SOURCES = ("compact", "resume", "clear", "fork")
 
 
 class HookEvent(NamedTuple):
-    """One hook event, harness-neutral (a NamedTuple: a dataclass costs the hook 8 ms)."""
+    """One hook event, harness-neutral."""
 
     kind: EventKind
     name: str  # the harness's own name for it (for notes and logs)

@@ -1,10 +1,11 @@
-"""Claude Code as ctxd speaks to it: its hook events read, its hook output written, and
+"""Claude Code as ctxd speaks to it: its hook events read, and
 `ctxd install|uninstall claude` (ctxd's hooks and MCP server merged into its settings).
 
 Ours are recognised by their command (`… hook claude`) and by the MCP server's name `ctxd`,
 so uninstall removes exactly what install added and a second install changes nothing. Hook
 commands written by earlier versions (`python -m service … hook claude`) end the same way,
-so `ctxd install claude` replaces them. Standard library only: the hook path imports it.
+so `ctxd install claude` replaces them. The hook command reads Claude Code with
+`hookclient/harnesses.py` alone; this module is the server's and the installer's.
 
 Payload shapes relied on (checked against public sources, not guessed):
 Claude Code (hook JSON on stdin; code.claude.com/docs/en/hooks, PostToolUse section; the tool

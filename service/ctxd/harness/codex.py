@@ -1,4 +1,4 @@
-"""OpenAI's Codex CLI as ctxd speaks to it: its hook events read, its hook output written, and
+"""OpenAI's Codex CLI as ctxd speaks to it: its hook events read, and
 `ctxd install|uninstall codex` (ctxd's hooks merged into its `hooks.json`, ctxd's MCP server
 into its `config.toml`).
 
@@ -16,7 +16,8 @@ uninstall removes exactly what install added and a second install changes nothin
 server is written into `config.toml` as a marked `[mcp_servers.ctxd]` table appended to the
 file's text (the standard library reads TOML but does not write it, and a rewrite would lose
 the user's comments); the result is parsed before it is planned, and a `ctxd` server the user
-wrote is left alone. Standard library only: the hook path imports it.
+wrote is left alone. The hook command reads Codex with `hookclient/harnesses.py` alone; this
+module is the server's and the installer's.
 
 Payload shapes relied on (checked against public sources, not guessed):
 Codex CLI (hook JSON on stdin, as the real CLI of the npm package @openai/codex 0.171.0 sent
@@ -177,7 +178,7 @@ def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
 def mcp_toml(text: str, url: str | None, path: Path) -> str:
     """config.toml's text with ctxd's marked MCP table replaced (None: removed). A `ctxd`
     server ctxd did not write is kept as it is; a file that is not TOML is not touched."""
-    import tomllib  # only when installing: the hook path imports this module
+    import tomllib  # only when installing
 
     kept = _MCP_BLOCK.sub("", text)
     if url is None:

@@ -1,4 +1,4 @@
-"""Google's Gemini CLI as ctxd speaks to it: its hook events read, its hook output written, and
+"""Google's Gemini CLI as ctxd speaks to it: its hook events read, and
 `ctxd install|uninstall gemini` (ctxd's hooks and MCP server merged into its settings.json).
 
 Gemini CLI (0.61) runs command hooks with Claude Code's nesting
@@ -23,7 +23,8 @@ one (`/compress`, which always compresses) is a compaction each time.
 Ours are recognised by their command (`… hook gemini`) and the MCP server by its name `ctxd`,
 so uninstall removes exactly what install added and a second install changes nothing. Gemini
 reads settings.json with comments allowed; one that has them is not JSON here and is not
-touched. Standard library only: the hook path imports it.
+touched. The hook command reads Gemini CLI with `hookclient/harnesses.py` alone; this module
+is the server's and the installer's.
 
 Payload shapes relied on (checked against public sources, not guessed):
 Gemini CLI (hook JSON on stdin, as the real CLI of the npm package @google/gemini-cli 0.61.0
