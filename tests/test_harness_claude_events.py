@@ -12,6 +12,7 @@ import httpx
 import pytest
 from ctxd.harness import claude
 from ctxd.harness.claude import ADAPTER as CLAUDE
+from ctxd.hookclient.harnesses import HOOKS
 from ctxd.render import pagedata
 from ctxd.store.database import Store
 
@@ -226,7 +227,7 @@ def test_the_adapter_reads_the_new_fields() -> None:
 
 def test_the_lead_of_an_injected_dump_states_facts_not_orders() -> None:
     # Claude Code's docs ask that injected context read as information, not instructions
-    from ctxd.harness.adapter import context_lead
+    from ctxd.hookclient.harnesses import context_lead
 
     lead = context_lead("vllm-hang")
     assert lead.startswith("[ctxd] Saved working state of session `vllm-hang`")
@@ -246,7 +247,7 @@ def test_a_subagent_starts_with_the_dump_its_parent_would_resume_from(
     start = event("SubagentStart", work, agent_id="a1f3", agent_type="general-purpose")
     answer = send(client, start)
     assert prompt in answer["context"], answer  # the objective, in the dump it is handed
-    output = CLAUDE.output("SubagentStart", answer)
+    output = HOOKS["claude"].output("SubagentStart", answer)
     assert output is not None
     specific = output["hookSpecificOutput"]
     assert specific["hookEventName"] == "SubagentStart" and prompt in specific["additionalContext"]

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 from ctxd.harness.codex import ADAPTER as CODEX
 from ctxd.harness.codex import tool_actions as from_codex
-from ctxd.harness.registry import adapter, command_hook
+from ctxd.harness.registry import adapter
+from ctxd.hookclient.harnesses import HOOKS
 
 from tests.conftest import Server, wait_until
 
@@ -42,7 +43,7 @@ def shell(command: str, output: str = "", **tool_input: str) -> dict[str, object
 
 
 def test_registered_as_an_adapter_and_a_command_hook():
-    assert adapter("codex") is CODEX and command_hook("codex") is CODEX
+    assert adapter("codex") is CODEX and HOOKS["codex"].label == CODEX.label
     assert CODEX.label == "Codex"
 
 
@@ -89,22 +90,23 @@ def test_events_in_ctxd_words():
     assert CODEX.event(payload("PreCompact", "/w", trigger="auto")).compaction == "auto"
     assert CODEX.event(shell("make")).actions[0]["command"] == "make"
     assert CODEX.event({**shell("make"), "hook_event_name": "Stop"}).actions == ()
-    assert CODEX.event_name({"hook_event_name": 3}) is None
+    assert HOOKS["codex"].event_name({"hook_event_name": 3}) is None
 
 
 def test_output_states_the_dump_as_context_and_tells_the_person():
     answer = {"session": "s1", "context": "## Objective\n\nfix it", "message": "recording"}
-    said = CODEX.output("SessionStart", answer)
+    said = HOOKS["codex"].output("SessionStart", answer)
     assert said is not None
     assert said["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     context = said["hookSpecificOutput"]["additionalContext"]
     assert context.startswith("[ctxd] Saved working state of session `s1`")
     assert context.endswith("## Objective\n\nfix it")
     assert said["systemMessage"] == "ctxd: recording"
-    assert CODEX.output("PostToolUse", {"context": "x"}) is None  # only where Codex injects
-    assert CODEX.output("Stop", {}) is None
-    assert CODEX.trouble("UserPromptSubmit", "down") == {"systemMessage": "ctxd: down"}
-    assert CODEX.trouble("PostToolUse", "down") is None
+    codex = HOOKS["codex"]
+    assert codex.output("PostToolUse", {"context": "x"}) is None  # only where Codex injects
+    assert HOOKS["codex"].output("Stop", {}) is None
+    assert HOOKS["codex"].trouble("UserPromptSubmit", "down") == {"systemMessage": "ctxd: down"}
+    assert HOOKS["codex"].trouble("PostToolUse", "down") is None
 
 
 def hook(url: str, body: dict[str, object]) -> subprocess.CompletedProcess:

@@ -13,7 +13,8 @@ from ctxd.discovery.procscan import is_excluded
 from ctxd.harness.gemini import ADAPTER as GEMINI
 from ctxd.harness.gemini import CompactionGuard, Gemini
 from ctxd.harness.gemini import tool_actions as from_gemini
-from ctxd.harness.registry import adapter, command_hook
+from ctxd.harness.registry import adapter
+from ctxd.hookclient.harnesses import HOOKS
 
 from tests.conftest import Server
 
@@ -47,7 +48,7 @@ def result(*lines: str) -> str:
 
 
 def test_registered_as_an_adapter_and_a_command_hook():
-    assert adapter("gemini") is GEMINI and command_hook("gemini") is GEMINI
+    assert adapter("gemini") is GEMINI and HOOKS["gemini"].label == GEMINI.label
     assert GEMINI.label == "Gemini CLI" and GEMINI.program == "gemini"
 
 
@@ -116,7 +117,7 @@ def test_events_in_ctxd_words():
     assert GEMINI.event(payload("SessionStart", "/w", source="compress")).source == "compact"
     assert GEMINI.event(shell("make", result("Output: ok"))).actions[0]["command"] == "make"
     assert GEMINI.event({**shell("make", "x"), "hook_event_name": "AfterAgent"}).actions == ()
-    assert GEMINI.event_name({"hook_event_name": 3}) is None
+    assert HOOKS["gemini"].event_name({"hook_event_name": 3}) is None
 
 
 def test_the_prompt_is_read_without_the_context_gemini_put_before_it():
@@ -148,18 +149,18 @@ def test_an_automatic_precompress_is_a_compaction_once_per_guard_period():
 def test_output_states_the_dump_as_context_and_tells_the_person():
     answer = {"session": "s1", "context": "## Objective\n\nfix it", "message": "recording"}
     for event in ("SessionStart", "BeforeAgent"):
-        said = GEMINI.output(event, answer)
+        said = HOOKS["gemini"].output(event, answer)
         assert said is not None
         assert said["hookSpecificOutput"]["hookEventName"] == event
         context = said["hookSpecificOutput"]["additionalContext"]
         assert context.startswith("[ctxd] Saved working state of session `s1`")
         assert context.endswith("## Objective\n\nfix it")
         assert said["systemMessage"] == "ctxd: recording"
-    assert GEMINI.output("AfterTool", {"context": "x"}) is None
-    assert GEMINI.output("AfterAgent", {}) is None
-    assert GEMINI.trouble("BeforeAgent", "down") == {"systemMessage": "ctxd: down"}
-    assert GEMINI.trouble("PreCompress", "down") is None  # it fires on every model request
-    assert GEMINI.trouble("AfterTool", "down") is None
+    assert HOOKS["gemini"].output("AfterTool", {"context": "x"}) is None
+    assert HOOKS["gemini"].output("AfterAgent", {}) is None
+    assert HOOKS["gemini"].trouble("BeforeAgent", "down") == {"systemMessage": "ctxd: down"}
+    assert HOOKS["gemini"].trouble("PreCompress", "down") is None  # it fires on every model request
+    assert HOOKS["gemini"].trouble("AfterTool", "down") is None
 
 
 def test_its_processes_are_not_the_agents_work():

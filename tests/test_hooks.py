@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ctxd.harness.claude import ADAPTER as CLAUDE
 from ctxd.harness.policy import is_continue
 from ctxd.harness.resolve import slug
+from ctxd.hookclient.harnesses import HOOKS
 from ctxd.hookclient.hook import HookError, parse_payload
 
 from tests.conftest import Server, free_port
@@ -182,7 +182,7 @@ def test_print_config_is_the_hooks_block_for_settings_json():
     config = json.loads(out.stdout)["hooks"]
     assert set(config) == {
         "PreCompact", "PostCompact", "SessionStart", "UserPromptSubmit", "Stop", "StopFailure",
-        "PostToolUse", "PostToolUseFailure", "SessionEnd", "SubagentStart",
+        "PostToolUse", "PostToolUseFailure", "SessionEnd", "SubagentStart", "SubagentStop",
     }  # fmt: skip
     assert config["SessionStart"][0]["matcher"] == "startup|compact|resume|clear|fork"
     tools = config["PostToolUse"][0]
@@ -208,10 +208,12 @@ def test_print_config_of_each_harness_that_runs_hook_commands(harness: str, tmp_
 
 
 def test_parse_payload_and_continue_words():
-    parsed = parse_payload(CLAUDE, json.dumps(payload("PreCompact", "/w", trigger="manual")))
+    parsed = parse_payload(
+        HOOKS["claude"], json.dumps(payload("PreCompact", "/w", trigger="manual"))
+    )
     assert (parsed["hook_event_name"], parsed["cwd"]) == ("PreCompact", "/w")
     with pytest.raises(HookError, match="not JSON"):
-        parse_payload(CLAUDE, "{")
+        parse_payload(HOOKS["claude"], "{")
     assert all(is_continue(p) for p in ("", "   ", "continue", "Continue!", "CONTINUE."))
     assert not any(is_continue(p) for p in ("continue with the tests", "go", "no"))
     assert slug("Train Loop") == "train-loop" and slug("...") == "" and slug("Ünï") == "n"

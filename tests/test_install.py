@@ -161,7 +161,7 @@ def test_install_replaces_the_hooks_of_an_earlier_version_that_ran_python_m_serv
                 for e in entries for h in e["hooks"]]  # fmt: skip
     assert commands and not any("-m service" in c for c in commands)
     posted = [c for c in commands if c.endswith("/api/hooks/claude/http")]
-    assert len(posted) == 9  # one per event Claude Code posts itself, once
+    assert len(posted) == 10  # one per event Claude Code posts itself, once
     commands = [c for c in commands if c not in posted]
     assert all(c.endswith(("hook claude", "hook claude --wake")) for c in commands)
     assert sum(1 for c in commands if c.endswith("hook claude")) == 1  # SessionStart's; the
@@ -207,7 +207,8 @@ def test_round_trip_with_another_url_in_a_fresh_home(server, tmp_path: Path):
         for e in entries
         for h in e["hooks"]
     }
-    hook = f"{Path(sys.executable).parent / 'ctxd'} --url {server.url} hook claude"
+    # this installation's interpreter running its hook client by its path: no `ctxd` command
+    hook = f"{sys.executable} -S -I {HOOK_CLIENT} --url {server.url} hook claude"
     assert commands == {hook, f"{hook} --wake", f"{server.url}/api/hooks/claude/http"}
     assert json.loads(mcp.read_text())["mcpServers"]["ctxd"]["url"] == server.url + "/mcp"
 
@@ -233,12 +234,12 @@ def test_doctor_tells_another_installations_hooks_and_a_disagreeing_mcp_server(s
     work.mkdir()
     ctxd(home, work, "--url", server.url, "install", "claude").check_returncode()
     settings, mcp = home / ".claude" / "settings.json", home / ".claude.json"
-    ours = str(Path(sys.executable).parent / "ctxd")
-    settings.write_text(settings.read_text().replace(ours, "/opt/other-venv/bin/ctxd"))
+    other = "/opt/other-venv/lib/python3.11/site-packages/ctxd/hookclient/__main__.py"
+    settings.write_text(settings.read_text().replace(str(HOOK_CLIENT), other))
     doctor = ctxd(home, work, "--url", server.url, "doctor")
     assert doctor.returncode == 1
     assert "FIX  Claude Code (user): not this installation's ctxd" in doctor.stdout
-    assert "/opt/other-venv/bin/ctxd" in doctor.stdout  # what differs, said
+    assert other in doctor.stdout  # what differs, said
 
     ctxd(home, work, "--url", server.url, "install", "claude").check_returncode()
     mcp.write_text(mcp.read_text().replace(server.url, "http://127.0.0.1:9"))
@@ -247,6 +248,7 @@ def test_doctor_tells_another_installations_hooks_and_a_disagreeing_mcp_server(s
 
 
 HARNESS_BIN = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin"
+HOOK_CLIENT = Path(__file__).resolve().parents[1] / "service/ctxd/hookclient/__main__.py"
 
 
 def test_install_with_no_harness_named_wires_each_one_found(tmp_path: Path):

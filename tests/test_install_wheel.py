@@ -66,8 +66,9 @@ def test_the_wheel_in_a_fresh_environment_serves_dumps_and_hooks(wheel: Path, tm
     assert run("--version").stdout.strip() == "ctxd 0.1.0"
     where = subprocess.run(
         [str(target / "bin" / "python"), "-c",
-         "import ctxd, ctxd.render.markdown as r, ctxd.harness.opencode as o; "
-         "print(ctxd.__file__); print(r.TEMPLATES); print(o.plugin_source())"],
+         "import ctxd, ctxd.render.markdown as r, ctxd.harness.opencode as o, "
+         "ctxd.harness.adapter as a; print(ctxd.__file__); print(r.TEMPLATES); "
+         "print(o.plugin_source()); print(a.hook_command('claude', 'http://h:1').split()[3])"],
         capture_output=True, text=True, check=True, cwd=tmp_path, env=env,
     ).stdout.split()  # fmt: skip
     site = str(target)
@@ -99,6 +100,15 @@ def test_the_wheel_in_a_fresh_environment_serves_dumps_and_hooks(wheel: Path, tm
         assert hooked.returncode == 0, hooked.stderr
         context = json.loads(hooked.stdout)["hookSpecificOutput"]["additionalContext"]
         assert context.startswith("[ctxd] Saved working state of session")
+        # the command an install writes: the wheel's interpreter, its hook client by its path
+        direct = subprocess.run(
+            [str(target / "bin" / "python"), "-S", "-I", where[3], "--url", url, "hook", "claude"],
+            input=json.dumps({**event, "prompt": "fix the flaky test"}), capture_output=True,
+            text=True, cwd=tmp_path, env=env, timeout=120,
+        )  # fmt: skip
+        assert (direct.returncode, direct.stdout, direct.stderr) == (0, "", "")
+        prompts = httpx.get(f"{url}/api/sessions", timeout=30).json()
+        assert any(s["objective"] == "fix the flaky test" for s in prompts), prompts
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -1,8 +1,10 @@
 """A newcomer's first hour as one walk: a fresh HOME holding only the harnesses' settings
 folders, no harness program on PATH, the service on a port of its own that CTXD_URL names as a
-bare number; install, doctor before and after the service starts, the README's tour,
-uninstall. Each step asserts what the person sees."""
+bare number; install (first in a home with no harness at all), doctor before and after the
+service starts, a CLI that does not reach the hooks' service, `--url` and `--json` on either
+side of a command, the README's tour, uninstall. Each step asserts what the person sees."""
 
+import json
 import os
 import shlex
 import signal
@@ -30,6 +32,16 @@ def test_the_first_hour_takes_no_wrong_turn(tmp_path: Path):
     url = f"http://127.0.0.1:{port}"
     # the service's port as a bare number; no harness program on PATH, only ctxd's
     env = {"PATH": os.path.dirname(sys.executable), "CODEX_HOME": "", "CTXD_URL": str(port)}
+
+    # 0. a home with no harness at all: install fails, saying where it looked
+    bare = tmp_path / "bare-home"
+    bare.mkdir()
+    nothing = as_user(bare, work, "install", env=env)
+    assert nothing.returncode == 2 and nothing.stdout == "", nothing
+    assert "no agent harness found" in nothing.stderr
+    for label, folder in zip(LABELS, FOLDERS, strict=True):
+        assert f"{label}: `" in nothing.stderr and str(bare / folder) in nothing.stderr
+    assert not any(bare.iterdir())  # nothing written
 
     # 1. install finds each harness by its settings folder and says what it wrote
     installed = as_user(home, work, "install", env=env)
@@ -63,6 +75,22 @@ def test_the_first_hour_takes_no_wrong_turn(tmp_path: Path):
         assert "FIX" not in well.stdout and f"ok   service at {url}" in well.stdout, well.stdout
         for label in LABELS:
             assert f"ok   {label} (user): ctxd's hooks" in well.stdout, well.stdout
+
+        # a shell without CTXD_URL: the CLI would talk to the default port, not the hooks'
+        plain = {k: v for k, v in env.items() if k != "CTXD_URL"}
+        apart = as_user(home, work, "doctor", env=plain)
+        assert apart.returncode == 1
+        assert "this CLI talks to http://127.0.0.1:8765, but the hooks of" in apart.stdout
+        assert f"call {url}" in apart.stdout and f"export CTXD_URL={url}" in apart.stdout
+
+        # --url (a bare port) and --json, before or after the command
+        for argv in (["sessions", "--url", str(port), "--json"],
+                     ["--json", "--url", str(port), "sessions"]):  # fmt: skip
+            listed = as_user(home, work, *argv, env=plain)
+            assert listed.returncode == 0, listed.stderr
+            assert isinstance(json.loads(listed.stdout), list)
+        table = as_user(home, work, "sessions", "--url", url, env=plain)
+        assert table.returncode == 0 and not table.stdout.lstrip().startswith("["), table
 
         # 4. the README's tour, as written (its log under this test's folder)
         said = {}

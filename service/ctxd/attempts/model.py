@@ -97,7 +97,7 @@ class AttemptUpdate:
     expected_ports: tuple[int, ...] | Keep = UNCHANGED
     port_opened: bool | Keep | None = UNCHANGED
     idle_s: float | Keep | None = UNCHANGED
-    ended_at: datetime | Keep = UNCHANGED
+    ended_at: datetime | Keep | None = UNCHANGED  # None: open again (a harness says it runs)
     exit_status: int | Keep | None = UNCHANGED
     error: str | Keep | None = UNCHANGED
     error_log: str | Keep | None = UNCHANGED

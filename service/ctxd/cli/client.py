@@ -5,7 +5,7 @@ from typing import Any
 
 import httpx
 
-from ctxd.cli import env
+from ctxd.hookclient import env
 
 
 class Unreachable(Exception):

@@ -12,8 +12,9 @@ from urllib.parse import quote
 
 import httpx
 
-from ctxd.cli import env, output
+from ctxd.cli import output
 from ctxd.cli.client import Client, Unreachable, body, detail
+from ctxd.hookclient import env
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 

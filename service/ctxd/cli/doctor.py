@@ -1,19 +1,26 @@
 """`ctxd doctor`: the installation checked end to end, each finding with what to do about it."""
 
+import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ctxd import DEFAULT_URL
-from ctxd.cli import env
+import httpx
+
+from ctxd import DEFAULT_URL, __version__
 from ctxd.cli.client import Client, Unreachable
 from ctxd.harness.adapter import Adapter
 from ctxd.harness.files import Change, InstallError
 from ctxd.harness.registry import MODULES, adapter
+from ctxd.hookclient import env
 
 URL_IN_TEXT = re.compile(r"https?://[^\s\"'\\]+")
+MCP_PROTOCOL = "2025-06-18"  # what the harnesses' MCP clients ask for
+MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
 
 
 @dataclass
@@ -21,11 +28,12 @@ class Finding:
     ok: bool
     what: str
     fix: str = ""
+    unknown: bool = False  # cannot be checked now: said plainly, not a failure
 
     def line(self) -> str:
-        mark = "ok  " if self.ok else "FIX "
+        mark = "??  " if self.unknown else "ok  " if self.ok else "FIX "
         return f"{mark} {self.what}" + (
-            f"\n       → {self.fix}" if self.fix and not self.ok else ""
+            f"\n       → {self.fix}" if self.fix and (self.unknown or not self.ok) else ""
         )
 
 
@@ -52,6 +60,9 @@ def examine(url: str, home: Path, project: Path) -> Iterator[Finding]:
             yield Finding(False, f"this CLI talks to {url}, but the hooks of {who} call {called}",
                           f"export CTXD_URL={called}")  # fmt: skip
     yield from wired
+    if "opencode" in (name for names in callers.values() for name in names):
+        called = next(u for u, names in callers.items() if "opencode" in names)
+        yield _opencode_heard(called, home)
     if not wired:
         known = ", ".join(MODULES)
         fix = f"`ctxd install` (wires each harness found here: {known}), or name one"
@@ -81,6 +92,60 @@ def _harness(
         return [Finding(False, f"{label}: {exc}", "fix the file by hand, then " + install)], None
     said = f"{label}: not this installation's ctxd for {url}; reinstalling changes {change.path}"
     return [Finding(False, said + _first_difference(change), install)], None
+
+
+def _opencode_heard(url: str, home: Path) -> Finding:
+    """Whether ctxd's opencode plugin reaches the service where opencode runs: an opencode of
+    this home running, and an event from its plugin since it started. opencode's plugin API
+    changes between releases (2.x's beta is reported not to deliver plugin events,
+    anomalyco/opencode#44788): a plugin that loads and hears nothing is silent otherwise."""
+    running = _opencode_processes(home)
+    try:
+        health = Client(url, timeout=5).call("GET", "/health")
+        heard = str(health.json().get("last_hook_opencode") or "") if health.is_success else ""
+    except (Unreachable, ValueError):
+        return Finding(True, "opencode's plugin: not checked, the service does not answer",
+                       unknown=True)  # fmt: skip
+    if not running:
+        when = f"last heard from it at {heard}" if heard else "ctxd has not heard from it"
+        return Finding(True, f"opencode's plugin: cannot be checked now, opencode is not running"
+                       f" ({when})", unknown=True)  # fmt: skip
+    pid, started = running[-1]
+    since = datetime.fromtimestamp(started, UTC)
+    if heard and datetime.fromisoformat(heard) >= since - timedelta(seconds=1):
+        return Finding(True, f"opencode (pid {pid}): its plugin reaches ctxd (last event {heard})")
+    return Finding(
+        True,
+        f"opencode (pid {pid}, running since {since:%H:%M:%S} UTC): its plugin has sent ctxd "
+        "nothing since; right if you have not used it since",
+        "if you have, the plugin hears no events: restart opencode; opencode 2's beta is "
+        "reported not to deliver plugin events (anomalyco/opencode#44788)",
+        unknown=True,
+    )
+
+
+def _opencode_processes(home: Path) -> list[tuple[int, float]]:
+    """(pid, start time) of each opencode of this user running with this home (its settings,
+    so ctxd's plugin there), oldest first: its program, or a JS runtime running its script."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "create_time", "uids"]):
+        info = proc.info
+        argv = info["cmdline"] or []
+        names = {info["name"] or "", Path(argv[0]).name if argv else ""}
+        launched = names & {"node", "bun"} and "opencode" in " ".join(argv[1:3])
+        if not (names & {"opencode", ".opencode"} or launched):
+            continue
+        try:
+            if info["uids"] and info["uids"].real != os.getuid():
+                continue
+            if proc.environ().get("HOME", str(home)) != str(home):
+                continue
+        except psutil.Error:
+            continue
+        found.append((proc.pid, info["create_time"]))
+    return sorted(found, key=lambda each: each[1])
 
 
 def _urls_in(changes: list[Change], url: str) -> list[str]:
@@ -120,5 +185,38 @@ def _service(url: str) -> Iterator[Finding]:
         f"data directory: {storage}, {info.get('data_dir_bytes', 0)} bytes",
         "make the data directory writable (disk full or mounted read-only?) and restart ctxd",
     )
-    mcp = client.call("GET", "/mcp", headers={"accept": "text/event-stream"})
-    yield Finding(mcp.status_code < 500, f"MCP endpoint {url}/mcp answers ({mcp.status_code})")
+    yield _mcp(client, url)
+
+
+def _mcp(client: Client, url: str) -> Finding:
+    """Whether {url}/mcp speaks MCP: an `initialize` as a harness sends it first, answered
+    with the server's name and protocol (the session it opened closed again)."""
+    asked = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": MCP_PROTOCOL, "capabilities": {},
+        "clientInfo": {"name": "ctxd-doctor", "version": __version__}}}  # fmt: skip
+    answer = client.call("POST", "/mcp", json=asked, headers=MCP_ACCEPT)
+    result = _jsonrpc_result(answer)
+    if session := answer.headers.get("mcp-session-id"):
+        client.call("DELETE", "/mcp", headers={**MCP_ACCEPT, "mcp-session-id": session})
+    server = result.get("serverInfo") if isinstance(result, dict) else None
+    if isinstance(server, dict) and server.get("name"):
+        said = f"{server['name']} {server.get('version', '')}".strip()
+        protocol = result.get("protocolVersion", "?") if isinstance(result, dict) else "?"
+        return Finding(True, f"MCP at {url}/mcp: {said} answers (protocol {protocol})")
+    return Finding(
+        False,
+        f"MCP at {url}/mcp does not answer an MCP initialize (HTTP {answer.status_code})",
+        f"is another program on this port? `{env.start_command(url)}` starts ctxd there",
+    )
+
+
+def _jsonrpc_result(answer: httpx.Response) -> object:
+    """The `result` of a JSON-RPC answer, sent as JSON or as server-sent events."""
+    text = answer.text
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        text = next((line[5:] for line in text.splitlines() if line.startswith("data:")), "")
+    try:
+        said = json.loads(text)
+    except ValueError:
+        return None
+    return said.get("result") if isinstance(said, dict) else None

@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _service_url(given: str | None) -> str:
     """--url, else CTXD_URL, as a URL (`host:port` is enough); a plain error when it is none."""
-    from ctxd.cli import env
     from ctxd.cli.client import NotAnAddress, service_url
     from ctxd.cli.commands import EXIT_USAGE, CliError
+    from ctxd.hookclient import env
 
     try:
         return service_url(env.url() if given is None else given)
@@ -125,7 +125,8 @@ TOKEN_FILE_HELP = "a file holding the service's bearer token (default: CTXD_TOKE
 
 def build_parser() -> argparse.ArgumentParser:
     from ctxd.cli import commands, setup
-    from ctxd.harness.registry import COMMAND_HOOKS, MODULES
+    from ctxd.harness.registry import MODULES
+    from ctxd.hookclient.harnesses import COMMAND_HOOKS
 
     parser = argparse.ArgumentParser(
         prog="ctxd",

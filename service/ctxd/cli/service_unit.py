@@ -14,7 +14,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ctxd.harness.files import Change, InstallError, read_text
-from ctxd.hookclient.autostart import LOOPBACK, data_dir
+from ctxd.hookclient.autostart import data_dir
+from ctxd.hookclient.request import LOOPBACK
 
 UNIT_NAME = "ctxd.service"
 UNIT_MARK = "# ctxd: written by `ctxd service install`"

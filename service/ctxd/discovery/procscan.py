@@ -5,6 +5,7 @@ that vanishes mid-read, or that ctxd may not inspect, is skipped or reported as 
 (None); nothing here raises for it.
 """
 
+import functools
 import os
 import stat
 import time
@@ -21,7 +22,8 @@ MIN_AGE_S = 5.0
 CWD_MAX_AGE_S = 10.0
 # What never is the agent's work, whatever its cwd: the harness, ctxd, editors, shells,
 # terminal multiplexers (their children are the work) and one-shot tools.
-HARNESS = {"claude", "opencode", "claude-code", "codex", "gemini", "aider", "cursor-agent"}
+# Harnesses ctxd has no adapter for; those it has declare their own (`Adapter.programs`).
+OTHER_HARNESSES = {"aider", "cursor-agent"}
 EDITORS = {"vim", "nvim", "vi", "nano", "emacs", "code", "code-server", "micro", "hx", "less"}
 SHELLS = {"bash", "sh", "zsh", "fish", "dash", "ksh", "tmux", "screen", "tmux: server"}
 ONE_SHOT = {
@@ -63,18 +65,27 @@ class _Inside:
         return any(root in text for root in self.roots)
 
 
+@functools.cache
+def harness_programs() -> frozenset[str]:
+    """The programs of every harness: those ctxd's adapters declare, and the others'."""
+    from ctxd.harness.registry import programs  # the adapters: data, read once
+
+    return frozenset(programs() | OTHER_HARNESSES)
+
+
 def is_excluded(name: str, argv: list[str]) -> bool:
     """The harness, ctxd, an editor, a shell or a one-shot tool."""
     program = os.path.basename(argv[0]) if argv else name
     names = {name, program}
-    if names & (HARNESS | EDITORS | SHELLS | ONE_SHOT) or "ctxd" in names:
+    harnesses = harness_programs()
+    if names & (harnesses | EDITORS | SHELLS | ONE_SHOT) or "ctxd" in names:
         return True
     if program in _JS_RUNTIMES or program.startswith("python"):
         # `node …/claude-code/cli.js`, `bun …/opencode`, `node …/.bin/codex` (its npm
         # launcher), `node …/gemini`, `python -m ctxd serve` (ctxd); a
         # program that only has "ctxd" in an argument (`--tag ctxd-run-1`) is not ctxd.
         tail = " ".join(argv[1:4]).lower()
-        if any(word in tail for word in ("claude", "opencode", "codex", "gemini")):
+        if any(word in tail for word in harnesses):
             return True
         if any(arg == "ctxd" or arg.endswith("/ctxd") for arg in argv[1:4]):
             return True

@@ -2,10 +2,11 @@
 
 Each harness (Claude Code, opencode, …) is one module of this package with one `ADAPTER`
 object: it turns the harness's hook payload into a harness-neutral `HookEvent`, plans what
-`ctxd install|uninstall <harness>` writes, and, for a harness that runs a command per hook
-event, reads the event's name from the payload and writes ctxd's answer in the harness's own
-output format. `registry.py` lists them; the hook entry point, the HTTP route, the use cases
-and the installer dispatch through it. Standard library only: the hook path imports it.
+`ctxd install|uninstall <harness>` writes (for a harness that runs a command per event, the
+command `hook_command` makes). `registry.py` lists them; the HTTP route, the use cases and the
+installer dispatch through it. The hook command itself reads the harness with
+`ctxd.hookclient` alone (its `harnesses.py`), and the server answers an event a harness posts
+itself in the shape written there.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from ctxd import DEFAULT_URL
-from ctxd.cli import env
+from ctxd.hookclient import env
 
-if TYPE_CHECKING:  # the hook path imports this module: only what it runs
+if TYPE_CHECKING:
     from pathlib import Path
 
     from ctxd.harness.files import Change
@@ -45,7 +46,7 @@ RESUME_SOURCES = ("compact", "resume", "clear", "fork")
 
 
 class HookEvent(NamedTuple):
-    """One hook event, harness-neutral (a NamedTuple: a dataclass costs the hook 8 ms)."""
+    """One hook event, harness-neutral."""
 
     kind: EventKind
     name: str  # the harness's own name for it (for notes and logs)
@@ -63,6 +64,9 @@ class HookEvent(NamedTuple):
     # This very event, where the harness names it (a prompt's or a tool call's id): the same
     # event delivered twice (ctxd's hooks wired by its plugin and by `ctxd install`) counts once.
     event_id: str = ""
+    # Of a turn's end, where the harness lists them (Claude Code's `background_tasks`): the
+    # command lines of its background shells still in flight; None where it said nothing.
+    in_flight: tuple[str, ...] | None = None
 
 
 class Adapter(Protocol):
@@ -71,6 +75,9 @@ class Adapter(Protocol):
     name: HarnessName
     label: str  # its name for people: "Claude Code"
     program: str  # its command, found on PATH where it is installed: "claude"
+    # The names its processes run under (its command's; a word of its npm launcher's path):
+    # never the agent's work, whatever folder they run in (`discovery/procscan.py`).
+    programs: tuple[str, ...]
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         """The harness's hook payload (as its hook forwarded it) in ctxd's words."""
@@ -98,56 +105,22 @@ class Adapter(Protocol):
         ...
 
 
-class CommandHook(Protocol):
-    """A harness that runs a command for each hook event (`ctxd hook <name>`), JSON on stdin
-    and out. The runner (`hook.py`) forwards the payload; this says how to read and answer."""
-
-    name: HarnessName
-    label: str
-    slow_events: dict[str, float]  # events a person waits on, with their time budget (s)
-    tell_events: tuple[str, ...]  # events whose trouble the person should see
-
-    def event_name(self, payload: dict[str, Any]) -> str | None:
-        """The payload's event name; None when the payload is not this harness's."""
-        ...
-
-    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
-        """ctxd's answer ({"session", "context", "message"}) as the harness's hook output."""
-        ...
-
-    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        """A one-line problem shown to the person, as the harness's hook output."""
-        ...
-
-    def remember(self, event: str, sid: str) -> None:
-        """Keep the session for the agent's own commands where the harness allows it (Claude
-        Code's CLAUDE_ENV_FILE): `ctxd note` in its shell then records in the right session."""
-        ...
-
-    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
-        """Whether this event starts a waiter (`ctxd hook H --wake`, for a harness that can be
-        woken): True, it launched something, whose outcome is pending; False, wait if ctxd
-        says an attempt is pending (the turn's end); None, no waiter."""
-        ...
-
-
 def hook_command(harness: str, url: str) -> str:
-    """The hook command a harness's settings hold: this installation's ctxd (so the harness
-    needs no PATH), with `--url` unless it is the default, and the token file in use
-    (CTXD_TOKEN_FILE) when there is one: the harness's environment need not carry either."""
-    script = os.path.join(os.path.dirname(sys.executable), "ctxd")
-    argv = [script] if os.path.exists(script) else [sys.executable, "-m", "ctxd"]
+    """The hook command a harness's settings hold: this installation's interpreter running the
+    hook client by its path, with no site and no environment (`python3 -S -I
+    …/ctxd/hookclient/__main__.py HARNESS`: no `ctxd` command, no import of the server, so the
+    harness needs no PATH and an event costs little more than a bare interpreter's start),
+    with `--url` unless it is the default, and the token file in use (CTXD_TOKEN_FILE) when
+    there is one: the harness's environment need not carry either."""
+    import ctxd.hookclient
+
+    entry = os.path.join(os.path.dirname(os.path.abspath(ctxd.hookclient.__file__)), "__main__.py")
+    argv = [sys.executable, "-S", "-I", entry]
     if url != DEFAULT_URL:
         argv += ["--url", url]
     if token_file := env.token_file():
         argv += ["--token-file", os.path.abspath(token_file)]
-    return shlex.join([*argv, "hook", harness])
-
-
-def context_lead(sid: str) -> str:
-    """The line before a dump handed to the model: what it is, as a fact (the harnesses ask
-    that injected context read as information, not orders); its last line says where more is."""
-    return f"[ctxd] Saved working state of session `{sid}`, as ctxd recorded it.\n\n"
+    return shlex.join([*argv, "hook", harness])  # told as ctxd's by its end: `hook HARNESS`
 
 
 def text_of(payload: dict[str, Any], name: str) -> str:
@@ -155,21 +128,3 @@ def text_of(payload: dict[str, Any], name: str) -> str:
     harness's, and may be anything)."""
     value = payload.get(name)
     return value if isinstance(value, str) else ""
-
-
-def hook_output(
-    event: str, answer: dict[str, Any], inject_events: tuple[str, ...]
-) -> dict[str, Any] | None:
-    """ctxd's answer ({"session", "context", "message"}) as the JSON hook output Claude Code
-    defined and Codex and Gemini CLI took over: the context for the model, after its lead,
-    on the events where the harness injects it; a message for the person."""
-    output: dict[str, Any] = {}
-    context, message = answer.get("context"), answer.get("message")
-    if context and event in inject_events:
-        output["hookSpecificOutput"] = {
-            "hookEventName": event,
-            "additionalContext": context_lead(answer.get("session", "")) + context,
-        }
-    if message:
-        output["systemMessage"] = f"ctxd: {message}"
-    return output or None

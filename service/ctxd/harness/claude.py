@@ -1,10 +1,11 @@
-"""Claude Code as ctxd speaks to it: its hook events read, its hook output written, and
+"""Claude Code as ctxd speaks to it: its hook events read, and
 `ctxd install|uninstall claude` (ctxd's hooks and MCP server merged into its settings).
 
 Ours are recognised by their command (`… hook claude`) and by the MCP server's name `ctxd`,
 so uninstall removes exactly what install added and a second install changes nothing. Hook
 commands written by earlier versions (`python -m service … hook claude`) end the same way,
-so `ctxd install claude` replaces them. Standard library only: the hook path imports it.
+so `ctxd install claude` replaces them. The hook command reads Claude Code with
+`hookclient/harnesses.py` alone; this module is the server's and the installer's.
 
 Payload shapes relied on (checked against public sources, not guessed):
 Claude Code (hook JSON on stdin; code.claude.com/docs/en/hooks, PostToolUse section; the tool
@@ -22,21 +23,21 @@ BashInput, BashOutput, FileEditInput, FileWriteInput, NotebookEditInput):
          1 = "No matches found"), so a PostToolUse without interpretation is read as exit 0,
          and a PostToolUseFailure "error" that starts "Exit code N" (the text of the failed
          tool result) gives N; any other error leaves the exit status unknown.
+  Stop, SubagentStop: "last_assistant_message", "background_tasks" (the background work in
+  flight, from the 2.1.197 binary's schema and its builder: [{"id", "type" ("shell",
+  "subagent", "monitor", …), "status" ("running" or "pending": it lists no other), "description",
+  "command" (a shell's, cut to 1000 characters with a "… [+N chars]" marker)}]).
   A "duration_ms" (payload) or "durationMs" (tool_response) is used when present; no source
   seen here guarantees either, so a Claude Code command usually has no duration.
   Edit / Write: tool_input {"file_path", ...}; NotebookEdit: {"notebook_path", ...}; MultiEdit
   ({"file_path", "edits"}) is gone from 2.1's tool list but older releases still send it.
 """
 
-import contextlib
-import os
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ctxd.cli import env
 from ctxd.discovery.payloads import (
     as_dict,
     as_text,
@@ -50,7 +51,6 @@ from ctxd.harness.adapter import (
     HarnessName,
     HookEvent,
     hook_command,
-    hook_output,
     text_of,
 )
 from ctxd.harness.files import (
@@ -61,13 +61,13 @@ from ctxd.harness.files import (
     with_hooks,
     with_mcp_server,
 )
-from ctxd.hookclient.autostart import LOOPBACK
+from ctxd.hookclient import env
+from ctxd.hookclient.request import LOOPBACK
 
 # `startup` too: a fresh start is where a conversation is bound to its session (and told of
 # the checkout's latest); the server hands a dump only to the other sources.
 SESSION_SOURCES = "startup|compact|resume|clear|fork"
 TOOLS = "Bash|Edit|Write|MultiEdit|NotebookEdit"
-INJECT_EVENTS = ("SessionStart", "UserPromptSubmit", "SubagentStart")
 KINDS: dict[str, EventKind] = {
     "SessionStart": "start",
     "UserPromptSubmit": "prompt",
@@ -95,23 +95,13 @@ class ClaudeCode:
     name: HarnessName = "claude"
     label = "Claude Code"
     program = "claude"
-    # Events a person waits on get the time a fresh snapshot may take; the others are quick.
-    slow_events = {
-        "SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0, "StopFailure": 30.0,
-        "SubagentStart": 30.0,
-    }  # fmt: skip
-    # Events whose trouble the person should see (a note per tool call would be noise).
-    tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
+    programs = ("claude", "claude-code")
 
     def left_behind(self, command: str) -> str | None:
         return None
 
     def config_home(self, home: Path) -> Path:
         return home / ".claude"
-
-    def event_name(self, payload: dict[str, Any]) -> str | None:
-        name = payload.get("hook_event_name")
-        return name if isinstance(name, str) else None
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "hook_event_name")
@@ -135,44 +125,8 @@ class ClaudeCode:
             error=" ".join(filter(None, (text_of(payload, "error"), _details(payload)))),
             said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
             event_id=":".join((name, *identity)) if any(identity) or kind == "start" else "",
+            in_flight=_in_flight(payload.get("background_tasks")),
         )
-
-    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
-        """Claude Code's JSON hook output: context for the model (stated as facts, as its
-        docs ask of injected context), a message for the person."""
-        return hook_output(event, answer, INJECT_EVENTS)
-
-    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
-
-    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
-        """A Bash call that sent something off (`run_in_background`, or a lone `&`, `nohup`,
-        `setsid` in its line) waits for its outcome; the turn's end waits for any pending."""
-        if event == "Stop":
-            return False
-        tool = payload.get("tool_input")
-        if (
-            event != "PostToolUse"
-            or payload.get("tool_name") != "Bash"
-            or not isinstance(tool, dict)
-        ):
-            return None
-        command = tool.get("command")
-        if tool.get("run_in_background") is True:
-            return True
-        return True if isinstance(command, str) and _SENDS_OFF.search(command) else None
-
-    def remember(self, event: str, sid: str) -> None:
-        """At SessionStart Claude Code names a file (CLAUDE_ENV_FILE) whose exports its Bash
-        tool's shells load: CTXD_SESSION there sends the agent's `ctxd note` to this session."""
-        path = os.environ.get("CLAUDE_ENV_FILE")
-        if event != "SessionStart" or not path or not sid:
-            return
-        line = f"export CTXD_SESSION={shlex.quote(sid)}\n"
-        with contextlib.suppress(OSError), open(path, "a+", encoding="utf-8") as exports:
-            exports.seek(0)
-            if line not in exports.read():
-                exports.write(line)
 
     def notes(self, scope: str) -> list[str]:
         return []
@@ -204,8 +158,22 @@ def _posts_itself(url: str) -> bool:
 
 
 WAKE_TIMEOUT_S = 7260  # the waiter's own ceiling (2 h) and a minute: it ends first
-# A line that sends something off: a lone `&` (not `&&`, `>&`, `&>`), or `nohup`/`setsid`.
-_SENDS_OFF = re.compile(r"(?<![&>])&(?![&>])|(?:^|[\s;|(])(?:nohup|setsid)\s")
+
+
+def _in_flight(tasks: Any) -> tuple[str, ...] | None:
+    """The command lines of a Stop's or SubagentStop's `background_tasks` that are shells
+    (`type` "shell", status "running" or "pending": the only ones Claude Code lists); None
+    where the payload has no list (an older release, another event)."""
+    if not isinstance(tasks, list):
+        return None
+    return tuple(
+        task["command"]
+        for task in tasks
+        if isinstance(task, dict)
+        and task.get("type") == "shell"
+        and task.get("status") in ("running", "pending")
+        and isinstance(task.get("command"), str)
+    )
 
 
 def _details(payload: dict[str, Any]) -> str:
@@ -250,6 +218,7 @@ def config(command: str, wake: bool = True, posts_to: str | None = None) -> dict
         "PostCompact": entry(10),
         "SubagentStart": entry(30),
         "Stop": entry(10),
+        "SubagentStop": entry(10),  # its background tasks: attempts reconciled
         "StopFailure": entry(30),
         "SessionEnd": entry(10),
     }

@@ -1,4 +1,4 @@
-"""OpenAI's Codex CLI as ctxd speaks to it: its hook events read, its hook output written, and
+"""OpenAI's Codex CLI as ctxd speaks to it: its hook events read, and
 `ctxd install|uninstall codex` (ctxd's hooks merged into its `hooks.json`, ctxd's MCP server
 into its `config.toml`).
 
@@ -16,7 +16,8 @@ uninstall removes exactly what install added and a second install changes nothin
 server is written into `config.toml` as a marked `[mcp_servers.ctxd]` table appended to the
 file's text (the standard library reads TOML but does not write it, and a rewrite would lose
 the user's comments); the result is parsed before it is planned, and a `ctxd` server the user
-wrote is left alone. Standard library only: the hook path imports it.
+wrote is left alone. The hook command reads Codex with `hookclient/harnesses.py` alone; this
+module is the server's and the installer's.
 
 Payload shapes relied on (checked against public sources, not guessed):
 Codex CLI (hook JSON on stdin, as the real CLI of the npm package @openai/codex 0.171.0 sent
@@ -44,7 +45,6 @@ from ctxd.harness.adapter import (
     HarnessName,
     HookEvent,
     hook_command,
-    hook_output,
     text_of,
 )
 from ctxd.harness.files import (
@@ -57,7 +57,6 @@ from ctxd.harness.files import (
     with_hooks,
 )
 
-INJECT_EVENTS = ("SessionStart", "UserPromptSubmit")
 TOOLS = "Bash"  # the name Codex's hooks give its shell tool (`exec_command`)
 KINDS: dict[str, EventKind] = {
     "SessionStart": "start",  # source: startup, resume, clear, compact
@@ -89,10 +88,7 @@ class Codex:
     name: HarnessName = "codex"
     label = "Codex"
     program = "codex"
-    # Events a person waits on get the time a fresh snapshot may take; the others are quick.
-    slow_events = {"SessionStart": 30.0, "UserPromptSubmit": 30.0, "PreCompact": 60.0}
-    # Events whose trouble the person should see (a note per tool call would be noise).
-    tell_events: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "PreCompact")
+    programs = ("codex",)
 
     def left_behind(self, command: str) -> str | None:
         """Codex ends a command's process group as the command returns: a `nohup … &` goes
@@ -106,10 +102,6 @@ class Codex:
 
     def config_home(self, home: Path) -> Path:
         return user_folder(home)
-
-    def event_name(self, payload: dict[str, Any]) -> str | None:
-        name = payload.get("hook_event_name")
-        return name if isinstance(name, str) else None
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "hook_event_name")
@@ -128,20 +120,6 @@ class Codex:
             actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             said=text_of(payload, "last_assistant_message") if kind == "idle" else "",
         )
-
-    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
-        """Codex's JSON hook output (Claude Code's shape): context for the model, stated as
-        facts, and a message for the person."""
-        return hook_output(event, answer, INJECT_EVENTS)
-
-    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
-
-    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
-        return None  # no hook of its starts a turn (README: which harness can be woken)
-
-    def remember(self, event: str, sid: str) -> None:
-        """Codex has no file of exports for its shells: nothing to keep."""
 
     def notes(self, scope: str) -> list[str]:
         return [TRUST_NOTE] + ([PROJECT_NOTE] if scope == "project" else [])
@@ -200,7 +178,7 @@ def targets(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
 def mcp_toml(text: str, url: str | None, path: Path) -> str:
     """config.toml's text with ctxd's marked MCP table replaced (None: removed). A `ctxd`
     server ctxd did not write is kept as it is; a file that is not TOML is not touched."""
-    import tomllib  # only when installing: the hook path imports this module
+    import tomllib  # only when installing
 
     kept = _MCP_BLOCK.sub("", text)
     if url is None:

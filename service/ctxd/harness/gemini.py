@@ -1,4 +1,4 @@
-"""Google's Gemini CLI as ctxd speaks to it: its hook events read, its hook output written, and
+"""Google's Gemini CLI as ctxd speaks to it: its hook events read, and
 `ctxd install|uninstall gemini` (ctxd's hooks and MCP server merged into its settings.json).
 
 Gemini CLI (0.61) runs command hooks with Claude Code's nesting
@@ -23,7 +23,8 @@ one (`/compress`, which always compresses) is a compaction each time.
 Ours are recognised by their command (`… hook gemini`) and the MCP server by its name `ctxd`,
 so uninstall removes exactly what install added and a second install changes nothing. Gemini
 reads settings.json with comments allowed; one that has them is not JSON here and is not
-touched. Standard library only: the hook path imports it.
+touched. The hook command reads Gemini CLI with `hookclient/harnesses.py` alone; this module
+is the server's and the installer's.
 
 Payload shapes relied on (checked against public sources, not guessed):
 Gemini CLI (hook JSON on stdin, as the real CLI of the npm package @google/gemini-cli 0.61.0
@@ -54,7 +55,6 @@ from ctxd.harness.adapter import (
     HarnessName,
     HookEvent,
     hook_command,
-    hook_output,
     text_of,
 )
 from ctxd.harness.files import (
@@ -66,7 +66,6 @@ from ctxd.harness.files import (
     with_mcp_server,
 )
 
-INJECT_EVENTS = ("SessionStart", "BeforeAgent")
 TOOLS = "run_shell_command|write_file|replace"  # a regular expression, as Gemini reads it
 KINDS: dict[str, EventKind] = {
     "SessionStart": "start",  # source: startup, resume, clear
@@ -113,11 +112,7 @@ class Gemini:
     name: HarnessName = "gemini"
     label = "Gemini CLI"
     program = "gemini"
-    # Events a person waits on get the time a fresh snapshot may take; the others are quick.
-    slow_events = {"SessionStart": 30.0, "BeforeAgent": 30.0, "PreCompress": 60.0}
-    # Events whose trouble the person should see: not PreCompress, which fires on every model
-    # request, nor a tool call's.
-    tell_events: tuple[str, ...] = ("SessionStart", "BeforeAgent")
+    programs = ("gemini",)
 
     def left_behind(self, command: str) -> str | None:
         return None
@@ -127,9 +122,6 @@ class Gemini:
 
     def __init__(self) -> None:
         self.compactions = CompactionGuard(AUTO_COMPACT_EVERY_S)
-
-    def event_name(self, payload: dict[str, Any]) -> str | None:
-        return text_of(payload, "hook_event_name") or None
 
     def event(self, payload: dict[str, Any]) -> HookEvent:
         name = text_of(payload, "hook_event_name")
@@ -153,18 +145,6 @@ class Gemini:
             actions=tuple(tool_actions(payload)) if kind == "tool" else (),
             said=_said(payload) if kind == "idle" else "",
         )
-
-    def output(self, event: str, answer: dict[str, Any]) -> dict[str, Any] | None:
-        return hook_output(event, answer, INJECT_EVENTS)
-
-    def trouble(self, event: str, message: str) -> dict[str, Any] | None:
-        return hook_output(event, {"message": message}, ()) if event in self.tell_events else None
-
-    def wakes(self, event: str, payload: dict[str, Any]) -> bool | None:
-        return None  # no hook of its starts a turn (README: which harness can be woken)
-
-    def remember(self, event: str, sid: str) -> None:
-        """Gemini CLI has no file of exports for its shells: nothing to keep."""
 
     def notes(self, scope: str) -> list[str]:
         return [TRUST_NOTE]

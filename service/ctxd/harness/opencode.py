@@ -60,6 +60,7 @@ class Opencode:
     name: HarnessName = "opencode"
     label = "opencode"
     program = "opencode"
+    programs = ("opencode",)
 
     def left_behind(self, command: str) -> str | None:
         return None

@@ -1,13 +1,11 @@
-"""The agent harnesses ctxd speaks to, by name: one adapter module each (`adapter.py`).
-
-Imported on the hook path, so a harness's module is imported only when it is asked for:
-`ctxd hook claude` pays for Claude Code's adapter alone.
-"""
+"""The agent harnesses ctxd speaks to, by name: one adapter module each (`adapter.py`), its
+module imported when it is first asked for. Which of them run a hook command per event, and
+how that command reads and answers them, is the hook client's (`hookclient/harnesses.py`)."""
 
 import importlib
 from typing import cast
 
-from ctxd.harness.adapter import Adapter, CommandHook, HarnessName
+from ctxd.harness.adapter import Adapter, HarnessName
 
 MODULES: dict[HarnessName, str] = {
     "claude": "ctxd.harness.claude",
@@ -15,8 +13,6 @@ MODULES: dict[HarnessName, str] = {
     "codex": "ctxd.harness.codex",
     "gemini": "ctxd.harness.gemini",
 }
-# The harnesses that run `ctxd hook <name>` for each event (opencode runs ctxd's plugin instead).
-COMMAND_HOOKS: tuple[HarnessName, ...] = ("claude", "codex", "gemini")
 
 
 def adapter(name: HarnessName) -> Adapter:
@@ -24,8 +20,6 @@ def adapter(name: HarnessName) -> Adapter:
     return cast(Adapter, importlib.import_module(MODULES[name]).ADAPTER)
 
 
-def command_hook(name: str) -> CommandHook | None:
-    """The command-hook adapter of a harness that runs `ctxd hook <name>`, else None."""
-    if name not in COMMAND_HOOKS:
-        return None
-    return cast(CommandHook, importlib.import_module(MODULES[cast(HarnessName, name)]).ADAPTER)
+def programs() -> set[str]:
+    """The names every harness's programs run under (its command, its npm launcher's)."""
+    return {name for harness in MODULES for name in adapter(harness).programs}

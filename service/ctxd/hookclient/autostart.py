@@ -10,14 +10,12 @@ is one of its default watch roots, and a first hook fired from `/` must not make
 import fcntl
 import sys
 import time
-from pathlib import Path
-from urllib.parse import urlsplit
+from pathlib import Path  # only when nothing answers: the hook imports this module then
 
 from ctxd import user_data_dir
-from ctxd.cli import env
-from ctxd.hookclient import request
+from ctxd.hookclient import env, request
+from ctxd.hookclient.request import LOOPBACK
 
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 WAIT_S = 8.0  # a person waits on a prompt this long at most for a first start
 
 
@@ -28,10 +26,10 @@ def data_dir() -> Path:
 def ensure(url: str, wait: bool) -> str | None:
     """Start ctxd for `url` unless another hook is doing it; returns what to tell the person,
     or None when it may not start one here (switched off, not a loopback address)."""
-    parts = urlsplit(url)
-    if not env.autostart() or parts.hostname not in LOOPBACK:
+    _, host, port_given, _ = request.split(url)
+    if not env.autostart() or host not in LOOPBACK:
         return None
-    port = parts.port or 80
+    port = port_given or 80
     folder = data_dir()
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f".autostart-{port}.lock", "w") as lock:
@@ -45,7 +43,7 @@ def ensure(url: str, wait: bool) -> str | None:
 
         log = open(folder / "ctxd.log", "ab")  # noqa: SIM115 (the child keeps it)
         subprocess.Popen(
-            [sys.executable, "-m", "ctxd", "serve", "--host", parts.hostname or "127.0.0.1",
+            [sys.executable, "-m", "ctxd", "serve", "--host", host,
              "--port", str(port), "--data-dir", str(folder.absolute())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             cwd=_fixed_cwd(folder),

@@ -1,29 +1,28 @@
-"""`ctxd hook <harness>`: a harness's hook command. It forwards the hook's JSON to ctxd,
-prints what comes back in the harness's own output format (its `CommandHook` adapter), and
-never gets in the agent's way: exit 0 whatever happens.
+"""A harness's hook command (`…/hookclient/__main__.py HARNESS`, or `ctxd hook HARNESS`). It
+forwards the hook's JSON to ctxd, prints what comes back in the harness's own output format
+(`harnesses.py`), and never gets in the agent's way: exit 0 whatever happens.
 
-Standard library only, and nothing of ctxd's server imported on the hook path: it runs on
-every prompt and every tool call. The policy (which session, what to record, what to inject,
-one dump per turn) is the server's (`UseCases.hook`), so this file only carries messages.
+Standard library only, and nothing of ctxd's server: it runs on every prompt and every tool
+call, so its path imports nothing an interpreter does not hold already but `os`, `_json` and
+`_socket` (run as an install writes it, `python -S -I …/hookclient/__main__.py HARNESS`, it
+costs little more than a bare interpreter's start); what only a waiter, an error or a first
+start needs is imported there. The policy (which session, what to record, what to inject, one
+dump per turn) is the server's (`UseCases.hook`), so this file only carries messages.
 """
 
-import contextlib
-import fcntl
-import hashlib
-import json
+from __future__ import annotations
+
 import os
-import shlex
-import shutil
 import sys
 import time
-from pathlib import Path
-from typing import Any, TextIO
-from urllib.parse import urlsplit
 
-from ctxd.cli import env
-from ctxd.harness.adapter import CommandHook
-from ctxd.harness.registry import COMMAND_HOOKS, command_hook
-from ctxd.hookclient import autostart, request
+from ctxd.hookclient import env, jsontext, request
+from ctxd.hookclient.harnesses import COMMAND_HOOKS, HOOKS, CommandHook
+from ctxd.hookclient.request import LOOPBACK
+
+TYPE_CHECKING = False  # typing's own flag costs the hook its import
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 MAX_PAYLOAD_CHARS = 1_000_000
 OUTPUT_KEPT_CHARS = 8_000  # of each text in a tool's response
@@ -46,26 +45,47 @@ class Down(HookError):
 def hook_main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int | None:
     """`ctxd [--url U] hook HARNESS`: handled here without argparse (a usage error would exit
     2, which Claude Code reads as "block"); None when argv is some other command."""
+    args, url = _options(argv)
+    if args[:1] != ["hook"] or "--print-config" in args or "-h" in args or "--help" in args:
+        return None
+    return _hook(args[1:], url, stdin, stdout, stderr)
+
+
+def main(argv: list[str]) -> int:
+    """`python -S -I …/ctxd/hookclient/__main__.py [--url U] [--token-file F] hook HARNESS
+    [--wake]`: the hook command an install writes, with no `ctxd` command in between (the
+    word `hook` optional: an install writes it, so that its commands end as `ctxd hook`'s)."""
+    args, url = _options(argv)
+    return _hook(args[1:] if args[:1] == ["hook"] else args, url, sys.stdin, sys.stdout, sys.stderr)
+
+
+def _options(argv: list[str]) -> tuple[list[str], str]:
+    """(the arguments after `--url` and `--token-file`, the service's URL)."""
     args, url = list(argv), env.url()
     while args and args[0].partition("=")[0] in ("--url", "--token-file"):  # before `hook`
         name, given, value = args.pop(0).partition("=")
         if not given and args:
             value = args.pop(0)
         if name == "--url":
-            url = value
+            url = env.with_scheme(value)
         else:
             os.environ["CTXD_TOKEN_FILE"] = value  # read by env.token() for each request
-    if args[:1] != ["hook"] or "--print-config" in args or "-h" in args or "--help" in args:
-        return None
-    harness = command_hook(args[1] if len(args) > 1 else "claude")
+    return args, url
+
+
+def _hook(args: list[str], url: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    """`HARNESS [--wake]`: one hook event, or a waiter; exit 0 whatever the arguments say."""
+    harness = HOOKS.get(args[0] if args else "claude")
     if harness is None:
         known = ", ".join(COMMAND_HOOKS)
-        print(f"ctxd hook: no harness {args[1]!r} runs hook commands (known: {known})", file=stderr)
+        print(f"ctxd hook: no harness {args[0]!r} runs hook commands (known: {known})", file=stderr)
         return 0
-    if args[2:] == ["--wake"]:
+    if args[1:] == ["--wake"]:
         return wake(harness, url, stdin, stderr)
-    if len(args) > 2:
-        print(f"ctxd hook: ignored arguments {shlex.join(args[2:])!r}", file=stderr)
+    if len(args) > 1:
+        import shlex
+
+        print(f"ctxd hook: ignored arguments {shlex.join(args[1:])!r}", file=stderr)
     return run(harness, url, stdin, stdout, stderr)
 
 
@@ -95,11 +115,13 @@ def wake(harness: CommandHook, url: str, stdin: TextIO, stderr: TextIO) -> int:
         }
         if session := env.session():
             body["session"] = session
-        if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
+        if request.split(url)[1] in LOOPBACK and (pid := harness_pid()):
             body["harness_pid"] = pid
         ceiling = env.wake_max_s(WAKE_MAX_S)
+        import shutil
+
         bash = shutil.which("bash")
-        if bash and urlsplit(url).scheme == "http":
+        if bash and request.split(url)[0] == "http":
             _hand_to_shell(bash, lock, url, harness.name, body, launched, ceiling)
         return _wait(url, harness.name, body, launched, ceiling, stderr)
     except Exception as exc:  # never a traceback; exit 2 would wake the agent with it
@@ -111,7 +133,7 @@ def _can_be_woken(harness: int | None) -> bool:
     """False for a harness run to answer one prompt and exit (`claude -p` without stream-json
     input): it is never woken, and it would wait for the waiter before exiting."""
     try:
-        argv = Path(f"/proc/{harness}/cmdline").read_bytes().split(b"\0") if harness else []
+        argv = _read(f"/proc/{harness}/cmdline").split(b"\0") if harness else []
     except OSError:
         return True
     claude = any(b"claude" in part for part in argv[:3])  # its binary, or node and its cli.js
@@ -125,13 +147,13 @@ def _wait(
     deadline = time.monotonic() + ceiling
     while (left := deadline - time.monotonic()) > 1:
         wait_s = min(WAKE_POLL_S, left)
-        asked = json.dumps({**body, "launched": launched, "wait_s": wait_s}).encode()
+        asked = jsontext.dumps({**body, "launched": launched, "wait_s": wait_s}).encode()
         try:
             status, said = post(url, f"/api/hooks/{harness}/wake", asked, wait_s + 30)
         except HookError:
             time.sleep(min(WAKE_RETRY_S, max(0.0, left - 1)))  # ctxd restarting: ask again
             continue
-        answer = json.loads(said or b"{}") if status == 200 else {}
+        answer = jsontext.loads(said.decode() or "{}") if status == 200 else {}
         if not isinstance(answer, dict) or status != 200:
             return 0
         if answer.get("text"):
@@ -182,24 +204,26 @@ def _hand_to_shell(
 ) -> None:  # fmt: skip
     """Replace this process with the shell waiter, the conversation's lock still held (a
     flock belongs to the open file, which the exec keeps). Returns only if the exec fails."""
-    parts = urlsplit(url)
+    _, host, port, _ = request.split(url)
     token = env.token()
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
 
     def asked(launched: bool) -> str:  # ASCII (json.dumps' default): ${#…} counts its bytes
-        return json.dumps({**body, "launched": launched, "plain": True, "wait_s": 0}).replace(
+        return jsontext.dumps({**body, "launched": launched, "plain": True, "wait_s": 0}).replace(
             '"wait_s": 0', '"wait_s": __WAIT__'
         )
 
     os.dup2(lock, LOCK_FD)  # out of the shell's way: it talks to ctxd on descriptor 3
     os.set_inheritable(LOCK_FD, True)
     times = [str(int(t)) for t in (ceiling, WAKE_POLL_S, WAKE_RETRY_S)]
-    argv = [bash, "--noprofile", "--norc", "-c", WAITER, "ctxd-wake", parts.hostname or "",
-            str(parts.port or 80), f"/api/hooks/{harness}/wake", *times]  # fmt: skip
+    argv = [bash, "--noprofile", "--norc", "-c", WAITER, "ctxd-wake", host,
+            str(port or 80), f"/api/hooks/{harness}/wake", *times]  # fmt: skip
     # what it sends (the token, the agent's command) goes in its environment, which only its
     # own user reads, never on its command line, which every account's `ps` shows
     secrets = {"CTXD_WAKE_AUTH": auth, "CTXD_WAKE_FIRST": asked(launched),
                "CTXD_WAKE_NEXT": asked(False)}  # fmt: skip
+    import contextlib
+
     with contextlib.suppress(OSError):
         os.execve(bash, argv, {**os.environ, **secrets})
 
@@ -210,10 +234,14 @@ def _waiter_lock(url: str, payload: dict[str, Any]) -> int | None:
     ends; None when another waiter holds it. One waiter per conversation, whatever the
     number of launches."""
     conversation = str(payload.get("session_id") or payload.get("cwd") or "")
+    import fcntl
+    import hashlib
+
     name = hashlib.sha256(f"{url}\0{conversation}".encode()).hexdigest()[:24]
-    folder = Path.home() / ".cache" / "ctxd" / "wake"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    folder = os.path.join(os.path.expanduser("~"), ".cache", "ctxd", "wake")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    lock = os.path.join(folder, f"{name}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -233,6 +261,8 @@ def run(harness: CommandHook, url: str, stdin: TextIO, stdout: TextIO, stderr: T
         try:
             answer = forward(url, harness.name, payload, timeout)
         except Down:
+            from ctxd.hookclient import autostart  # only when nothing answers
+
             started = autostart.ensure(url, wait=event in harness.tell_events)
             if started is None:
                 raise
@@ -247,15 +277,15 @@ def run(harness: CommandHook, url: str, stdin: TextIO, stdout: TextIO, stderr: T
         print(f"ctxd hook: {type(exc).__name__}: {exc}"[:500], file=stderr)
         output = None
     if output:
-        stdout.write(json.dumps(output) + "\n")
+        stdout.write(jsontext.dumps(output) + "\n")
     return 0
 
 
 def parse_payload(harness: CommandHook, text: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HookError(f"hook input is not JSON ({exc.msg} at char {exc.pos})") from None
+        data = jsontext.loads(text)
+    except ValueError as exc:  # json's JSONDecodeError: "Expecting value: line 1 column 1 …"
+        raise HookError(f"hook input is not JSON ({exc})") from None
     if not isinstance(data, dict) or harness.event_name(data) is None:
         raise HookError(f"hook input names no hook event; is this a {harness.label} hook?")
     return data
@@ -273,12 +303,12 @@ def forward(url: str, harness: str, payload: dict[str, Any], timeout: float) -> 
         body["session"] = session
     if (max_chars := env.hook_max_chars()) is not None:
         body["max_chars"] = max_chars
-    if urlsplit(url).hostname in autostart.LOOPBACK and (pid := harness_pid()):
+    if request.split(url)[1] in LOOPBACK and (pid := harness_pid()):
         body["harness_pid"] = pid  # only a service on this machine can look it up
-    status, said = post(url, f"/api/hooks/{harness}", json.dumps(body).encode(), timeout)
+    status, said = post(url, f"/api/hooks/{harness}", jsontext.dumps(body).encode(), timeout)
     if status != 200:
         raise HookError(f"ctxd answered HTTP {status}: {_detail(said.decode(errors='replace'))}")
-    answer = json.loads(said or b"{}")
+    answer = jsontext.loads(said.decode() or "{}")
     return answer if isinstance(answer, dict) else {}
 
 
@@ -298,11 +328,13 @@ def git_root(cwd: str) -> str:
     """The checkout holding `cwd` (a `.git` folder or file), found without running git."""
     if not cwd.startswith("/"):
         return ""
-    path = Path(cwd)
-    for folder in (path, *path.parents):
-        if (folder / ".git").exists():
-            return str(folder)
-    return ""
+    folder = os.path.normpath(cwd)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return folder
+        if folder == "/":
+            return ""
+        folder = os.path.dirname(folder)
 
 
 def harness_pid() -> int | None:
@@ -311,7 +343,7 @@ def harness_pid() -> int | None:
     pid = os.getppid()
     for _ in range(4):
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
         except OSError:
             return None
         name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
@@ -319,6 +351,11 @@ def harness_pid() -> int | None:
             return pid
         pid = int(rest.split()[1])
     return None
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as held:
+        return held.read()
 
 
 def tail(value: Any) -> Any:
@@ -340,6 +377,7 @@ def _auth() -> dict[str, str]:
 
 def _detail(said: str) -> str:
     try:
-        return str(json.loads(said).get("detail", said))[:300]
-    except (ValueError, AttributeError):
+        answer = jsontext.loads(said)
+    except ValueError:
         return said[:300]
+    return str(answer.get("detail", said) if isinstance(answer, dict) else said)[:300]

@@ -1,11 +1,14 @@
 """One HTTP/1.1 request over a plain socket: what a hook needs to reach ctxd, without the
 import cost of http.client (it pulls in email and ssl: some 30 ms on every prompt and tool
-call). Standard library only; https, rare for a local service, goes through http.client.
+call), nor that of `socket` (enum, selectors) and `urllib.parse` (re): the C socket module and
+a URL read here. Standard library only; https, rare for a local service, goes through
+http.client.
 """
 
-import socket
+import _socket
 import time
-from urllib.parse import urlsplit
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}  # a service on this machine
 
 MAX_ANSWER_BYTES = 20_000_000
 
@@ -15,10 +18,9 @@ def request(
 ) -> tuple[int, bytes]:
     """(status, body) of one request; OSError when nothing answers (ConnectionRefusedError:
     nobody listens; TimeoutError: it did not answer within `timeout`)."""
-    parts = urlsplit(url)
-    target = parts.path.rstrip("/") + path
-    host, port = parts.hostname or "127.0.0.1", parts.port
-    if parts.scheme == "https":
+    scheme, host, port, base = split(url)
+    target = base.rstrip("/") + path
+    if scheme == "https":
         return _https(host, port, method, target, body, headers, timeout)
     name = f"[{host}]" if ":" in host else host  # an IPv6 literal is bracketed in Host
     lines = [
@@ -29,9 +31,12 @@ def request(
         *(f"{k}: {v}" for k, v in headers.items()),
     ]
     deadline = time.monotonic() + timeout  # one budget for the whole answer, not per read
-    with socket.create_connection((host, port or 80), timeout=timeout) as sock:
+    sock = _connected(host, port or 80, timeout)
+    try:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
         received = _answer(sock, deadline)
+    finally:
+        sock.close()
     head, _, rest = received.partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     fields = dict(line.lower().split(": ", 1) for line in header_lines if ": " in line)
@@ -46,7 +51,44 @@ def request(
     return status, rest
 
 
-def _answer(sock: socket.socket, deadline: float) -> bytes:
+def split(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, path) of an http(s) URL, as urllib's urlsplit reads them (the
+    host lowercased and unbracketed, None for no port or one that is not a number)."""
+    scheme, _, rest = url.strip().partition("://")
+    netloc, slash, path = rest.partition("/")
+    netloc = netloc.rpartition("@")[2]
+    if netloc.startswith("["):  # an IPv6 literal
+        host, _, after = netloc[1:].partition("]")
+        port = after[1:] if after.startswith(":") else ""
+    else:
+        host, _, port = netloc.partition(":")
+    return (
+        scheme.lower(),
+        host.lower() or "127.0.0.1",
+        int(port) if port.isdigit() else None,
+        (slash + path.partition("?")[0].partition("#")[0]),
+    )
+
+
+def _connected(host: str, port: int, timeout: float) -> "_socket.socket":
+    """A socket connected to the first address of `host` that answers (socket's
+    create_connection, over the C module)."""
+    error: OSError | None = None
+    # the host as bytes: a str is encoded by the idna codec (re, unicodedata: some 5 ms)
+    name = host.encode() if host.isascii() else host
+    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error or OSError(f"{host}: no address to connect to")
+
+
+def _answer(sock: "_socket.socket", deadline: float) -> bytes:
     """The answer's bytes: until the connection closes, or once Content-Length bytes of body
     arrived (a server may keep the connection open); TimeoutError past `deadline`."""
     data, wanted = bytearray(), None

@@ -13,6 +13,8 @@ from typing import Any
 import psutil
 
 from ctxd import __version__, confine, redact
+from ctxd.attempts import reconcile
+from ctxd.attempts.binding import LogFiles
 from ctxd.discovery.actions import Action, CommandAction, parse_action
 from ctxd.discovery.harness_files import output_tail
 from ctxd.discovery.objective import first_prompt_in_transcript, is_substantive
@@ -20,6 +22,7 @@ from ctxd.discovery.payloads import OUTPUT_TAIL_MAX_CHARS
 from ctxd.errors import Invalid, NotFound
 from ctxd.harness import conversations, resolve
 from ctxd.harness.adapter import RESUME_SOURCES, HarnessName
+from ctxd.harness.conversations import Placed
 from ctxd.harness.events import (
     INJECT_MAX_CHARS,
     SUMMARY_MAX_CHARS,
@@ -31,9 +34,9 @@ from ctxd.harness.events import (
 )
 from ctxd.harness.policy import HOOK_MAX_CHARS, is_continue
 from ctxd.harness.registry import adapter as harness_adapter
-from ctxd.harness.registry import command_hook
 from ctxd.harness.resolve import Resolved, ResolveIn
 from ctxd.hookclient import hook as hook_client
+from ctxd.hookclient.harnesses import HOOKS
 from ctxd.models import (
     Diff,
     JournalEntry,
@@ -58,6 +61,7 @@ from ctxd.redact.names import is_secret_name
 from ctxd.snapshotter import news
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.snapshotter.triggers import Activity
+from ctxd.store.connection import now
 from ctxd.store.peers import Peer, PeerIn
 from ctxd.usecases import recovery
 from ctxd.usecases.admission import admit
@@ -85,6 +89,7 @@ class UseCases:
         self.turns = TurnMarks()
         # hook events by how they came: posted by the harness itself, or by `ctxd hook`
         self.hook_events = {"posted": 0, "by_command": 0}
+        self.hook_last: dict[str, str] = {}  # harness -> when its last event came (ISO)
         self._compacting: dict[tuple[str, str], int] = {}  # the version taken as it compacts
 
     def close(self) -> None:
@@ -103,7 +108,8 @@ class UseCases:
         storage = "read-only" if self.store.read_only else "writable"
         return {"status": "ok", "version": __version__, "data_dir_bytes": size, "storage": storage,
                 "hooks_posted": self.hook_events["posted"],
-                "hooks_by_command": self.hook_events["by_command"]}  # fmt: skip
+                "hooks_by_command": self.hook_events["by_command"],
+                **{f"last_hook_{name}": at for name, at in self.hook_last.items()}}  # fmt: skip
 
     def prune(self, keep_days: int | None = None) -> int:
         return self.snap.prune(keep_days or self.settings.keep_days)
@@ -343,13 +349,50 @@ class UseCases:
         event = harness_adapter(harness).event(given.payload)
         ask = ResolveIn(harness=harness, session=given.session, cwd=event.cwd[:4096],
                         root=given.root, harness_session=event.conversation[:4096])  # fmt: skip
-        return conversations.place(self, ask, False, event.source, given.harness_pid).sid
+        return self.place(ask, False, event.source, given.harness_pid).sid
+
+    def place(self, ask: ResolveIn, ended: bool, source: str, pid: int | None) -> Placed:
+        """The session of a hook event's conversation, bound on first sight (`ended`: the event
+        ends the conversation; `source`: how a conversation starts; `pid`: the harness process
+        the hook ran under, when the hook could tell); the rules: `harness/conversations.py`."""
+        store, conversation = self.store, ask.harness_session
+        root = ask.root if ask.root.startswith("/") else ask.cwd
+        if ask.session or not conversation or not ask.cwd.startswith("/") or is_system_folder(root):
+            return Placed(self.resolve_session(ask).id)  # no project: the conversation's own
+        at, process = now(), conversations.process(pid)
+        bound = store.conversation(ask.harness, conversation)
+        scope = self.get_session(bound["session"]).cwd if bound is not None else None
+        if bound is not None and conversations.within(ask.cwd, scope):
+            store.see_conversation(ask.harness, conversation, at, process=process, ended=ended)
+            return Placed(bound["session"])
+        before = store.conversation_of_process(ask.harness, *process) if process else None
+        if before is not None and conversations.within(
+            ask.cwd, self.get_session(before["session"]).cwd
+        ):  # the same harness process moved on to a new conversation (/clear, opencode's /new)
+            store.see_conversation(
+                ask.harness, conversation, at, sid=before["session"], process=process, ended=ended
+            )
+            return Placed(before["session"])
+        latest = self.resolve_session(ask.model_copy(update={"harness_session": ""}))
+        others = [c for c in store.conversations_of(latest.id) if c["conversation"] != conversation]
+        live_s = self.settings.conversation_live_s
+        placed = Placed(latest.id)
+        if any(conversations.live(c, at, live_s) for c in others) and source not in RESUME_SOURCES:
+            sid, title, said = conversations.own_session(latest, conversation)
+            self.put_session(sid, SessionIn(cwd=latest.cwd, title=title))
+            placed = Placed(sid, said)
+        elif others and source == "startup":
+            placed.pointer = conversations.pointer_to_latest(latest, at)
+        store.see_conversation(
+            ask.harness, conversation, at, sid=placed.sid, process=process, ended=ended
+        )
+        return placed
 
     def http_hook(self, harness: HarnessName, payload: dict[str, Any]) -> dict[str, Any]:
         """A hook event the harness posted itself (Claude Code's HTTP hooks: no process per
         event): handled as `ctxd hook` forwards one, the tool's output cut to its end and
         the checkout found here, and answered in the harness's own hook output shape."""
-        adapter = command_hook(harness)
+        adapter = HOOKS.get(harness)
         if adapter is None:
             raise NotFound(f"{harness} posts no hook events of its own")
         cwd = payload.get("cwd")
@@ -364,6 +407,7 @@ class UseCases:
         """A harness's hook event: its conversation's session, what to record, what to hand
         the model (at most one dump per turn)."""
         self.hook_events["posted" if posted else "by_command"] += 1
+        self.hook_last[harness] = datetime.now(UTC).isoformat(timespec="seconds")
         adapter = harness_adapter(harness)
         event = adapter.event(given.payload)
         budget = min(given.max_chars or HOOK_MAX_CHARS, INJECT_MAX_CHARS)
@@ -383,9 +427,7 @@ class UseCases:
             root=given.root,
             harness_session=event.conversation[:4096],
         )
-        placed = conversations.place(
-            self, ask, event.kind == "end", event.source, given.harness_pid
-        )
+        placed = self.place(ask, event.kind == "end", event.source, given.harness_pid)
         sid = placed.sid
         # a start before any prompt is told apart by its process; any other event by its own
         # id, whichever way it came (a command hook, or an HTTP hook, which has no process)
@@ -394,6 +436,8 @@ class UseCases:
         if event.event_id and not self.turns.first(seen):
             return HookOut(session=sid)  # delivered again: ctxd's hooks are wired twice
         out = HookOut(session=sid, message=placed.pointer)
+        if event.in_flight is not None:  # the harness's own word on its background shells
+            self.background_told(sid, harness, event.in_flight)
         if event.kind in ("start", "prompt") and event.transcript_path:
             self.objective_from_transcript(sid, event.transcript_path)
         if event.kind == "tool":
@@ -427,6 +471,13 @@ class UseCases:
             if event.kind == "idle" and event.said.strip():
                 self.note_agent_said(sid, event.said)
         return out
+
+    def background_told(self, sid: str, harness: HarnessName, in_flight: tuple[str, ...]) -> None:
+        """The attempts of the harness's background calls as it says they stand: in flight
+        (its list's command lines) or ended (`attempts/reconcile.py`)."""
+        files = LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
+        updates = reconcile.told(self.store, sid, harness, in_flight, datetime.now(UTC), files)
+        reconcile.save(self.store, sid, updates)
 
     def note_agent_said(self, sid: str, text: str) -> None:
         """What the agent said as its turn ended, kept redacted and cut to its last

@@ -1,6 +1,7 @@
-"""The CTXD_* variables the client side reads (the CLI and the harness hooks), in one place.
+"""The CTXD_* variables the client side reads (the hooks and the CLI), in one place.
 
-Standard library only: a hook imports it on every event. The server reads its own through
+Standard library only, and cheap: a hook imports it on every event (`urllib.parse` only where
+an address is taken apart for a person). The server reads its own through
 `ctxd.settings.Settings`.
 """
 
