@@ -4,8 +4,11 @@ A stored version is compared with the one before it (`outcomes`, pure): an attem
 starting or running and now serves, is stuck, or has ended is an outcome, said once. The board
 (`NewsBoard`) keeps each session's outcomes not yet delivered and wakes whoever waits for
 them: a harness's waiter long-polls (`wait`), costing no CPU while it waits, and claims what
-it gets, so one outcome is handed out once. Snapshots publish from their thread; waiters wait
-on the server's event loop.
+it gets, so one outcome is handed out once. Beside that, the board keeps what it was told
+(`told_since`): readers that follow a session (`follow`: `GET /api/sessions/{sid}/news`,
+`ctxd wait`, the MCP tool, the session page's live view) read it "since version V" without
+claiming anything. Snapshots publish from their thread; waiters and readers wait on the
+server's event loop, each on its own asyncio event: nothing polls per waiter or reader.
 """
 
 import asyncio
@@ -13,15 +16,22 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
+
+from pydantic import BaseModel
 
 from ctxd.fmt import between
 from ctxd.models import HistoryItem, Snapshot
 from ctxd.signals.attempts import phase
 
 OUTCOMES_KEPT = 50  # per session, undelivered: the oldest go first
+HISTORY_KEPT = 200  # per session, what readers may ask for since a version
+WAIT_MAX_S = 600  # one long poll of a reader, at most
+RECALL_VERSIONS = 20  # after a restart, the stored versions a reader's first ask looks over
 ERROR_CHARS = 300
 # A command of the agent's that ends a process itself: its end is no news to the agent.
 _KILLS = re.compile(r"(?:^|[;&|(\s])(?:kill|pkill|killall|fuser\s+-k)\b")
@@ -113,10 +123,10 @@ def _said(item: HistoryItem, state: str, s: Snapshot) -> str:
     return f"{who} {item.ran or 'ended'}{error}{where}"
 
 
-def pending(s: Snapshot | None) -> bool:
-    """Whether an attempt of this version still waits for an outcome: live, not yet serving
-    nor stuck."""
-    return any(True for _ in _waiting(s))
+def pending(s: Snapshot | None, attempt: int | None = None) -> bool:
+    """Whether an attempt of this version (attempt number `attempt`, if given) still waits
+    for an outcome: live, not yet serving nor stuck."""
+    return any(attempt in (None, item.first) for item, _ in _waiting(s))
 
 
 def still_pending(s: Snapshot | None, at: datetime) -> list[Outcome]:
@@ -154,16 +164,27 @@ def wake_text(sid: str, news: list[Outcome], current: Snapshot | None) -> str:
     if current is not None:
         for item in _attempt_items(current):
             if item.first not in told and item.status in ("running", "started"):
-                lines.append(f"{item.label} is still {_state(item, current)}.")
+                lines.append(f"{item.label} is still {_live(item, current)}.")
     lines.append(f"Full state: `ctxd resume {sid}`")
     return " ".join(lines)
 
 
+def _live(item: HistoryItem, s: Snapshot) -> str:
+    """A live attempt's state as the wake text says it: "serving on :30000" with its ports."""
+    state = _state(item, s)
+    if state == "serving" and item.ports:
+        return f"serving on {', '.join(f':{p}' for p in item.ports)}"
+    return state
+
+
 @dataclass
 class _Waiting:
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)  # not yet delivered as a wake
+    told: deque[Outcome] = field(default_factory=lambda: deque(maxlen=HISTORY_KEPT))
     events: set[asyncio.Event] = field(default_factory=set)
     waiters: int = 0
+    recalled: bool = False  # the outcomes of versions stored before this board began are in
+    through: int = 0  # the newest version whose outcomes are in
 
 
 class NewsBoard:
@@ -174,13 +195,20 @@ class NewsBoard:
         self._sessions: dict[str, _Waiting] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def publish(self, sid: str, news: list[Outcome]) -> None:
-        """Keep these outcomes for the session's waiter and wake it (from any thread)."""
+    def publish(self, sid: str, news: list[Outcome], version: int | None = None) -> None:
+        """Keep these outcomes for the session's waiter and wake it (from any thread); with
+        `version`, they are all of that stored version's (none, maybe)."""
         if not news:
+            if version is not None:
+                with self._lock:
+                    board = self._sessions.setdefault(sid, _Waiting())
+                    board.through = max(board.through, version)
             return
         with self._lock:
             board = self._sessions.setdefault(sid, _Waiting())
+            board.through = max(board.through, version or 0)
             board.outcomes = [*board.outcomes, *news][-OUTCOMES_KEPT:]
+            _keep(board, [o for o in news if o.kind != "quiet"])  # "no news yet" is no event
             events, loop = list(board.events), self._loop
         if loop is not None:
             for event in events:
@@ -207,20 +235,66 @@ class NewsBoard:
             board = self._sessions.setdefault(sid, _Waiting())
             board.outcomes = [*news, *board.outcomes][-OUTCOMES_KEPT:]
 
+    def told_since(self, sid: str, version: int, attempt: int | None = None) -> list[Outcome]:
+        """What the session's attempts (attempt `attempt` alone, if given) came to in versions
+        after `version`, oldest first, whether delivered as a wake or not."""
+        with self._lock:
+            board = self._sessions.get(sid)
+            told = list(board.told) if board is not None else []
+        return [o for o in told if o.version > version and attempt in (None, o.number)]
+
+    def recalled(self, sid: str) -> bool:
+        """Whether the outcomes of the versions stored before this board began are in."""
+        with self._lock:
+            board = self._sessions.get(sid)
+            return board is not None and board.recalled
+
+    def recall(self, sid: str, found: list[Outcome], through: int) -> None:
+        """The outcomes found in stored versions up to `through` (after a restart: the board
+        starts empty), kept among those told since, each once."""
+        with self._lock:
+            board = self._sessions.setdefault(sid, _Waiting())
+            _keep(board, found)
+            board.recalled = True
+            board.through = max(board.through, through)
+
+    def through(self, sid: str) -> int:
+        """The newest version of the session whose outcomes the board has: "now", for a
+        reader that asks for what happens from here on."""
+        with self._lock:
+            board = self._sessions.get(sid)
+            return board.through if board is not None else 0
+
     async def wait(self, sid: str, timeout_s: float) -> list[Outcome]:
         """The session's undelivered outcomes, claimed, as soon as there are any; [] after
         `timeout_s`. Waits on an asyncio event: no thread and no CPU while nothing comes."""
+        return await self._until(sid, lambda: self.claim(sid), timeout_s, waiter=True)
+
+    async def follow(
+        self, sid: str, version: int, attempt: int | None, timeout_s: float, waiter: bool
+    ) -> list[Outcome]:
+        """What the session's attempts (or attempt `attempt`) came to after `version`, as soon
+        as there is something, claiming nothing; [] after `timeout_s`. A `waiter` (an agent,
+        not a page's reader) makes its session looked at often while it waits."""
+        look = partial(self.told_since, sid, version, attempt)
+        return await self._until(sid, look, timeout_s, waiter)
+
+    async def _until(
+        self, sid: str, look: Callable[[], list[Outcome]], timeout_s: float, waiter: bool
+    ) -> list[Outcome]:
+        """What `look` finds, as soon as it finds something after a publish wakes this one's
+        event; [] after `timeout_s`."""
         self._loop = asyncio.get_running_loop()
         event = asyncio.Event()
         with self._lock:
             board = self._sessions.setdefault(sid, _Waiting())
             board.events.add(event)
-            board.waiters += 1
+            board.waiters += waiter
         deadline = time.monotonic() + timeout_s
         try:
             while True:
                 event.clear()  # before looking: a publish after the look sets it again
-                if news := self.claim(sid):
+                if news := look():
                     return news
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -230,4 +304,37 @@ class NewsBoard:
         finally:
             with self._lock:
                 board.events.discard(event)
-                board.waiters -= 1
+                board.waiters -= waiter
+
+
+def _keep(board: _Waiting, news: list[Outcome]) -> None:
+    """Add outcomes to what the board was told, each (attempt, kind, version) once, in the
+    order of their versions."""
+    known = {(o.number, o.kind, o.version) for o in board.told}
+    fresh = [o for o in news if (o.number, o.kind, o.version) not in known]
+    if fresh:
+        kept = sorted([*board.told, *fresh], key=lambda o: o.version)
+        board.told.clear()
+        board.told.extend(kept)
+
+
+class NewsItem(BaseModel):
+    """One outcome as a reader gets it: attempt `attempt` came to `kind` (serving, stuck,
+    died, ended) in version `version`; `text` says it in a line."""
+
+    attempt: int
+    kind: str
+    text: str
+    at: datetime
+    version: int
+
+
+class NewsOut(BaseModel):
+    """What happened since the version asked about (`news`, oldest first; empty when nothing
+    did in time); `version`: ask next with `since` = this; `pending`: whether an attempt asked
+    about is still live with no outcome yet (False: nothing more will come for it)."""
+
+    session: str
+    version: int
+    news: list[NewsItem]
+    pending: bool

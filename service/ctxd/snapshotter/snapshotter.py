@@ -208,7 +208,8 @@ class Snapshotter:
                 (datetime.fromisoformat(a["at"]), str(a.get("command", "")))
                 for a in self.store.list_actions(sid, "command", limit=50)
             ]
-            self.news.publish(sid, news.outcomes(previous, snapshot, commands))
+            found = news.outcomes(previous, snapshot, commands)
+            self.news.publish(sid, found, snapshot.header.version)
         except Exception:  # the news is a courtesy: the version is stored whatever happens
             log.exception("the news of %s v%d was not published", sid, snapshot.header.version)
 
