@@ -454,3 +454,49 @@ def test_a_storm_of_snapshots_tells_one_death_once(
     assert first["text"] and first["text"].count("died") == 1, first
     again = httpx.post(url, json={**ask, "launched": False}, timeout=60).json()
     assert again["text"] is None and not again["pending"], again
+
+
+def test_one_waiter_per_session_whatever_the_number_of_launches_costing_nothing_while_it_waits(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str
+) -> None:
+    """Five launches in one conversation, each starting a waiter as Claude Code does after
+    every background launch: the first waits, the four others go at once; the one that waits
+    is a small shell blocked in a read: its RSS and CPU are measured while it waits."""
+    server, procs = quick_server, []
+    for n in range(1, 6):
+        line = f"nohup {sys.executable} serve.py 600 --tag {tag} > serve{n}.log 2>&1 &"
+        payload = launch(server, work, line, n=n)
+        procs.append(started(waiter(server, payload, tmp_path), payload))
+        time.sleep(0.3 if n == 1 else 0)  # the first holds the conversation's lock by now
+    for extra in procs[1:]:
+        assert extra.wait(timeout=30) == 0 and extra.stderr is not None
+        assert not extra.stderr.read()
+    first = psutil.Process(procs[0].pid)
+    assert procs[0].poll() is None and first.name() == "bash"
+    before, at = first.cpu_times(), time.monotonic()
+    time.sleep(5)
+    after, spent = first.cpu_times(), time.monotonic() - at
+    used = (after.user + after.system) - (before.user + before.system)
+    rss = first.memory_info().rss
+    print(f"the waiter: RSS {rss / 2**20:.1f} MiB, CPU {used:.3f} s over {spent:.1f} s")
+    assert rss < 8 * 2**20, rss  # a shell, not a Python interpreter
+    assert used <= 0.05, used  # blocked in a read: no loop runs while nothing happens
+    procs[0].kill()
+    procs[0].wait()
+
+
+def test_the_waiter_exits_quietly_at_its_ceiling(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str
+) -> None:
+    """An attempt that neither comes up, dies nor is called stuck (threshold 60 s here): the
+    waiter gives up at its ceiling (CTXD_WAKE_MAX_S, 6 s) with exit 0 and nothing said, not
+    before and not long after it."""
+    server = quick_server
+    line = f"nohup {sys.executable} serve.py 600 --tag {tag} > serve.log 2>&1 &"
+    payload = launch(server, work, line)
+    begun = time.monotonic()
+    proc = started(waiter(server, payload, tmp_path, CTXD_WAKE_MAX_S="6"), payload)
+    _, said = proc.communicate(timeout=60)
+    took = time.monotonic() - begun
+    assert proc.returncode == 0 and said == "", said
+    assert 5 <= took <= 6 + 15, took  # near the ceiling, with a generous margin
