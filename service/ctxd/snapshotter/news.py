@@ -13,11 +13,12 @@ server's event loop, each on its own asyncio event: nothing polls per waiter or 
 
 import asyncio
 import contextlib
+import os
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -25,11 +26,13 @@ from functools import partial
 from pydantic import BaseModel
 
 from ctxd.fmt import between
-from ctxd.models import HistoryItem, Snapshot
+from ctxd.models import HistoryItem, Observations, Snapshot
 from ctxd.signals.attempts import phase
+from ctxd.snapshotter.line_waits import LineWait
 
 OUTCOMES_KEPT = 50  # per session, undelivered: the oldest go first
 HISTORY_KEPT = 200  # per session, what readers may ask for since a version
+LOG_READY = "log-ready"  # the trigger word of a log that printed the line the agent waits for
 WAIT_MAX_S = 600  # one long poll of a reader, at most
 RECALL_VERSIONS = 20  # after a restart, the stored versions a reader's first ask looks over
 ERROR_CHARS = 300
@@ -52,23 +55,26 @@ def outcomes(
     previous: Snapshot | None,
     current: Snapshot,
     commands: Iterable[tuple[datetime, str]] = (),
+    waits: Iterable[LineWait] = (),
 ) -> list[Outcome]:
     """What changed for the attempts from `previous` to `current`: one outcome per attempt
     that now serves, is stuck or has ended, having been live (or unseen) before. `commands`:
     the agent's own, with their times: one that kills an attempt after its launch makes its
-    end no news (the agent knows)."""
+    end no news (the agent knows). `waits`: the log lines the agent waits for
+    (`line_waits.py`): an attempt whose log printed one serves."""
     at, version = current.header.taken_at, current.header.version
-    before = _states(previous) if previous is not None else {}
+    waits = tuple(waits)
+    before = _states(previous, waits) if previous is not None else {}
     kills = [(when, c) for when, c in commands if _KILLS.search(c)]
     out = []
     for item in _attempt_items(current):
-        state = _state(item, current)
+        state = _state(item, current, waits)
         number = item.first or 0
         if state == before.get(number) or state not in ("serving", "stuck", "died", "ended"):
             continue
         if state in ("died", "ended") and _killed(item, kills):
             continue
-        out.append(Outcome(number, state, _said(item, state, current), at, version))
+        out.append(Outcome(number, state, _said(item, state, current, waits), at, version))
     return out
 
 
@@ -80,11 +86,11 @@ def _attempt_items(s: Snapshot) -> list[HistoryItem]:
     ]
 
 
-def _states(s: Snapshot) -> dict[int, str]:
-    return {item.first or 0: _state(item, s) for item in _attempt_items(s)}
+def _states(s: Snapshot, waits: Sequence[LineWait] = ()) -> dict[int, str]:
+    return {item.first or 0: _state(item, s, waits) for item in _attempt_items(s)}
 
 
-def _state(item: HistoryItem, s: Snapshot) -> str:
+def _state(item: HistoryItem, s: Snapshot, waits: Sequence[LineWait] = ()) -> str:
     if item.status == "ended":
         failed = item.error or (item.ran or "").startswith(("died", "killed", "exited with status"))
         return (
@@ -92,7 +98,25 @@ def _state(item: HistoryItem, s: Snapshot) -> str:
             if failed and not (item.ran or "").startswith("exited with status 0")
             else "ended"
         )
-    return phase(item, s.signals, s.observations, s.header.taken_at)
+    state = phase(item, s.signals, s.observations, s.header.taken_at)
+    if state in ("starting", "running") and _ready_line(item, s, waits) is not None:
+        return "serving"  # its log printed the line the agent waits for
+    return state
+
+
+def _ready_line(
+    item: HistoryItem, s: Snapshot, waits: Sequence[LineWait]
+) -> tuple[str, str] | None:
+    """(the log, its line) of a wait of the agent's, written since the attempt's launch, on
+    one of the logs its output goes to, that the log's last lines in `s` satisfy."""
+    logs = {os.path.normpath(p) for p in item.logs}
+    for wait in waits:
+        if wait.at < item.at or wait.path not in logs:
+            continue
+        for log in s.observations.logs.items:
+            if log.path == wait.path and (line := wait.printed(log.lines)) is not None:
+                return wait.path, line
+    return None
 
 
 def _killed(item: HistoryItem, kills: list[tuple[datetime, str]]) -> bool:
@@ -105,10 +129,16 @@ def _killed(item: HistoryItem, kills: list[tuple[datetime, str]]) -> bool:
     return any(w in command for when, command in kills if when >= item.at for w in words)
 
 
-def _said(item: HistoryItem, state: str, s: Snapshot) -> str:
+def _said(item: HistoryItem, state: str, s: Snapshot, waits: Sequence[LineWait]) -> str:
     program = item.program() or "its program"
     who = f"{item.label} (`{program}`" + (f", pid {item.pid})" if item.pid else ")")
     at = s.header.taken_at
+    ready = _ready_line(item, s, waits) if state == "serving" and not item.port_open else None
+    if ready is not None:
+        log, line = ready
+        name, since = log.rsplit("/", 1)[-1], between(item.at, at)
+        said = line.strip()[:ERROR_CHARS]
+        return f"{who} is up: its log printed `{said}` ({name}), {since} after its launch"
     if state == "serving":
         ports = ", ".join(f":{p}" for p in item.ports)
         return f"{who} is serving on {ports}, {between(item.at, at)} after its launch"
@@ -185,6 +215,7 @@ class _Waiting:
     waiters: int = 0
     recalled: bool = False  # the outcomes of versions stored before this board began are in
     through: int = 0  # the newest version whose outcomes are in
+    waits: tuple[LineWait, ...] = ()  # the log lines the agent waits for
 
 
 class NewsBoard:
@@ -207,12 +238,40 @@ class NewsBoard:
         with self._lock:
             board = self._sessions.setdefault(sid, _Waiting())
             board.through = max(board.through, version or 0)
+            news = [o for o in news if not _said_already(board, o)]
             board.outcomes = [*board.outcomes, *news][-OUTCOMES_KEPT:]
             _keep(board, [o for o in news if o.kind != "quiet"])  # "no news yet" is no event
             events, loop = list(board.events), self._loop
         if loop is not None:
             for event in events:
                 loop.call_soon_threadsafe(event.set)
+
+    def expect(self, sid: str, waits: Iterable[LineWait]) -> None:
+        """The log lines the session's agent waits for now (`line_waits.py`)."""
+        with self._lock:
+            self._sessions.setdefault(sid, _Waiting()).waits = tuple(waits)
+
+    def printed(
+        self, sid: str, before: Observations | None, after: Observations
+    ) -> list[tuple[str, str]]:
+        """A probe's news for the trigger loop, as (trigger word, text): a log that now shows
+        a line the agent waits for, which it did not show `before`."""
+        with self._lock:
+            board = self._sessions.get(sid)
+            waits = board.waits if board is not None else ()
+        out = []
+        for wait in waits:
+            lines = [log.lines for log in after.logs.items if log.path == wait.path]
+            line = next((found for ls in lines if (found := wait.printed(ls))), None)
+            if line is None:
+                continue
+            old = [
+                log.lines for log in (before.logs.items if before else []) if log.path == wait.path
+            ]
+            if not any(wait.printed(ls) for ls in old):
+                name = wait.path.rsplit("/", 1)[-1]
+                out.append((LOG_READY, f"{name} printed the line the agent waits for: {line}"))
+        return out
 
     def waited(self, sid: str) -> bool:
         """Whether a waiter waits on the session now (its attempts are then looked at often)."""
@@ -305,6 +364,13 @@ class NewsBoard:
             with self._lock:
                 board.events.discard(event)
                 board.waiters -= waiter
+
+
+def _said_already(board: _Waiting, outcome: Outcome) -> bool:
+    """Whether the attempt's last outcome was already this one (serving by its log's line,
+    then by its port): one event, told once."""
+    last = next((o for o in reversed(board.told) if o.number == outcome.number), None)
+    return outcome.kind == "serving" and last is not None and last.kind == "serving"
 
 
 def _keep(board: _Waiting, news: list[Outcome]) -> None:

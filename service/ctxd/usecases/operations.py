@@ -57,6 +57,7 @@ from ctxd.peers.fanout import Peers, PeerStatus
 from ctxd.peers.serve import ObserveIn
 from ctxd.redact.names import is_secret_name
 from ctxd.snapshotter import news
+from ctxd.snapshotter.line_waits import line_waits
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.snapshotter.triggers import Activity
 from ctxd.store.peers import Peer, PeerIn
@@ -365,8 +366,9 @@ class UseCases:
         """The outcomes of the session's newest stored versions, for readers of a board that
         began after them (a restart): each version compared with the one before it."""
         newest = self.store.latest_version(sid)
-        commands = [(datetime.fromisoformat(a["at"]), str(a.get("command", "")))
-                    for a in self.store.list_actions(sid, "command", limit=50)]  # fmt: skip
+        actions = self.store.list_actions(sid, "command", limit=50)
+        commands = [(datetime.fromisoformat(a["at"]), str(a.get("command", ""))) for a in actions]
+        waits = line_waits(actions)
         found: list[news.Outcome] = []
         first = max(1, newest - news.RECALL_VERSIONS + 1)
         previous = None  # before version 1: none, as when it was stored
@@ -374,7 +376,7 @@ class UseCases:
             with contextlib.suppress(NotFound):  # a version pruned away
                 current = self.store.get_snapshot(sid, version)
                 if version >= first:
-                    found += news.outcomes(previous, current, commands)
+                    found += news.outcomes(previous, current, commands, waits)
                 previous = current
         self.snap.news.recall(sid, found, newest)
 
