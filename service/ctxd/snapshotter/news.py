@@ -99,8 +99,8 @@ def _state(item: HistoryItem, s: Snapshot, waits: Sequence[LineWait] = ()) -> st
             else "ended"
         )
     state = phase(item, s.signals, s.observations, s.header.taken_at)
-    if state in ("starting", "running") and _ready_line(item, s, waits) is not None:
-        return "serving"  # its log printed the line the agent waits for
+    if state in ("starting", "running", "stuck") and _ready_line(item, s, waits) is not None:
+        return "serving"  # its log printed the line the agent waits for: up, and idle for work
     return state
 
 
@@ -153,10 +153,11 @@ def _said(item: HistoryItem, state: str, s: Snapshot, waits: Sequence[LineWait])
     return f"{who} {item.ran or 'ended'}{error}{where}"
 
 
-def pending(s: Snapshot | None, attempt: int | None = None) -> bool:
+def pending(s: Snapshot | None, attempt: int | None = None, waits: Sequence[LineWait] = ()) -> bool:
     """Whether an attempt of this version (attempt number `attempt`, if given) still waits
-    for an outcome: live, not yet serving nor stuck."""
-    return any(attempt in (None, item.first) for item, _ in _waiting(s))
+    for an outcome: live, not yet serving (by its port, or by the line the agent waits for in
+    its log: `waits`) nor stuck."""
+    return any(attempt in (None, item.first) for item, _ in _waiting(s, waits))
 
 
 def still_pending(s: Snapshot | None, at: datetime) -> list[Outcome]:
@@ -173,20 +174,24 @@ def still_pending(s: Snapshot | None, at: datetime) -> list[Outcome]:
     return out
 
 
-def _waiting(s: Snapshot | None) -> Iterator[tuple[HistoryItem, str]]:
+def _waiting(
+    s: Snapshot | None, waits: Sequence[LineWait] = ()
+) -> Iterator[tuple[HistoryItem, str]]:
     """The live attempts of version `s` with no outcome yet, each with its state (starting,
     running)."""
     if s is None:
         return
     for item in _attempt_items(s):
-        if item.status in ("running", "started") and (state := _state(item, s)) in (
+        if item.status in ("running", "started") and (state := _state(item, s, waits)) in (
             "starting",
             "running",
         ):
             yield item, state
 
 
-def wake_text(sid: str, news: list[Outcome], current: Snapshot | None) -> str:
+def wake_text(
+    sid: str, news: list[Outcome], current: Snapshot | None, waits: Sequence[LineWait] = ()
+) -> str:
     """The paragraph a woken agent reads: the news, each other live attempt's state, and the
     command that shows everything."""
     lines = [f"ctxd: {o.text}." for o in news]
@@ -194,14 +199,14 @@ def wake_text(sid: str, news: list[Outcome], current: Snapshot | None) -> str:
     if current is not None:
         for item in _attempt_items(current):
             if item.first not in told and item.status in ("running", "started"):
-                lines.append(f"{item.label} is still {_live(item, current)}.")
+                lines.append(f"{item.label} is still {_live(item, current, waits)}.")
     lines.append(f"Full state: `ctxd resume {sid}`")
     return " ".join(lines)
 
 
-def _live(item: HistoryItem, s: Snapshot) -> str:
+def _live(item: HistoryItem, s: Snapshot, waits: Sequence[LineWait]) -> str:
     """A live attempt's state as the wake text says it: "serving on :30000" with its ports."""
-    state = _state(item, s)
+    state = _state(item, s, waits)
     if state == "serving" and item.ports:
         return f"serving on {', '.join(f':{p}' for p in item.ports)}"
     return state
@@ -272,6 +277,12 @@ class NewsBoard:
                 name = wait.path.rsplit("/", 1)[-1]
                 out.append((LOG_READY, f"{name} printed the line the agent waits for: {line}"))
         return out
+
+    def waits_for(self, sid: str) -> tuple[LineWait, ...]:
+        """The log lines the session's agent waits for, as the last stored version found."""
+        with self._lock:
+            board = self._sessions.get(sid)
+            return board.waits if board is not None else ()
 
     def waited(self, sid: str) -> bool:
         """Whether a waiter waits on the session now (its attempts are then looked at often)."""

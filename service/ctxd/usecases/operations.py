@@ -328,18 +328,20 @@ class UseCases:
         if not self.settings.wake:
             return WakeOut(session=sid)
         latest = await asyncio.to_thread(self.snap.latest, sid)
-        waiting = given.launched or news.pending(latest)  # else: only what is there already
+        waits = self.snap.news.waits_for(sid)
+        waiting = given.launched or news.pending(latest, None, waits)  # else: what is there
         got = await self.snap.news.wait(sid, given.wait_s if waiting else 0)
         latest = await asyncio.to_thread(self.snap.latest, sid) if got else latest
+        waits = self.snap.news.waits_for(sid)
         if not got:
-            return WakeOut(session=sid, pending=given.launched or news.pending(latest))
+            return WakeOut(session=sid, pending=given.launched or news.pending(latest, None, waits))
         if given.harness_pid and not psutil.pid_exists(given.harness_pid):
             self.snap.news.give_back(sid, got)  # nobody to wake: the next dump tells it
             return WakeOut(session=sid)
-        text = redact.text(news.wake_text(sid, got, latest))
+        text = redact.text(news.wake_text(sid, got, latest, waits))
         body = {"text": text, "attempts": [o.number for o in got], "kinds": [o.kind for o in got]}
         await asyncio.to_thread(self.store.add_action, sid, "wake", datetime.now(UTC), body)
-        return WakeOut(session=sid, text=text, pending=news.pending(latest))
+        return WakeOut(session=sid, text=text, pending=news.pending(latest, None, waits))
 
     async def news(
         self, sid: str, since: int | None = None, attempt: int | None = None,
@@ -359,8 +361,9 @@ class UseCases:
         latest = await asyncio.to_thread(self.snap.latest, sid)
         told = [news.NewsItem(attempt=o.number, kind=o.kind, text=redact.text(o.text), at=o.at,
                               version=o.version) for o in got]  # fmt: skip
-        return news.NewsOut(session=sid, version=max([since, *(o.version for o in got)]),
-                            news=told, pending=news.pending(latest, attempt))  # fmt: skip
+        pending = news.pending(latest, attempt, self.snap.news.waits_for(sid))
+        cursor = max([since, *(o.version for o in got)])
+        return news.NewsOut(session=sid, version=cursor, news=told, pending=pending)
 
     def _recall_news(self, sid: str) -> None:
         """The outcomes of the session's newest stored versions, for readers of a board that
