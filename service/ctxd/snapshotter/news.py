@@ -224,7 +224,9 @@ class _Waiting:
 
 
 class NewsBoard:
-    """Each session's undelivered outcomes, and the waiters to wake when one comes."""
+    """Each session's outcomes (those not yet delivered as a wake, and those told, for readers
+    since a version), the log lines its agent waits for, and the waiters and readers to wake
+    when an outcome comes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
