@@ -134,7 +134,8 @@ async def _wait_for_news(url: str, args: dict[str, Any]) -> Any:
         streamable_http_client(f"{url}/mcp") as (read, write),
         ClientSession(read, write) as session,
     ):
-        await session.initialize()
+        init = await session.initialize()
+        assert "call `wait_for_news` rather than" in (init.instructions or "")  # told to use it
         tools = {t.name for t in (await session.list_tools()).tools}
         assert "wait_for_news" in tools
         return await session.call_tool("wait_for_news", args)

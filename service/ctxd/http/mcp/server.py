@@ -38,7 +38,9 @@ decisions, next steps), as versioned Markdown dumps. Call `resume` first wheneve
 context (after a compaction, a restart or a /clear): it tells you what ran, what was tried and
 what to do next. While you work, post each attempt and finding with `add_entry` as it happens,
 add watches for the processes, logs and artifacts you start, and `take_snapshot` before risky
-steps. Find your session with `list_sessions` (pass your working directory as `cwd`)."""
+steps. To wait for something you launched to come up or fail, call `wait_for_news` rather than
+sleeping and polling. Find your session with `list_sessions` (pass your working directory as
+`cwd`)."""
 
 
 class McpEndpoint:
