@@ -139,3 +139,10 @@ def test_a_wait_loop_sent_off_whole_launches_nothing() -> None:
     assert launched(parse_command(loop), background=True) == []
     served = launched(parse_command("cd app && python serve.py --port 8000"), background=True)
     assert [c.argv[:2] for c in served] == [("python", "serve.py")]
+    # a program a loop or a condition sends off is the launch, not the shell's word before it
+    loop = "for s in 1 2; do nohup python train.py --seed $s > t$s.log 2>&1 & done"
+    assert [c.argv[:2] for c in launched(parse_command(loop))] == [("python", "train.py")]
+    branch = "if [ -f ok ]; then setsid python serve.py > s.log 2>&1 & fi"
+    assert [(c.argv[:2], c.background) for c in launched(parse_command(branch))] == [
+        (("python", "serve.py"), "setsid")
+    ]
