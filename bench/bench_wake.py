@@ -6,7 +6,10 @@ Run: .venv/bin/python -m bench.bench_wake [--runs 5] [--waiters 50] [--idle-seco
   seconds from its death (seen by polling its pid) to the exit of `ctxd hook claude --wake`
   (exit 2, the news on stderr), with ctxd's default settings (event probes every 5 s);
 - idle: `--waiters` sessions, each with a waiter long-polling for a launch that sleeps; the
-  server's CPU (% of one core) over `--idle-seconds`, and the waiters' resident memory.
+  server's CPU (% of one core) over `--idle-seconds`, its resident memory then, and the
+  waiters' resident memory.
+
+The figures are appended to bench/results.jsonl (mode "wake").
 """
 
 import argparse
@@ -22,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench import table
 from bench.scenario import Server, start_server
 from bench.timing import cpu_percent
 
@@ -87,8 +91,9 @@ def bench_latency(runs: int, root: Path) -> list[float]:
     return took
 
 
-def bench_idle(waiters: int, seconds: float, root: Path) -> tuple[float, float]:
-    """(server CPU % of one core while `waiters` wait, the waiters' RSS in MiB in all)."""
+def bench_idle(waiters: int, seconds: float, root: Path) -> tuple[float, float, float]:
+    """(server CPU % of one core while `waiters` wait, the server's RSS in MiB then, the
+    waiters' RSS in MiB in all)."""
     sleeper = root / "sleeps.py"
     sleeper.write_text("import time\ntime.sleep(3600)\n")
     procs: list[subprocess.Popen] = []
@@ -102,8 +107,9 @@ def bench_idle(waiters: int, seconds: float, root: Path) -> tuple[float, float]:
                 procs.append(waiter(server, report(server, work, f"i{n}", line), root))
             time.sleep(20)  # settle: the launches' snapshots and the first looks are done
             cpu = cpu_percent(server.process.pid, seconds)
+            served = psutil.Process(server.process.pid).memory_info().rss / 2**20
             rss = sum(psutil.Process(p.pid).memory_info().rss for p in procs) / 2**20
-            return cpu, rss
+            return cpu, served, rss
         finally:
             for proc in procs:
                 proc.kill()
@@ -126,9 +132,22 @@ def main() -> None:
             f"  death to waiter exit (default settings)        {statistics.median(took):6.2f} s"
             f"  (max {max(took):.2f} s of {len(took)})"
         )
-        cpu, rss = bench_idle(args.waiters, args.idle_seconds, Path(root))
+        cpu, served, rss = bench_idle(args.waiters, args.idle_seconds, Path(root))
         print(f"  server CPU, {args.waiters} sessions each with a waiter  {cpu:6.2f} % of a core")
+        print(f"  the server's RSS meanwhile                       {served:6.1f} MiB")
         print(f"  the {args.waiters} waiters' RSS in all                  {rss:6.1f} MiB")
+    figures = {
+        "wake_latency_s": statistics.median(took),
+        "wake_latency_max_s": max(took),
+        "wake_runs": len(took),
+        "wake_waiters": args.waiters,
+        "wake_idle_seconds": args.idle_seconds,
+        "wake_idle_server_cpu_pct": cpu,
+        "wake_idle_server_rss_mb": served,
+        "wake_idle_waiters_rss_mb": rss,
+        "cpus": os.cpu_count(),
+    }
+    table.append_results(figures, "wake")
 
 
 if __name__ == "__main__":

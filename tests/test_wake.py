@@ -7,6 +7,7 @@ exit is seen within a second or two."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -194,15 +195,18 @@ def woken_with(model, words: str) -> list[str]:  # type: ignore[no-untyped-def]
     return found
 
 
-@pytest.mark.parametrize("wake", [True, False], ids=["woken", "CTXD_WAKE=0"])
+OFF = ["woken", "CTXD_WAKE=0", "--no-wake"]  # how waking is left on, or turned off
+
+
+@pytest.mark.parametrize("off", OFF)
 def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
-    quick_server: Server, work: Path, tmp_path: Path, tag: str, wake: bool
+    quick_server: Server, work: Path, tmp_path: Path, tag: str, off: str
 ) -> None:
     """The scripted model launches a server in the background and ends its turn; the server
     dies 8 s later; Claude Code, idle, sends the model a new request carrying ctxd's news
     (the attempt, its error, its log) within seconds of the death, once; the relaunch it
     sends off then comes up, and that wakes it once more ("serving on :PORT"). With
-    CTXD_WAKE=0 in the agent's environment no request comes."""
+    CTXD_WAKE=0 in the agent's environment, or installed with `--no-wake`, no request comes."""
     from tests.scripted_model import ScriptedModel, Step
     from tests.test_harness_claude import CLAUDE
 
@@ -211,8 +215,12 @@ def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
     server, home = quick_server, tmp_path / "home"
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "CTXD_URL": server.url}
-    subprocess.run([sys.executable, "-m", "ctxd", "install", "claude"], env=env, check=True,
+    wake = off == "woken"
+    install = [sys.executable, "-m", "ctxd", "install", "claude"]
+    subprocess.run(install + (["--no-wake"] if off == "--no-wake" else []), env=env, check=True,
                    capture_output=True)  # fmt: skip
+    wired = (home / ".claude" / "settings.json").read_text()
+    assert ("--wake" in wired) == (off != "--no-wake"), wired
     from tests.conftest import free_port
 
     launch = f"nohup python3 serve.py 8 --tag {tag} > serve.log 2>&1 &"
@@ -223,7 +231,7 @@ def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
                            Step(bash=relaunch), Step(text="It died: relaunched the other one."),
                            Step(text="It serves.")])  # fmt: skip
     proc = None
-    extra = {} if wake else {"CTXD_WAKE": "0"}  # the CLI passes its environment to its hooks
+    extra = {"CTXD_WAKE": "0"} if off == "CTXD_WAKE=0" else {}  # the CLI passes it to hooks
     try:
         proc = claude_kept_open(work, home, model.url, "Start the server and tell me.", extra)
         pid = wait_until_one(tag)
@@ -248,6 +256,14 @@ def test_the_real_claude_code_is_woken_once_when_its_launch_dies(
             proc.kill()
             proc.wait()
         model.close()
+
+
+def accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def wait_until_one(tag: str) -> int:
@@ -317,14 +333,15 @@ def test_news_for_a_harness_that_is_gone_is_kept_for_the_next_one(
     assert "attempt 1" in (alive["text"] or "") and "died" in alive["text"], alive
 
 
-@pytest.mark.parametrize("wake", [True, False], ids=["woken", "CTXD_WAKE=0"])
+@pytest.mark.parametrize("off", OFF)
 def test_the_real_opencode_is_woken_when_its_launch_dies(
-    quick_server: Server, work: Path, tmp_path: Path, tag: str, wake: bool
+    quick_server: Server, work: Path, tmp_path: Path, tag: str, off: str
 ) -> None:
     """`opencode serve`, driven through its HTTP API: the scripted model launches a server in
     the background and ends its turn; the server dies 8 s later; ctxd's plugin hands the
     idle session the news as a user message, and the model receives it in a new request,
-    once. With CTXD_WAKE=0 in opencode's environment, none comes."""
+    once. With CTXD_WAKE=0 in opencode's environment, or installed with `--no-wake`, none
+    comes."""
     from tests.conftest import free_port
     from tests.scripted_model import Step
     from tests.scripted_openai import MODEL, ScriptedOpenAI
@@ -334,19 +351,27 @@ def test_the_real_opencode_is_woken_when_its_launch_dies(
         pytest.skip("opencode not installed (`make test` does, with npm)")
     server, home = quick_server, tmp_path / "home"
     home.mkdir()
+    wake = off == "woken"
     env = {
         **offline_env(home, work),
         "CTXD_URL": server.url,
-        **({} if wake else {"CTXD_WAKE": "0"}),
+        **({"CTXD_WAKE": "0"} if off == "CTXD_WAKE=0" else {}),
     }
     launch = f"nohup python3 serve.py 8 --tag {tag} > serve.log 2>&1 &"
+    up_port = free_port()
+    (work / "up.py").write_text(UP)
+    relaunch = f"nohup python3 up.py --port {up_port} --tag {tag} > up.log 2>&1 &"
     model = ScriptedOpenAI([Step(bash=launch), Step(text="Launched; waiting for it to load."),
-                            Step(text="It died: reading its log next.")])  # fmt: skip
+                            Step(bash=relaunch), Step(text="It died: relaunched the other one."),
+                            Step(text="It serves.")])  # fmt: skip
     config = home / ".config" / "opencode" / "opencode.json"
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps(provider_config(model)))
-    subprocess.run([sys.executable, "-m", "ctxd", "--url", server.url, "install", "opencode"],
-                   env=env, cwd=work, check=True, capture_output=True)  # fmt: skip
+    install = [sys.executable, "-m", "ctxd", "--url", server.url, "install", "opencode"]
+    subprocess.run(install + (["--no-wake"] if off == "--no-wake" else []), env=env, cwd=work,
+                   check=True, capture_output=True)  # fmt: skip
+    plugin = (home / ".config" / "opencode" / "plugins" / "ctxd.js").read_text()
+    assert ("const WAKES_INSTALLED = true" in plugin) == (off != "--no-wake")
     port = free_port()
     serve = subprocess.Popen(
         [str(OPENCODE), "serve", "--port", str(port), "--hostname", "127.0.0.1"],
@@ -374,8 +399,16 @@ def test_the_real_opencode_is_woken_when_its_launch_dies(
         took = time.monotonic() - died
         assert "died" in said[0] and "OutOfMemoryError" in said[0], said
         assert took < 10, took
+        # the relaunch, sent off in the woken turn, comes up: told once, within 5 s
+        wait_for(lambda: accepts(up_port), 60)
+        opened = time.monotonic()
+        up = wait_for(lambda: woken_with(model, f"is serving on :{up_port}"), 30)
+        took = time.monotonic() - opened
+        assert len(up) == 1 and "ctxd: attempt 2" in up[0], up
+        assert took < 5, took
         time.sleep(3)
         assert len(woken_with(model, "ctxd: attempt 1")) == 1  # once
+        assert len(woken_with(model, f"is serving on :{up_port}")) == 1
     finally:
         serve.kill()
         serve.wait()
@@ -421,3 +454,49 @@ def test_a_storm_of_snapshots_tells_one_death_once(
     assert first["text"] and first["text"].count("died") == 1, first
     again = httpx.post(url, json={**ask, "launched": False}, timeout=60).json()
     assert again["text"] is None and not again["pending"], again
+
+
+def test_one_waiter_per_session_whatever_the_number_of_launches_costing_nothing_while_it_waits(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str
+) -> None:
+    """Five launches in one conversation, each starting a waiter as Claude Code does after
+    every background launch: the first waits, the four others go at once; the one that waits
+    is a small shell blocked in a read: its RSS and CPU are measured while it waits."""
+    server, procs = quick_server, []
+    for n in range(1, 6):
+        line = f"nohup {sys.executable} serve.py 600 --tag {tag} > serve{n}.log 2>&1 &"
+        payload = launch(server, work, line, n=n)
+        procs.append(started(waiter(server, payload, tmp_path), payload))
+        time.sleep(0.3 if n == 1 else 0)  # the first holds the conversation's lock by now
+    for extra in procs[1:]:
+        assert extra.wait(timeout=30) == 0 and extra.stderr is not None
+        assert not extra.stderr.read()
+    first = psutil.Process(procs[0].pid)
+    assert procs[0].poll() is None and first.name() == "bash"
+    before, at = first.cpu_times(), time.monotonic()
+    time.sleep(5)
+    after, spent = first.cpu_times(), time.monotonic() - at
+    used = (after.user + after.system) - (before.user + before.system)
+    rss = first.memory_info().rss
+    print(f"the waiter: RSS {rss / 2**20:.1f} MiB, CPU {used:.3f} s over {spent:.1f} s")
+    assert rss < 8 * 2**20, rss  # a shell, not a Python interpreter
+    assert used <= 0.05, used  # blocked in a read: no loop runs while nothing happens
+    procs[0].kill()
+    procs[0].wait()
+
+
+def test_the_waiter_exits_quietly_at_its_ceiling(
+    quick_server: Server, work: Path, tmp_path: Path, tag: str
+) -> None:
+    """An attempt that neither comes up, dies nor is called stuck (threshold 60 s here): the
+    waiter gives up at its ceiling (CTXD_WAKE_MAX_S, 6 s) with exit 0 and nothing said, not
+    before and not long after it."""
+    server = quick_server
+    line = f"nohup {sys.executable} serve.py 600 --tag {tag} > serve.log 2>&1 &"
+    payload = launch(server, work, line)
+    begun = time.monotonic()
+    proc = started(waiter(server, payload, tmp_path, CTXD_WAKE_MAX_S="6"), payload)
+    _, said = proc.communicate(timeout=60)
+    took = time.monotonic() - begun
+    assert proc.returncode == 0 and said == "", said
+    assert 5 <= took <= 6 + 15, took  # near the ceiling, with a generous margin

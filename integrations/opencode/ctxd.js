@@ -17,6 +17,8 @@ import { existsSync } from "node:fs"
 import path from "node:path"
 
 const DEFAULT_URL = "http://127.0.0.1:8765"
+// false when installed with `ctxd install --no-wake`: no waiter, no wake (CTXD_WAKE=0 likewise)
+const WAKES_INSTALLED = true
 const LEAD = "[ctxd]" // the pointer line starts with it: put in a system prompt once
 // The agent's last reply sent on idle, at most (the server keeps its last 2,000 characters).
 const SAID_MAX_CHARS = 8000
@@ -65,7 +67,8 @@ function ctxd({ directory, root, log, wakeUp }) {
   // `opencode run` answers one prompt and exits: a wake would wait for its next run, as if the
   // user had said it; only a serving opencode (serve, the TUI) is woken
   const oneShot = process.argv.slice(1, 4).includes("run")
-  const wakes = process.env.CTXD_WAKE !== "0" && typeof wakeUp === "function" && !oneShot
+  const wakes =
+    WAKES_INSTALLED && process.env.CTXD_WAKE !== "0" && typeof wakeUp === "function" && !oneShot
   const told = new Set() // the news texts handed over as user messages: ctxd's, not the user's
   // sessionID -> Map(messageID -> { role, parts: Map(partID -> text) }): the newest messages'
   // text parts, as opencode's events stream them, for the agent's last reply on idle

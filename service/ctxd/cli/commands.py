@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -20,7 +21,7 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 # Exit statuses a script can branch on (argparse itself exits 2 on a bad command line).
-EXIT_SERVICE, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
+EXIT_SERVICE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_NOTHING = 1, 2, 3, 4
 
 
 class CliError(Exception):
@@ -122,6 +123,37 @@ def resume(args: argparse.Namespace) -> int:
         params["since"] = args.since
     _markdown(args, _call(args, "GET", _session_path(args.session, "/resume"), params=params))
     return 0
+
+
+WAIT_POLL_S = 50  # one long poll of `ctxd wait`, within the client's own timeout
+
+
+def wait(args: argparse.Namespace) -> int:
+    """`ctxd wait SESSION [--attempt N] [--since V] [--timeout S]`: blocks until one of the
+    session's attempts (attempt N) comes up, dies, is stuck or ends (after version V; from now
+    on without it), prints what happened and exits 0; exits EXIT_NOTHING when nothing did
+    within S seconds. The server holds each ask (no polling on either side)."""
+    deadline = time.monotonic() + args.timeout
+    params: dict[str, Any] = {"since": args.since} if args.since is not None else {}
+    if args.attempt is not None:
+        params["attempt"] = args.attempt
+    while True:
+        left = deadline - time.monotonic()
+        params["wait"] = round(max(0.0, min(left, WAIT_POLL_S)), 1)
+        answer = _call(args, "GET", _session_path(args.session, "/news"), params=params)
+        if answer["news"]:
+            if args.json:
+                _print_json(answer)
+            for told in [] if args.json else answer["news"]:
+                print(f"v{told['version']}: {told['text']}")
+            return 0
+        params["since"] = answer["version"]
+        if left <= WAIT_POLL_S:
+            about = f"attempt {args.attempt}" if args.attempt is not None else "its attempts"
+            still = " (still pending)" if answer["pending"] else ""
+            print(f"{args.session}: nothing happened to {about}{still} within {args.timeout:g} s",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_NOTHING
 
 
 # What TARGET is for the kinds that cannot do without it.

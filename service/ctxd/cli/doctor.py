@@ -83,10 +83,13 @@ def _harness(
             missing = Finding(False, f"{label}: installed, ctxd not wired into it", install)
             return ([missing] if present else []), None
         for candidate in _urls_in(wired, url):
-            if not any(c.changed for c in harness.plan(candidate, scope, project, home, False)):
-                files = ", ".join(str(c.path) for c in wired)
-                said = f"{label}: ctxd's hooks and MCP server call {candidate} ({files})"
-                return [Finding(True, said)], candidate
+            for wake in (True, False):  # installed with `--no-wake`, or not
+                plan = harness.plan(candidate, scope, project, home, False, wake=wake)
+                if not any(c.changed for c in plan):
+                    files = ", ".join(str(c.path) for c in wired)
+                    off = "" if wake else "; waking the idle agent off (--no-wake)"
+                    said = f"{label}: ctxd's hooks and MCP server call {candidate} ({files}){off}"
+                    return [Finding(True, said)], candidate
         change = next(c for c in harness.plan(url, scope, project, home, False) if c.changed)
     except InstallError as exc:
         return [Finding(False, f"{label}: {exc}", "fix the file by hand, then " + install)], None

@@ -212,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=commands.resume)
 
     p = sub.add_parser(
+        "wait", help="wait until an attempt comes up, dies, is stuck or ends; print what happened"
+    )
+    _session(p)
+    p.add_argument("--attempt", type=int, metavar="N", help="attempt N alone (default: any)")
+    p.add_argument("--since", type=int, metavar="VERSION",
+                   help="what happened after VERSION (default: from now on)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=300, metavar="SECONDS",
+                   help="give up after SECONDS (default 300): exit status 4")  # fmt: skip
+    p.set_defaults(func=commands.wait)
+
+    p = sub.add_parser(
         "watch", help="add a watch: process, log, artifact, port, command, slurm or ray"
     )
     _session(p)

@@ -30,6 +30,9 @@ _DEFAULT_OUTPUTS |= {"cargo": "target"}
 _BUILTINS = {
     "cd", "pushd", "popd", "export", "source", ".", "set", "unset", "echo", "printf",
     "true", "false", "wait", "trap", "ulimit", "umask", "alias", "read", "test", "[",
+    # the shell's words that close or open a compound command: a loop sent off whole (`until
+    # grep -q … log; do sleep 1; done`, the agent's own wait) launches nothing of theirs
+    "done", "fi", "esac", "for", "}",
 }  # fmt: skip
 # `$(…)`, `${…}`, `$VAR` and backquotes: what they name is only known by running them; so is
 # a glob's (`> logs/*.log` writes one file, or fails as ambiguous: never a watch of all).

@@ -30,6 +30,8 @@ _CLIENTS = {"curl", "wget", "nc", "ncat", "telnet", "ssh", "scp", "rsync", "http
 _WRAPPERS_BG = {"nohup", "setsid"}
 _WRAPPER_RUNNERS = {"stdbuf", "nice", "ionice", "timeout", "sudo"}  # programs, not builtins
 _WRAPPERS = {"exec", "time", "command", "builtin"} | _WRAPPER_RUNNERS
+# The shell's words that a command follows (`…; do nohup python x &`, `until grep -q …`)
+_RESERVED = {"do", "then", "else", "elif", "if", "while", "until", "!", "{"}
 # Those that are programs of their own, and replace themselves by (or start) the program
 # they are given: a process of one may be the moment before the launch is seen.
 WRAPPER_PROGRAMS = frozenset(_WRAPPERS_BG | _WRAPPER_RUNNERS | {"env"})
@@ -95,7 +97,9 @@ def _unwrap(argv: list[str]) -> tuple[list[str], str, dict[str, str]]:
     env: dict[str, str] = {}
     while argv:
         head = argv[0].rsplit("/", 1)[-1]
-        if head in _WRAPPERS_BG:
+        if argv[0] in _RESERVED:
+            argv = argv[1:]
+        elif head in _WRAPPERS_BG:
             way = way or head
             argv = argv[1:]
             while argv and argv[0].startswith("-"):

@@ -46,6 +46,7 @@ LOADS_BOTH = (1, 18, 29)  # the first 1.x reported to load a plugin with a V2 de
 PLUGIN_NAME = "ctxd.js"
 PLUGIN_MARK = "// ctxd for opencode"
 DEFAULT_URL_LINE = re.compile(r'^const DEFAULT_URL = "[^"\n]*"$', re.MULTILINE)
+WAKES_LINE = re.compile(r"^const WAKES_INSTALLED = (?:true|false)$", re.MULTILINE)
 
 
 KINDS: dict[str, EventKind] = {
@@ -85,7 +86,7 @@ class Opencode:
     def plan(
         self, url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
     ) -> list[Change]:
-        return plan(url, scope, project, home, remove)
+        return plan(url, scope, project, home, remove, wake)
 
     def notes(self, scope: str) -> list[str]:
         version = installed_version()
@@ -124,15 +125,20 @@ def plugin_source() -> Path:
     return shipped("integrations") / "opencode" / PLUGIN_NAME
 
 
-def plugin_text(url: str) -> str:
+def plugin_text(url: str, wake: bool = True) -> str:
     """The plugin as installed: its fallback address is the one ctxd was installed for
-    (CTXD_URL in opencode's environment still wins)."""
+    (CTXD_URL in opencode's environment still wins); with `wake` False (`ctxd install
+    --no-wake`) it never waits for an attempt's news nor wakes the idle session."""
     source = plugin_source().read_text(encoding="utf-8")
     line = f"const DEFAULT_URL = {_js_string(url.rstrip('/'))}"
-    return DEFAULT_URL_LINE.sub(lambda _: line, source, count=1)
+    source = DEFAULT_URL_LINE.sub(lambda _: line, source, count=1)
+    wakes = f"const WAKES_INSTALLED = {'true' if wake else 'false'}"
+    return WAKES_LINE.sub(lambda _: wakes, source, count=1)
 
 
-def plan(url: str, scope: str, project: Path, home: Path, remove: bool) -> list[Change]:
+def plan(
+    url: str, scope: str, project: Path, home: Path, remove: bool, wake: bool = True
+) -> list[Change]:
     """What install (or uninstall, with `remove`) would write, file by file."""
     plugin_path, config_path = targets(scope, project, home)
     before = read_text(plugin_path)
@@ -143,7 +149,7 @@ def plan(url: str, scope: str, project: Path, home: Path, remove: bool) -> list[
     # no OAuth discovery: ctxd takes a bearer token, or nothing on loopback
     entry = {"type": "remote", "url": url.rstrip("/") + "/mcp", "enabled": True, "oauth": False}
     new_config = _with_server(config, None if remove else entry, _reads_v2_form)
-    after = before if theirs else "" if remove else plugin_text(url)
+    after = before if theirs else "" if remove else plugin_text(url, wake)
     return [
         Change(plugin_path, before, after, backup=False),
         Change(config_path, read_text(config_path), json_text(new_config, config_path)),

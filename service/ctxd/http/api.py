@@ -27,6 +27,7 @@ from ctxd.models import (
     Watch,
     WatchIn,
 )
+from ctxd.snapshotter.news import WAIT_MAX_S, NewsOut
 from ctxd.usecases.agent_actions import ActionsIn, ActionsOut
 from ctxd.usecases.operations import UseCases
 from ctxd.usecases.scrub import ScrubIn
@@ -218,6 +219,20 @@ class SessionController(Controller):
             partial(cases.resume, sid, fresh=fresh, max_chars=max_chars, since=since)
         )
         return Response(markdown, media_type=MARKDOWN)
+
+    @get("/{sid:str}/news")
+    async def news(
+        self,
+        state: State,
+        sid: SessionPath,
+        since: Annotated[int | None, Parameter(ge=0, le=MAX_ID)] = None,
+        attempt: Annotated[int | None, Parameter(ge=1, le=MAX_ID)] = None,
+        wait: Annotated[float, Parameter(ge=0, le=WAIT_MAX_S)] = 0,
+    ) -> NewsOut:
+        """What the session's attempts (attempt `attempt` alone, if given) came to after
+        version `since` (none: from now on), waiting up to `wait` seconds for something to
+        happen; ask again with `since` = the answer's `version`."""
+        return await use(state).news(sid, since, attempt, wait)
 
     @post("/{sid:str}/messages", sync_to_thread=True)
     def message(self, state: State, sid: SessionPath, data: JSONBody[MessageIn]) -> Response[Any]:

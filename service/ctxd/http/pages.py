@@ -1,23 +1,34 @@
-"""Thin HTML handlers of the human viewer: one page-data call, then a template."""
+"""Thin HTML handlers of the human viewer: one page-data call, then a template; and the
+session page's live view, its attempts' news as server-sent events."""
 
+import base64
+import hashlib
+import json
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import ResponseHeader, State
 from litestar.exceptions import HTTPException, PermissionDeniedException, ValidationException
 from litestar.params import Parameter, QueryParameter
-from litestar.response import Redirect, Template
+from litestar.response import Redirect, ServerSentEvent, Template
+from litestar.response.sse import ServerSentEventMessage
 
 from ctxd import redact
 from ctxd.errors import Invalid, NotFound
 from ctxd.http.api import SessionPath, Version, use
 from ctxd.models import SESSION_ID_PATTERN
 from ctxd.render import pagedata
-from ctxd.render.html import HEADERS
+from ctxd.render.html import CSP, ENV, HEADERS
+from ctxd.snapshotter.news import WAIT_MAX_S
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.usecases.search import OFFSET_MAX
 
 HTML = "text/html"  # Litestar appends "; charset=utf-8" to text types
+# The session page's one script (templates/_live.html), allowed by its hash and nothing else;
+# it may open the page's news stream (connect-src 'self').
+_LIVE = hashlib.sha256(ENV.get_template("_live.html").render().encode()).digest()
+LIVE_CSP = f"{CSP}; script-src 'sha256-{base64.b64encode(_LIVE).decode()}'; connect-src 'self'"
 
 
 def snapshotter(state: State) -> Snapshotter:
@@ -83,10 +94,45 @@ class PageController(Controller):
         rows = pagedata.index(snapshotter(state).store)
         return Template("index.html", context={"rows": rows})
 
-    @get("/s/{sid:str}", sync_to_thread=True, media_type=HTML)
+    @get(
+        "/s/{sid:str}",
+        sync_to_thread=True,
+        media_type=HTML,
+        response_headers=[ResponseHeader(name="Content-Security-Policy", value=LIVE_CSP)],
+    )
     def session(self, state: State, sid: SessionPath) -> Template:
         page = pagedata.session_page(snapshotter(state), sid)
         return Template("session.html", context={"sid": sid, "page": page})
+
+    @get("/s/{sid:str}/news")
+    async def news(
+        self,
+        state: State,
+        sid: SessionPath,
+        since: Annotated[int, Parameter(ge=0, le=2**63 - 1)] = 0,
+        last_event_id: Annotated[
+            int | None, Parameter(header="last-event-id", ge=0, le=2**63 - 1)
+        ] = None,
+    ) -> ServerSentEvent:
+        """The session page's live view: each outcome of its attempts after version `since`
+        (or the stream's last event, when the browser reconnects) as an `outcome` event, as
+        it is stored. Each reader waits on the news board; a comment now and then tells a
+        closed connection."""
+        cases = use(state)
+        await cases.news(sid, 0, None, 0, reader=True)  # an unknown session: 404 before the stream
+
+        async def told() -> AsyncIterator[ServerSentEventMessage]:
+            cursor = last_event_id if last_event_id is not None else since
+            while True:
+                got = await cases.news(sid, cursor, None, WAIT_MAX_S, reader=True)
+                for one in got.news:
+                    data = json.dumps(one.model_dump(mode="json"))
+                    yield ServerSentEventMessage(data=data, event="outcome", id=one.version)
+                if not got.news:
+                    yield ServerSentEventMessage(comment="nothing new")
+                cursor = got.version
+
+        return ServerSentEvent(told())
 
     @get("/search", sync_to_thread=True, media_type=HTML)
     def search(

@@ -28,6 +28,7 @@ from ctxd.settings import Settings
 from ctxd.signals import attempts as attempt_signals
 from ctxd.signals import derive as signals
 from ctxd.snapshotter import agent_context, changes, news
+from ctxd.snapshotter.line_waits import line_waits
 from ctxd.snapshotter.retirement import Retirement
 from ctxd.snapshotter.runner import CollectorRunner
 from ctxd.store.connection import now
@@ -204,11 +205,14 @@ class Snapshotter:
     def _publish(self, sid: str, previous: Snapshot | None, snapshot: Snapshot) -> None:
         """The attempts' news of a stored version, for the agent's waiter (`news.py`)."""
         try:
+            actions = self.store.list_actions(sid, "command", limit=50)
             commands = [
-                (datetime.fromisoformat(a["at"]), str(a.get("command", "")))
-                for a in self.store.list_actions(sid, "command", limit=50)
+                (datetime.fromisoformat(a["at"]), str(a.get("command", ""))) for a in actions
             ]
-            self.news.publish(sid, news.outcomes(previous, snapshot, commands))
+            waits = line_waits(actions)  # the log lines the agent waits for
+            self.news.expect(sid, waits)
+            found = news.outcomes(previous, snapshot, commands, waits)
+            self.news.publish(sid, found, snapshot.header.version)
         except Exception:  # the news is a courtesy: the version is stored whatever happens
             log.exception("the news of %s v%d was not published", sid, snapshot.header.version)
 

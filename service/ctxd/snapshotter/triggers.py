@@ -389,7 +389,8 @@ class Watcher:
         )
         probe = previous.model_copy(update={name: getattr(files, name) for name in FILE_SOURCES})
         self._probes[sid] = probe
-        pending += [e for e in detect_events(previous, probe) if e not in pending]
+        found = detect_events(previous, probe) + self.snap.news.printed(sid, previous, probe)
+        pending += [e for e in found if e not in pending]
 
     def check_events(self, session: Session) -> None:
         """Probe what is watched; news (an exit, an error, a port, a rebuild) is kept at once."""
@@ -419,6 +420,7 @@ class Watcher:
                 self.files.follow(session.id, watched_paths(watches, probe))
                 if probe is not previous:  # a probe already compared brings no news
                     found = detect_events(previous, probe)
+                    found += self.snap.news.printed(session.id, previous, probe)
                     self._probes[session.id] = probe
                     pending += [e for e in found if e not in pending]
         if not pending:

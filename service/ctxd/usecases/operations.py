@@ -7,6 +7,7 @@ about a session counts as its activity; the quiet trigger waits for silence).
 """
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,6 +60,7 @@ from ctxd.peers.fanout import Peers, PeerStatus
 from ctxd.peers.serve import ObserveIn
 from ctxd.redact.names import is_secret_name
 from ctxd.snapshotter import news
+from ctxd.snapshotter.line_waits import line_waits
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.snapshotter.triggers import Activity
 from ctxd.store.connection import now
@@ -332,18 +334,60 @@ class UseCases:
         if not self.settings.wake:
             return WakeOut(session=sid)
         latest = await asyncio.to_thread(self.snap.latest, sid)
-        waiting = given.launched or news.pending(latest)  # else: only what is there already
+        waits = self.snap.news.waits_for(sid)
+        waiting = given.launched or news.pending(latest, None, waits)  # else: what is there
         got = await self.snap.news.wait(sid, given.wait_s if waiting else 0)
         latest = await asyncio.to_thread(self.snap.latest, sid) if got else latest
+        waits = self.snap.news.waits_for(sid)
         if not got:
-            return WakeOut(session=sid, pending=given.launched or news.pending(latest))
+            return WakeOut(session=sid, pending=given.launched or news.pending(latest, None, waits))
         if given.harness_pid and not psutil.pid_exists(given.harness_pid):
             self.snap.news.give_back(sid, got)  # nobody to wake: the next dump tells it
             return WakeOut(session=sid)
-        text = redact.text(news.wake_text(sid, got, latest))
+        text = redact.text(news.wake_text(sid, got, latest, waits))
         body = {"text": text, "attempts": [o.number for o in got], "kinds": [o.kind for o in got]}
         await asyncio.to_thread(self.store.add_action, sid, "wake", datetime.now(UTC), body)
-        return WakeOut(session=sid, text=text, pending=news.pending(latest))
+        return WakeOut(session=sid, text=text, pending=news.pending(latest, None, waits))
+
+    async def news(
+        self, sid: str, since: int | None = None, attempt: int | None = None,
+        wait_s: float = 0, reader: bool = False,
+    ) -> news.NewsOut:  # fmt: skip
+        """What the session's attempts (or attempt `attempt`) came to after version `since`
+        (serving, stuck, died, ended; None: from now on): at once when something has, else as
+        soon as something does, nothing after `wait_s`. Claims nothing: a wake is still
+        delivered. An agent's wait makes its attempts looked at often meanwhile; a page's
+        `reader` does not."""
+        await asyncio.to_thread(self.store.get_session, sid)  # an unknown session is a 404
+        if not self.snap.news.recalled(sid):
+            await asyncio.to_thread(self._recall_news, sid)
+        if since is None:
+            since = self.snap.news.through(sid)
+        got = await self.snap.news.follow(sid, since, attempt, wait_s, waiter=not reader)
+        latest = await asyncio.to_thread(self.snap.latest, sid)
+        told = [news.NewsItem(attempt=o.number, kind=o.kind, text=redact.text(o.text), at=o.at,
+                              version=o.version) for o in got]  # fmt: skip
+        pending = news.pending(latest, attempt, self.snap.news.waits_for(sid))
+        cursor = max([since, *(o.version for o in got)])
+        return news.NewsOut(session=sid, version=cursor, news=told, pending=pending)
+
+    def _recall_news(self, sid: str) -> None:
+        """The outcomes of the session's newest stored versions, for readers of a board that
+        began after them (a restart): each version compared with the one before it."""
+        newest = self.store.latest_version(sid)
+        actions = self.store.list_actions(sid, "command", limit=50)
+        commands = [(datetime.fromisoformat(a["at"]), str(a.get("command", ""))) for a in actions]
+        waits = line_waits(actions)
+        found: list[news.Outcome] = []
+        first = max(1, newest - news.RECALL_VERSIONS + 1)
+        previous = None  # before version 1: none, as when it was stored
+        for version in range(first - 1 if first > 1 else first, newest + 1):
+            with contextlib.suppress(NotFound):  # a version pruned away
+                current = self.store.get_snapshot(sid, version)
+                if version >= first:
+                    found += news.outcomes(previous, current, commands, waits)
+                previous = current
+        self.snap.news.recall(sid, found, newest)
 
     def _waiter_session(self, harness: HarnessName, given: WakeIn) -> str:
         event = harness_adapter(harness).event(given.payload)

@@ -26,6 +26,7 @@ from ctxd.models import (
     SessionIn,
     SnapshotIn,
 )
+from ctxd.snapshotter.news import WAIT_MAX_S
 from ctxd.usecases.operations import UseCases
 
 LATEST_URI = "ctxd://sessions/{sid}/latest.md"
@@ -37,7 +38,9 @@ decisions, next steps), as versioned Markdown dumps. Call `resume` first wheneve
 context (after a compaction, a restart or a /clear): it tells you what ran, what was tried and
 what to do next. While you work, post each attempt and finding with `add_entry` as it happens,
 add watches for the processes, logs and artifacts you start, and `take_snapshot` before risky
-steps. Find your session with `list_sessions` (pass your working directory as `cwd`)."""
+steps. To wait for something you launched to come up or fail, call `wait_for_news` rather than
+sleeping and polling. Find your session with `list_sessions` (pass your working directory as
+`cwd`)."""
 
 
 class McpEndpoint:
@@ -154,6 +157,25 @@ def _register_tools(ep: McpEndpoint) -> None:
         anything changed); `fresh=false` returns the latest stored dump. `max_chars` cuts it to
         fit (logs go first; null for the whole dump). `since=N` leads with changes since vN."""
         return _run(lambda: ep.use().resume(session, fresh=fresh, max_chars=max_chars, since=since))
+
+    @tool()
+    async def wait_for_news(
+        session: SessionArg,
+        attempt: Annotated[int | None, Field(ge=1)] = None,
+        since: Annotated[int | None, Field(ge=0)] = None,
+        wait_s: Annotated[float, Field(ge=0, le=WAIT_MAX_S)] = 60,
+    ) -> dict[str, Any]:
+        """Wait for what your launches come to instead of sleeping or polling: returns as
+        soon as one of the session's attempts (attempt `attempt` alone, if given) comes up
+        (its port answers), dies (with its error and log), is stuck or ends after version
+        `since` (omitted: from now on), or after `wait_s` seconds with `news` empty. Call
+        again with `since` = the answer's `version`; `pending` false: nothing is starting."""
+        cases = ep.use()
+        try:
+            found = await cases.news(session, since, attempt, wait_s)
+        except CtxdError as exc:
+            raise ToolError(redact.text(str(exc))[:2000]) from None
+        return found.model_dump(mode="json")
 
     @tool()
     def take_snapshot(
