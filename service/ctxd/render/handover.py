@@ -11,7 +11,7 @@ Markdown list items out; every age in it is measured at the instant the snapshot
 import re
 from datetime import datetime, timedelta
 
-from ctxd.fmt import between, human_bytes, human_duration, log_name, ranges
+from ctxd.fmt import between, human_duration, log_name, ranges
 from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Signal, Snapshot
 from ctxd.signals import derive, ranks
 from ctxd.signals.attempts import phase
@@ -184,8 +184,7 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
         busy = "/".join(sorted({f"{g.utilization_percent:.0f}%" for g in gpus
                                 if g.utilization_percent is not None})) or "?"  # fmt: skip
         plural = "s" if len(gpus) > 1 else ""
-        name, size = _gpu_kind(gpus)
-        words.append(f"it holds {len(gpus)}{name} GPU{plural}{size} ({_gpu_sizes(gpus)})"
+        words.append(f"it holds {len(gpus)}{_gpu_kind(gpus)} GPU{plural} ({_gpu_sizes(gpus)})"
                      f" at {busy} utilisation")  # fmt: skip
     if now == "stuck" and where:
         words.append(where[0])
@@ -251,14 +250,12 @@ def _failure(item: HistoryItem, running: bool) -> str:
     return f"{head}: {label}, launched {_clock(item.at)}, {ran}: `{item.error}`{where}."
 
 
-def _gpu_kind(gpus: list[GpuInfo]) -> tuple[str, str]:
-    """(" NVIDIA H200", " of 140.4 GiB"): what the GPUs are, when they are all of one kind (a
-    reader judges the 118.8 GiB held by what the card has)."""
-    kinds = {(g.name, g.memory_total_bytes) for g in gpus}
-    if len(kinds) != 1:
-        return "", ""
-    ((name, total),) = kinds
-    return (f" {name}" if name else ""), (f" of {human_bytes(total)}" if total else "")
+def _gpu_kind(gpus: list[GpuInfo]) -> str:
+    """ " NVIDIA H200": what the GPUs are, when they are all of one kind (a reader judges the
+    memory held by the card). Not its size: the driver's total and the one a CUDA error names
+    differ by what the driver keeps, and two figures for one card read as a contradiction."""
+    names = {g.name for g in gpus}
+    return f" {names.pop()}" if len(names) == 1 and None not in names else ""
 
 
 def _gpu_sizes(gpus: list[GpuInfo]) -> str:
