@@ -110,3 +110,14 @@ def test_the_shells_own_variables_are_not_added_when_the_attempt_before_was_neve
         "HF_TOKEN=[REDACTED] added",
         "PYTHONPATH old → service",
     ]
+
+
+def test_an_attempt_is_named_as_a_person_would_type_its_program():
+    from ctxd.attempts.flags import program_name
+
+    assert program_name(["python3", "-m", "http.server", "18555"]) == "python3 -m http.server 18555"
+    assert program_name(["/usr/bin/python3", "-m", "http.server", "--bind", "::"]) == (
+        "python3 -m http.server"
+    )
+    assert program_name(["vllm", "serve", "meta-llama/Llama-3.1-8B"]) == "vllm serve"
+    assert program_name(["python3", "serve.py", "config.yaml"]) == "python3 serve.py"

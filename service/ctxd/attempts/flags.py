@@ -55,10 +55,12 @@ def typed_name(argv: list[str] | tuple[str, ...]) -> str:
 
 def program_name(argv: list[str] | tuple[str, ...]) -> str:
     """How the Attempts table names an attempt: its program as a person would type it, with
-    the word after it when that is no flag (`vllm serve`, `sleep 60`)."""
+    the word after it when that is no flag (`vllm serve`, `sleep 60`, `python3 -m http.server
+    18555`); a script's own first argument is its flags', not its name's."""
     _, args = program_of(list(argv))
+    typed = typed_name(argv)
     word = f" {args[0]}" if args and not args[0].startswith("-") else ""
-    return typed_name(argv) + (word if " " not in typed_name(argv) else "")
+    return typed + (word if " " not in typed or " -m " in typed else "")
 
 
 def process_name(p: ProcessInfo) -> str:
