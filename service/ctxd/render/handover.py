@@ -3,9 +3,9 @@
 Written the way an agent hands its own work over before its context goes: the objective, what
 the user last asked, each live attempt in a sentence (its phase, its port, its workers against
 those its flags ask for, its log's last line), the last failure with its error line, what the
-agent itself last said (after the state, headed by what ctxd found since), and what changed
-since the version before. Pure: a snapshot in,
-Markdown list items out; every age in it is measured at the instant the snapshot was taken.
+agent itself last said (after the state, dated against what ctxd found since), and what
+changed since the version before. Pure: a snapshot in, Markdown list items out; every age in it
+is measured at the instant the snapshot was taken.
 """
 
 import re
@@ -195,8 +195,8 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
 
 
 def _agent_said(s: Snapshot, at: datetime, text: str) -> str:
-    """The agent's own last reply, after the state it describes: words older than what ctxd
-    found since are headed by that news, so they read as where the agent was, not as now."""
+    """The agent's own last reply, after the state it describes, dated by how old the live
+    attempt was then and by what ctxd found since: where the agent was, not how things are."""
     when = [_clock(at)]
     live = [i for i in s.narrative.history
             if i.source == "launch" and i.label and i.status in ("running", "started")
