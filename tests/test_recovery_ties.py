@@ -181,3 +181,25 @@ def test_the_walk_for_a_writer_is_repeated_only_when_the_log_changed(spawn, tmp_
     (third,) = logs.collect([spec], ctx).items
     assert third.writer_pid == writer.pid and memory.last == {str(log): writer.pid}
     assert str(log) not in memory.unwritten
+
+
+def test_a_writer_that_became_another_program_is_named_as_what_it_is_now(
+    spawn, tmp_path: Path
+) -> None:
+    """`bash -c 'nohup python3 … > log &'`: the shell opens the log, then becomes the program.
+    A table read while it was still the shell must not name the log's writer `bash`."""
+    log = tmp_path / "server.log"
+    go = tmp_path / "go"
+    tag = f"ctxd-exec-{uuid.uuid4().hex[:10]}"
+    script = (f'while [ ! -e "{go}" ]; do sleep 0.05; done;'
+              f' exec {sys.executable} -c "import time; print(1, flush=True); time.sleep(60)"'
+              f" {tag}")  # fmt: skip
+    with open(log, "w") as out:
+        proc = spawn("bash", "-c", script, stdout=out, stderr=subprocess.STDOUT)
+    watches = (watch(LogWatch(path=str(log)), 1), watch(ProcessWatch(match=tag), 2))
+    time.sleep(0.5)  # settled as the shell in the shared process table
+    assert collect(*watches).items[0].writer_name == "bash"
+    go.touch()
+    wait_until(lambda: log.read_text().strip() == "1", "the exec'd program's line")
+    (info,) = collect(*watches).items
+    assert info.writer_pid == proc.pid and info.writer_name.startswith("python"), info

@@ -5,6 +5,7 @@ Watched processes are looked at first; a full walk of /proc (what `lsof` does) f
 for a log whose writer is not among them, within a time budget.
 """
 
+import contextlib
 import itertools
 import os
 import re
@@ -190,6 +191,8 @@ def attach_writers(
         if known is None:
             continue
         name, created = known
+        with contextlib.suppress(psutil.Error):  # read now: the table's may predate its exec
+            name = psutil.Process(d.pid).name()  # (a `bash -c '… > log &'` that became python3)
         info.writer_pid, info.writer_name = d.pid, redact.text(name)
         info.writer_started_at = datetime.fromtimestamp(created, UTC)
         info.writer_streams = streams(d.pid, info.path) or f"its descriptor {d.fd}"
