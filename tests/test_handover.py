@@ -501,3 +501,32 @@ def test_a_stuck_trees_silent_log_is_quoted_whole_where_it_fits():
                                modified_at=T0, lines=[line], writer_pid=50)]  # fmt: skip
     (stuck,) = derive.stuck_trees(seen)
     assert f"last line: “{line}”" in stuck.text, stuck.text
+
+
+def test_the_running_line_quotes_the_newest_warning_before_the_logs_last_line():
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at, trigger="t"))
+    snapshot.narrative.history = [live(at - timedelta(seconds=15))]
+    snapshot.observations.processes.items = [root(15)]
+    warning = "[13:00:02 TP0] WARNING stage_weights: tp3: gave up after 1.5 s"
+    tail = ["[13:00:01 TP0] loading", warning, "[13:00:03 TP0] Load weight end.",
+            "[13:00:03 TP0] Waiting for all TP ranks to report ready"]  # fmt: skip
+    snapshot.observations.logs.items = [
+        LogInfo(
+            watch_id=2,
+            path="/srv/server.log",
+            size=1,
+            silent_for_s=12,
+            modified_at=at,
+            lines=tail,
+            writer_pid=50,
+        )
+    ]
+    running = next(x for x in handover.lines(snapshot) if x.startswith("**Running now"))
+    assert running.endswith(
+        "log says last: “[13:00:03 TP0] Waiting for all TP ranks to report ready” (server.log),"
+        f" and before that: “{warning}”."
+    ), running
+    snapshot.observations.logs.items[0].lines = tail[:2]  # the warning is the last line
+    running = next(x for x in handover.lines(snapshot) if x.startswith("**Running now"))
+    assert "and before that" not in running and warning in running

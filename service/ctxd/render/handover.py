@@ -304,7 +304,18 @@ def _log_line(item: HistoryItem, s: Snapshot, pids: set[int]) -> str:
     if not own:
         return ""
     log = own[0]
-    return f"{_quote(log.lines[-1].strip(), 200)} ({log.path.rsplit('/', 1)[-1]})"
+    said = f"{_quote(log.lines[-1].strip(), 200)} ({log.path.rsplit('/', 1)[-1]})"
+    warned = [line for line in log.lines[:-1] if _WARNED.search(line)]
+    if warned and not _WARNED.search(log.lines[-1]):  # the line a reader looks for, kept whole
+        said += f", and before that: {_quote(warned[-1].strip(), 240)}"
+    return said
+
+
+# A log line that says something went wrong: the one a reader scans a tail for.
+_WARNED = re.compile(
+    r"\b(?:WARN(?:ING)?|ERROR|FATAL|CRITICAL|Traceback|[A-Z]\w*(?:Error|Exception))\b"
+    r"|\b(?:404 Not Found|[Cc]onnection refused|timed out|gave up)\b"
+)
 
 
 def _program(item: HistoryItem) -> str:
