@@ -524,9 +524,9 @@ def test_the_running_line_quotes_the_newest_warning_before_the_logs_last_line():
     ]
     running = next(x for x in handover.lines(snapshot) if x.startswith("**Running now"))
     assert running.endswith(
-        "log says last: “[13:00:03 TP0] Waiting for all TP ranks to report ready” (server.log),"
-        f" and before that: “{warning}”."
+        "log says last: “[13:00:03 TP0] Waiting for all TP ranks to report ready” (server.log)"
+        f"; its newest warning, earlier in the log: “{warning}”."
     ), running
     snapshot.observations.logs.items[0].lines = tail[:2]  # the warning is the last line
     running = next(x for x in handover.lines(snapshot) if x.startswith("**Running now"))
-    assert "and before that" not in running and warning in running
+    assert "newest warning" not in running and warning in running

@@ -117,8 +117,8 @@ if __name__ == "__main__":
                               "WEIGHTS_CACHE": cache})
         for r in range(args.tp)
     ]
-    for shard in range(1, 5):  # an 8B model: 4 shards, some 16 GB, two seconds from NVMe
-        time.sleep(0.5)
+    for shard in range(1, 5):  # an 8B model: 4 shards, some 16 GB, a second from NVMe
+        time.sleep(0.25)
         log(f"Loading safetensors checkpoint shards: {shard * 25}% Completed | {shard}/4")
     log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=137.62 GiB")
     log(f"KV Cache is allocated. mem_fraction_static={args.mem_fraction_static}")

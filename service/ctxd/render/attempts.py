@@ -108,7 +108,13 @@ def _row(
         ran=ran,
         changed=changed or ("-" if first else "the same"),
         ended=_ended(item)
-        or ("stuck (see Now)" if stuck else "still running" if item.status in _LIVE else ""),
+        or (
+            "still running, stuck (see Now)"
+            if stuck
+            else "still running"
+            if item.status in _LIVE
+            else ""
+        ),
     )
 
 

@@ -307,7 +307,7 @@ def _log_line(item: HistoryItem, s: Snapshot, pids: set[int]) -> str:
     said = f"{_quote(log.lines[-1].strip(), 200)} ({log.path.rsplit('/', 1)[-1]})"
     warned = [line for line in log.lines[:-1] if _WARNED.search(line)]
     if warned and not _WARNED.search(log.lines[-1]):  # the line a reader looks for, kept whole
-        said += f", and before that: {_quote(warned[-1].strip(), 240)}"
+        said += f"; its newest warning, earlier in the log: {_quote(warned[-1].strip(), 240)}"
     return said
 
 
