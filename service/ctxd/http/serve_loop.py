@@ -13,6 +13,8 @@ from types import FrameType
 import uvicorn
 from uvicorn.main import STARTUP_FAILURE
 
+from ctxd.snapshotter import news
+
 TICK_S = 1.0
 TICKS_PER_S = 10  # uvicorn counts ticks of 0.1 s: its Date header is refreshed every tenth
 
@@ -35,6 +37,9 @@ class QuietServer(uvicorn.Server):
         super().handle_exit(sig, frame)
         if self._loop is not None and self._wake is not None:
             self._loop.call_soon_threadsafe(self._wake.set)  # safe from a signal handler
+            # long polls answer now, before uvicorn waits for open requests to finish: one
+            # left waiting would be cancelled at the end of the grace, a traceback in the log
+            self._loop.call_soon_threadsafe(news.close_all)
 
 
 def run(config: uvicorn.Config) -> None:

@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -232,6 +233,19 @@ class NewsBoard:
         self._lock = threading.Lock()
         self._sessions: dict[str, _Waiting] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        _BOARDS.add(self)
+
+    def close(self) -> None:
+        """Answer every waiter and reader now, with what it has (nothing, mostly): the server
+        is stopping, and a long poll left waiting would be cut off mid-answer."""
+        with self._lock:
+            self._closed = True
+            events = [e for board in self._sessions.values() for e in board.events]
+            loop = self._loop
+        if loop is not None:
+            for event in events:
+                loop.call_soon_threadsafe(event.set)
 
     def publish(self, sid: str, news: list[Outcome], version: int | None = None) -> None:
         """Keep these outcomes for the session's waiter and wake it (from any thread); with
@@ -369,7 +383,7 @@ class NewsBoard:
                 if news := look():
                     return news
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._closed:
                     return []
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), left)
@@ -377,6 +391,15 @@ class NewsBoard:
             with self._lock:
                 board.events.discard(event)
                 board.waiters -= waiter
+
+
+_BOARDS: "weakref.WeakSet[NewsBoard]" = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Every board's waiters and readers answered now: the server is stopping."""
+    for board in list(_BOARDS):
+        board.close()
 
 
 def _said_already(board: _Waiting, outcome: Outcome) -> bool:
