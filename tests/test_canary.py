@@ -378,6 +378,8 @@ async def _mcp_session(url: str, sid: str, cwd: Path) -> McpRun:
         version = latest["version"]
         answer(await call("diff", session=sid, from_version=1, to_version=version))
         answer(await call("search", query="visible", session=sid))
+        # what the session's attempts came to since the first version: none waits here
+        answer(await call("wait_for_news", session=sid, since=1, wait_s=0))
         answer(await call("search", query="REDACTED OR staging OR deploy"))
         # A secret in the query itself: the answer names the query, redacted.
         answer(await call("search", query=f'"{ENV_VALUE}"', session=sid))
