@@ -188,8 +188,11 @@ def test_a_subagent_claude_code_starts_is_handed_the_dump(server: Server, tmp_pa
         folder.mkdir()
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     task = "Read export.log and say how many rows it wrote."
-    model = ScriptedModel([Step(bash="echo rows=0 > export.log"), Step(agent=task),
-                           Step(text="It wrote 0 rows."), STAY, Step(text="Empty.")])  # fmt: skip
+    # a pause as a model's between tool calls: the calls before it are registered
+    # asynchronously, and a loaded machine starts their hook processes late
+    model = ScriptedModel([Step(bash="echo rows=0 > export.log"), Step(bash="sleep 2"),
+                           Step(agent=task), Step(text="It wrote 0 rows."), STAY,
+                           Step(text="Empty.")])  # fmt: skip
     env = claude_env(home, tmp_path / "bin", server, model)
     try:
         run_claude(["-p", PROMPT, "--plugin-dir", str(PLUGIN)], work, env)
