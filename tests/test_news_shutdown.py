@@ -31,3 +31,24 @@ def test_a_long_poll_is_answered_when_the_server_stops(tmp_path: Path) -> None:
     assert answer.status_code == 200 and answer.json()["news"] == []
     assert time.monotonic() - started < 30  # answered at the stop, not after its 60 s
     assert "Traceback" not in server.log(), server.log()
+
+
+def test_a_pages_news_stream_ends_when_the_server_stops(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data", tmp_path / "ctxd.log")
+    received: list[str] = []
+    try:
+        httpx.put(f"{server.url}/api/sessions/reads", json={"title": "reads"}, timeout=10)
+
+        def read() -> None:
+            with httpx.stream("GET", f"{server.url}/s/reads/news", timeout=90) as stream:
+                received.extend(stream.iter_lines())
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(1.5)  # the stream waits on the board by now
+    finally:
+        stop_server(server)
+    reader.join(timeout=30)
+    assert not reader.is_alive()  # the stream ended with the server
+    assert len(received) < 10, received[:20]  # no burst of "nothing new" while it stopped
+    assert "Traceback" not in server.log(), server.log()

@@ -20,7 +20,7 @@ from ctxd.http.api import SessionPath, Version, use
 from ctxd.models import SESSION_ID_PATTERN
 from ctxd.render import pagedata
 from ctxd.render.html import CSP, ENV, HEADERS
-from ctxd.snapshotter.news import WAIT_MAX_S
+from ctxd.snapshotter.news import WAIT_MAX_S, stopping
 from ctxd.snapshotter.snapshotter import Snapshotter
 from ctxd.usecases.search import OFFSET_MAX
 
@@ -129,6 +129,8 @@ class PageController(Controller):
                     data = json.dumps(one.model_dump(mode="json"))
                     yield ServerSentEventMessage(data=data, event="outcome", id=one.version)
                 if not got.news:
+                    if stopping():  # answered by the stop, not by news: the stream ends
+                        return
                     yield ServerSentEventMessage(comment="nothing new")
                 cursor = got.version
 

@@ -402,6 +402,12 @@ def close_all() -> None:
         board.close()
 
 
+def stopping() -> bool:
+    """Whether the server is stopping (`close_all`): a stream of news ends instead of asking
+    again."""
+    return any(board._closed for board in list(_BOARDS))
+
+
 def _said_already(board: _Waiting, outcome: Outcome) -> bool:
     """Whether the attempt's last outcome was already this one (serving by its log's line,
     then by its port): one event, told once."""
