@@ -3,8 +3,9 @@
 The trigger loop probes what sessions watch every `event_probe_s`; an exit, the news that
 matters most, need not wait for that probe: the kernel makes a process's pidfd readable when
 it ends, and one thread waiting on all of them (no CPU while nothing ends) tells the loop at
-once which session to probe. Where pidfds are missing (an old kernel, another pid namespace,
-no permission) nothing changes: the probe still finds the exit, only later.
+once which session to probe. A process in a child pid namespace (a container's) is followed
+too, by its pid here. Where no pidfd follows (an old kernel, FOLLOWED_MAX held) nothing
+changes: the probe still finds the exit, only later.
 """
 
 import contextlib
