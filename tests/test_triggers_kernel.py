@@ -241,3 +241,31 @@ def test_a_dormant_session_reads_nothing_and_wakes_on_its_next_hook_with_a_fresh
             assert str(child.pid) in dump, dump  # fresh: the process it watched, ended
     finally:
         stop_server(server)
+
+
+def test_an_exit_told_while_its_process_is_a_zombie_is_news_a_moment_after_it_is_reaped(
+    watcher: Watcher, clock: StepClock, spawn
+):
+    """The kernel tells the exit before the parent reaps: the probe it brings may still see a
+    zombie, which is no exit yet. The session is looked at again every half second, so the
+    exit is news within a second of the reaping, not at its settled session's loose period."""
+    child = spawn(*SLEEP)
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", ProcessWatch(pid=child.pid), limit=100)
+    tick(watcher, clock)
+    tick(watcher, clock)
+    assert watcher._pace("x", store.list_watches("x")) == triggers.LOOSE_PERIODS  # settled
+    child.kill()  # not reaped yet: a zombie
+    wait_until(lambda: "x" in watcher._probe_anew, "the kernel telling the exit")
+    watcher.tick()  # the probe the kernel's word brings sees the zombie
+    assert not events_of(watcher, "x")
+    child.wait()  # its parent reaps it
+    for _ in range(int(1.0 / STEP_S)):  # a second of the loop's clock, a quarter of a period
+        watcher.tick_told()
+        clock.advance(STEP_S)
+        if events_of(watcher, "x"):
+            break
+    (event,) = events_of(watcher, "x")
+    assert "process-exit" in event.trigger, event
+    assert "x" not in watcher._reaping

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ctxd.collectors import ports
+from ctxd.collectors.proc import procevents
 from ctxd.errors import NotFound
 from ctxd.models import Observations, Session, Snapshot, Trigger, Watch
 from ctxd.snapshotter import happened, news
@@ -32,6 +33,12 @@ PORT_LOOK_S = 1.0
 # pidfd, nothing on another host) is probed every this many event periods: what it waits for
 # comes from the kernel (exits, file changes) or the LISTEN table's look (ports) meanwhile.
 LOOSE_PERIODS = 4
+# A process whose pidfd told its exit may still be a zombie when the probe comes (its parent
+# reaps it a moment later) and its exit is news only once it is gone from the table: its
+# session is looked at every REAP_LOOK_S for REAP_WAIT_S after the kernel told, not at its
+# loose period (a zombie nobody reaps waits for the period after that).
+REAP_LOOK_S = 0.5
+REAP_WAIT_S = 10.0
 PRUNE_EVERY = timedelta(hours=6)
 
 
@@ -109,6 +116,7 @@ class Watcher:
         self._busy = threading.Lock()
         self._stopped = False
         self._port_waiters: set[str] = set()  # live sessions waiting on a local port
+        self._reaping: set[str] = set()  # live sessions whose told exit is still a zombie
         self._awake: dict[str, Session] = {}  # the sessions the last full tick probed
 
     async def run(self) -> None:
@@ -128,7 +136,7 @@ class Watcher:
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("trigger tick failed")
             wait = max(0.0, every - (time.monotonic() - last_full))
-            if self._port_waiters:
+            if self._port_waiters or self._reaping:
                 wait = min(wait, PORT_LOOK_S)
             with contextlib.suppress(TimeoutError):  # what the kernel tells comes early
                 await asyncio.wait_for(self._nudge.wait(), wait)
@@ -162,11 +170,12 @@ class Watcher:
 
     def tick_told(self) -> None:
         """Between full ticks: only the live sessions the kernel told of (an exit, a file
-        change) or that wait on a local port."""
+        change), that wait on a local port or for a zombie the kernel told of to be reaped."""
         with self._busy:
             if self._stopped:
                 return
-            for sid in set(self._probe_anew) | set(self._changed_in) | set(self._port_waiters):
+            told = set(self._probe_anew) | set(self._changed_in)
+            for sid in told | self._port_waiters | self._reaping:
                 session = self._awake.get(sid)
                 if session is None:
                     continue  # dormant or new: the next full tick sees it
@@ -200,6 +209,7 @@ class Watcher:
             except NotFound:
                 continue  # deleted while we looked
         self._awake = awake
+        self._reaping &= set(awake)
         self.files.retain(set(awake))  # a dormant or deleted session's files: no kernel watch
         self._forget_unused_probes()
         if now() - self._last_prune > PRUNE_EVERY:
@@ -357,6 +367,25 @@ class Watcher:
             del self._shared[key]
             self._next_slurm_probe.pop(key, None)
 
+    def _look_again_once_reaped(self, sid: str, key: str, probe: Observations) -> None:
+        """A process of `probe` the kernel told ended less than REAP_WAIT_S ago is a zombie
+        still (a probe does not read states: its row is the kernel's word): its session (and
+        its watch set's probe) is due again in REAP_LOOK_S, so the exit is news a moment
+        after its parent reaps it, not at the loose period."""
+        told = now().timestamp() - REAP_WAIT_S
+        if not any(
+            p.host is None and (procevents.exited_at(p.pid) or 0) > told
+            for p in probe.processes.items
+        ):
+            self._reaping.discard(sid)
+            return
+        self._reaping.add(sid)
+        soon = time.monotonic() + REAP_LOOK_S
+        self._next_probe[sid] = min(self._next_probe.get(sid, soon), soon)
+        shared = self._shared.get(key)
+        if shared is not None:
+            shared.next_at = min(shared.next_at, soon)
+
     def check_ports(self, sid: str) -> None:
         """A local port its last probe saw closed listens now (the LISTEN table, read once a
         tick for every session): probe it at once, not at the next period."""
@@ -418,6 +447,7 @@ class Watcher:
                     if p.host is None and p.state != "zombie":
                         self.exits.follow(session.id, p.pid)
                 self.files.follow(session.id, watched_paths(watches, probe))
+                self._look_again_once_reaped(session.id, key, probe)
                 if probe is not previous:  # a probe already compared brings no news
                     found = detect_events(previous, probe)
                     found += self.snap.news.printed(session.id, previous, probe)
