@@ -269,3 +269,33 @@ def test_an_exit_told_while_its_process_is_a_zombie_is_news_a_moment_after_it_is
     (event,) = events_of(watcher, "x")
     assert "process-exit" in event.trigger, event
     assert "x" not in watcher._reaping
+
+
+def test_the_process_events_listener_hears_exits_alone_and_with_their_status(spawn):
+    """The kernel filters what it queues for ctxd's process events listener: of fifty
+    processes started and ended (each a fork, an exec and an exit), only their exits come,
+    each with its status; a busy machine's forks and execs never wake the exits thread."""
+    from ctxd.collectors.proc import procevents
+
+    listening = procevents.listen()
+    if listening is None:
+        pytest.skip("the kernel's process events need CAP_NET_ADMIN (run as root)")
+    try:
+        children = [spawn("sh", "-c", f"exit {n % 7}") for n in range(50)]
+        for child in children:
+            child.wait()
+        time.sleep(0.3)
+        messages = []
+        while True:
+            try:
+                messages.append(listening.recv(1 << 16))
+            except BlockingIOError:
+                break
+    finally:
+        listening.close()
+    exits = [found for data in messages for found in procevents.exits_in(data)]
+    assert len(exits) == len(messages)  # not one fork, exec or thread's exit among them
+    statuses = dict(exits)
+    assert {c.pid: statuses.get(c.pid) for c in children} == {
+        c.pid: (n % 7) << 8 for n, c in enumerate(children)
+    }

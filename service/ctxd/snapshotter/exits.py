@@ -62,9 +62,9 @@ class ExitWatch:
                 procevents.forget(pid)  # (one dead already may be followed again: its own)
             self._poll.register(fd, select.EPOLLIN)
             if self._thread is None:
+                # not in the epoll: read when a pidfd fires (its status came first) and at
+                # each second's timeout, so a busy machine's exits never wake the thread
                 self._events = procevents.listen()
-                if self._events is not None:
-                    self._poll.register(self._events.fileno(), select.EPOLLIN)
                 self._thread = threading.Thread(target=self._run, name="exits", daemon=True)
                 self._thread.start()
             return True
@@ -80,19 +80,16 @@ class ExitWatch:
                 ready = self._poll.poll(1.0)  # a second at most: `stop` is seen soon
             except OSError:
                 return
-            events_fd = self._events.fileno() if self._events is not None else -1
-            if self._events is not None and ready:  # statuses first: the probe reads them
+            if self._events is not None:  # statuses first: the probe reads them
                 with self._lock:
                     followed = set(self._by_pid) | set(self._recent)
                 procevents.drain(self._events, followed)
-            if any(fd != events_fd for fd, _ in ready):
+            if ready:
                 # what was read of /proc before these exits shows them alive (the events of
                 # the machine's other processes leave it be)
                 proctree.outdated(time.monotonic())
             ended = time.time()
             for fd, _ in ready:
-                if fd == events_fd:
-                    continue
                 with self._lock:
                     pid, sessions = self._fds.pop(fd, (0, set()))
                     if pid:
