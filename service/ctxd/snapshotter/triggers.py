@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ctxd.collectors import ports
-from ctxd.collectors.proc import procevents
 from ctxd.errors import NotFound
 from ctxd.models import Observations, Session, Snapshot, Trigger, Watch
 from ctxd.snapshotter import happened, news
@@ -33,12 +32,6 @@ PORT_LOOK_S = 1.0
 # pidfd, nothing on another host) is probed every this many event periods: what it waits for
 # comes from the kernel (exits, file changes) or the LISTEN table's look (ports) meanwhile.
 LOOSE_PERIODS = 4
-# A process whose pidfd told its exit may still be a zombie when the probe comes (its parent
-# reaps it a moment later) and its exit is news only once it is gone from the table: its
-# session is looked at every REAP_LOOK_S for REAP_WAIT_S after the kernel told, not at its
-# loose period (a zombie nobody reaps waits for the period after that).
-REAP_LOOK_S = 0.5
-REAP_WAIT_S = 10.0
 PRUNE_EVERY = timedelta(hours=6)
 
 
@@ -48,10 +41,12 @@ class Activity:
     def __init__(self) -> None:
         self._seen: dict[str, datetime] = {}
         self._lock = threading.Lock()
+        self.marks = 0  # how many marks so far: what the loop kept stands while it stays
 
     def mark(self, sid: str) -> None:
         with self._lock:
             self._seen[sid] = now()
+            self.marks += 1
 
     def last(self, session: Session) -> datetime:
         with self._lock:
@@ -101,6 +96,9 @@ class Watcher:
         self._last_schedule: dict[str, datetime] = {}
         self._last_prune = datetime.min.replace(tzinfo=UTC)
         self._dormant: dict[str, datetime] = {}  # session -> since when it is not probed
+        self._dormant_changes = 0  # sessions gone dormant or woken so far
+        # the sessions a full tick looks at, and the (store, activity, dormancy) it was for
+        self._looked: tuple[tuple, list[Session]] = ((), [])
         self._sessions_read: tuple[tuple[int, int], list[Session]] = ((-1, -1), [])
         self._quiet_told: dict[str, set[int]] = {}  # session -> attempts told still starting
         # exits the kernel told (a pidfd per watched process): probed at the next tick
@@ -116,7 +114,6 @@ class Watcher:
         self._busy = threading.Lock()
         self._stopped = False
         self._port_waiters: set[str] = set()  # live sessions waiting on a local port
-        self._reaping: set[str] = set()  # live sessions whose told exit is still a zombie
         self._awake: dict[str, Session] = {}  # the sessions the last full tick probed
 
     async def run(self) -> None:
@@ -136,7 +133,7 @@ class Watcher:
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("trigger tick failed")
             wait = max(0.0, every - (time.monotonic() - last_full))
-            if self._port_waiters or self._reaping:
+            if self._port_waiters:
                 wait = min(wait, PORT_LOOK_S)
             with contextlib.suppress(TimeoutError):  # what the kernel tells comes early
                 await asyncio.wait_for(self._nudge.wait(), wait)
@@ -170,12 +167,11 @@ class Watcher:
 
     def tick_told(self) -> None:
         """Between full ticks: only the live sessions the kernel told of (an exit, a file
-        change), that wait on a local port or for a zombie the kernel told of to be reaped."""
+        change) or that wait on a local port."""
         with self._busy:
             if self._stopped:
                 return
-            told = set(self._probe_anew) | set(self._changed_in)
-            for sid in told | self._port_waiters | self._reaping:
+            for sid in set(self._probe_anew) | set(self._changed_in) | set(self._port_waiters):
                 session = self._awake.get(sid)
                 if session is None:
                     continue  # dormant or new: the next full tick sees it
@@ -188,14 +184,7 @@ class Watcher:
     def _tick(self) -> None:
         awake: dict[str, Session] = {}
         self._port_waiters = set()
-        seen = self.activity.all()
-        for session in self._sessions():
-            since = self._dormant.get(session.id)
-            if (
-                since is not None
-                and max(seen.get(session.id, since), session.last_activity_at) <= since
-            ):
-                continue  # asleep, no activity since: a dict lookup, not a read of its version
+        for session in self._to_look_at():
             try:
                 self.flush_activity(session)
                 if self.dormant(session):
@@ -209,7 +198,6 @@ class Watcher:
             except NotFound:
                 continue  # deleted while we looked
         self._awake = awake
-        self._reaping &= set(awake)
         self.files.retain(set(awake))  # a dormant or deleted session's files: no kernel watch
         self._forget_unused_probes()
         if now() - self._last_prune > PRUNE_EVERY:
@@ -228,6 +216,24 @@ class Watcher:
             self._sessions_read = (stamp, listed)
         return self._sessions_read[1]
 
+    def _to_look_at(self) -> list[Session]:
+        """Every session but the dormant ones with no activity since: listed again only once
+        the store, the activity or a dormancy changed, so a thousand sessions asleep cost no
+        step of a tick (not even a dict lookup each)."""
+        sessions = self._sessions()
+        mark = (self._sessions_read[0], self.activity.marks, self._dormant_changes)
+        if mark != self._looked[0]:
+            seen = self.activity.all()
+
+            def asleep(session: Session) -> bool:
+                since = self._dormant.get(session.id)
+                if since is None:
+                    return False
+                return max(seen.get(session.id, since), session.last_activity_at) <= since
+
+            self._looked = (mark, [s for s in sessions if not asleep(s)])
+        return self._looked[1]
+
     def flush_activity(self, session: Session) -> None:
         last = self.activity.last(session)
         if last - session.last_activity_at > timedelta(seconds=1):
@@ -244,6 +250,7 @@ class Watcher:
             if last <= since:
                 return True
             del self._dormant[session.id]  # activity: awake, and probed from this tick on
+            self._dormant_changes += 1
             return False
         if now() - last < timedelta(seconds=self.settings.dormant_after_s):
             return False
@@ -254,6 +261,7 @@ class Watcher:
         if (seen is not None and seen.processes.items) or (latest and news.pending(latest)):
             return False
         self._dormant[session.id] = now()
+        self._dormant_changes += 1
         self._probes.pop(session.id, None)
         self.snap.store.add_action(session.id, "dormant", now(), {"idle_since": last.isoformat()})
         return True
@@ -367,25 +375,6 @@ class Watcher:
             del self._shared[key]
             self._next_slurm_probe.pop(key, None)
 
-    def _look_again_once_reaped(self, sid: str, key: str, probe: Observations) -> None:
-        """A process of `probe` the kernel told ended less than REAP_WAIT_S ago is a zombie
-        still (a probe does not read states: its row is the kernel's word): its session (and
-        its watch set's probe) is due again in REAP_LOOK_S, so the exit is news a moment
-        after its parent reaps it, not at the loose period."""
-        told = now().timestamp() - REAP_WAIT_S
-        if not any(
-            p.host is None and (procevents.exited_at(p.pid) or 0) > told
-            for p in probe.processes.items
-        ):
-            self._reaping.discard(sid)
-            return
-        self._reaping.add(sid)
-        soon = time.monotonic() + REAP_LOOK_S
-        self._next_probe[sid] = min(self._next_probe.get(sid, soon), soon)
-        shared = self._shared.get(key)
-        if shared is not None:
-            shared.next_at = min(shared.next_at, soon)
-
     def check_ports(self, sid: str) -> None:
         """A local port its last probe saw closed listens now (the LISTEN table, read once a
         tick for every session): probe it at once, not at the next period."""
@@ -447,7 +436,6 @@ class Watcher:
                     if p.host is None and p.state != "zombie":
                         self.exits.follow(session.id, p.pid)
                 self.files.follow(session.id, watched_paths(watches, probe))
-                self._look_again_once_reaped(session.id, key, probe)
                 if probe is not previous:  # a probe already compared brings no news
                     found = detect_events(previous, probe)
                     found += self.snap.news.printed(session.id, previous, probe)
