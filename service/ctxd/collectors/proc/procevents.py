@@ -58,6 +58,7 @@ def _exits_only() -> bytes:
     ]
     return b"".join(struct.pack("=HBBI", *op) for op in program)
 
+
 _lock = threading.Lock()
 _statuses: OrderedDict[int, int] = OrderedDict()  # pid -> its wait status
 _moments: OrderedDict[int, float] = OrderedDict()  # pid -> when its pidfd said it ended
