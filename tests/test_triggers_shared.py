@@ -345,6 +345,24 @@ def test_a_settled_session_is_probed_loosely_and_one_the_kernel_cannot_follow_ev
     assert "process-exit" in event.trigger, event
 
 
+CAP_NET_ADMIN = 12  # its bit in /proc/self/status's CapEff
+
+
+def process_events_refused() -> str:
+    """Why the kernel refused this process its process events connector, as a skip says it."""
+    status = Path("/proc/self/status").read_text()
+    (caps,) = [line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")]
+    if not int(caps, 16) >> CAP_NET_ADMIN & 1:
+        return (
+            "the kernel's process events (the netlink connector that gives exit statuses) need"
+            f" CAP_NET_ADMIN, which this test's process lacks (CapEff {caps}): run it as root"
+        )
+    return (
+        "the kernel refused its process events connector though CAP_NET_ADMIN is held: a pid"
+        " or network namespace other than the first, or a kernel built without PROC_EVENTS"
+    )
+
+
 def test_an_exit_the_kernel_tells_carries_its_status_where_ctxd_may_listen(watcher: Watcher, spawn):
     """With the kernel's process events (CAP_NET_ADMIN: root here), the exit of a followed
     process comes with its status, and the exited row says it; without, it is unknown."""
@@ -352,7 +370,7 @@ def test_an_exit_the_kernel_tells_carries_its_status_where_ctxd_may_listen(watch
 
     listening = procevents.listen()
     if listening is None:
-        pytest.skip("the kernel's process events need CAP_NET_ADMIN")
+        pytest.skip(process_events_refused())
     listening.close()
     child = spawn(sys.executable, "-c", "import sys, time; time.sleep(1.0); sys.exit(3)")
     store = watcher.snap.store

@@ -3,8 +3,9 @@
 The trigger loop probes what sessions watch every `event_probe_s`; an exit, the news that
 matters most, need not wait for that probe: the kernel makes a process's pidfd readable when
 it ends, and one thread waiting on all of them (no CPU while nothing ends) tells the loop at
-once which session to probe. Where pidfds are missing (an old kernel, another pid namespace,
-no permission) nothing changes: the probe still finds the exit, only later.
+once which session to probe. A process in a child pid namespace (a container's) is followed
+too, by its pid here. Where no pidfd follows (an old kernel, FOLLOWED_MAX held) nothing
+changes: the probe still finds the exit, only later.
 """
 
 import contextlib
@@ -61,9 +62,9 @@ class ExitWatch:
                 procevents.forget(pid)  # (one dead already may be followed again: its own)
             self._poll.register(fd, select.EPOLLIN)
             if self._thread is None:
+                # not in the epoll: read when a pidfd fires (its status came first) and at
+                # each second's timeout, so a busy machine's exits never wake the thread
                 self._events = procevents.listen()
-                if self._events is not None:
-                    self._poll.register(self._events.fileno(), select.EPOLLIN)
                 self._thread = threading.Thread(target=self._run, name="exits", daemon=True)
                 self._thread.start()
             return True
@@ -79,19 +80,16 @@ class ExitWatch:
                 ready = self._poll.poll(1.0)  # a second at most: `stop` is seen soon
             except OSError:
                 return
-            events_fd = self._events.fileno() if self._events is not None else -1
-            if self._events is not None and ready:  # statuses first: the probe reads them
+            if self._events is not None:  # statuses first: the probe reads them
                 with self._lock:
                     followed = set(self._by_pid) | set(self._recent)
                 procevents.drain(self._events, followed)
-            if any(fd != events_fd for fd, _ in ready):
+            if ready:
                 # what was read of /proc before these exits shows them alive (the events of
                 # the machine's other processes leave it be)
                 proctree.outdated(time.monotonic())
             ended = time.time()
             for fd, _ in ready:
-                if fd == events_fd:
-                    continue
                 with self._lock:
                     pid, sessions = self._fds.pop(fd, (0, set()))
                     if pid:

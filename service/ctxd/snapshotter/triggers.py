@@ -41,10 +41,12 @@ class Activity:
     def __init__(self) -> None:
         self._seen: dict[str, datetime] = {}
         self._lock = threading.Lock()
+        self.marks = 0  # how many marks so far: what the loop kept stands while it stays
 
     def mark(self, sid: str) -> None:
         with self._lock:
             self._seen[sid] = now()
+            self.marks += 1
 
     def last(self, session: Session) -> datetime:
         with self._lock:
@@ -94,6 +96,9 @@ class Watcher:
         self._last_schedule: dict[str, datetime] = {}
         self._last_prune = datetime.min.replace(tzinfo=UTC)
         self._dormant: dict[str, datetime] = {}  # session -> since when it is not probed
+        self._dormant_changes = 0  # sessions gone dormant or woken so far
+        # the sessions a full tick looks at, and the (store, activity, dormancy) it was for
+        self._looked: tuple[tuple, list[Session]] = ((), [])
         self._sessions_read: tuple[tuple[int, int], list[Session]] = ((-1, -1), [])
         self._quiet_told: dict[str, set[int]] = {}  # session -> attempts told still starting
         # exits the kernel told (a pidfd per watched process): probed at the next tick
@@ -179,14 +184,7 @@ class Watcher:
     def _tick(self) -> None:
         awake: dict[str, Session] = {}
         self._port_waiters = set()
-        seen = self.activity.all()
-        for session in self._sessions():
-            since = self._dormant.get(session.id)
-            if (
-                since is not None
-                and max(seen.get(session.id, since), session.last_activity_at) <= since
-            ):
-                continue  # asleep, no activity since: a dict lookup, not a read of its version
+        for session in self._to_look_at():
             try:
                 self.flush_activity(session)
                 if self.dormant(session):
@@ -218,6 +216,24 @@ class Watcher:
             self._sessions_read = (stamp, listed)
         return self._sessions_read[1]
 
+    def _to_look_at(self) -> list[Session]:
+        """Every session but the dormant ones with no activity since: listed again only once
+        the store, the activity or a dormancy changed, so a thousand sessions asleep cost no
+        step of a tick (not even a dict lookup each)."""
+        sessions = self._sessions()
+        mark = (self._sessions_read[0], self.activity.marks, self._dormant_changes)
+        if mark != self._looked[0]:
+            seen = self.activity.all()
+
+            def asleep(session: Session) -> bool:
+                since = self._dormant.get(session.id)
+                if since is None:
+                    return False
+                return max(seen.get(session.id, since), session.last_activity_at) <= since
+
+            self._looked = (mark, [s for s in sessions if not asleep(s)])
+        return self._looked[1]
+
     def flush_activity(self, session: Session) -> None:
         last = self.activity.last(session)
         if last - session.last_activity_at > timedelta(seconds=1):
@@ -234,6 +250,7 @@ class Watcher:
             if last <= since:
                 return True
             del self._dormant[session.id]  # activity: awake, and probed from this tick on
+            self._dormant_changes += 1
             return False
         if now() - last < timedelta(seconds=self.settings.dormant_after_s):
             return False
@@ -244,6 +261,7 @@ class Watcher:
         if (seen is not None and seen.processes.items) or (latest and news.pending(latest)):
             return False
         self._dormant[session.id] = now()
+        self._dormant_changes += 1
         self._probes.pop(session.id, None)
         self.snap.store.add_action(session.id, "dormant", now(), {"idle_since": last.isoformat()})
         return True

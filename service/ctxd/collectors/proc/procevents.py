@@ -14,6 +14,8 @@ attempt ends then, not when the next snapshot noticed (torchrun that died at 08:
 """
 
 import contextlib
+import ctypes
+import errno
 import os
 import socket
 import struct
@@ -30,6 +32,32 @@ _CN_MSG = struct.Struct("=IIIIHH")  # idx, val, seq, ack, len, flags
 _EVENT = struct.Struct("=IIQ")  # what, cpu, timestamp (ns)
 _EXIT = struct.Struct("=iiII")  # pid, tgid, exit_code (a wait status), exit_signal
 KEPT_MAX = 4096  # statuses kept, the newest
+SO_ATTACH_FILTER = 26
+SO_RCVBUFFORCE = 33  # Linux: SO_RCVBUF past rmem_max, for CAP_NET_ADMIN
+RECEIVE_BYTES = 1 << 20  # the socket's buffer: a second of a busy machine's exits, and more
+
+
+def _exits_only() -> bytes:
+    """A classic BPF program the kernel runs on each event before it is queued: a process's
+    exit (pid == tgid) passes, every other event (forks, execs, threads' exits) is dropped
+    without waking the listener. Netlink's fields are in host order, BPF loads big-endian:
+    `what` is compared byte-swapped; pid and tgid are compared to each other."""
+    what = _NLMSG.size + _CN_MSG.size
+    pid = what + _EVENT.size
+    exit_swapped = int.from_bytes(PROC_EVENT_EXIT.to_bytes(4, "little"), "big")
+    program = [
+        (0x20, 0, 0, what),  # A = what
+        (0x15, 0, 6, exit_swapped),  # not an exit: drop
+        (0x20, 0, 0, pid + 4),  # A = tgid
+        (0x02, 0, 0, 0),  # M[0] = A
+        (0x20, 0, 0, pid),  # A = pid
+        (0x61, 0, 0, 0),  # X = M[0]
+        (0x1D, 0, 1, 0),  # pid == tgid: keep, else drop
+        (0x06, 0, 0, 0xFFFFFFFF),
+        (0x06, 0, 0, 0),
+    ]
+    return b"".join(struct.pack("=HBBI", *op) for op in program)
+
 
 _lock = threading.Lock()
 _statuses: OrderedDict[int, int] = OrderedDict()  # pid -> its wait status
@@ -44,6 +72,11 @@ def listen() -> socket.socket | None:
     except (OSError, AttributeError):
         return None
     try:
+        code = ctypes.create_string_buffer(_exits_only())
+        fprog = struct.pack("HL", len(code.raw) // 8, ctypes.addressof(code))
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+        with contextlib.suppress(OSError):  # a larger buffer where allowed (root)
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BYTES)
         sock.bind((os.getpid(), CN_IDX_PROC))
         op = struct.pack("=I", PROC_CN_MCAST_LISTEN)
         cn = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(op), 0) + op
@@ -75,11 +108,17 @@ def exits_in(data: bytes) -> list[tuple[int, int]]:
 
 
 def drain(sock: socket.socket, followed: set[int]) -> list[int]:
-    """Read what the kernel sent; keep the statuses of `followed` pids; return those pids."""
+    """Read what the kernel sent; keep the statuses of `followed` pids; return those pids.
+    Where the buffer overflowed (ENOBUFS), what was lost is lost: the rest is still read."""
     told = []
     with contextlib.suppress(BlockingIOError, InterruptedError):
         while True:
-            data = sock.recv(1 << 16)
+            try:
+                data = sock.recv(1 << 16)
+            except OSError as error:
+                if error.errno == errno.ENOBUFS:
+                    continue
+                raise
             if not data:
                 break
             for pid, status in exits_in(data):
