@@ -458,6 +458,12 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
         " with this dump (which was taken before ctxd saw it); before it, the user's only"
         f" message was the objective ({n.user_messages[0].at:%H:%M:%S})"
     ), lines[1]
+    # up instead: its port may have opened before the words, which ctxd cannot tell
+    snapshot.signals = []
+    n.history[-1].port_open = True
+    running = next(line for line in handover.lines(snapshot) if line.startswith("**Running"))
+    said = next(line for line in handover.lines(snapshot) if line.startswith("**Your last"))
+    assert "**serving**" in running and "found serving" not in said, said
 
 
 def test_a_folded_row_of_workers_lists_every_port_they_listen_on():

@@ -212,7 +212,8 @@ def _agent_said(s: Snapshot, at: datetime, text: str) -> str:
 def _since_said(s: Snapshot, said_at: datetime) -> str:
     """ "attempt 2 was found stuck": what ctxd saw after the agent's last words that those
     words could not know (a reader takes "the server is loading" above a stuck verdict for a
-    contradiction, when it is only older); "" when nothing was."""
+    contradiction, when it is only older); "" when nothing was. Not "found serving": a port
+    may have opened before the words, and ctxd knows only when a look found it open."""
     at = s.header.taken_at
     news = []
     for item in s.narrative.history:
@@ -220,8 +221,8 @@ def _since_said(s: Snapshot, said_at: datetime) -> str:
             continue
         if item.status in ("running", "started"):
             now = phase(item, s.signals, s.observations, at)
-            if now in ("stuck", "serving"):
-                news.append(f"{item.label} was found {now}")
+            if now == "stuck":
+                news.append(f"{item.label} was found stuck")
         elif (
             item.error
             and item.lived_s is not None
