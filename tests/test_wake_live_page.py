@@ -3,44 +3,26 @@ shows the death without a reload, fed by the same news the agent's waiter gets (
 events, one wait on the news board per reader). In a real headless Chromium."""
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.conftest import Server, tagged
+
+# Chromium and playwright, or the module is skipped as the browser tests are, with their reason
+from tests.test_pages_browser import (
+    Watched,
+    browser,  # noqa: F401  (headless Chromium, a fixture)
+)
 from tests.test_wake import (
     launch,
     quick_server,  # noqa: F401  (ctxd with quick event probes, a fixture)
     work,  # noqa: F401  (a checkout whose serve.py dies with an OOM error, a fixture)
 )
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "no Chromium at /usr/bin/chromium: `apt-get install chromium` to run the browser tests",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed: pip install -e '.[dev]'"
-)
-
-from tests.test_pages_browser import ARGS, Watched  # noqa: E402  (only with Chromium and playwright)
-
-
-@pytest.fixture
-def browser() -> Iterator:
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=ARGS
-        )
-        yield chromium
-        chromium.close()
-
 
 def test_a_page_open_while_an_attempt_dies_shows_it_without_a_reload(
-    browser,
+    browser,  # noqa: F811  (the fixture imported above)
     quick_server: Server,  # noqa: F811  (the fixture imported above)
     work: Path,  # noqa: F811  (the fixture imported above)
     tag: str,
