@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, TypeVar
 
 import httpx
@@ -383,3 +384,14 @@ class StepClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
+    """The trigger loop's clock (its probe periods and event gap), stepped by the test: however
+    long a tick takes on a busy machine, every session of one tick sees the same moment."""
+    from ctxd.snapshotter import triggers
+
+    stepped = StepClock()
+    monkeypatch.setattr(triggers, "time", SimpleNamespace(monotonic=stepped))
+    return stepped

@@ -3,7 +3,6 @@
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -123,14 +122,6 @@ time.sleep(600)
 
 
 PROBE_S = 0.01
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
-    """The trigger loop's clock (its probe periods and event gap), stepped by the test."""
-    stepped = StepClock()
-    monkeypatch.setattr(triggers, "time", SimpleNamespace(monotonic=stepped))
-    return stepped
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from ctxd.models import ArtifactWatch, LogWatch, ProcessWatch, SessionIn
@@ -27,15 +26,6 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeE
 PERIOD_S = 1.0
 STEP_S = 0.05  # the loop's clock between two ticks: a period spans twenty
 SLEEP = ["sleep", "600"]
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
-    """The trigger loop's clock, stepped by `tick`, so a period is twenty ticks however long
-    a tick takes on a busy machine."""
-    stepped = StepClock()
-    monkeypatch.setattr(triggers, "time", SimpleNamespace(monotonic=stepped))
-    return stepped
 
 
 @pytest.fixture

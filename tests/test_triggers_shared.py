@@ -4,7 +4,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from ctxd.models import LogWatch, PortWatch, ProcessWatch, SessionIn
@@ -19,15 +18,6 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeE
 
 PERIOD_S = 1.0
 STEP_S = 0.05  # the loop's clock between two ticks: a period spans twenty
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
-    """The trigger loop's clock, stepped by `tick`: however long a tick takes on a busy
-    machine, every session of one tick sees the same moment of the period."""
-    stepped = StepClock()
-    monkeypatch.setattr(triggers, "time", SimpleNamespace(monotonic=stepped))
-    return stepped
 
 
 @pytest.fixture
