@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pydantic
-from ctxd.collectors import CollectContext, artifacts, logs
+from ctxd.collectors import CollectContext, artifacts, logs, processes
 from ctxd.models import (
     ArtifactWatch,
     LogsSection,
@@ -68,6 +68,39 @@ def test_a_log_written_through_stdout_since_launch_is_fresh(spawn, tmp_path: Pat
     text = logs_part(section)
     assert f"Written by pid {proc.pid} python" in text
     assert "all 14 B written since it opened the file: fresh" in text
+
+
+# Names its main thread as torchrun names its own (`pt_elastic`), then prints and sleeps.
+RENAMED = """
+import ctypes, time
+ctypes.CDLL(None).prctl(15, b"pt_elastic", 0, 0, 0)  # PR_SET_NAME: /proc/PID/comm
+print("ranks up", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_log_writer_is_named_as_the_process_table_names_it(spawn, tmp_path: Path) -> None:
+    """torchrun's main thread is called pt_elastic: the writer line said "pid N pt_elastic"
+    beside a process table that calls the same pid `torchrun` (a reader: one process, two
+    names)."""
+    script, log = tmp_path / "launcher.py", tmp_path / "launch.log"
+    script.write_text(RENAMED)
+    tag = f"ctxd-tie-{uuid.uuid4().hex[:10]}"
+    with log.open("w") as out:
+        proc = spawn(sys.executable, str(script), tag, stdout=out, stderr=subprocess.STDOUT)
+    wait_until(lambda: "ranks up" in log.read_text(), "the launcher's line")
+    assert Path(f"/proc/{proc.pid}/comm").read_text().strip() == "pt_elastic"
+    watches = [watch(LogWatch(path=str(log)), 1), watch(ProcessWatch(match=tag), 2)]
+    ctx = CollectContext(settings=Settings())
+    observed = Observations(
+        processes=processes.collect(watches, ctx), logs=logs.collect(watches, ctx)
+    )
+    header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
+    text = render_dump(Snapshot(header=header, observations=observed))
+    name = f"{Path(sys.executable).name} launcher.py"
+    assert f"| {proc.pid} (top of its tree) |" in text and name in text
+    assert f"Written by pid {proc.pid} {name} (its stdout and stderr" in text
+    assert "pt_elastic (its" not in text
 
 
 def test_an_appended_log_is_said_to_hold_older_output(spawn, tmp_path: Path) -> None:
