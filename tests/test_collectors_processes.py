@@ -492,6 +492,30 @@ def test_a_wrapper_that_calls_exec_later_is_seen_as_what_it_became(
         proc.wait(timeout=10)
 
 
+def test_the_executable_is_read_again_after_an_exec(tmp_path: Path) -> None:
+    """A `bash -c '… > log &'` that became python3: psutil keeps the executable it first read
+    for a handle's whole life, and the dump said "executable `/usr/bin/bash`" under a process
+    it named `python3 train.py` (a reader: contradictory)."""
+    tag = f"ctxd-exec-{uuid.uuid4().hex[:12]}"
+    script, go = tmp_path / "launch.sh", tmp_path / "go"
+    script.write_text(f"while [ ! -e {go} ]; do sleep 0.05; done\n"
+                      f'exec {sys.executable} -c "import time; time.sleep(60)" {tag}\n')  # fmt: skip
+    proc = subprocess.Popen(["bash", str(script), tag])
+    ctx = context()  # one collector memory for both snapshots, as the service keeps it
+    try:
+        (before,) = [r for r in processes.collect([watch(match=tag)], ctx).items if r.root]
+        assert before.exe is not None and Path(before.exe).name == "bash"
+        go.touch()
+        wait_until(lambda: "import time" in Path(f"/proc/{proc.pid}/cmdline").read_text(),
+                   "its exec")  # fmt: skip
+        (after,) = processes.collect([watch(match=tag)], ctx).items
+        assert after.pid == proc.pid and after.argv[-1] == tag
+        assert after.exe is not None and Path(after.exe).resolve() == Path(sys.executable).resolve()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def test_alike_workers_fold_beside_the_one_that_waits_elsewhere() -> None:
     """Seven ranks polling and rank 3 blocked opening its weights: the seven are one row, rank
     3 a row of its own (the group used to fold nothing once one member differed)."""

@@ -285,6 +285,21 @@ def cmdline(pid: int, proc: Path = PROC) -> list[str]:
     return data.split(" ") if sep == "\x00" and len(argv) == 1 and " " in data else argv
 
 
+def exe(pid: int, proc: Path = PROC) -> str | None:
+    """The executable as it is now: psutil keeps the one it first read for a handle's whole
+    life, so a `bash -c 'exec python3 …'` stayed `/usr/bin/bash`. None where there is none to
+    read (a zombie, a kernel thread); raises PermissionError where it is refused and
+    psutil.NoSuchProcess when the process is gone."""
+    try:
+        path = os.readlink(f"{proc}/{pid}/exe")
+    except FileNotFoundError:
+        if os.path.exists(f"{proc}/{pid}"):
+            return None
+        raise psutil.NoSuchProcess(pid) from None
+    # a replaced binary reads "PATH (deleted)": the path is still what was run
+    return path.removesuffix(" (deleted)") if not os.path.exists(path) else path
+
+
 # The calls a blocked server or worker waits in, by their x86_64 numbers (/proc/PID/syscall).
 _SYSCALLS_X86_64 = {
     0: "read", 1: "write", 2: "open", 7: "poll", 17: "pread64", 23: "select", 34: "pause",

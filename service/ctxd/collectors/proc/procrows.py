@@ -225,7 +225,7 @@ def _changing(proc: psutil.Process) -> dict[str, Any]:
     return {
         "cmdline": _ask(lambda: procfs.cmdline(proc.pid)),
         "cwd": _ask(proc.cwd),
-        "exe": _ask(proc.exe),
+        "exe": _ask(lambda: procfs.exe(proc.pid)),
     }
 
 
