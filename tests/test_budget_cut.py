@@ -68,13 +68,15 @@ def test_the_note_lists_the_cuts_in_the_order_the_steps_make_them(snap: Snapshot
 
 
 def stuck_snapshot() -> Snapshot:
-    """A stuck tree: its launcher idle in its library's loop (two threads, no job's line), its
-    ranks in the job's own code; the kernel stack of each."""
+    """A stuck tree: its launcher idle in its library's loop (two threads; its only own frame,
+    torchrun's `<module> (torchrun:8)`, unread), its ranks in the job's own code; the kernel
+    stack of each."""
     s = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=T0, trigger="t"))
     launcher = StuckStack(tree=10, pids=[10], kernel=["hrtimer_nanosleep", "common_nsleep"],
                           lines=['thread "MainThread" (idle)', "  Agent._invoke_run (api.py:923)",
                                  "  Agent.run (api.py:745)", 'thread "KeepAlive"',
-                                 "  Event.wait (threading.py:629)"])  # fmt: skip
+                                 "  Event.wait (threading.py:629)"],
+                          source={"torchrun:8": ""})  # fmt: skip
     ranks = StuckStack(tree=10, pids=[11, 12], kernel=["futex_do_wait", "__futex_wait"],
                        lines=['thread "MainThread" (idle)', "  all_reduce (c10d.py:3252)"],
                        source={"serve_tp.py:30": "dist.all_reduce(t)"})  # fmt: skip
@@ -91,6 +93,8 @@ def test_a_launchers_library_stack_and_kernel_stacks_go_before_any_log_line():
     recovery._kernel_stacks(s, {})
     assert ranks.kernel == [] and ranks.source  # the job's line stays
     assert launcher.kernel  # no job's line: its kernel stack is all it has
+    recovery._stack_frames(s, {})
+    assert ranks.lines == [] and len(launcher.lines) == 2  # the dump said "- pid 10", no more
     steps = recovery.SHRINK_STEPS
     first_logs = next(i for i, step in enumerate(steps) if "_logs_to" in step.__qualname__)
     assert steps.index(recovery._launcher_frames) < first_logs

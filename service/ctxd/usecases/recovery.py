@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from ctxd import redact
 from ctxd.errors import Invalid
-from ctxd.models import Diff, LogInfo, Snapshot, Trigger
+from ctxd.models import Diff, LogInfo, Snapshot, StuckStack, Trigger
 from ctxd.render import handover
 from ctxd.render import markdown as render
 from ctxd.snapshotter import changes
@@ -180,9 +180,15 @@ def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
 def _stack_frames(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's py-spy frames go; the job's own lines, with their text, stay."""
     for stack in s.observations.processes.stuck_stacks:
-        if stack.source:
+        if _shows_own_line(stack):
             stack.lines = []
     return "py-spy frames of stacks whose job's own lines are kept"
+
+
+def _shows_own_line(stack: StuckStack) -> bool:
+    """Whether the dump shows a line of the job's own code for this stack: a frame of it whose
+    text could not be read (torchrun's own `<module> (torchrun:8)`) shows nothing."""
+    return any(stack.source.values())
 
 
 def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
@@ -190,7 +196,7 @@ def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
     `Popen.wait`) keeps its innermost frame: the handover says where it waits, and the rest of
     its stack (its other threads, the frames that called the loop) says nothing of the hang."""
     for stack in s.observations.processes.stuck_stacks:
-        if stack.tree in stack.pids and not stack.source and len(stack.lines) > 2:
+        if stack.tree in stack.pids and not _shows_own_line(stack) and len(stack.lines) > 2:
             stack.lines = stack.lines[:2]
     return "the launcher's stack below its innermost frame"
 
@@ -200,7 +206,7 @@ def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
     command: each process row still says the kernel function it waits in, and a reader acts on
     a log line, never on the callers of that function."""
     for stack in s.observations.processes.stuck_stacks:
-        if stack.source:
+        if _shows_own_line(stack):
             stack.kernel = []
     return "kernel stacks below the function each process waits in"
 
