@@ -86,7 +86,7 @@ def test_a_launch_that_dies_at_once_is_an_attempt_with_its_command_and_its_logs_
     failed = attempts.split("Attempt 1 (the newest that died), as you wrote it:", 1)[1]
     assert (
         "--max-model-len 32768" in failed.split("```")[1]
-        and "before ctxd first looked at it" in one
+        and "its process gone before ctxd first scanned for it" in one
     )
     assert "torch.OutOfMemoryError: CUDA out of memory" in one and "attempt1.log" in one
     # the relaunch is attempt 2, running, with its pid and what changed from attempt 1

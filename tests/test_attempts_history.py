@@ -232,7 +232,8 @@ def test_an_attempt_that_writes_to_another_log_says_so_among_its_changes(tmp_pat
 def test_the_program_a_passing_shell_started_binds_its_attempt_while_the_shell_lives(tmp_path):
     """`bash -c 'nohup python serve.py … &'` seen in the instant before the shell goes: its
     child is the launch, and binds the attempt its command made, so a run that dies before the
-    next look is one ctxd saw, not one that "died before ctxd first looked at it"."""
+    next look is one ctxd saw, not one that "died within 1 s, its process gone before ctxd first
+    scanned for it"."""
     from ctxd.models.processes import ProcessInfo
 
     store = _store(tmp_path)

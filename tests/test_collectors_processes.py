@@ -498,8 +498,8 @@ def test_the_executable_is_read_again_after_an_exec(tmp_path: Path) -> None:
     it named `python3 train.py` (a reader: contradictory)."""
     tag = f"ctxd-exec-{uuid.uuid4().hex[:12]}"
     script, go = tmp_path / "launch.sh", tmp_path / "go"
-    script.write_text(f"while [ ! -e {go} ]; do sleep 0.05; done\n"
-                      f'exec {sys.executable} -c "import time; time.sleep(60)" {tag}\n')  # fmt: skip
+    then = f'exec {sys.executable} -c "import time; time.sleep(60)" {tag}\n'
+    script.write_text(f"while [ ! -e {go} ]; do sleep 0.05; done\n{then}")
     proc = subprocess.Popen(["bash", str(script), tag])
     ctx = context()  # one collector memory for both snapshots, as the service keeps it
     try:

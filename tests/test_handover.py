@@ -454,8 +454,9 @@ def test_the_agents_words_are_followed_by_what_ctxd_saw_since():
     ) and said.endswith(": “The server is loading.”"), said
     # a dump taken as the conversation resumed comes before the message that resumed it
     assert lines[1] == (
-        "**The user's latest message**: the one this conversation resumed with, handed to you"
-        " with this dump (which was taken before ctxd saw it); before it, the user's only"
+        "**The user's latest message**: not in this dump: ctxd took it as the conversation"
+        " resumed, before the message that resumed it arrived (read that one beside this"
+        " dump); before it, the user's only"
         f" message was the objective ({n.user_messages[0].at:%H:%M:%S})"
     ), lines[1]
     # up instead: its port may have opened before the words, which ctxd cannot tell

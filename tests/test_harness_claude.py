@@ -301,7 +301,8 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     rows = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
     first, second = rows
     assert re.search(
-        r"(died|exited with status 1) after \d+ s|before ctxd first looked at it", first
+        r"(died|exited with status 1) after \d+ s|its process gone before ctxd first scanned",
+        first,
     ), first
     assert "torch.OutOfMemoryError: CUDA out of" in first
     assert f"(pid {launcher.pid})" in second and "running for" in second
@@ -325,7 +326,8 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # one clock: no launch reads older than the prompt that asked for it (a kernel start
     # time is read from whole-second boot time, up to a second early)
     asked = re.search(
-        r"\*\*The user's latest message\*\*: the one this conversation resumed with, .*"
+        r"\*\*The user's latest message\*\*: not in this dump: ctxd took it as the conversation"
+        r" resumed, .*"
         r" the user's only message was the objective \((\d\d:\d\d:\d\d)\)",
         handover,
     )

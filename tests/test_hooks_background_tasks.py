@@ -80,7 +80,7 @@ def test_a_background_call_runs_while_claude_code_lists_it_and_ends_when_it_leav
     assert taken.status_code == 201, taken.text
     assert the_attempt(server, sid).ended_at is None
     dump = client.get(f"/api/sessions/{sid}/resume").text
-    assert "running for" in dump and "before ctxd first looked" not in dump
+    assert "running for" in dump and "its process gone before ctxd first scanned" not in dump
 
     # a subagent's stop lists it still: nothing changes
     post(client, "SubagentStop", work, stop_hook_active=False, agent_id="a1",

@@ -120,7 +120,7 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
 
     def diagnosed() -> str | None:
         dump = hook("UserPromptSubmit", prompt="continue").get("context") or ""
-        return dump if "ranks 0\N{EN DASH}2 (pids" in dump else None
+        return dump if "ranks 0\N{EN DASH}2 (pid by rank: " in dump else None
 
     dump = wait_until(diagnosed, "a dump that compares the ranks", limit=60, every=1.0)
     # the handover says where the ranks wait, and Now points there instead of saying it again
@@ -128,10 +128,10 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
     assert "where each waits: as the handover says" in now, now
     stuck = next(line for line in dump.splitlines() if "**Running now**" in line)
     Path(os.environ.get("CTXD_TEST_OUT", os.devnull)).write_text(stuck)
-    together = ", ".join(str(ranks[r]) for r in "012")
+    together = ", ".join(f"{r}={ranks[r]}" for r in "012")  # each pid beside its rank
     # where the job's own code waits, with the text of its line and the library call it is in
     assert (
-        f"ranks 0\N{EN DASH}2 (pids by rank {together}) wait in `barrier.wait()` at launch.py:5 "
+        f"ranks 0\N{EN DASH}2 (pid by rank: {together}) wait in `barrier.wait()` at launch.py:5 "
         "(threading Barrier.wait)" in stuck
     )
     assert f"rank 3 (pid {ranks['3']}) in `time.sleep(600)` at launch.py:8" in stuck
@@ -182,7 +182,7 @@ def test_ranks_are_named_by_the_job_line_they_wait_at_with_its_text_and_library_
     ]  # fmt: skip
     (line,) = ranks.apart(members, stacks, "10")
     assert line == (
-        "ranks 0\N{EN DASH}2 (pids by rank 11, 12, 13) wait in `dist.all_reduce(t)` at "
+        "ranks 0\N{EN DASH}2 (pid by rank: 0=11, 1=12, 2=13) wait in `dist.all_reduce(t)` at "
         "serve_tp.py:12 (torch.distributed all_reduce); rank 3 (pid 14) in `time.sleep(3600)` at "
         "serve_tp.py:11; the launcher (pid 10, torchrun) waits on its workers, as it does while "
         "they run, in _invoke_run at api.py:835 "

@@ -51,7 +51,7 @@ class Attempt:
             return f"running for {human_duration((now - self.started_at).total_seconds())}"
         lasted = between(self.started_at, self.ended_at)  # to the second, as the clocks read
         if not self.seen:
-            return f"died within {lasted}, before ctxd first looked at it"
+            return f"died within {lasted}, its process gone before ctxd first scanned for it"
         if self.exit_status is None and self.error:  # its log ends with why
             return f"died after {lasted}"
         if self.exit_status is None:  # not ctxd's child: the kernel tells only its parent

@@ -5,7 +5,7 @@ call missing from that list has ended. ctxd binds an attempt to its process by w
 (`binding.py`); where it saw none, the harness knows better:
 
 - a call the harness says is in flight, whose attempt ctxd ended unseen ("died within 1 s,
-  before ctxd first looked at it": its process was never bound), runs: it is reopened and
+  its process gone before ctxd first scanned for it": never bound), runs: it is reopened and
   followed by the harness's word (seen, no process, no process watch, so no snapshot ends it)
   until that word changes;
 - a background call no longer in flight, whose attempt has no process (not bound yet, or

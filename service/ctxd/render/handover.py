@@ -24,8 +24,8 @@ CHANGES_SHOWN = 4
 CHANGE_CHARS = 160
 # A dump taken as a conversation resumes comes before the message that resumed it.
 RESUMED = (
-    "the one this conversation resumed with, handed to you with this dump (which was taken"
-    " before ctxd saw it)"
+    "not in this dump: ctxd took it as the conversation resumed, before the message that"
+    " resumed it arrived (read that one beside this dump)"
 )
 RANKS_SAID_CHARS = 40  # a shorter run of words in common is no rank line
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).

@@ -225,19 +225,22 @@ def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: st
 
 
 def _who(pids: list[int], by_pid: dict[int, ProcessInfo], ranked: dict[int, str]) -> str:
-    """ "ranks 0-2 (pids 11, 12, 13)", "rank 3 (pid 14)", "pids 11, 12" (without ranks);
-    ranked pids in their ranks' order, each rank's pid readable by its place."""
+    """ "ranks 0-2 (pid by rank: 0=11, 1=12, 2=13)", "rank 3 (pid 14)", "pids 11, 12"
+    (without ranks); ranked pids in their ranks' order ("pids by rank 11, 12, 14" for ranks
+    0-1, 3 read as three pids to map by counting)."""
     ranks = sorted({int(ranked[pid]) for pid in pids if pid in ranked})
     if ranks:
         pids = sorted(pids, key=lambda pid: int(ranked.get(pid, sys.maxsize)))
-    shown = ", ".join(str(pid) for pid in pids[:PIDS_SHOWN])
-    shown += ", …" if len(pids) > PIDS_SHOWN else ""
+    more = ", …" if len(pids) > PIDS_SHOWN else ""
+    shown = ", ".join(str(pid) for pid in pids[:PIDS_SHOWN]) + more
     pid_word = "pid" if len(pids) == 1 else "pids"
     if not ranks:
         return f"{pid_word} {shown}" if len(pids) == 1 else f"{len(pids)} workers (pids {shown})"
     noun = "rank" if len(ranks) == 1 else "ranks"
-    by_rank = " by rank" if len(ranks) > 1 and len(ranks) == len(pids) else ""
-    return f"{noun} {ranges(ranks)} ({pid_word}{by_rank} {shown})"
+    if len(ranks) > 1 and len(ranks) == len(pids):  # each pid beside its rank, none to count
+        pairs = ", ".join(f"{ranked[pid]}={pid}" for pid in pids[:PIDS_SHOWN]) + more
+        return f"{noun} {ranges(ranks)} (pid by rank: {pairs})"
+    return f"{noun} {ranges(ranks)} ({pid_word} {shown})"
 
 
 def _code(text: str) -> str:
