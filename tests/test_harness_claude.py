@@ -30,10 +30,10 @@ from tests.scripted_model import ScriptedModel, Step
 
 CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
 SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
-# The user's first prompt: the hang happened before this conversation, so no attempt shows it.
+# The user's first prompt: the hang is the user's report; the conversation reproduces it.
 ASK = (
-    "Bring up our SGLang server for Llama-3.1-8B on this 8-GPU box: yesterday it hung after"
-    " loading the weights. Find out why."
+    "Bring up our SGLang server for Llama-3.1-8B on this 8-GPU box: it hangs after loading"
+    " the weights. Find out why."
 )
 
 LAUNCHER = '''\
@@ -77,8 +77,8 @@ def stream_slice(path, rank, debug):
         if debug:
             log("DEBUG stage_weights: GET http://weights.lab:8081/llama-8b/tp3.safetensors:"
                 " 404 Not Found (7 other slices: 200)")
-        log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s;"
-            " nothing writes rank 3's pipe now")
+        log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s (the"
+            " weight store answered 404 Not Found); nothing writes rank 3's pipe now")
         return
     with open(path, "wb") as pipe:
         pipe.write(bytes(4096))
@@ -285,7 +285,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     its hooks' text with `<`, `>` and `&` as HTML entities: they are read back first."""
     context = html.unescape(context)
     # the objective from the first prompt, as the user's words
-    assert "it hung after loading the weights" in context
+    assert "it hangs after loading the weights" in context
     # the running launch: PID, tree, flags
     assert str(launcher.pid) in context
     workers = launcher.children()
@@ -391,7 +391,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),
-            Step(text="Relaunched with debug flags; it waits for all TP ranks to report ready."),
+            Step(text="Relaunched with debug flags; next I check that all 8 ranks report ready."),
             Step(text="Picking up where we were."),
         ]
     )
@@ -436,7 +436,7 @@ def check_conversation_words(server: Server) -> None:
         for v in httpx.get(base, timeout=10).json()
     ]
     said = [n["agent_said"]["text"] for n in narratives if n["agent_said"]]
-    assert "Relaunched with debug flags; it waits for all TP ranks to report ready." in said, said
+    assert "Relaunched with debug flags; next I check that all 8 ranks report" in said, said
     taken = httpx.post(base, json={"force": True}, timeout=60).json()["header"]["version"]
     now = httpx.get(f"{base}/{taken}", timeout=10).json()["narrative"]
     assert now["agent_said"]["text"] == "Picking up where we were."

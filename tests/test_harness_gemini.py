@@ -81,7 +81,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),
-            Step(text="Relaunched with debug flags; it waits for all TP ranks to report ready."),
+            Step(text="Relaunched with debug flags; next I check that all 8 ranks report ready."),
             Step(text="Picking up where we were."),
         ]
     )

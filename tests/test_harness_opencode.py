@@ -189,8 +189,8 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     env = offline_env(home, workspace)
     model = ScriptedOpenAI(
         [
-            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 256 > oom.log 2>&1 &"),
-            Step(bash="sleep 2; tail -2 oom.log"),
+            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 256 > train1.log 2>&1 &"),
+            Step(bash="sleep 2; tail -2 train1.log"),
             Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train.log"),
             Step(text="Relaunched with batch size 64; after step 3 it waits for loader 3."),
@@ -244,7 +244,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert "Where this dump lives" not in context and "set one with `ctxd note" not in context
     attempts = context.split("## Attempts", 1)[1].split("\n## ", 1)[0]
     first, second = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
-    assert "--batch-size 256 > oom.log" in attempts and "torch.OutOfMemoryError" in first
+    assert "--batch-size 256 > train1.log" in attempts and "torch.OutOfMemoryError" in first
     assert f"(pid {run.pid})" in second and "--batch-size 256 → 64" in second
     assert "OutOfMemoryError" not in second
     # a loader forked from the trainer waits in its own code, not in the parent's `w.start()`

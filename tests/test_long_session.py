@@ -4,6 +4,7 @@ commands and 20 user instructions between them, all through the hook endpoint as
 sends them. Then "continue": the dump that comes back within the harness's budget holds what
 a resuming agent needs, and search finds the first attempt."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,6 +90,8 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
              tool_input={"command": command},
              tool_response={"stdout": "", "stderr": "", "interrupted": False})  # fmt: skip
 
+    # the agent's shell finds this interpreter as `python3`, as a person types it
+    shell = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     hook("UserPromptSubmit", prompt="Find why the 8-GPU server dies with NCCL errors at start")
     calls = 0
     for run in range(1, LAUNCHES + 1):
@@ -96,10 +99,10 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
             said = f"Instruction {run // 10}: next try --nccl-algo {algo(run)}"
             hook("UserPromptSubmit", prompt=LAST if run == LAUNCHES else said)
         nic = "lo" if run == LAUNCHES else "eth0"
-        line = (f"NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME={nic} nohup {sys.executable} serve.py"
+        line = (f"NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME={nic} nohup python3 serve.py"
                 f" --run {run} --port {50000 + run} --nccl-algo {algo(run)} --tag {tag}"
                 f" > logs/run{run}.log 2>&1 &")  # fmt: skip
-        subprocess.run(["bash", "-c", line], cwd=workspace, check=True, timeout=30)
+        subprocess.run(["bash", "-c", line], cwd=workspace, env=shell, check=True, timeout=30)
         calls += 1
         bash(line, calls)
         for step in range(COMMANDS // LAUNCHES):
