@@ -436,7 +436,8 @@ def check_conversation_words(server: Server) -> None:
         for v in httpx.get(base, timeout=10).json()
     ]
     said = [n["agent_said"]["text"] for n in narratives if n["agent_said"]]
-    assert "Relaunched with debug flags; next I check that all 8 ranks report" in said, said
+    words = "Relaunched with debug flags; next I check that all 8 ranks report ready."
+    assert words in said, said
     taken = httpx.post(base, json={"force": True}, timeout=60).json()["header"]["version"]
     now = httpx.get(f"{base}/{taken}", timeout=10).json()["narrative"]
     assert now["agent_said"]["text"] == "Picking up where we were."
