@@ -229,6 +229,8 @@ def test_alike_failures_fold_but_the_newest_failure_and_what_runs_keep_their_row
     assert "each died the same way (4 times)" in rows[0].ran
     assert rows[0].changed == "varied: --run 1, 2, 3, 4", rows[0].changed  # the values tried
     assert rows[2].ended == "still running"
+    rows[2:] = attempt_table.rows([items[-1].model_copy(update={"port_open": True})], at)
+    assert rows[2].ended == "still running, serving"  # as the handover says it
 
 
 def test_the_budget_cut_keeps_the_handover_every_row_and_the_running_tops_environment(

@@ -107,15 +107,18 @@ def _row(
         program=item.text.split(" at ")[0],
         ran=ran,
         changed=changed or ("-" if first else "the same"),
-        ended=_ended(item)
-        or (
-            "still running, stuck (see Now)"
-            if stuck
-            else "still running"
-            if item.status in _LIVE
-            else ""
-        ),
+        ended=_ended(item) or _live_end(item, stuck),
     )
+
+
+def _live_end(item: HistoryItem, stuck: bool) -> str:
+    """A live attempt's last cell, as the handover's line says its phase ("still running" of
+    a server the handover calls serving read as a server not yet up)."""
+    if item.status not in _LIVE:
+        return ""
+    if stuck:
+        return "still running, stuck (see Now)"
+    return "still running, serving" if item.port_open else "still running"
 
 
 def _ended(item: HistoryItem) -> str:
