@@ -195,7 +195,8 @@ def test_the_handover_quotes_the_user_and_the_agent_with_their_times():
     ]
     n.agent_said = Said(at=at - timedelta(seconds=30), text="Relaunched in eager mode; waiting.")
     lines = handover.lines(snapshot)
-    assert lines[0] == "**Objective** (the user's first prompt): “find the hang”"
+    asked = n.user_messages[0].at
+    assert lines[0] == f"**Objective** (the user's first prompt, {asked:%H:%M:%S}): “find the hang”"
     assert lines[1].startswith("**The user's latest message** (") and "empty" in lines[1]
     assert "“keep NCCL_DEBUG=INFO”" in lines[2] and "find the hang" not in lines[2]
     assert lines[3].startswith("**Your last words** (")

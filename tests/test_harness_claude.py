@@ -325,13 +325,13 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert f"`/proc/{launcher.pid}/environ`" in attempts  # where HF_TOKEN's value is
     # one clock: no launch reads older than the prompt that asked for it (a kernel start
     # time is read from whole-second boot time, up to a second early)
-    asked = re.search(
-        r"\*\*The user's latest message\*\*: not in this dump: ctxd took it as the conversation"
-        r" resumed, .*"
-        r" the user's only message was the objective \((\d\d:\d\d:\d\d)\)",
-        handover,
-    )
+    asked = re.search(r"\*\*Objective\*\* \(the user's first prompt, (\d\d:\d\d:\d\d)\)", handover)
     assert asked, handover
+    # the prompt that resumed the conversation, quoted: the dump came with it, not before it
+    assert re.search(
+        r"\*\*The user's latest message\*\* \(\d\d:\d\d:\d\d\): “continue”: go on where",
+        handover,
+    ), handover
     assert all(row.split(" | ")[1] >= asked[1] for row in rows), (asked[1], rows)
     assert "stuck (see Now)" in second
     now = context.split("## Now", 1)[1].split("\n## ", 1)[0]
@@ -442,10 +442,7 @@ def check_conversation_words(server: Server) -> None:
     now = httpx.get(f"{base}/{taken}", timeout=10).json()["narrative"]
     assert now["agent_said"]["text"] == "Picking up where we were."
     prompts = [m["text"] for m in now["user_messages"]]
-    assert prompts == [
-        ASK,
-        "",
-    ], prompts
+    assert prompts == [ASK, "continue"], prompts  # the resumed turn's word, as typed
 
 
 SUMMARY = "The user asked which dataset shard is corrupt; the agent found shard 7 is."

@@ -181,13 +181,13 @@ def test_an_event_delivered_twice_is_acted_on_once(
     sid = send(client, event("UserPromptSubmit", work, prompt_id="p1", prompt="tune the loader"))[
         "session"
     ]
-    # a resume, each hook twice (ctxd's plugin and its settings): one dump
+    # a resume, each hook twice (ctxd's plugin and its settings): its dump waits for the prompt
     resume = event("SessionStart", work, source="resume")
-    assert send(client, resume)["context"]
-    assert send(client, resume)["context"] is None
-    # the turn's prompt (twice), after the resume's dump: none
+    assert [send(client, resume)["context"] for _ in "12"] == [None, None]
+    # the turn's prompt (twice), after the resume: one dump, with it
     said = event("UserPromptSubmit", work, prompt_id="p8", prompt="and the collate fn")
-    assert [send(client, said)["context"] for _ in "12"] == [None, None]
+    first_said, said_again = send(client, said), send(client, said)
+    assert "“and the collate fn”" in first_said["context"] and said_again["context"] is None
     # a bare "continue" in a turn of its own, twice: one dump
     go = event("UserPromptSubmit", work, prompt_id="p9", prompt="continue")
     first, again = send(client, go), send(client, go)
@@ -200,8 +200,9 @@ def test_an_event_delivered_twice_is_acted_on_once(
     assert [a["command"] for a in store(server).list_actions(sid, "command")] == ["make wheel"]
     send(client, {**call, "tool_use_id": "toolu_0043"})
     assert len(store(server).list_actions(sid, "command")) == 2
-    # a resume of another process (another pid) is a resume of its own
-    assert send(client, resume, pid=4343)["context"]
+    # a resume of another process (another pid) is a resume of its own: its prompt's dump
+    send(client, resume, pid=4343)
+    assert send(client, {**said, "prompt_id": "p10"})["context"]
 
 
 def test_the_adapter_reads_the_new_fields() -> None:

@@ -121,9 +121,10 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     (Path(__file__).parent / "artifacts" / "harness_codex_continue.txt").write_text(context)
     launcher = running_launcher(workspace)
 
-    # once, as a developer message before the user's "continue" (SessionStart, source resume)
+    # once, as a developer message after the user's "continue": the resume's dump waits for
+    # the prompt (UserPromptSubmit), so that it quotes it
     assert context.count("## Handover") == 1, context
-    assert model.roles_of_last_turn() == ["developer", "user"], model.roles_of_last_turn()
+    assert model.roles_of_last_turn() == ["user", "developer"], model.roles_of_last_turn()
     assert "[ctxd] Saved working state of session" in context
     # ctxd's MCP server, from the table install wrote into config.toml, offered to the model
     assert any(t.get("name") == "mcp__ctxd" for t in model.requests[-1]["tools"])

@@ -129,16 +129,17 @@ def test_hook_runner_records_then_hands_back_the_state_on_resume(server: Server,
     for body in steps:
         out = hook(server.url, body)
         assert (out.returncode, out.stdout, out.stderr) == (0, "", ""), out
+    # `codex exec resume --last "continue"`: the resume's dump comes with the prompt after it
     back = hook(server.url, payload("SessionStart", repo, source="resume"))
-    assert back.returncode == 0 and back.stderr == ""
-    said = json.loads(back.stdout)["hookSpecificOutput"]
-    assert said["hookEventName"] == "SessionStart"
+    assert (back.returncode, back.stdout, back.stderr) == (0, "", "")
+    go = hook(server.url, payload("UserPromptSubmit", repo, turn_id="t2", prompt="continue"))
+    assert go.returncode == 0 and go.stderr == ""
+    said = json.loads(go.stdout)["hookSpecificOutput"]
+    assert said["hookEventName"] == "UserPromptSubmit"
     dump = said["additionalContext"]
     assert dump.startswith("[ctxd] Saved working state of session `train-loop`")
     assert "train without running out" in dump and "train.py --lr 3e-4" in dump
-    # the "continue" of the same turn gets no second dump
-    again = hook(server.url, payload("UserPromptSubmit", repo, turn_id="t2", prompt="continue"))
-    assert (again.returncode, again.stdout) == (0, "")
+    assert "“continue”: go on where you left off" in dump
     # the person pressed Esc: where the turn stood is a version of its own, nothing printed
     versions = len(httpx.get(f"{server.url}/api/sessions/train-loop/snapshots").json())
     stop = hook(server.url, payload("Interrupt", repo, turn_id="t2"))

@@ -221,12 +221,15 @@ def test_parse_payload_and_continue_words():
 
 def test_one_dump_per_turn_after_a_resume(server: Server, client: httpx.Client, repo: Path):
     """`claude --continue` with "continue" fires SessionStart(resume) then UserPromptSubmit:
-    the model gets the dump once."""
+    the model gets the dump once, with the prompt, which it quotes as the user's latest (a
+    dump at SessionStart could only say the message was not seen yet)."""
     client.put("/api/sessions/train-loop", json={"objective": "converge", "cwd": str(repo)})
     start = hook(server.url, payload("SessionStart", repo, source="resume"))
-    assert "converge" in context(start, "SessionStart")
-    again = hook(server.url, payload("UserPromptSubmit", repo, prompt="continue"))
-    assert (again.returncode, again.stdout) == (0, "")
+    assert (start.returncode, start.stdout) == (0, "")
+    resumed = context(hook(server.url, payload("UserPromptSubmit", repo, prompt="Continue.")))
+    assert "converge" in resumed
+    assert "**The user's latest message** (" in resumed
+    assert "): “Continue.”: go on where you left off" in resumed, resumed
     later = hook(server.url, payload("UserPromptSubmit", repo, prompt="continue"))
     assert "converge" in context(later)  # the next turn gets its dump
 

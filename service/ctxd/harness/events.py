@@ -23,6 +23,9 @@ SUMMARY_MAX_CHARS = 50_000
 ONE_DUMP_PER_TURN_S = 120.0
 # The same hook event delivered twice comes within moments (two hooks run for it at once).
 SAME_EVENT_S = 30.0
+# A resumed conversation waits this long at most for the prompt whose turn gets its dump (an
+# interactive resume waits for the person to type).
+RESUMED_WAITS_S = 86_400.0
 Text = Annotated[str, Field(max_length=4096)]
 
 
@@ -71,12 +74,14 @@ class HookOut(BaseModel):
 
 
 class TurnMarks:
-    """Which conversations just got a dump (a resume or compaction at the turn's start): the
-    "continue" prompt of the same turn gets no second copy. Marks are used up, and forgotten
-    after ONE_DUMP_PER_TURN_S."""
+    """Which conversations just got a dump (a compaction at the turn's start): the "continue"
+    prompt of the same turn gets no second copy; and which resumed, their dump owed to the
+    prompt that comes next. Marks are used up, and forgotten after ONE_DUMP_PER_TURN_S (a
+    resume's after RESUMED_WAITS_S)."""
 
     def __init__(self) -> None:
         self._marked: dict[tuple[str, str], float] = {}
+        self._resumed: dict[tuple[str, str], float] = {}
         self._seen: dict[tuple[object, ...], float] = {}
         self._lock = threading.Lock()
 
@@ -96,6 +101,20 @@ class TurnMarks:
     def mark(self, sid: str, conversation: str) -> None:
         with self._lock:
             self._marked[(sid, conversation)] = time.monotonic()
+
+    def resumed(self, sid: str, conversation: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            for key, when in list(self._resumed.items()):
+                if now - when > RESUMED_WAITS_S:
+                    del self._resumed[key]
+            self._resumed[(sid, conversation)] = now
+
+    def owed(self, sid: str, conversation: str) -> bool:
+        """Whether this conversation resumed and its dump waits for this prompt; used up."""
+        with self._lock:
+            at = self._resumed.pop((sid, conversation), None)
+        return at is not None and time.monotonic() - at <= RESUMED_WAITS_S
 
     def fresh(self, sid: str, conversation: str) -> bool:
         """Whether this conversation got a dump moments ago; the mark is used up."""

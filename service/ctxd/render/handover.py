@@ -12,6 +12,7 @@ import re
 from datetime import datetime, timedelta
 
 from ctxd.fmt import between, human_duration, log_name, ranges
+from ctxd.harness.policy import is_continue
 from ctxd.models import Change, GpuInfo, HistoryItem, ProcessInfo, Signal, Snapshot
 from ctxd.signals import derive, ranks
 from ctxd.signals.attempts import phase
@@ -123,7 +124,9 @@ def _objective(s: Snapshot) -> str:
     n = s.narrative
     if not n.objective:
         return "**Objective**: none recorded yet."
-    source = f" ({n.objective_source})" if n.objective_source else ""
+    asked = next((m.at for m in n.user_messages if m.text == n.objective), None)
+    when = [n.objective_source or "", _clock(asked) if asked is not None else ""]
+    source = f" ({', '.join(w for w in when if w)})" if any(when) else ""
     return f"**Objective**{source}: {_quote(n.objective, 1200)}"
 
 
@@ -141,12 +144,14 @@ def _user(s: Snapshot) -> list[str]:
                     f" message was the objective ({_clock(latest.at)})"]  # fmt: skip
         return [f"**The user's latest message**: the objective ({_clock(latest.at)});"
                 " nothing since"]  # fmt: skip
-    if latest.text.strip():
-        words = _quote(latest.text, MESSAGE_CHARS)
-    else:
+    if not latest.text.strip():
         words = "empty: go on where you left off"
+    elif is_continue(latest.text):
+        words = f"{_quote(latest.text, MESSAGE_CHARS)}: go on where you left off"
+    else:
+        words = _quote(latest.text, MESSAGE_CHARS)
     out = [f"**The user's latest message** ({_clock(latest.at)}): {words}"]
-    earlier = [m for m in said[:-1] if m.text.strip() and m.text != n.objective]
+    earlier = [m for m in said[:-1] if not is_continue(m.text) and m.text != n.objective]
     if earlier:
         shown = "; ".join(
             f"{_clock(m.at)} {_quote(m.text, MESSAGE_CHARS)}" for m in earlier[-EARLIER_MESSAGES:]

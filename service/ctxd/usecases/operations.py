@@ -284,7 +284,7 @@ class UseCases:
         if not is_continue(text):
             self.note_prompt(sid, text)
             return None
-        self.message(sid, "")
+        recovery.message(self.snap, self._active(sid), "", typed=text)
         return self.resume(sid, fresh=False, max_chars=max_chars)
 
     def note_prompt(self, sid: str, text: str) -> None:
@@ -292,7 +292,7 @@ class UseCases:
         the objective while none was set."""
         if is_continue(text):
             self.store.touch(self._active(sid))
-            self.store.add_prompt(sid, "")  # a bare "continue" counts, as an empty text
+            self.store.add_prompt(sid, text.strip())  # a bare "continue" counts, as typed
             return
         self.message(sid, text)
         session = self.store.get_session(sid)
@@ -487,13 +487,20 @@ class UseCases:
         if event.kind == "tool":
             actions = [parse_action(a) for a in event.actions]
             self.record_actions(sid, self._whole_output(actions, event.output_file))
+        elif event.kind == "start" and event.source == "resume":
+            # the prompt that resumed it comes next: the dump waits for it, and quotes it (one
+            # taken now could only say that the user's latest message was not seen yet)
+            self.turns.resumed(sid, event.conversation)
         elif event.kind == "start" and event.source in RESUME_SOURCES:
             out.context = self.resume(sid, max_chars=budget)
             self.turns.mark(sid, event.conversation)
         elif event.kind == "subagent":  # it starts with none of the conversation
             out.context = self.resume(sid, max_chars=budget)
         elif event.kind == "prompt":
-            if self.turns.fresh(sid, event.conversation):
+            if self.turns.owed(sid, event.conversation):  # the first prompt after a resume
+                self.note_prompt(sid, event.prompt)
+                out.context = self.resume(sid, max_chars=budget)
+            elif self.turns.fresh(sid, event.conversation):
                 # the turn began with a dump (resume, compaction): the prompt is still recorded
                 self.note_prompt(sid, event.prompt)
             else:

@@ -371,15 +371,16 @@ def _changes_since(snap: Snapshotter, sid: str, since: int, snapshot: Snapshot) 
     return "\n".join(lines) + "\n\n"
 
 
-def message(snap: Snapshotter, sid: str, text: str) -> str | None:
-    """Any message is activity; an empty or blank one means "continue": returns a fresh dump."""
+def message(snap: Snapshotter, sid: str, text: str, typed: str = "") -> str | None:
+    """Any message is activity; an empty or blank one means "continue": returns a fresh dump.
+    `typed`: the word a harness's prompt said it with ("continue"), kept as the message."""
     if text.strip():
         said = redact.text(text)  # a pasted token never reaches the db
         snap.store.touch(sid, message=said)
         snap.store.add_prompt(sid, said)
         return None
     snap.store.touch(sid)
-    snap.store.add_prompt(sid, "")  # "the user's last message was empty: continue"
+    snap.store.add_prompt(sid, typed.strip())  # as typed ("continue"), or empty
     version = snap.take(sid, Trigger.CONTINUE).header.version
     return snap.store.get_markdown(sid, version)
 
