@@ -68,14 +68,16 @@ def test_the_note_lists_the_cuts_in_the_order_the_steps_make_them(snap: Snapshot
 
 
 def stuck_snapshot() -> Snapshot:
-    """A stuck tree: its launcher idle in its library's loop (two threads; its only own frame,
+    """A stuck tree: its launcher idle in its library's loop (two threads, as py-spy listed
+    torchrun's, its keep-alive timer first; its only own frame,
     torchrun's `<module> (torchrun:8)`, unread), its ranks in the job's own code; the kernel
     stack of each."""
     s = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=T0, trigger="t"))
     launcher = StuckStack(tree=10, pids=[10], kernel=["hrtimer_nanosleep", "common_nsleep"],
-                          lines=['thread "MainThread" (idle)', "  Agent._invoke_run (api.py:923)",
-                                 "  Agent.run (api.py:745)", 'thread "KeepAlive"',
-                                 "  Event.wait (threading.py:629)"],
+                          lines=['thread "KeepAlive"', "  Condition.wait (threading.py:331)",
+                                 "  Event.wait (threading.py:629)",
+                                 'thread "MainThread" (idle)', "  Agent._invoke_run (api.py:923)",
+                                 "  Agent.run (api.py:745)"],
                           source={"torchrun:8": ""})  # fmt: skip
     ranks = StuckStack(tree=10, pids=[11, 12], kernel=["futex_do_wait", "__futex_wait"],
                        lines=['thread "MainThread" (idle)', "  all_reduce (c10d.py:3252)"],

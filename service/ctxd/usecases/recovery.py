@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from ctxd import redact
 from ctxd.errors import Invalid
 from ctxd.models import Diff, LogInfo, Snapshot, StuckStack, Trigger
-from ctxd.render import handover
+from ctxd.render import handover, stacks
 from ctxd.render import markdown as render
 from ctxd.snapshotter import changes
 from ctxd.snapshotter.snapshotter import Snapshotter
@@ -197,7 +197,7 @@ def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
     its stack (its other threads, the frames that called the loop) says nothing of the hang."""
     for stack in s.observations.processes.stuck_stacks:
         if stack.tree in stack.pids and not _shows_own_line(stack) and len(stack.lines) > 2:
-            stack.lines = stack.lines[:2]
+            stack.lines = stacks.threads(stack.lines)[:2]  # py-spy may list another first
     return "the launcher's stack below its innermost frame"
 
 
