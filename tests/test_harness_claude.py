@@ -47,8 +47,8 @@ load, as SGLang's does. Log lines carry the real time; the stand-in nvidia-smi s
 workers holding memory."""
 import argparse, datetime, os, subprocess, sys, threading, time
 
-def log(text, file=sys.stdout):
-    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S} TP0] {text}", file=file, flush=True)
+def log(text, file=sys.stdout, who=" TP0"):  # the launcher's own lines carry no rank
+    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}{who}] {text}", file=file, flush=True)
 
 def slice_path(rank):
     return os.path.join(os.environ["WEIGHTS_CACHE"], f"tp{rank}.safetensors")
@@ -76,9 +76,9 @@ def stream_slice(path, rank, debug):
         time.sleep(1.5)
         if debug:
             log("DEBUG stage_weights: GET http://weights.lab:8081/llama-8b/tp3.safetensors:"
-                " 404 Not Found (7 other slices: 200)")
+                " 404 Not Found (7 other slices: 200)", who="")
         log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s (the"
-            " weight store answered 404 Not Found); nothing writes rank 3's pipe now")
+            " weight store answered 404 Not Found); nothing writes rank 3's pipe now", who="")
         return
     with open(path, "wb") as pipe:
         pipe.write(bytes(4096))
@@ -109,7 +109,8 @@ if __name__ == "__main__":
     debug = args.log_level == "debug"
     stage_weights(cache, args.tp, debug)
     if debug:
-        log(f"DEBUG stage_weights: {args.tp} pipes under {cache}, one stream thread each")
+        log(f"DEBUG stage_weights: {args.tp} pipes under {cache}, one stream thread each",
+            who="")
     workers = [
         subprocess.Popen([sys.executable, "launch_server.py", "--worker", "--tp-rank", str(r),
                           *sys.argv[1:]],
