@@ -223,7 +223,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert narrative["agent_said"]["text"] == "Picking up where we were.", narrative
     prompts = [m["text"] for m in narrative["user_messages"]]
     assert len(prompts) == 2 and "stalls after three steps" in prompts[0], prompts
-    assert prompts[1] == "", prompts  # the bare "continue"
+    assert prompts[1] == "continue", prompts  # the bare "continue", kept as typed
 
     context = model.context_of_last_turn()
     (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
