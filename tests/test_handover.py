@@ -198,6 +198,12 @@ def test_the_handover_quotes_the_user_and_the_agent_with_their_times():
     asked = n.user_messages[0].at
     assert lines[0] == f"**Objective** (the user's first prompt, {asked:%H:%M:%S}): “find the hang”"
     assert lines[1].startswith("**The user's latest message** (") and "empty" in lines[1]
+    assert "the one this dump was taken for" not in lines[1]  # 4 s before it: said apart
+    n.user_messages[-1] = Said(at=at - timedelta(seconds=1), text="continue")
+    assert handover.lines(snapshot)[1] == (
+        f"**The user's latest message** ({at - timedelta(seconds=1):%H:%M:%S}, the one this dump"
+        " was taken for): “continue”: go on where you left off"
+    )
     assert "“keep NCCL_DEBUG=INFO”" in lines[2] and "find the hang" not in lines[2]
     assert lines[3].startswith("**Your last words** (")
     assert lines[3].endswith(" before this dump): “Relaunched in eager mode; waiting.”")

@@ -29,7 +29,7 @@ from tests.conftest import Server, start_server, stop_server, wait_until
 from tests.scripted_model import ScriptedModel, Step
 
 CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
-SECRET = "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"
+SECRET = "wst_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"  # the weight store's token
 # The user's first prompt: the hang is the user's report; the conversation reproduces it.
 ASK = (
     "Bring up our SGLang server for Llama-3.1-8B on this 8-GPU box: it hangs after loading"
@@ -323,7 +323,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
         "**stuck**" in handover
         and "**Last attempt that died, before what runs now**: attempt 1" in (handover)
     )
-    assert f"`/proc/{launcher.pid}/environ`" in attempts  # where HF_TOKEN's value is
+    assert f"`/proc/{launcher.pid}/environ`" in attempts  # where WEIGHTS_TOKEN's value is
     # one clock: no launch reads older than the prompt that asked for it (a kernel start
     # time is read from whole-second boot time, up to a second early)
     asked = re.search(r"\*\*Objective\*\* \(the user's first prompt, (\d\d:\d\d:\d\d)\)", handover)
@@ -382,13 +382,13 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     model = ScriptedModel(
         [
             Step(
-                bash=f"mkdir -p logs; HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.95"
+                bash=f"mkdir -p logs; WEIGHTS_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.95"
                 " > logs/attempt1.log 2>&1 &"
             ),
             Step(bash="sleep 3; tail -3 logs/attempt1.log"),
             Step(
-                bash=f"HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.85 --disable-cuda-graph"
-                " --log-level debug > server.log 2>&1 &"
+                bash=f"WEIGHTS_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.85"
+                " --disable-cuda-graph --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),

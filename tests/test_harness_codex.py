@@ -84,13 +84,13 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     model = ScriptedResponses(
         [
             Step(
-                bash=f"mkdir -p logs; HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.95"
+                bash=f"mkdir -p logs; WEIGHTS_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.95"
                 " > logs/attempt1.log 2>&1 &"
             ),
             Step(bash="sleep 3; tail -3 logs/attempt1.log"),
             Step(
-                bash=f"HF_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.85 --disable-cuda-graph"
-                " --log-level debug > server.log 2>&1 &"
+                bash=f"WEIGHTS_TOKEN={SECRET} {LAUNCH} --mem-fraction-static 0.85"
+                " --disable-cuda-graph --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),

@@ -25,7 +25,7 @@ from tests.scripted_openai import MODEL, ScriptedOpenAI
 from tests.test_harness_claude import come_back_later, gpu_server  # noqa: F401  (a fixture)
 
 OPENCODE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "opencode"
-SECRET = "hf_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"
+SECRET = "dst_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"  # the datastore's token
 
 TRAINER = '''\
 """A training run that stalls: its 4 data loader workers (processes, as torch's DataLoader
@@ -189,9 +189,9 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     env = offline_env(home, workspace)
     model = ScriptedOpenAI(
         [
-            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 256 > train1.log 2>&1 &"),
+            Step(bash=f"DATASTORE_TOKEN={SECRET} {LAUNCH} --batch-size 256 > train1.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train1.log"),
-            Step(bash=f"HF_TOKEN={SECRET} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
+            Step(bash=f"DATASTORE_TOKEN={SECRET} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train.log"),
             Step(text="Relaunched with batch size 64; after step 3 it waits for loader 3."),
             Step(text="Picking up where we were."),

@@ -65,7 +65,7 @@ SERVER = textwrap.dedent(
 )
 # The last instruction says what fixes it: the NIC, not the algorithm the others kept trying.
 LAST = (
-    "Instruction 20: NCCL dials 10.0.3.7 over eth0 and that host is gone; bind NCCL to the"
+    "Instruction 20: NCCL dials 10.0.3.7 over eth0 and nothing listens there now; bind NCCL to the"
     " loopback (NCCL_SOCKET_IFNAME=lo) and go back to --nccl-algo PAT"
 )
 

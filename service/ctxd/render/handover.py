@@ -28,6 +28,8 @@ RESUMED = (
     "not in this dump: ctxd took it as the conversation resumed, before the message that"
     " resumed it arrived (read that one beside this dump)"
 )
+# A message this close to the dump's instant is the one that asked for it (a "continue").
+ASKED_WITHIN_S = 2.0
 RANKS_SAID_CHARS = 40  # a shorter run of words in common is no rank line
 # Flags that say how many worker processes a launch makes (tensor parallel, torchrun).
 _WORKERS = re.compile(
@@ -150,7 +152,10 @@ def _user(s: Snapshot) -> list[str]:
         words = f"{_quote(latest.text, MESSAGE_CHARS)}: go on where you left off"
     else:
         words = _quote(latest.text, MESSAGE_CHARS)
-    out = [f"**The user's latest message** ({_clock(latest.at)}): {words}"]
+    when = _clock(latest.at)
+    if abs((s.header.taken_at - latest.at).total_seconds()) <= ASKED_WITHIN_S:
+        when += ", the one this dump was taken for"  # not a coincidence of clocks
+    out = [f"**The user's latest message** ({when}): {words}"]
     earlier = [m for m in said[:-1] if not is_continue(m.text) and m.text != n.objective]
     if earlier:
         shown = "; ".join(
