@@ -330,7 +330,8 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert asked, handover
     # the prompt that resumed the conversation, quoted: the dump came with it, not before it
     assert re.search(
-        r"\*\*The user's latest message\*\* \(\d\d:\d\d:\d\d\): “continue”: go on where",
+        r"\*\*The user's latest message\*\* \(\d\d:\d\d:\d\d, the one this dump was taken"
+        r" for\): “continue”: go on where",
         handover,
     ), handover
     assert all(row.split(" | ")[1] >= asked[1] for row in rows), (asked[1], rows)
