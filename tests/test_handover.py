@@ -224,9 +224,11 @@ def test_alike_failures_fold_but_the_newest_failure_and_what_runs_keep_their_row
             flags=["--run"],
             flag_values={"--run": str(n)},
             ran="exited with status 1 after 30 s",
+            command=f"NCCL_DEBUG=INFO nohup python3 serve.py --run {n} --algo Ring > r{n}.log &",
         )
         for n in range(1, 6)
-    ] + [live(at + timedelta(minutes=6), label="attempt 6", first=6, last=6)]
+    ] + [live(at + timedelta(minutes=6), label="attempt 6", first=6, last=6,
+              flag_values={"--algo": "Tree"})]  # fmt: skip
     rows = attempt_table.rows(items, at + timedelta(minutes=7))
     assert [r.label for r in rows] == [
         "**attempts 1\N{EN DASH}4**",
@@ -234,7 +236,10 @@ def test_alike_failures_fold_but_the_newest_failure_and_what_runs_keep_their_row
         "**attempt 6**",
     ]
     assert "each died the same way (4 times)" in rows[0].ran
-    assert rows[0].changed == "varied: --run 1, 2, 3, 4", rows[0].changed  # the values tried
+    # the values tried, and the one a flag the session changed elsewhere held through them
+    assert rows[0].changed == "varied: --run 1, 2, 3, 4; all with --algo Ring", rows[0].changed
+    items[1].command = "python3 serve.py --run 2 --algo Tree"  # not one value: not named
+    assert attempt_table.rows(items, at)[0].changed == "varied: --run 1, 2, 3, 4"
     assert rows[2].ended == "still running"
     rows[2:] = attempt_table.rows([items[-1].model_copy(update={"port_open": True})], at)
     assert rows[2].ended == "still running, serving"  # as the handover says it

@@ -5,10 +5,12 @@ run of attempts before them that died of the same error (its numbers aside) is o
 the flags that varied among them. Pure: the narrative's history in, rows out.
 """
 
+import shlex
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
+from ctxd.attempts.flags import parse_flags
 from ctxd.collectors._logtext import error_shape
 from ctxd.fmt import attempts, between, flags_said, log_name
 from ctxd.models import HistoryItem
@@ -38,16 +40,17 @@ def rows(
     apart = {id(failed[-1])} if failed else set()
     out: list[Row] = []
     run: list[HistoryItem] = []
+    tried = {flag for i in attempt_items for flag in i.flag_values if flag.startswith("-")}
     for item in history:
         alike = run and error_shape(run[-1].error or "") == error_shape(item.error or "")
         if _foldable(item, apart) and alike:
             run.append(item)
             continue
-        out += _flush(run)
+        out += _flush(run, tried)
         run = [item] if _foldable(item, apart) else []
         if not run:
             out.append(_row(item, at, first=not out, stuck=str(item.pid) in stuck))
-    return out + _flush(run)
+    return out + _flush(run, tried)
 
 
 def _foldable(item: HistoryItem, apart: set[int]) -> bool:
@@ -59,23 +62,49 @@ def _foldable(item: HistoryItem, apart: set[int]) -> bool:
     )
 
 
-def _flush(run: list[HistoryItem]) -> list[Row]:
+def _flush(run: list[HistoryItem], tried: set[str]) -> list[Row]:
+    """A run of alike failures as one row; `tried`: the flags the session changed somewhere,
+    whose one value through the run the row names too ("all with --nccl-algo NVLSTree": the
+    row said only what varied, and a reader asked which value these runs tried)."""
     if len(run) < 2:
         return [_row(item) for item in run]
     first, last = run[0].first or 0, run[-1].last or 0
     # the first's values too: what it was launched with
     named, varied = flags_said((p for item in run for p in item.flag_values.items()), FLAGS_NAMED)
     named += " …" if varied > FLAGS_NAMED else ""
+    varied_here = {flag for item in run for flag in item.flag_values}
+    held = _held(run, tried - varied_here)
+    named = "; ".join(part for part in (named and f"varied: {named}", held and f"all with {held}")
+                      if part)  # fmt: skip
     return [
         Row(
             label=f"**{attempts(first, last)}**",
             launched=f"{run[0].at:%H:%M:%S} to {run[-1].at:%H:%M:%S}",
             program=_program(run[-1]),
             ran=f"each died the same way ({last - first + 1} times); the newest {run[-1].ran}",
-            changed=f"varied: {named}" if named else "",
+            changed=named,
             ended=_ended(run[-1]),
         )
     ]
+
+
+def _held(run: list[HistoryItem], flags: set[str]) -> str:
+    """Of `flags`, those each attempt of the run gave the same value, from their command
+    lines ("--nccl-algo NVLSTree"); "" where a line is unknown or cannot be split."""
+    if not flags:
+        return ""
+    seen: dict[str, set[str | None]] = {}
+    for item in run:
+        try:
+            given, _ = parse_flags(shlex.split(item.command or ""))
+        except ValueError:
+            return ""
+        if not item.command:
+            return ""
+        for flag in flags:
+            seen.setdefault(flag, set()).add(given.get(flag, "\0absent"))
+    held = [(f, v.pop()) for f, v in sorted(seen.items()) if len(v) == 1]
+    return ", ".join(f if v is None else f"{f} {v}" for f, v in held if v != "\0absent")
 
 
 def _row(
