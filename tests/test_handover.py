@@ -361,6 +361,24 @@ def test_a_port_open_a_second_after_launch_is_not_yet_proof_where_the_last_run_d
     assert "**serving**" in running and "not yet as old" not in running, running
 
 
+def test_serving_says_what_it_rests_on():
+    """An open port is "serving"; the line says whether a health URL answered, or that no
+    request checked it (readers took "serving" for a server proven to answer)."""
+    at = datetime.now(UTC)
+    snapshot = Snapshot(header=SnapshotHeader(session="s", version=3, taken_at=at, trigger="t"))
+    snapshot.narrative.history = [live(at - timedelta(seconds=30), port_open=True)]
+    snapshot.observations.processes.items = [root(1)]
+    running = next(line for line in handover.lines(snapshot) if "Running now" in line)
+    assert "**serving**; port 30000 open (listening; no health URL watched, so no request" in (
+        running
+    ), running
+    snapshot.observations.ports = PortsSection(items=[PortInfo(
+        host="127.0.0.1", port=30000, listening=True, url="http://127.0.0.1:30000/health",
+        health_status=200)])  # fmt: skip
+    running = next(line for line in handover.lines(snapshot) if "Running now" in line)
+    assert "port 30000 open (its health URL: HTTP 200)" in running, running
+
+
 def test_now_says_whether_it_is_quiet_or_the_handover_said_it_all(snap: Snapshotter):
     at = datetime.now(UTC)
     quiet = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=at, trigger="t"))

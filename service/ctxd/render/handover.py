@@ -176,7 +176,7 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     if item.ports:
         ports = ", ".join(map(str, item.ports))
         closed = "not open" if now == "stuck" else "not open yet"
-        words.append(f"port {ports} {'open' if item.port_open else closed}")
+        words.append(f"port {ports} {'open' + _health(item, s) if item.port_open else closed}")
     if now == "serving" and (early := _younger_than_failures(item, s.narrative.history, at)):
         words.append(early)
     expected = _WORKERS.search(" " + (item.command or ""))
@@ -202,6 +202,17 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     if last:
         words.append(f"{item.label}'s log says last: {last}")  # not the launcher's words
     return "; ".join(words) + "."
+
+
+def _health(item: HistoryItem, s: Snapshot) -> str:
+    """What an open port's "serving" rests on: its health URL's answer, or that none was
+    asked (readers took "serving" for a verified server)."""
+    asked = [p for p in s.observations.ports.items if p.port in item.ports and p.url]
+    if not asked:
+        return " (listening; no health URL watched, so no request checked it)"
+    said = [f"HTTP {p.health_status}" if p.health_status is not None
+            else (p.health_error or "no answer") for p in asked]  # fmt: skip
+    return f" (its health URL: {', '.join(said)})"
 
 
 def _agent_said(s: Snapshot, at: datetime, text: str) -> str:
