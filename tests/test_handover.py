@@ -369,7 +369,7 @@ def test_serving_says_what_it_rests_on():
     snapshot.narrative.history = [live(at - timedelta(seconds=30), port_open=True)]
     snapshot.observations.processes.items = [root(1)]
     running = next(line for line in handover.lines(snapshot) if "Running now" in line)
-    assert "**serving**; port 30000 open (listening; no health URL watched, so no request" in (
+    assert "**serving**; port 30000 open (listening; no health URL watched: ctxd sent it no" in (
         running
     ), running
     snapshot.observations.ports = PortsSection(items=[PortInfo(

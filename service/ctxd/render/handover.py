@@ -209,7 +209,7 @@ def _health(item: HistoryItem, s: Snapshot) -> str:
     asked (readers took "serving" for a verified server)."""
     asked = [p for p in s.observations.ports.items if p.port in item.ports and p.url]
     if not asked:
-        return " (listening; no health URL watched, so no request checked it)"
+        return " (listening; no health URL watched: ctxd sent it no request)"
     said = [f"HTTP {p.health_status}" if p.health_status is not None
             else (p.health_error or "no answer") for p in asked]  # fmt: skip
     return f" (its health URL: {', '.join(said)})"
