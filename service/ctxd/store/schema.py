@@ -210,3 +210,13 @@ def m013_attempts(db: Database) -> None:
     db.rename_table("launches", "attempts")
     db.execute("drop index if exists idx_launches_session_start_key")
     db.table("attempts").create_index(["session", "start_key"], unique=True)
+
+
+@migrations()
+def m014_attempts_by_session_and_end(db: Database) -> None:
+    """A snapshot asks for a session's attempts not ended yet and for its newest attempt's id;
+    with only the (session, start_key) index both read every attempt the session ever had
+    (2,000 in a long one, sorted again by id). An index on (session, ended_at) finds the open
+    ones, in id order, and one on (session) the newest id and the newest attempts."""
+    db.table("attempts").create_index(["session", "ended_at"])
+    db.table("attempts").create_index(["session"])
