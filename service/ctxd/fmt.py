@@ -99,11 +99,10 @@ VALUES_SHOWN = 6  # of the values a flag took, those named
 def flags_said(pairs: Iterable[tuple[str, str]], limit: int) -> tuple[str, int]:
     """(the first `limit` flags by name, each with the values it took in the order tried:
     "--port 50002…50194 (193 values); --run 2, 3", how many flags there were in all)."""
-    values: dict[str, list[str]] = {}
+    values: dict[str, dict[str, None]] = {}  # a dict per flag: its values in order, each once
     for name, value in pairs:
-        if value not in (seen := values.setdefault(name, [])):
-            seen.append(value)
-    said = "; ".join(f"{name} {values_said(values[name])}" for name in sorted(values)[:limit])
+        values.setdefault(name, {})[value] = None
+    said = "; ".join(f"{name} {values_said(list(values[name]))}" for name in sorted(values)[:limit])
     return said, len(values)
 
 

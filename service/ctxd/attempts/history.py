@@ -7,11 +7,11 @@ import re
 import shlex
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from ctxd.attempts.flags import attempt_diff, changed_values, program_name, summary_line
-from ctxd.attempts.folding import Light, crowd, earlier, folded, light, runs
+from ctxd.attempts.folding import Light, Numbered, crowd, earlier, folded, light, runs
 from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given, given_or
 from ctxd.fmt import attempts, human_duration, log_name
 from ctxd.models import HistoryItem, JournalEntry
@@ -44,40 +44,83 @@ def history(
     newest SHOWN_IN_FULL attempts one by one, older ones folded by how they ended; `pending`
     holds updates from `observed` not saved yet, shown as if they were."""
     stored, total = _recent(store, sid)
-    newest_attempts = _with_pending(stored, pending)
-    known = {attempt.start_key for attempt in stored}
-    total += sum(  # a root no command made, seen for the first time
-        1
-        for update in pending
-        if update.pid is not UNCHANGED
-        and update.bound_from is UNCHANGED
-        and update.start_key not in known
-    )
-    first_number = total - len(newest_attempts) + 1
+    if pending:
+        newest_attempts = _with_pending(stored, pending)
+        known = {attempt.start_key for attempt in stored}
+        total += sum(  # a root no command made, seen for the first time
+            1
+            for update in pending
+            if update.pid is not UNCHANGED
+            and update.bound_from is UNCHANGED
+            and update.start_key not in known
+        )
+        fold = _fold(newest_attempts, total, sid)
+    else:  # as stored: the fold made of this read, kept until the attempts change
+        fold = _kept_fold(store, sid, stored, total)
     now = datetime.now(UTC)
     ended_by = _harness_reaper(store, sid)
+    newest = [fold.head.model_copy(deep=True)] if fold.head is not None else []
+    previous = fold.before
+    for run in fold.shown:
+        number, attempt = run[0]
+        item = _item(attempt, previous, now, number, ended_by)
+        if len(run) > 1:
+            item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0], ended_by))
+        newest.append(item)
+        previous = run[-1][1]
+    return interleave(newest, sorted(map(_journal, journal), key=lambda i: i.at))
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """The attempts a dump reads, as its table takes them: the line the older ones fold into
+    (`head`: None when there are none), the newest SHOWN_IN_FULL runs each with its numbers,
+    and the attempt before the first of those (`before`), which its row is compared with.
+    None of it depends on the time: what does (how long one runs) is made from `shown`."""
+
+    head: HistoryItem | None
+    shown: list[list[Numbered]]
+    before: Attempt | None
+
+
+def _fold(newest_attempts: list[Attempt], total: int, sid: str) -> Fold:
+    """The fold of the newest attempts read (`total`: how many the session has in all)."""
+    first_number = total - len(newest_attempts) + 1
     older: list[Light] = []
-    newest: list[HistoryItem] = []
     previous: Attempt | None = None
     numbered_runs = runs(list(enumerate(newest_attempts, start=first_number)))
-    full_from = len(numbered_runs) - SHOWN_IN_FULL  # older runs: only what the fold says
-    for index, run in enumerate(numbered_runs):
-        number, attempt = run[0]
-        if index < full_from:
-            compared = index >= full_from - FLAGS_COMPARED
-            following = numbered_runs[index + 1][0][1] if number == 1 else None
-            older.append(light(run, previous if compared else None, following))
-        else:
-            item = _item(attempt, previous, now, number, ended_by)
-            if len(run) > 1:
-                item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0], ended_by))
-            newest.append(item)
+    full_from = max(0, len(numbered_runs) - SHOWN_IN_FULL)  # older runs: what the fold says
+    for index, run in enumerate(numbered_runs[:full_from]):
+        number = run[0][0]
+        compared = index >= full_from - FLAGS_COMPARED
+        following = numbered_runs[index + 1][0][1] if number == 1 else None
+        older.append(light(run, previous if compared else None, following))
         previous = run[-1][1]
+    head = None
     if older:
-        newest.insert(0, folded(older, first_number - 1, sid))
+        head = folded(older, first_number - 1, sid)
     elif first_number > 1:
-        newest.insert(0, earlier(first_number - 1, sid, newest_attempts[0].started_at))
-    return interleave(newest, sorted(map(_journal, journal), key=lambda i: i.at))
+        head = earlier(first_number - 1, sid, newest_attempts[0].started_at)
+    return Fold(head, numbered_runs[full_from:], previous)
+
+
+# The fold of each session's attempts as read last (`_recent`), by store, with that read: a
+# long session's continue folds the same hundreds of attempts only once they changed.
+_folds: "weakref.WeakKeyDictionary[Store, dict[str, tuple[list[Attempt], Fold]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _kept_fold(store: Store, sid: str, stored: list[Attempt], total: int) -> Fold:
+    """The fold of `stored`, the read `_recent` keeps while the attempts are unchanged: made
+    again only for another read (any write of an attempt, here or by another connection)."""
+    of_store = _folds.setdefault(store, {})
+    kept = of_store.get(sid)
+    if kept is not None and kept[0] is stored:
+        return kept[1]
+    fold = _fold(stored, total, sid)
+    of_store[sid] = (stored, fold)
+    return fold
 
 
 def interleave(attempt_items: list[HistoryItem], notes: list[HistoryItem]) -> list[HistoryItem]:
