@@ -23,6 +23,7 @@ from ctxd.models import (
 )
 from ctxd.peers.fanout import Peers
 from ctxd.render import markdown as render
+from ctxd.render import reuse
 from ctxd.render.dump_files import DumpFiles
 from ctxd.settings import Settings
 from ctxd.signals import attempts as attempt_signals
@@ -264,6 +265,7 @@ class Snapshotter:
         left_out: dict[str, str] | None = None,
         served_at: datetime | None = None,
         handover: list[str] | None = None,
+        reused: reuse.Sections | None = None,
     ) -> str:
         """The dump's Markdown (see `render.render_dump` for what the options change)."""
         header = snapshot.header
@@ -275,6 +277,7 @@ class Snapshotter:
             left_out=left_out,
             served_at=served_at,
             handover=handover,
+            reused=reused,
         )
 
     def data_dir_bytes(self) -> int:

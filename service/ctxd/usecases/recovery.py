@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from ctxd import redact
 from ctxd.errors import Invalid
 from ctxd.models import Diff, LogInfo, Snapshot, Trigger
-from ctxd.render import handover
+from ctxd.render import handover, reuse
 from ctxd.render import markdown as render
 from ctxd.snapshotter import changes
 from ctxd.snapshotter.snapshotter import Snapshotter
@@ -265,9 +265,11 @@ def for_model(
     left: dict[str, str] = {}
     cuts: list[str] = []
     sid = copy.header.session
-    markdown = snap.render(copy, for_model=True, served_at=served_at)
+    reused = reuse.Sections()  # each cut renders again only the sections it changed
+    markdown = snap.render(copy, for_model=True, served_at=served_at, reused=reused)
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
+    reused.keep()  # before any step cuts what its sections read
     told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     state = (copy.model_dump_json(), len(left))
     shown = markdown
@@ -277,7 +279,9 @@ def for_model(
         if now == state:  # a step that found nothing to cut is not named, nor rendered for
             continue
         state = now
-        cut = snap.render(copy, for_model=True, left_out=left, served_at=served_at, handover=told)
+        cut = snap.render(
+            copy, for_model=True, left_out=left, served_at=served_at, handover=told, reused=reused
+        )
         if cut == shown:  # it cut what the dump does not show (a worker's environment): unnamed
             continue
         shown = cut
