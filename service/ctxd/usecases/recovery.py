@@ -261,7 +261,8 @@ def for_model(
 ) -> str:
     """The dump a model is handed: without ctxd's own chatter, cut by value, step by step,
     to `max_chars`, saying what it left out and the command that shows it all."""
-    copy = snapshot.model_copy(deep=True)
+    # a copy the steps cut, through its JSON as stored: a deep copy of the models cost twice
+    copy = Snapshot.model_validate_json(snapshot.model_dump_json())
     left: dict[str, str] = {}
     cuts: list[str] = []
     sid = copy.header.session
