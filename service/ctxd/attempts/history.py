@@ -61,9 +61,9 @@ def history(
     ended_by = _harness_reaper(store, sid)
     newest = [fold.head.model_copy(deep=True)] if fold.head is not None else []
     previous = fold.before
-    for run in fold.shown:
+    for run, against in zip(fold.shown, fold.compared, strict=True):
         number, attempt = run[0]
-        item = _item(attempt, previous, now, number, ended_by)
+        item = _item(attempt, previous, now, number, ended_by, against)
         if len(run) > 1:
             item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0], ended_by))
         newest.append(item)
@@ -81,6 +81,7 @@ class Fold:
     head: HistoryItem | None
     shown: list[list[Numbered]]
     before: Attempt | None
+    compared: list["Compared | None"]  # each shown run's first against the attempt before it
 
 
 def _fold(newest_attempts: list[Attempt], total: int, sid: str) -> Fold:
@@ -101,7 +102,11 @@ def _fold(newest_attempts: list[Attempt], total: int, sid: str) -> Fold:
         head = folded(older, first_number - 1, sid)
     elif first_number > 1:
         head = earlier(first_number - 1, sid, newest_attempts[0].started_at)
-    return Fold(head, numbered_runs[full_from:], previous)
+    shown, before, against = numbered_runs[full_from:], previous, []
+    for run in shown:
+        against.append(compare(previous, run[0][1]) if previous is not None else None)
+        previous = run[-1][1]
+    return Fold(head, shown, before, against)
 
 
 # The fold of each session's attempts as read last (`_recent`), by store, with that read: a
@@ -265,12 +270,35 @@ def _harness_reaper(store: Store, sid: str) -> Reaper:
     return why
 
 
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """What an attempt changed from the one before it: the flags, their new values, and the
+    words its row says it with ("--port 8000 → 8001", "relaunched unchanged")."""
+
+    flags: tuple[str, ...]
+    values: dict[str, str]
+    changed: str
+
+
+def compare(previous: Attempt, attempt: Attempt) -> Compared:
+    diff = attempt_diff(previous, attempt)
+    flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
+    changed = summary_line(diff, program_name(attempt.argv), program_name(previous.argv))
+    moved = "; ".join(filter(None, (_sent_off_anew(previous, attempt),
+                                     _output_moved(previous, attempt))))  # fmt: skip
+    if moved and not diff.program_changed:
+        unchanged = changed == "relaunched unchanged"
+        changed = f"relaunched with {moved}" if unchanged else f"{changed}; {moved}"
+    return Compared(tuple(flags), changed_values(diff), changed)
+
+
 def _item(
     attempt: Attempt,
     previous: Attempt | None,
     now: datetime,
     number: int,
     ended_by: Reaper | None = None,
+    against: Compared | None = None,
 ) -> HistoryItem:
     program = program_name(attempt.argv)
     pid = f" (pid {attempt.pid})" if attempt.pid is not None else ""
@@ -298,15 +326,8 @@ def _item(
     values: dict[str, str] = {}
     changed = None
     if previous is not None:
-        diff = attempt_diff(previous, attempt)
-        flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
-        values = changed_values(diff)
-        changed = summary_line(diff, program, program_name(previous.argv))
-        moved = "; ".join(filter(None, (_sent_off_anew(previous, attempt),
-                                         _output_moved(previous, attempt))))  # fmt: skip
-        if moved and not diff.program_changed:
-            unchanged = changed == "relaunched unchanged"
-            changed = f"relaunched with {moved}" if unchanged else f"{changed}; {moved}"
+        said = against or compare(previous, attempt)
+        flags, values, changed = list(said.flags), dict(said.values), said.changed
         notes.append(changed)
     command = attempt.command or shlex.join(attempt.argv)  # an argv read: quoted, safe to paste
     if len(command) > COMMAND_CHARS:
