@@ -316,13 +316,15 @@ def test_the_kept_fold_is_the_fold_made_anew_after_launches_an_ending_and_a_rest
         return [
             _launch(n, ["python", "serve.py", "--run", str(n), "--algo", f"v{n % 3}"],
                     T0 + timedelta(seconds=n), ended_at=T0 + timedelta(seconds=n, milliseconds=500),
-                    error=f"RuntimeError: NCCL error in run {n} (code {n % 5})", seen=n % 2 == 0)
+                    error=f"RuntimeError: NCCL error in run {n} (code {n % 5})", seen=n % 2 == 0,
+                    logs=[f"/srv/logs/run{n}.log"])
             for n in range(first, first + count)
         ]  # fmt: skip
 
     def anew() -> list:
         fresh = Store(tmp_path / "ctxd.db")  # a restart: nothing kept
         try:
+            assert history.attempt_logs(fresh, "s") == history.attempt_logs(store, "s")
             return history.history(fresh, "s", [])
         finally:
             fresh.close()
@@ -341,9 +343,12 @@ def test_the_kept_fold_is_the_fold_made_anew_after_launches_an_ending_and_a_rest
     assert more == anew() and more != first
     assert more[0].label == "attempts 1\N{EN DASH}59" and more[-1].label == "attempt 65"
 
-    live = _launch(66, ["python", "serve.py", "--run", "66"], T0 + timedelta(seconds=66))
+    live = _launch(66, ["python", "serve.py", "--run", "66"], T0 + timedelta(seconds=66),
+                   logs=["/srv/logs/run65.log"])  # it writes where run 65 wrote  # fmt: skip
     _save(store, {**live, "pid": None, "seen": False})  # a command, its process not seen yet
     assert history.history(store, "s", []) == anew()
+    every, ended_logs = history.attempt_logs(store, "s")
+    assert "/srv/logs/run65.log" in every and "/srv/logs/run65.log" not in ended_logs
     ends = {"start_key": live["start_key"], "ended_at": T0 + timedelta(seconds=67),
             "error": "RuntimeError: NCCL error in run 66 (code 1)"}  # fmt: skip
     other = Store(tmp_path / "ctxd.db")  # it dies, as another connection writes it
@@ -353,4 +358,5 @@ def test_the_kept_fold_is_the_fold_made_anew_after_launches_an_ending_and_a_rest
         other.close()
     ended = history.history(store, "s", [])
     assert ended == anew() and ended[-1].error == ends["error"]
+    assert "/srv/logs/run65.log" in history.attempt_logs(store, "s")[1]  # no run writes it now
     assert history.history(store, "s", []) == ended

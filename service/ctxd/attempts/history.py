@@ -25,16 +25,32 @@ FLAGS_COMPARED = 200  # of the folded ones, the newest whose flags say which var
 AT_ONCE_S = 3.0
 
 
-def attempt_logs(
-    store: Store, sid: str, pending: Sequence[AttemptUpdate] = ()
-) -> tuple[set[str], set[str]]:
+Logs = tuple[frozenset[str], frozenset[str]]
+
+
+def attempt_logs(store: Store, sid: str, pending: Sequence[AttemptUpdate] = ()) -> Logs:
     """(the log files of the session's newest attempts, those of attempts that ended but for
     those a running attempt writes too: an error in them is an earlier run's, never the
     running one's); `pending`: updates from `observed` not saved yet."""
-    newest = _with_pending(_recent(store, sid)[0], pending)
-    every = {path for attempt in newest for path in attempt.logs}
+    stored = _recent(store, sid)[0]
+    if pending:
+        return _logs_of(_with_pending(stored, pending))
+    of_store = _logs_kept.setdefault(store, {})
+    kept = of_store.get(sid)
+    if kept is None or kept[0] is not stored:  # as the fold: kept with the read it is of
+        kept = of_store[sid] = (stored, _logs_of(stored))
+    return kept[1]
+
+
+def _logs_of(newest: list[Attempt]) -> Logs:
+    every = frozenset(path for attempt in newest for path in attempt.logs)
     running = {path for a in newest if a.ended_at is None for path in a.logs}
-    return every, {path for a in newest if a.ended_at for path in a.logs} - running
+    return every, frozenset(path for a in newest if a.ended_at for path in a.logs) - running
+
+
+_logs_kept: "weakref.WeakKeyDictionary[Store, dict[str, tuple[list[Attempt], Logs]]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def history(
