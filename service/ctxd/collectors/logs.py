@@ -88,7 +88,7 @@ def observe_log(
     cursor: Cursor | None = cursors.get((watch_id, real))
     lines = min(spec.lines, limits.log_lines_max)
     try:
-        fd, st = open_confined(path, roots)
+        fd, st = open_confined(path, roots, real)
     except NotRegular as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=str(exc)), cursor
     except FileNotFoundError:
