@@ -172,6 +172,26 @@ def test_a_snapshot_reads_open_attempts_and_the_newest_id_without_reading_them_a
             assert "start_key" not in plan, (statement, plan)  # not the index of every attempt
 
 
+def test_the_newest_actions_of_a_kind_are_found_without_reading_the_others(tmp_path: Path):
+    # 150 commands kept, no wake: the newest wakes are found at once, not after reading back
+    # through every command (a continue asks for four kinds)
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("s", SessionIn(title="x"))
+    for n in range(150):
+        store.add_action("s", "command", now(), {"command": f"tail -n {n} run.log"})
+    store.add_action("s", "file_edit", now(), {"path": "/srv/a.py"})
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    assert store.list_actions("s", "wake", 3) == []
+    [edit] = store.list_actions("s", "file_edit", 3)
+    store.db.conn.set_trace_callback(None)
+    assert edit["path"] == "/srv/a.py" and len(statements) == 2, statements
+    with sqlite3.connect(tmp_path / "ctxd.db") as db:
+        for statement in statements:
+            plan = " ".join(row[-1] for row in db.execute(f"explain query plan {statement}"))
+            assert "kind=?" in plan and "TEMP B-TREE" not in plan, (statement, plan)
+
+
 def test_watch_limit_is_enforced(tmp_path: Path):
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())

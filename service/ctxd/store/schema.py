@@ -220,3 +220,11 @@ def m014_attempts_by_session_and_end(db: Database) -> None:
     ones, in id order, and one on (session) the newest id and the newest attempts."""
     db.table("attempts").create_index(["session", "ended_at"])
     db.table("attempts").create_index(["session"])
+
+
+@migrations()
+def m015_actions_by_kind(db: Database) -> None:
+    """A snapshot asks for the newest actions of one kind (commands, file edits, wakes, the
+    session's dormancy); through the (session, id) index each question read back through
+    every action kept until enough of that kind came, all of them for a kind with none."""
+    db.table("actions").create_index(["session", "kind", "id"])
