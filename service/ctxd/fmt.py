@@ -70,6 +70,8 @@ def printable(text: str, lines: bool = True) -> str:
     """`text` with what a terminal would act on shown escaped (`\\x1b`, `\\u202e`) and a CRLF
     line end as a newline; `lines=False`: one line, so newline and tab are escaped too.
     Idempotent: what it writes holds none of what it escapes. A backslash stays as it is."""
+    if text.isprintable():  # all it escapes is unprintable to Python too (a test holds it)
+        return text
     pattern = _UNSEEN_IN_TEXT if lines else _UNSEEN_IN_LINE
     return pattern.sub(_escape, text) if pattern.search(text) else text
 
