@@ -8,7 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from ctxd.models import JournalIn, LogWatch, PortWatch, ProcessWatch, SessionIn
+from ctxd.models import (
+    HostInfo,
+    JournalIn,
+    LogWatch,
+    Observations,
+    PortWatch,
+    ProcessWatch,
+    SessionIn,
+)
 from ctxd.render import reuse
 from ctxd.settings import Settings
 from ctxd.snapshotter.snapshotter import Snapshotter
@@ -99,3 +107,14 @@ def test_a_section_is_reused_only_for_the_values_it_reads():
         "for_model": None, "h": ("taken_at",), "o": ("logs",),
     }  # fmt: skip
     assert reuse._READS["_host.md.j2"] == {"o": ("host",)}
+
+
+def test_a_section_is_keyed_by_the_content_of_what_it_reads_or_not_reused():
+    host = HostInfo(hostname="gpu-node-1", load_1m=0.5)
+    same = HostInfo(hostname="gpu-node-1", load_1m=0.5)
+    key = reuse._key("_host.md.j2", {"o": Observations(host=host)})
+    assert key is not None and key == reuse._key("_host.md.j2", {"o": Observations(host=same)})
+    other = Observations(host=HostInfo(hostname="gpu-node-2", load_1m=0.5))
+    assert reuse._key("_host.md.j2", {"o": other}) != key
+    # what its JSON would not tell (an object of no known shape): no key, rendered each time
+    assert reuse._key("_host.md.j2", {"o": object()}) is None

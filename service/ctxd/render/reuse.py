@@ -23,7 +23,7 @@ class Sections:
     reads the same values."""
 
     def __init__(self) -> None:
-        self.texts: dict[tuple[str, ...], str] = {}
+        self.texts: dict[bytes, str] = {}
         self._noted: list[tuple[str, dict[str, Any], str]] = []
         self._keeping = False
 
@@ -114,37 +114,30 @@ def _reads(env: jinja2.Environment, name: str) -> Reads | None:
 _MISSING = object()
 
 
-def _key(name: str, values: dict[str, Any]) -> tuple[str, ...] | None:
-    """What a partial's text follows from: the JSON of each value it reads (of a model it
-    reads attributes of, those attributes'), a function by its identity; None when it reads
-    anything else (an object whose content JSON does not tell), and is then rendered."""
+def _key(name: str, values: dict[str, Any]) -> bytes | None:
+    """What a partial's text follows from: the JSON of the values it reads (of a model it
+    reads attributes of, those attributes'), a function by its identity, in one encoding;
+    None when it reads anything else (an object whose JSON would not tell its content),
+    and is then rendered."""
     reads = _READS[name]
     assert reads is not None
-    parts = [name]
+    picked: list[object] = [name]
+    for var, attributes in reads.items():
+        value = values.get(var, _MISSING)
+        if attributes is not None and isinstance(value, BaseModel):
+            picked += (getattr(value, a, _MISSING) for a in attributes)
+        else:
+            picked.append(value)
     try:
-        for var, attributes in reads.items():
-            value = values.get(var, _MISSING)
-            if attributes is not None and isinstance(value, BaseModel):
-                parts += (_json(getattr(value, a, _MISSING)) for a in attributes)
-            else:
-                parts.append(_json(value))
-    except _Unkeyed:
+        return pydantic_core.to_json(picked, fallback=_function)
+    except pydantic_core.PydanticSerializationError:  # what `_function` refused
         return None
-    return tuple(parts)
-
-
-class _Unkeyed(Exception):
-    """A value whose JSON would not tell its content."""
-
-
-def _json(value: object) -> str:
-    if value is _MISSING:
-        return "\0missing"
-    return pydantic_core.to_json(value, fallback=_function).decode()
 
 
 def _function(value: object) -> str:
     """A function (a template's global, a filter) by its identity: it does not change."""
+    if value is _MISSING:
+        return "\0missing"
     if callable(value):
         return f"\0{type(value).__qualname__}@{id(value)}"
-    raise _Unkeyed(type(value).__qualname__)
+    raise TypeError(f"no key for a {type(value).__qualname__}")
