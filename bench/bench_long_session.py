@@ -11,6 +11,7 @@ instruction (a person typing: a pause of seconds) the bench waits for the settli
 ctxd takes a second after a burst of launches, as it comes in a real session. Then
 "continue" (`UserPromptSubmit`) through the hook endpoint, the two sessions in turn: medians
 over `--runs`, and the size of each data directory (database with its WAL, and the files).
+Run alone, it appends its figures to bench/results.jsonl (mode `long_session`).
 
 The small session is built event by event through `POST /api/hooks/claude`. The long one
 goes through `POST /api/sessions/{sid}/actions` in batches of 100 actions, mapped from the
@@ -31,6 +32,7 @@ from pathlib import Path
 import httpx
 from ctxd.harness.claude import tool_actions as from_claude
 
+from bench import table
 from bench.scenario import Server, start_server
 from bench.timing import p95
 
@@ -215,7 +217,7 @@ def run(runs: int = 15, launches: int = LAUNCHES, hooks: bool = False) -> dict[s
                 first = statistics.median(big.ingest[:tenth])
                 last = statistics.median(big.ingest[-tenth:])
                 row("  recording, ms per action: first / last 10%", f"{first:.1f} / {last:.1f}")
-                return measure(small, big, runs)
+                return {**measure(small, big, runs), "long_launches": launches}
             finally:
                 big.close()
         finally:
@@ -269,7 +271,8 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=LAUNCHES)
     parser.add_argument("--hooks", action="store_true", help="build event by event (slower)")
     args = parser.parse_args()
-    run(args.runs, args.launches, args.hooks)
+    figures = run(args.runs, args.launches, args.hooks)
+    table.append_results({**figures, "runs": args.runs}, "long_session")
 
 
 if __name__ == "__main__":

@@ -305,3 +305,59 @@ def test_a_log_per_run_is_no_change_of_output(tmp_path):
                   logs=["/srv/logs/run2.log"]))  # fmt: skip
     second = history.history(store, "s", [])[1]
     assert second.changed == "relaunched with --run 1 \N{RIGHTWARDS ARROW} 2", second.changed
+
+
+def test_the_kept_fold_is_the_fold_made_anew_after_launches_an_ending_and_a_restart(tmp_path):
+    """A long session's continue folds its older attempts once, not at every snapshot: the fold
+    is kept with the read it was made from. Whatever changed since (more launches, an attempt
+    that ended, a write by another connection), it is the fold a fresh store makes."""
+    store = _store(tmp_path)
+
+    def launches(first: int, count: int) -> list[dict]:
+        return [
+            _launch(n, ["python", "serve.py", "--run", str(n), "--algo", f"v{n % 3}"],
+                    T0 + timedelta(seconds=n), ended_at=T0 + timedelta(seconds=n, milliseconds=500),
+                    error=f"RuntimeError: NCCL error in run {n} (code {n % 5})", seen=n % 2 == 0,
+                    logs=[f"/srv/logs/run{n}.log"])
+            for n in range(first, first + count)
+        ]  # fmt: skip
+
+    def anew() -> list:
+        fresh = Store(tmp_path / "ctxd.db")  # a restart: nothing kept
+        try:
+            assert history.attempt_logs(fresh, "s") == history.attempt_logs(store, "s")
+            return history.history(fresh, "s", [])
+        finally:
+            fresh.close()
+
+    _save(store, *launches(1, 40))
+    first = history.history(store, "s", [])
+    assert first == anew()
+    assert first[0].status == "folded" and first[0].label == "attempts 1\N{EN DASH}34", first[0]
+    stored, total = history._recent(store, "s")
+    kept = history._kept_fold(store, "s", stored, total)
+    assert history._kept_fold(store, "s", *history._recent(store, "s")) is kept  # not made again
+    assert history.history(store, "s", []) == first
+
+    _save(store, *launches(41, 25))  # more launches: the older ones are folded again
+    more = history.history(store, "s", [])
+    assert more == anew() and more != first
+    assert more[0].label == "attempts 1\N{EN DASH}59" and more[-1].label == "attempt 65"
+
+    live = _launch(66, ["python", "serve.py", "--run", "66"], T0 + timedelta(seconds=66),
+                   logs=["/srv/logs/run65.log"])  # it writes where run 65 wrote  # fmt: skip
+    _save(store, {**live, "pid": None, "seen": False})  # a command, its process not seen yet
+    assert history.history(store, "s", []) == anew()
+    every, ended_logs = history.attempt_logs(store, "s")
+    assert "/srv/logs/run65.log" in every and "/srv/logs/run65.log" not in ended_logs
+    ends = {"start_key": live["start_key"], "ended_at": T0 + timedelta(seconds=67),
+            "error": "RuntimeError: NCCL error in run 66 (code 1)"}  # fmt: skip
+    other = Store(tmp_path / "ctxd.db")  # it dies, as another connection writes it
+    try:
+        other.save_attempts("s", [AttemptUpdate(**ends)])
+    finally:
+        other.close()
+    ended = history.history(store, "s", [])
+    assert ended == anew() and ended[-1].error == ends["error"]
+    assert "/srv/logs/run65.log" in history.attempt_logs(store, "s")[1]  # no run writes it now
+    assert history.history(store, "s", []) == ended

@@ -102,3 +102,13 @@ def test_a_launchers_library_stack_and_kernel_stacks_go_before_any_log_line():
     assert steps.index(recovery._launcher_frames) < first_logs
     assert steps.index(recovery._kernel_stacks) < first_logs
     assert steps.index(recovery._stack_frames) < first_logs  # the job's own lines stay
+
+
+def test_the_cut_leaves_the_snapshot_it_cuts_as_it_was(snap: Snapshotter):
+    # the steps cut a copy: the version as stored, or kept in memory, is not shortened
+    snapshot = snap.take("cut")
+    before = snapshot.model_dump_json()
+    dump = recovery.for_model(snap, snapshot, 3000)
+    assert "Kept under 3000 characters" in dump and len(dump) <= 3000
+    assert snapshot.model_dump_json() == before
+    assert recovery.for_model(snap, snapshot, 3000) == dump

@@ -440,6 +440,26 @@ def test_an_unchanged_log_is_not_read_again(tmp_path: Path) -> None:
     assert opened == [str(path)]
 
 
+def test_a_log_watched_through_a_link_finds_its_cursor_by_its_real_path(tmp_path: Path) -> None:
+    # the cursor of a log is kept by the file's real path, resolved once per look: the next
+    # look through the same link finds it and reads nothing
+    path = tmp_path / "quiet.log"
+    path.write_text("still here\n")
+    (tmp_path / "link.log").symlink_to(path)
+    ctx, watch = make_ctx(), make_watch(tmp_path / "link.log")
+    first = only_item(logs.collect([watch], ctx))
+    assert first.path == str(path)
+    opened: list[str] = []
+    AUDIT_OPENS.append(opened)
+    try:
+        second = only_item(logs.collect([watch], ctx))
+    finally:
+        AUDIT_OPENS.remove(opened)
+    assert second.lines == first.lines == ["still here"]
+    assert opened == [str(path)]  # opened to fstat it
+    assert first.growth_bytes is None and second.growth_bytes == 0  # against its cursor
+
+
 AUDIT_OPENS: list[list[str]] = []
 
 

@@ -188,6 +188,16 @@ def test_observed_text_reads_with_its_control_and_bidi_characters_escaped(
     assert redact.text(raw * 300) == shown * 300  # the long path (not cached) does the same
 
 
+def test_every_character_printable_escapes_is_one_python_calls_unprintable() -> None:
+    # printable() returns a text Python calls printable as it is, without its patterns: so
+    # no character they escape may be printable to Python, whichever is added to them
+    for point in range(sys.maxunicode + 1):
+        char = chr(point)
+        if char.isprintable():
+            assert not fmt._UNSEEN_IN_LINE.search(char), hex(point)
+            assert not fmt._UNSEEN_IN_TEXT.search(char), hex(point)
+
+
 def test_a_variable_name_is_one_line_and_a_secret_split_by_a_control_is_still_redacted() -> None:
     assert redact.env({"A\nB\tC": "x\ny"}) == {"A\\nB\\tC": "x\ny"}
     assert fmt.printable("A\nB", lines=False) == "A\\nB"

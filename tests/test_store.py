@@ -145,6 +145,53 @@ def test_reads_and_inserts_run_without_savepoints_or_schema_lookups(tmp_path: Pa
     assert hit["version"] == 2
 
 
+def test_a_snapshot_reads_open_attempts_and_the_newest_id_without_reading_them_all(
+    tmp_path: Path,
+):
+    # A long session's 2,000 ended attempts: a snapshot asks which are open and the newest
+    # id; read through the (session, start_key) index, each question read all 2,000 (and
+    # sorted them by id again). The plans SQLite makes for the store's own statements say
+    # which index they search, and that no sort is made.
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("s", SessionIn(title="x"))
+    ended = [AttemptUpdate(f"{n}:1", pid=n, started_at=now(), argv=("serve",), ended_at=now())
+             for n in range(1, 301)]  # fmt: skip
+    store.save_attempts("s", [*ended, AttemptUpdate("301:1", pid=301, started_at=now(),
+                                                    argv=("serve", "--live"))])  # fmt: skip
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    [running] = store.running_attempts("s")
+    newest = store.last_attempt_id("s")
+    store.db.conn.set_trace_callback(None)
+    assert running.argv == ("serve", "--live") and newest == running.id
+    assert len(statements) == 2, statements
+    with sqlite3.connect(tmp_path / "ctxd.db") as db:
+        for statement in statements:
+            plan = " ".join(row[-1] for row in db.execute(f"explain query plan {statement}"))
+            assert "TEMP B-TREE" not in plan and "SCAN" not in plan, (statement, plan)
+            assert "start_key" not in plan, (statement, plan)  # not the index of every attempt
+
+
+def test_the_newest_actions_of_a_kind_are_found_without_reading_the_others(tmp_path: Path):
+    # 150 commands kept, no wake: the newest wakes are found at once, not after reading back
+    # through every command (a continue asks for four kinds)
+    store = Store(tmp_path / "ctxd.db")
+    store.put_session("s", SessionIn(title="x"))
+    for n in range(150):
+        store.add_action("s", "command", now(), {"command": f"tail -n {n} run.log"})
+    store.add_action("s", "file_edit", now(), {"path": "/srv/a.py"})
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    assert store.list_actions("s", "wake", 3) == []
+    [edit] = store.list_actions("s", "file_edit", 3)
+    store.db.conn.set_trace_callback(None)
+    assert edit["path"] == "/srv/a.py" and len(statements) == 2, statements
+    with sqlite3.connect(tmp_path / "ctxd.db") as db:
+        for statement in statements:
+            plan = " ".join(row[-1] for row in db.execute(f"explain query plan {statement}"))
+            assert "kind=?" in plan and "TEMP B-TREE" not in plan, (statement, plan)
+
+
 def test_watch_limit_is_enforced(tmp_path: Path):
     store = Store(tmp_path / "ctxd.db")
     store.put_session("s", SessionIn())

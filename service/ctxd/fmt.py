@@ -70,6 +70,8 @@ def printable(text: str, lines: bool = True) -> str:
     """`text` with what a terminal would act on shown escaped (`\\x1b`, `\\u202e`) and a CRLF
     line end as a newline; `lines=False`: one line, so newline and tab are escaped too.
     Idempotent: what it writes holds none of what it escapes. A backslash stays as it is."""
+    if text.isprintable():  # all it escapes is unprintable to Python too (a test holds it)
+        return text
     pattern = _UNSEEN_IN_TEXT if lines else _UNSEEN_IN_LINE
     return pattern.sub(_escape, text) if pattern.search(text) else text
 
@@ -99,11 +101,10 @@ VALUES_SHOWN = 6  # of the values a flag took, those named
 def flags_said(pairs: Iterable[tuple[str, str]], limit: int) -> tuple[str, int]:
     """(the first `limit` flags by name, each with the values it took in the order tried:
     "--port 50002…50194 (193 values); --run 2, 3", how many flags there were in all)."""
-    values: dict[str, list[str]] = {}
+    values: dict[str, dict[str, None]] = {}  # a dict per flag: its values in order, each once
     for name, value in pairs:
-        if value not in (seen := values.setdefault(name, [])):
-            seen.append(value)
-    said = "; ".join(f"{name} {values_said(values[name])}" for name in sorted(values)[:limit])
+        values.setdefault(name, {})[value] = None
+    said = "; ".join(f"{name} {values_said(list(values[name]))}" for name in sorted(values)[:limit])
     return said, len(values)
 
 

@@ -7,11 +7,11 @@ import re
 import shlex
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from ctxd.attempts.flags import attempt_diff, changed_values, program_name, summary_line
-from ctxd.attempts.folding import Light, crowd, earlier, folded, light, runs
+from ctxd.attempts.folding import Light, Numbered, crowd, earlier, folded, light, runs
 from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given, given_or
 from ctxd.fmt import attempts, human_duration, log_name
 from ctxd.models import HistoryItem, JournalEntry
@@ -25,16 +25,32 @@ FLAGS_COMPARED = 200  # of the folded ones, the newest whose flags say which var
 AT_ONCE_S = 3.0
 
 
-def attempt_logs(
-    store: Store, sid: str, pending: Sequence[AttemptUpdate] = ()
-) -> tuple[set[str], set[str]]:
+Logs = tuple[frozenset[str], frozenset[str]]
+
+
+def attempt_logs(store: Store, sid: str, pending: Sequence[AttemptUpdate] = ()) -> Logs:
     """(the log files of the session's newest attempts, those of attempts that ended but for
     those a running attempt writes too: an error in them is an earlier run's, never the
     running one's); `pending`: updates from `observed` not saved yet."""
-    newest = _with_pending(_recent(store, sid)[0], pending)
-    every = {path for attempt in newest for path in attempt.logs}
+    stored = _recent(store, sid)[0]
+    if pending:
+        return _logs_of(_with_pending(stored, pending))
+    of_store = _logs_kept.setdefault(store, {})
+    kept = of_store.get(sid)
+    if kept is None or kept[0] is not stored:  # as the fold: kept with the read it is of
+        kept = of_store[sid] = (stored, _logs_of(stored))
+    return kept[1]
+
+
+def _logs_of(newest: list[Attempt]) -> Logs:
+    every = frozenset(path for attempt in newest for path in attempt.logs)
     running = {path for a in newest if a.ended_at is None for path in a.logs}
-    return every, {path for a in newest if a.ended_at for path in a.logs} - running
+    return every, frozenset(path for a in newest if a.ended_at for path in a.logs) - running
+
+
+_logs_kept: "weakref.WeakKeyDictionary[Store, dict[str, tuple[list[Attempt], Logs]]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def history(
@@ -44,40 +60,88 @@ def history(
     newest SHOWN_IN_FULL attempts one by one, older ones folded by how they ended; `pending`
     holds updates from `observed` not saved yet, shown as if they were."""
     stored, total = _recent(store, sid)
-    newest_attempts = _with_pending(stored, pending)
-    known = {attempt.start_key for attempt in stored}
-    total += sum(  # a root no command made, seen for the first time
-        1
-        for update in pending
-        if update.pid is not UNCHANGED
-        and update.bound_from is UNCHANGED
-        and update.start_key not in known
-    )
-    first_number = total - len(newest_attempts) + 1
+    if pending:
+        newest_attempts = _with_pending(stored, pending)
+        known = {attempt.start_key for attempt in stored}
+        total += sum(  # a root no command made, seen for the first time
+            1
+            for update in pending
+            if update.pid is not UNCHANGED
+            and update.bound_from is UNCHANGED
+            and update.start_key not in known
+        )
+        fold = _fold(newest_attempts, total, sid)
+    else:  # as stored: the fold made of this read, kept until the attempts change
+        fold = _kept_fold(store, sid, stored, total)
     now = datetime.now(UTC)
     ended_by = _harness_reaper(store, sid)
+    newest = [fold.head.model_copy(deep=True)] if fold.head is not None else []
+    previous = fold.before
+    for run, against in zip(fold.shown, fold.compared, strict=True):
+        number, attempt = run[0]
+        item = _item(attempt, previous, now, number, ended_by, against)
+        if len(run) > 1:
+            item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0], ended_by))
+        newest.append(item)
+        previous = run[-1][1]
+    return interleave(newest, sorted(map(_journal, journal), key=lambda i: i.at))
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """The attempts a dump reads, as its table takes them: the line the older ones fold into
+    (`head`: None when there are none), the newest SHOWN_IN_FULL runs each with its numbers,
+    and the attempt before the first of those (`before`), which its row is compared with.
+    None of it depends on the time: what does (how long one runs) is made from `shown`."""
+
+    head: HistoryItem | None
+    shown: list[list[Numbered]]
+    before: Attempt | None
+    compared: list["Compared | None"]  # each shown run's first against the attempt before it
+
+
+def _fold(newest_attempts: list[Attempt], total: int, sid: str) -> Fold:
+    """The fold of the newest attempts read (`total`: how many the session has in all)."""
+    first_number = total - len(newest_attempts) + 1
     older: list[Light] = []
-    newest: list[HistoryItem] = []
     previous: Attempt | None = None
     numbered_runs = runs(list(enumerate(newest_attempts, start=first_number)))
-    full_from = len(numbered_runs) - SHOWN_IN_FULL  # older runs: only what the fold says
-    for index, run in enumerate(numbered_runs):
-        number, attempt = run[0]
-        if index < full_from:
-            compared = index >= full_from - FLAGS_COMPARED
-            following = numbered_runs[index + 1][0][1] if number == 1 else None
-            older.append(light(run, previous if compared else None, following))
-        else:
-            item = _item(attempt, previous, now, number, ended_by)
-            if len(run) > 1:
-                item = crowd(run, item, _item(run[-1][1], None, now, run[-1][0], ended_by))
-            newest.append(item)
+    full_from = max(0, len(numbered_runs) - SHOWN_IN_FULL)  # older runs: what the fold says
+    for index, run in enumerate(numbered_runs[:full_from]):
+        number = run[0][0]
+        compared = index >= full_from - FLAGS_COMPARED
+        following = numbered_runs[index + 1][0][1] if number == 1 else None
+        older.append(light(run, previous if compared else None, following))
         previous = run[-1][1]
+    head = None
     if older:
-        newest.insert(0, folded(older, first_number - 1, sid))
+        head = folded(older, first_number - 1, sid)
     elif first_number > 1:
-        newest.insert(0, earlier(first_number - 1, sid, newest_attempts[0].started_at))
-    return interleave(newest, sorted(map(_journal, journal), key=lambda i: i.at))
+        head = earlier(first_number - 1, sid, newest_attempts[0].started_at)
+    shown, before, against = numbered_runs[full_from:], previous, []
+    for run in shown:
+        against.append(compare(previous, run[0][1]) if previous is not None else None)
+        previous = run[-1][1]
+    return Fold(head, shown, before, against)
+
+
+# The fold of each session's attempts as read last (`_recent`), by store, with that read: a
+# long session's continue folds the same hundreds of attempts only once they changed.
+_folds: "weakref.WeakKeyDictionary[Store, dict[str, tuple[list[Attempt], Fold]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _kept_fold(store: Store, sid: str, stored: list[Attempt], total: int) -> Fold:
+    """The fold of `stored`, the read `_recent` keeps while the attempts are unchanged: made
+    again only for another read (any write of an attempt, here or by another connection)."""
+    of_store = _folds.setdefault(store, {})
+    kept = of_store.get(sid)
+    if kept is not None and kept[0] is stored:
+        return kept[1]
+    fold = _fold(stored, total, sid)
+    of_store[sid] = (stored, fold)
+    return fold
 
 
 def interleave(attempt_items: list[HistoryItem], notes: list[HistoryItem]) -> list[HistoryItem]:
@@ -222,12 +286,35 @@ def _harness_reaper(store: Store, sid: str) -> Reaper:
     return why
 
 
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """What an attempt changed from the one before it: the flags, their new values, and the
+    words its row says it with ("--port 8000 → 8001", "relaunched unchanged")."""
+
+    flags: tuple[str, ...]
+    values: dict[str, str]
+    changed: str
+
+
+def compare(previous: Attempt, attempt: Attempt) -> Compared:
+    diff = attempt_diff(previous, attempt)
+    flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
+    changed = summary_line(diff, program_name(attempt.argv), program_name(previous.argv))
+    moved = "; ".join(filter(None, (_sent_off_anew(previous, attempt),
+                                     _output_moved(previous, attempt))))  # fmt: skip
+    if moved and not diff.program_changed:
+        unchanged = changed == "relaunched unchanged"
+        changed = f"relaunched with {moved}" if unchanged else f"{changed}; {moved}"
+    return Compared(tuple(flags), changed_values(diff), changed)
+
+
 def _item(
     attempt: Attempt,
     previous: Attempt | None,
     now: datetime,
     number: int,
     ended_by: Reaper | None = None,
+    against: Compared | None = None,
 ) -> HistoryItem:
     program = program_name(attempt.argv)
     pid = f" (pid {attempt.pid})" if attempt.pid is not None else ""
@@ -255,15 +342,8 @@ def _item(
     values: dict[str, str] = {}
     changed = None
     if previous is not None:
-        diff = attempt_diff(previous, attempt)
-        flags = sorted({part.split(" ")[0] for part in diff.added + diff.removed + diff.changed})
-        values = changed_values(diff)
-        changed = summary_line(diff, program, program_name(previous.argv))
-        moved = "; ".join(filter(None, (_sent_off_anew(previous, attempt),
-                                         _output_moved(previous, attempt))))  # fmt: skip
-        if moved and not diff.program_changed:
-            unchanged = changed == "relaunched unchanged"
-            changed = f"relaunched with {moved}" if unchanged else f"{changed}; {moved}"
+        said = against or compare(previous, attempt)
+        flags, values, changed = list(said.flags), dict(said.values), said.changed
         notes.append(changed)
     command = attempt.command or shlex.join(attempt.argv)  # an argv read: quoted, safe to paste
     if len(command) > COMMAND_CHARS:

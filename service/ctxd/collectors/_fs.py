@@ -100,8 +100,11 @@ def stat_confined(path: str, roots: Iterable[Path] = ()) -> tuple[os.stat_result
     return st, real
 
 
-def open_confined(path: str, roots: Iterable[Path] = ()) -> tuple[int, os.stat_result]:
+def open_confined(
+    path: str, roots: Iterable[Path] = (), real: str | None = None
+) -> tuple[int, os.stat_result]:
     """An fd and fstat for a regular file under `roots`; raises OSError or NotRegular/Outside.
+    `real`: `path` resolved by the caller just before (not resolved again).
 
     The name is resolved once and opened by `named_files.open_named`: without blocking (a
     fifo swapped in opens at once and is refused), without following its final component (a
@@ -113,7 +116,7 @@ def open_confined(path: str, roots: Iterable[Path] = ()) -> tuple[int, os.stat_r
     descriptor gives the same guarantee for what is read. Time is bounded by the collector
     runner's deadline, which every caller runs under.
     """
-    fd, st = open_named(os.path.realpath(path))
+    fd, st = open_named(real or os.path.realpath(path))
     try:
         _verify(fd, st, roots)
     except BaseException:

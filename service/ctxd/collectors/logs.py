@@ -80,13 +80,15 @@ def observe_log(
     now: float,
     roots: tuple[Path, ...] = (),
     from_end: bool = False,
+    real: str | None = None,
 ) -> tuple[LogInfo | Unavailable, Cursor | None]:
-    """Tail one file and scan what is new since its cursor; a failure becomes an Unavailable."""
-    real = os.path.realpath(path)
+    """Tail one file and scan what is new since its cursor (`real`: its real path, its cursor's
+    key, when the caller has it); a failure becomes an Unavailable."""
+    real = real or os.path.realpath(path)
     cursor: Cursor | None = cursors.get((watch_id, real))
     lines = min(spec.lines, limits.log_lines_max)
     try:
-        fd, st = open_confined(path, roots)
+        fd, st = open_confined(path, roots, real)
     except NotRegular as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=str(exc)), cursor
     except FileNotFoundError:
@@ -184,9 +186,12 @@ def collect_watch(
         paths = [target]
     results = []
     for path in paths:
-        result, cursor = observe_log(watch_id, path, spec, limits, cursors, now, roots, from_end)
+        real = os.path.realpath(path)  # its cursor's key, resolved once
+        result, cursor = observe_log(
+            watch_id, path, spec, limits, cursors, now, roots, from_end, real
+        )
         if cursor is not None:
-            seen[(watch_id, os.path.realpath(path))] = cursor
+            seen[(watch_id, real)] = cursor
         results.append(result)
     return results
 

@@ -19,7 +19,7 @@ from ctxd.fmt import between, human_bytes, human_duration, printable, utc
 from ctxd.models import Flag, ProcessInfo, Snapshot
 from ctxd.render import attempts as attempt_table
 from ctxd.render import gpus as gpu_table
-from ctxd.render import handover, ray_tasks, slurm_tasks, stacks
+from ctxd.render import handover, ray_tasks, reuse, slurm_tasks, stacks
 from ctxd.render import processes as render_processes
 from ctxd.render.dump_files import DumpLocation
 from ctxd.signals import ranks
@@ -124,14 +124,32 @@ def render_dump(
     left_out: Mapping[str, str] | None = None,
     served_at: datetime | None = None,
     handover: list[str] | None = None,
+    reused: reuse.Sections | None = None,
 ) -> str:
     """The dump's Markdown; `where` fills its footer (none: a dump not stored anywhere).
     `for_model`: what a model is handed, without ctxd's own chatter (where the dump lives,
     what ctxd watches unasked, hints), one footer line naming the full dump instead;
     `left_out`: collector sections not shown, by name, each with the words that say so;
     `served_at`: when a stored version is handed out later, said at its top; `handover`: its
-    opening lines as made before a budget cut shortened the snapshot."""
+    opening lines as made before a budget cut shortened the snapshot; `reused`: the
+    partials' texts of the renders before it in one budget cut (`reuse.Sections`)."""
     template = _ENV.get_template("dump.md.j2")
+    token = reuse.rendering(reused)
+    try:
+        return _render(template, snapshot, where, for_model, left_out, served_at, handover)
+    finally:
+        reuse.done(token)
+
+
+def _render(
+    template: jinja2.Template,
+    snapshot: Snapshot,
+    where: DumpLocation | None,
+    for_model: bool,
+    left_out: Mapping[str, str] | None,
+    served_at: datetime | None,
+    handover: list[str] | None,
+) -> str:
     return template.render(
         for_model=for_model,
         left_out=dict(left_out or {}),
@@ -240,6 +258,8 @@ def block(value: object, indent: int = 0) -> str:
 
 _HEADING = re.compile(r"^(\s*)(#{1,6}(?:\s|$))")
 _ENV = environment()
+for _partial in ("_narrative.md.j2", *(f"_{c.NAME}.md.j2" for c in registry())):
+    reuse.reusable(_ENV, _partial)
 
 
 # --- Markdown -> HTML (the version pages) ----------------------------------------------------

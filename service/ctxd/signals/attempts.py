@@ -26,7 +26,7 @@ def restate(
     signals: list[Signal],
     history: list[HistoryItem],
     seen: Observations,
-    logs: set[str],
+    logs: Set[str],
     ended: Set[str] = frozenset(),
     at: datetime | None = None,
 ) -> list[Signal]:
@@ -36,8 +36,8 @@ def restate(
     attempt_items = [item for item in history if item.source == "launch" and item.label]
     if not attempt_items:
         return signals
-    told = {item.error_log for item in attempt_items if item.error_log is not None}
-    kept = [s for s in signals if not _restated(s, told | set(ended), logs)]
+    told = {item.error_log for item in attempt_items if item.error_log is not None} | ended
+    kept = [s for s in signals if not _restated(s, told, logs)]
     running = [item for item in attempt_items if item.status in ("running", "started")]
     at = at or datetime.now(UTC)
     for item in running:
@@ -85,7 +85,7 @@ def _all_its_own(item: HistoryItem, seen: Observations) -> bool:
     return bool(item.pid) and bool(rows) and all(p.pid in family for p in rows)
 
 
-def _restated(signal: Signal, told: set[str], logs: set[str]) -> bool:
+def _restated(signal: Signal, told: Set[str], logs: Set[str]) -> bool:
     if signal.code != happened.LOG_ERROR:
         return False
     return signal.subject in told or (signal.subject in logs and signal.severity != "critical")

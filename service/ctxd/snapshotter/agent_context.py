@@ -32,20 +32,24 @@ def enrich(
     watches: list[Watch],
     git: GitSection | None,
     pending: list[AttemptUpdate],
+    commands: list[dict] | None = None,
 ) -> None:
     """Fill in what ctxd learned itself; `git` is `workspace_git(session)`, `pending` the
-    attempt updates `binding.observed` found and the snapshot has not saved yet."""
+    attempt updates `binding.observed` found and the snapshot has not saved yet, `commands`
+    the newest command actions as `store.list_actions` gives them (read here when None)."""
     sid = session.id
     if session.objective_source and narrative.objective == session.objective:
         narrative.objective_source = session.objective_source
     narrative.history = history.history(store, sid, narrative.attempts, pending)
-    commands = [CommandAction.model_validate(a) for a in store.list_actions(sid, "command")]
+    if commands is None:
+        commands = store.list_actions(sid, "command")
+    recorded = [CommandAction.model_validate(a) for a in commands]
     made = {
         item.command: f"{item.label}" + (f" (pid {item.pid})" if item.pid else "")
         for item in narrative.history
         if item.source == "launch" and item.command and item.status != "folded"
     }
-    recent = recent_commands(commands, RECENT_COMMANDS, made)
+    recent = recent_commands(recorded, RECENT_COMMANDS, made)
     narrative.recent_commands = [c.line() for c in recent]
     narrative.workspace = _workspace(store, session, git)
     slept = store.list_actions(sid, "dormant", 1)

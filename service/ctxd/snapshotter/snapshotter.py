@@ -23,6 +23,7 @@ from ctxd.models import (
 )
 from ctxd.peers.fanout import Peers
 from ctxd.render import markdown as render
+from ctxd.render import reuse
 from ctxd.render.dump_files import DumpFiles
 from ctxd.settings import Settings
 from ctxd.signals import attempts as attempt_signals
@@ -35,6 +36,8 @@ from ctxd.store.connection import now
 from ctxd.store.database import Store
 
 log = logging.getLogger(__name__)
+
+COMMANDS_READ = 50  # the newest commands a version reads: its recent commands, its news
 
 _NARRATIVE_LISTS = {
     "attempt": "attempts",
@@ -117,7 +120,11 @@ class Snapshotter:
         pending = binding.observed(self.store, sid, watches, observations, files, cut)
         every_log, ended = history.attempt_logs(self.store, sid, pending)
         retiring = self.retirement.review(watches, observations) if purpose == "snapshot" else []
-        agent_context.enrich(narrative, self.store, session, watches, git.result(), pending)
+        # the newest commands, read once: the narrative's and the stored version's news
+        commands = self.store.list_actions(sid, "command", limit=COMMANDS_READ)
+        agent_context.enrich(
+            narrative, self.store, session, watches, git.result(), pending, commands
+        )
         message, _ = self.store.last_message(sid)
         narrative.latest_message = redact.text(message) if message else None
         narrative.user_messages = [
@@ -155,7 +162,7 @@ class Snapshotter:
         snapshot.changes = changes.compare(previous, snapshot)
         clock.lap("changes")
         snapshot.header.duration_ms = (time.perf_counter() - started) * 1000
-        return Assembled(snapshot, pending, retiring)
+        return Assembled(snapshot, pending, retiring, commands)
 
     def take(
         self,
@@ -194,7 +201,7 @@ class Snapshotter:
             previous = self._previous(sid, latest) if latest else None
             self.store.add_snapshot(sid, build, key)
             self._committed[sid] = snapshot
-            self._publish(sid, previous, snapshot)
+            self._publish(sid, previous, snapshot, assembled.commands)
             self._after_commit(sid, assembled)
             clock.lap("store + commit")
             # the committed text, as rendered: no need to read it back and decompress it
@@ -202,10 +209,12 @@ class Snapshotter:
             clock.lap("Markdown files")
             return snapshot
 
-    def _publish(self, sid: str, previous: Snapshot | None, snapshot: Snapshot) -> None:
-        """The attempts' news of a stored version, for the agent's waiter (`news.py`)."""
+    def _publish(
+        self, sid: str, previous: Snapshot | None, snapshot: Snapshot, actions: list[dict]
+    ) -> None:
+        """The attempts' news of a stored version, for the agent's waiter (`news.py`), judged
+        by the commands it was assembled from (`actions`)."""
         try:
-            actions = self.store.list_actions(sid, "command", limit=50)
             commands = [
                 (datetime.fromisoformat(a["at"]), str(a.get("command", ""))) for a in actions
             ]
@@ -264,6 +273,7 @@ class Snapshotter:
         left_out: dict[str, str] | None = None,
         served_at: datetime | None = None,
         handover: list[str] | None = None,
+        reused: reuse.Sections | None = None,
     ) -> str:
         """The dump's Markdown (see `render.render_dump` for what the options change)."""
         header = snapshot.header
@@ -275,6 +285,7 @@ class Snapshotter:
             left_out=left_out,
             served_at=served_at,
             handover=handover,
+            reused=reused,
         )
 
     def data_dir_bytes(self) -> int:
@@ -320,6 +331,7 @@ class Assembled:
     snapshot: Snapshot
     attempts: list[AttemptUpdate]  # attempt updates to save (`binding.observed`)
     retiring: list[int]  # automatic watches to retire
+    commands: list[dict]  # the newest command actions it was assembled from
 
 
 class _Clock:

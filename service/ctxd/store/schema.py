@@ -210,3 +210,21 @@ def m013_attempts(db: Database) -> None:
     db.rename_table("launches", "attempts")
     db.execute("drop index if exists idx_launches_session_start_key")
     db.table("attempts").create_index(["session", "start_key"], unique=True)
+
+
+@migrations()
+def m014_attempts_by_session_and_end(db: Database) -> None:
+    """A snapshot asks for a session's attempts not ended yet and for its newest attempt's id;
+    with only the (session, start_key) index both read every attempt the session ever had
+    (2,000 in a long one, sorted again by id). An index on (session, ended_at) finds the open
+    ones, in id order, and one on (session) the newest id and the newest attempts."""
+    db.table("attempts").create_index(["session", "ended_at"])
+    db.table("attempts").create_index(["session"])
+
+
+@migrations()
+def m015_actions_by_kind(db: Database) -> None:
+    """A snapshot asks for the newest actions of one kind (commands, file edits, wakes, the
+    session's dormancy); through the (session, id) index each question read back through
+    every action kept until enough of that kind came, all of them for a kind with none."""
+    db.table("actions").create_index(["session", "kind", "id"])

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from ctxd import redact
 from ctxd.errors import Invalid
 from ctxd.models import Diff, LogInfo, Snapshot, StuckStack, Trigger
-from ctxd.render import handover, stacks
+from ctxd.render import handover, reuse, stacks
 from ctxd.render import markdown as render
 from ctxd.snapshotter import changes
 from ctxd.snapshotter.snapshotter import Snapshotter
@@ -267,13 +267,16 @@ def for_model(
 ) -> str:
     """The dump a model is handed: without ctxd's own chatter, cut by value, step by step,
     to `max_chars`, saying what it left out and the command that shows it all."""
-    copy = snapshot.model_copy(deep=True)
+    # a copy the steps cut, through its JSON as stored: a deep copy of the models cost twice
+    copy = Snapshot.model_validate_json(snapshot.model_dump_json())
     left: dict[str, str] = {}
     cuts: list[str] = []
     sid = copy.header.session
-    markdown = snap.render(copy, for_model=True, served_at=served_at)
+    reused = reuse.Sections()  # each cut renders again only the sections it changed
+    markdown = snap.render(copy, for_model=True, served_at=served_at, reused=reused)
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
+    reused.keep()  # before any step cuts what its sections read
     told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
     state = (copy.model_dump_json(), len(left))
     shown = markdown
@@ -283,7 +286,9 @@ def for_model(
         if now == state:  # a step that found nothing to cut is not named, nor rendered for
             continue
         state = now
-        cut = snap.render(copy, for_model=True, left_out=left, served_at=served_at, handover=told)
+        cut = snap.render(
+            copy, for_model=True, left_out=left, served_at=served_at, handover=told, reused=reused
+        )
         if cut == shown:  # it cut what the dump does not show (a worker's environment): unnamed
             continue
         shown = cut
