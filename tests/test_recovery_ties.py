@@ -23,6 +23,7 @@ from ctxd.models import (
 )
 from ctxd.render.markdown import render_dump
 from ctxd.settings import Settings
+from ctxd.snapshotter.snapshotter import name_log_writers
 
 from tests.conftest import asleep, wait_until
 
@@ -95,6 +96,7 @@ def test_a_log_writer_is_named_as_the_process_table_names_it(spawn, tmp_path: Pa
     observed = Observations(
         processes=processes.collect(watches, ctx), logs=logs.collect(watches, ctx)
     )
+    name_log_writers(observed)  # as the snapshotter does once its collectors have run
     header = SnapshotHeader(session="s", version=1, taken_at=datetime.now(UTC), trigger="t")
     text = render_dump(Snapshot(header=header, observations=observed))
     name = f"{Path(sys.executable).name} launcher.py"

@@ -11,11 +11,13 @@ from pathlib import Path
 
 from ctxd import confine, redact
 from ctxd.attempts import binding, history
+from ctxd.attempts.flags import typed_name
 from ctxd.attempts.model import AttemptUpdate
 from ctxd.collectors import check_registry, registry
 from ctxd.models import (
     JournalEntry,
     Narrative,
+    Observations,
     Said,
     Snapshot,
     SnapshotHeader,
@@ -115,6 +117,7 @@ class Snapshotter:
             sid, watches, before, purpose=purpose, table_since=cut.at
         )
         clock.lap("collect + redact")
+        name_log_writers(observations)
         narrative = build_narrative(session.objective, self.store.list_entries(sid))
         files = binding.LogFiles(tuple(confine.roots(self.settings)), self.settings.limits)
         pending = binding.observed(self.store, sid, watches, observations, files, cut)
@@ -361,3 +364,14 @@ def build_narrative(objective: str, entries: list[JournalEntry]) -> Narrative:
             getattr(narrative, _NARRATIVE_LISTS[entry.kind]).append(entry)
     narrative.objective = redact.text(narrative.objective)
     return narrative
+
+
+def name_log_writers(seen: Observations) -> None:
+    """A log's writer by the name the process table gives it: torchrun's main thread calls
+    itself `pt_elastic`, and its log read "Written by pid N pt_elastic" beside a table
+    calling the same pid `torchrun`."""
+    named = {(p.host, p.pid): typed_name(p.argv) for p in seen.processes.items if p.argv}
+    for log in seen.logs.items:
+        name = named.get((log.host, log.writer_pid or 0))  # a peer's log: that peer's process
+        if name is not None:
+            log.writer_name = name
