@@ -501,7 +501,7 @@ class UseCases:
                 self.note_prompt(sid, event.prompt)
                 out.context = self.resume(sid, max_chars=budget)
             elif self.turns.fresh(sid, event.conversation):
-                # the turn began with a dump (resume, compaction): the prompt is still recorded
+                # the turn began with a dump (a compaction, /clear): the prompt is still recorded
                 self.note_prompt(sid, event.prompt)
             else:
                 out.context = self.prompt(sid, event.prompt, max_chars=budget)
