@@ -2,7 +2,7 @@
 
 No attempt is ever left out: the newest failure and what runs keep rows of their own, and a
 run of attempts before them that died of the same error (its numbers aside) is one row naming
-the flags that varied among them. Pure: the narrative's history in, rows out.
+the flags that varied among them, and the value they all kept of a flag changed elsewhere. Pure: the narrative's history in, rows out.
 """
 
 import shlex
@@ -95,11 +95,11 @@ def _held(run: list[HistoryItem], flags: set[str]) -> str:
         return ""
     seen: dict[str, set[str | None]] = {}
     for item in run:
-        try:
-            given, _ = parse_flags(shlex.split(item.command or ""))
-        except ValueError:
-            return ""
         if not item.command:
+            return ""
+        try:
+            given, _ = parse_flags(shlex.split(item.command))
+        except ValueError:  # an unclosed quote
             return ""
         for flag in flags:
             seen.setdefault(flag, set()).add(given.get(flag, "\0absent"))
