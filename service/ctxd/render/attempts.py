@@ -2,7 +2,8 @@
 
 No attempt is ever left out: the newest failure and what runs keep rows of their own, and a
 run of attempts before them that died of the same error (its numbers aside) is one row naming
-the flags that varied among them, and the value they all kept of a flag changed elsewhere. Pure: the narrative's history in, rows out.
+the flags that varied among them, and the value they all kept of a flag changed elsewhere.
+Pure: the narrative's history in, rows out.
 """
 
 import shlex
