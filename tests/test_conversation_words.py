@@ -121,7 +121,7 @@ def test_the_agents_last_words_are_kept_redacted(
 
 
 @pytest.mark.parametrize("harness", HARNESSES)
-def test_the_newest_five_prompts_in_order_a_bare_continue_as_empty(
+def test_the_newest_five_prompts_in_order_a_bare_continue_as_typed(
     harness: str, client: httpx.Client, work: Path
 ) -> None:
     texts = [f"prompt number {n}: check shard {n}" for n in range(1, 6)]
@@ -135,7 +135,7 @@ def test_the_newest_five_prompts_in_order_a_bare_continue_as_empty(
     assert kept[:4] == [
         "prompt number 3: check shard 3",
         "prompt number 4: check shard 4",
-        "",  # "the user's last message was empty: continue"
+        "continue",  # a bare continue, kept as typed: the dump quotes it
         "prompt number 5: check shard 5",
     ]
     assert len(kept) == 5 and kept[4].startswith("and the token is") and SECRET not in kept[4]
