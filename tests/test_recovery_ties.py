@@ -1,7 +1,9 @@
 """Facts tied together: which process writes a log and how much of it is fresh; whether a
 watched library is the one the running process maps (real processes, real files)."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,7 +27,7 @@ from ctxd.render.markdown import render_dump
 from ctxd.settings import Settings
 from ctxd.snapshotter.snapshotter import name_log_writers
 
-from tests.conftest import asleep, wait_until
+from tests.conftest import asleep, tagged, wait_until
 
 # Prints a line, waits for a file to appear, prints another, then sleeps.
 CHATTY = """
@@ -137,6 +139,30 @@ def test_a_log_older_than_the_running_launch_is_stale(spawn, tmp_path: Path) -> 
     text = logs_part(section)
     assert "No running process has it open for writing; its last write came before" in text
     assert f"the watched pid {proc.pid} started" in text and "stale" in text
+
+
+def test_a_stale_log_is_dated_against_the_launch_not_its_later_worker(
+    spawn, tmp_path: Path
+) -> None:
+    """A worker forked after its launcher shares its command line, so the watch selects it
+    too; the log predates the launch, and "the watched pid N started" named the worker (a
+    new user's reader: "compares against a worker, not the parent")."""
+    log = tmp_path / "old.log"
+    log.write_text("ValueError: --workers 512\n")
+    old = time.time() - 600
+    os.utime(log, (old, old))
+    tag = f"ctxd-stale-{uuid.uuid4().hex[:10]}"
+    forks = "import os, time; time.sleep(1.2); os.fork(); time.sleep(60)"
+    proc = spawn(sys.executable, "-c", forks, tag)
+    try:
+        wait_until(lambda: len(tagged(tag)) == 2, "the launcher's worker, a second later")
+        section = collect(watch(LogWatch(path=str(log)), 1), watch(ProcessWatch(match=tag), 2))
+        (info,) = section.items
+        assert info.newest_root_pid == proc.pid, (info.newest_root_pid, tagged(tag))
+    finally:
+        for pid in tagged(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 LOADS_SSL = """

@@ -66,16 +66,18 @@ def run_table(watches: list[Watch], ctx: CollectContext) -> proctree.RunTable | 
     return None
 
 
-def watched_pids(watches: list[Watch], run: proctree.RunTable | None) -> list[int]:
-    """The pids the session's process watches select now, each tree root first."""
+def watched_trees(watches: list[Watch], run: proctree.RunTable | None) -> dict[int, int]:
+    """The pids the session's process watches select now, each with its tree's root (a root
+    with itself), each tree root first."""
     if run is None:
-        return []
-    found: list[int] = []
+        return {}
+    found: dict[int, int] = {}
     for watch in watches:
         if isinstance(watch.spec, ProcessWatch):
             rows = procselect.candidates(watch.spec, run.table, run.excluded, run.children)
-            found += [pid for pid, _ in rows]
-    return list(dict.fromkeys(found))
+            for pid, root in rows:
+                found.setdefault(pid, root)
+    return found
 
 
 def _writer_in(pid: int, wanted: set[str]) -> dict[str, Descriptor]:
@@ -170,7 +172,8 @@ def attach_writers(
     if not items:
         return
     run = run_table(watches, ctx)
-    likely = watched_pids(watches, run)
+    trees = watched_trees(watches, run)
+    likely = list(trees)
     states = {i.path: (i.inode, i.size, i.modified_at) for i in items}
     found = writers(set(states), [*memory.last.values(), *likely], walk=False)
     missing = {p for p, state in states.items()
@@ -180,7 +183,8 @@ def attach_writers(
     memory.unwritten = {p: states[p] for p in states if p not in found
                         and (p in missing or p in memory.unwritten)}  # fmt: skip
     memory.last = {p: d.pid for p, d in found.items()}
-    newest = _newest_root(likely, run)
+    # a worker started after its launcher is no newer launch (it shares its command line)
+    newest = _newest_root([pid for pid, root in trees.items() if pid == root], run)
     for info in items:
         d = found.get(info.path)
         if d is None:
@@ -235,7 +239,7 @@ def attach_users(items: list[ArtifactInfo], watches: list[Watch], ctx: CollectCo
     wheels = [i for i in items if i.dist is not None and i.dist.kind == "wheel"]
     if not libraries and not wheels:
         return
-    pids = watched_pids(watches, run_table(watches, ctx))
+    pids = list(watched_trees(watches, run_table(watches, ctx)))
     if not pids:
         return
     for info in libraries:
