@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from ctxd.attempts.flags import attempt_diff, changed_values, program_name, summary_line
 from ctxd.attempts.folding import Light, Numbered, crowd, earlier, folded, light, runs
@@ -23,6 +24,7 @@ SHOWN_IN_FULL = 6  # the newest attempts shown one by one; older ones fold by ou
 FLAGS_COMPARED = 200  # of the folded ones, the newest whose flags say which varied
 # An attempt gone this soon, with no error, may have gone with the command that started it.
 AT_ONCE_S = 3.0
+T = TypeVar("T")
 
 
 Logs = tuple[frozenset[str], frozenset[str]]
@@ -35,11 +37,7 @@ def attempt_logs(store: Store, sid: str, pending: Sequence[AttemptUpdate] = ()) 
     stored = _recent(store, sid)[0]
     if pending:
         return _logs_of(_with_pending(stored, pending))
-    of_store = _logs_kept.setdefault(store, {})
-    kept = of_store.get(sid)
-    if kept is None or kept[0] is not stored:  # as the fold: kept with the read it is of
-        kept = of_store[sid] = (stored, _logs_of(stored))
-    return kept[1]
+    return _kept(_logs_kept, store, sid, stored, lambda: _logs_of(stored))
 
 
 def _logs_of(newest: list[Attempt]) -> Logs:
@@ -133,15 +131,25 @@ _folds: "weakref.WeakKeyDictionary[Store, dict[str, tuple[list[Attempt], Fold]]]
 
 
 def _kept_fold(store: Store, sid: str, stored: list[Attempt], total: int) -> Fold:
-    """The fold of `stored`, the read `_recent` keeps while the attempts are unchanged: made
-    again only for another read (any write of an attempt, here or by another connection)."""
-    of_store = _folds.setdefault(store, {})
-    kept = of_store.get(sid)
-    if kept is not None and kept[0] is stored:
-        return kept[1]
-    fold = _fold(stored, total, sid)
-    of_store[sid] = (stored, fold)
-    return fold
+    """The fold of `stored`, the read `_recent` keeps while the attempts are unchanged."""
+    return _kept(_folds, store, sid, stored, lambda: _fold(stored, total, sid))
+
+
+def _kept(
+    kept: "weakref.WeakKeyDictionary[Store, dict[str, tuple[list[Attempt], T]]]",
+    store: Store,
+    sid: str,
+    stored: list[Attempt],
+    make: Callable[[], T],
+) -> T:
+    """What `make` makes of `stored`, the read `_recent` keeps while the attempts are
+    unchanged: made again only for another read (any write of an attempt, here or by another
+    connection)."""
+    of_store = kept.setdefault(store, {})
+    hit = of_store.get(sid)
+    if hit is None or hit[0] is not stored:
+        hit = of_store[sid] = (stored, make())
+    return hit[1]
 
 
 def interleave(attempt_items: list[HistoryItem], notes: list[HistoryItem]) -> list[HistoryItem]:
