@@ -284,7 +284,7 @@ class UseCases:
         if not is_continue(text):
             self.note_prompt(sid, text)
             return None
-        recovery.message(self.snap, self._active(sid), "", typed=text)
+        self.message(sid, "", typed=text)
         return self.resume(sid, fresh=False, max_chars=max_chars)
 
     def note_prompt(self, sid: str, text: str) -> None:
@@ -569,6 +569,7 @@ class UseCases:
     def diff(self, sid: str, from_version: int, to_version: int) -> Diff:
         return recovery.diff(self.snap, self._active(sid), from_version, to_version)
 
-    def message(self, sid: str, text: str) -> str | None:
-        """A user message; a blank one means "continue" and returns a fresh dump."""
-        return recovery.message(self.snap, self._active(sid), text)
+    def message(self, sid: str, text: str, typed: str = "") -> str | None:
+        """A user message; a blank one means "continue" and returns a fresh dump (`typed`: the
+        word a harness's prompt said it with, kept as the message)."""
+        return recovery.message(self.snap, self._active(sid), text, typed)
