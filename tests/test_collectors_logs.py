@@ -429,12 +429,7 @@ def test_an_unchanged_log_is_not_read_again(tmp_path: Path) -> None:
     path.write_text("still here\n")
     ctx, watch = make_ctx(), make_watch(path)
     first = only_item(logs.collect([watch], ctx))
-    opened: list[str] = []
-    AUDIT_OPENS.append(opened)
-    try:
-        second = only_item(logs.collect([watch], ctx))
-    finally:
-        AUDIT_OPENS.remove(opened)
+    second, opened = collected_opening(watch, ctx)
     assert second.lines == first.lines == ["still here"]
     # open_regular opens the file once to fstat it; nothing is read from it (no pread).
     assert opened == [str(path)]
@@ -449,18 +444,23 @@ def test_a_log_watched_through_a_link_finds_its_cursor_by_its_real_path(tmp_path
     ctx, watch = make_ctx(), make_watch(tmp_path / "link.log")
     first = only_item(logs.collect([watch], ctx))
     assert first.path == str(path)
-    opened: list[str] = []
-    AUDIT_OPENS.append(opened)
-    try:
-        second = only_item(logs.collect([watch], ctx))
-    finally:
-        AUDIT_OPENS.remove(opened)
+    second, opened = collected_opening(watch, ctx)
     assert second.lines == first.lines == ["still here"]
     assert opened == [str(path)]  # opened to fstat it
     assert first.growth_bytes is None and second.growth_bytes == 0  # against its cursor
 
 
 AUDIT_OPENS: list[list[str]] = []
+
+
+def collected_opening(watch: Watch, ctx: CollectContext) -> tuple[LogInfo, list[str]]:
+    """A log collected once more, and the paths that look opened (Python's audit hook)."""
+    opened: list[str] = []
+    AUDIT_OPENS.append(opened)
+    try:
+        return only_item(logs.collect([watch], ctx)), opened
+    finally:
+        AUDIT_OPENS.remove(opened)
 
 
 def _audit(event: str, args: tuple) -> None:
