@@ -212,18 +212,24 @@ def open_dir() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def mount_tmpfs(folder: Path, size: str, source: str = "tmpfs") -> None:
+    """A fresh tmpfs of `size` mounted on `folder`; the test is skipped, with the kernel's
+    reason, where that is refused. The caller unmounts it."""
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", source, str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a {size} tmpfs here: {done.stderr.strip()}")
+
+
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 2 MB filesystem (tmpfs), so "no space left" comes from the kernel."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    mount_tmpfs(mount, "2m")
     try:
         yield mount
     finally:

@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ctxd.models import ArtifactWatch, LogWatch, ProcessWatch, SessionIn
+from ctxd.models import ArtifactWatch, LogWatch, ProcessWatch, SessionIn, WatchSpec
 from ctxd.snapshotter import exits, triggers
 from ctxd.snapshotter.triggers import Watcher
 
 from tests.conftest import (
     StepClock,
     claude_hooks,
+    mount_tmpfs,
     start_server,
     stop_server,
     ticked_watcher,
@@ -39,6 +40,21 @@ def tick(watcher: Watcher, clock: StepClock) -> None:
     clock.advance(STEP_S)
 
 
+def watching(watcher: Watcher, clock: StepClock, spec: WatchSpec) -> None:
+    """Session `x` (never quiet within a test) watching `spec`, its period's probe taken."""
+    store = watcher.snap.store
+    store.put_session("x", SessionIn(quiet_after_s=3600))
+    store.add_watch("x", spec, limit=100)
+    tick(watcher, clock)
+
+
+def followed(watcher: Watcher, clock: StepClock, spec: LogWatch | ArtifactWatch) -> None:
+    """As `watching`, and the file the probe found held by the notifier's kernel watch."""
+    watching(watcher, clock, spec)  # the period's probe: the file is followed from now on
+    wait_until(lambda: spec.path in watcher.files.watching(), f"the notifier on {spec.path}")
+    time.sleep(0.3)  # the notifier holds its kernel watch
+
+
 def events_of(watcher: Watcher, sid: str) -> list:
     return [v for v in watcher.snap.store.list_snapshots(sid) if v.trigger.startswith("event:")]
 
@@ -52,13 +68,7 @@ def tmpfs_over(tmp_path: Path) -> Iterator:
     def mount(folder: Path) -> None:
         if os.geteuid() != 0:
             pytest.skip("mounting a tmpfs needs root")
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "ctxd-test", str(folder)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mount_tmpfs(folder, "1m", "ctxd-test")
         made.append(folder)
 
     try:
@@ -78,12 +88,7 @@ def test_a_log_replaced_on_another_mount_is_found_by_the_period_probe(
     logs.mkdir()
     log_file = logs / "server.log"
     log_file.write_text("loading\n")
-    store = watcher.snap.store
-    store.put_session("x", SessionIn(quiet_after_s=3600))
-    store.add_watch("x", LogWatch(path=str(log_file)), limit=100)
-    tick(watcher, clock)  # the period's probe: the log is followed from now on
-    wait_until(lambda: str(log_file) in watcher.files.watching(), "the notifier on the log")
-    time.sleep(0.3)  # the notifier holds its kernel watch
+    followed(watcher, clock, LogWatch(path=str(log_file)))
     tmpfs_over(logs)
     log_file.write_text("loading\n" + TRACEBACK)  # on the tmpfs: the same path, another file
     time.sleep(1.0)  # the notifier looks at what the kernel told every quarter second
@@ -118,10 +123,7 @@ def test_a_process_in_another_pid_namespace_is_followed_by_its_pidfd(
     """A process in a child pid namespace is seen by its pid here, and its pidfd tells its
     exit at once: the event snapshot comes at the same moment of the period."""
     outer, pid = namespaced_sleeper(spawn)
-    store = watcher.snap.store
-    store.put_session("x", SessionIn(quiet_after_s=3600))
-    store.add_watch("x", ProcessWatch(pid=pid), limit=100)
-    tick(watcher, clock)
+    watching(watcher, clock, ProcessWatch(pid=pid))
     assert pid in watcher.exits.following()
     os.kill(pid, 9)  # its namespace's init: the kernel delivers SIGKILL from an ancestor
     outer.wait(timeout=10)
@@ -138,10 +140,7 @@ def test_a_process_in_another_pid_namespace_no_pidfd_follows_ends_found_by_the_p
     namespace is not told: the period's probe finds it, one period late, not before."""
     monkeypatch.setattr(exits, "FOLLOWED_MAX", 0)
     outer, pid = namespaced_sleeper(spawn)
-    store = watcher.snap.store
-    store.put_session("x", SessionIn(quiet_after_s=3600))
-    store.add_watch("x", ProcessWatch(pid=pid), limit=100)
-    tick(watcher, clock)
+    watching(watcher, clock, ProcessWatch(pid=pid))
     assert pid not in watcher.exits.following()
     os.kill(pid, 9)
     outer.wait(timeout=10)
@@ -164,12 +163,7 @@ def test_an_artifact_change_the_kernel_tells_is_read_at_once_not_at_the_next_per
     dist.mkdir()
     model = dist / "model.bin"
     model.write_bytes(b"v1")
-    store = watcher.snap.store
-    store.put_session("x", SessionIn(quiet_after_s=3600))
-    store.add_watch("x", ArtifactWatch(path=str(model)), limit=100)
-    tick(watcher, clock)  # the period's probe: the artifact is followed from now on
-    wait_until(lambda: str(model) in watcher.files.watching(), "the notifier on the artifact")
-    time.sleep(0.3)  # the notifier holds its kernel watch
+    followed(watcher, clock, ArtifactWatch(path=str(model)))
     model.write_bytes(b"v2, rebuilt and longer")
     wait_until(lambda: "x" in watcher._changed_in, "the kernel telling the change")
     watcher.tick_told()  # between full ticks, the clock where it was
@@ -242,9 +236,7 @@ def test_an_exit_told_while_its_process_is_a_zombie_is_news_a_moment_after_it_is
     at its settled session's loose period."""
     child = spawn(*SLEEP)
     store = watcher.snap.store
-    store.put_session("x", SessionIn(quiet_after_s=3600))
-    store.add_watch("x", ProcessWatch(pid=child.pid), limit=100)
-    tick(watcher, clock)
+    watching(watcher, clock, ProcessWatch(pid=child.pid))
     tick(watcher, clock)
     assert watcher._pace("x", store.list_watches("x")) == triggers.LOOSE_PERIODS  # settled
     child.kill()  # not reaped yet: a zombie
