@@ -98,6 +98,41 @@ def test_content_rules(raw: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "WEIGHTS_TOKEN=$(cat ~/.weights-token) nohup python3 serve.py &",
+        'WEIGHTS_TOKEN="$(cat ~/.weights-token)" nohup python3 serve.py &',
+        "HF_TOKEN=$(< ~/.config/hf/token) python3 dl.py",
+        "HF_TOKEN=`cat ~/.hf` python3 dl.py",
+        "export HF_TOKEN=$MY_TOKEN; python3 dl.py",
+        "GH_TOKEN=${CI_TOKEN} gh release list",
+        "ACCESS_TOKEN=$(gcloud auth print-access-token) curl -s http://store/x",
+    ],
+)
+def test_a_secret_named_value_that_only_says_where_the_secret_comes_from_is_kept(line: str):
+    # a variable or a command that reads the secret holds none: the line stays runnable
+    assert redact.text(line) == line
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("T_TOKEN=$(echo hunter2) go", "T_TOKEN=[REDACTED] go"),
+        ("T_TOKEN=$(/bin/printf %s hunter2) go", "T_TOKEN=[REDACTED] go"),
+        ("PASSWORD=$(cat <<< hunter2) go", "PASSWORD=[REDACTED] go"),
+        ("HF_TOKEN=${X:-hunter2} go", "HF_TOKEN=[REDACTED] go"),
+        ("HF_TOKEN=$(cat f | tr -d hunter2) go", "HF_TOKEN=[REDACTED] go"),
+        ('HF_TOKEN="$(op read "op://vault/hf")" go', 'HF_TOKEN="[REDACTED]" go'),
+        ("HF_TOKEN='$(cat ~/.hf)' go", "HF_TOKEN='[REDACTED]' go"),
+        ("HF_TOKEN=`python3 -c 'print(1)'` go", "HF_TOKEN=[REDACTED] go"),
+    ],
+)
+def test_an_expansion_that_could_hold_a_literal_is_redacted_whole(raw: str, expected: str):
+    # never a fragment of the expansion left behind (`[REDACTED] ~/.hf)`), never its words
+    assert redact.text(raw) == expected
+
+
+@pytest.mark.parametrize(
     "plain",
     [
         "python -m sglang.launch_server --max-total-tokens 4096 --tokenizer-path /m --tp 8",

@@ -48,8 +48,11 @@ _STANDALONE_AUTH = re.compile(
 _COOKIE = re.compile(
     r"(?<![\w-])(?P<head>(?:set-)?cookie[ \t]{0,4}:[ \t]{0,4})[^\r\n\"']+", re.IGNORECASE
 )
+# A value the shell expands: `$(cmd …)` (quoted or not), `` `cmd` `` or `${NAME}`, read whole:
+# it holds spaces, quotes or braces.
+_EXPANSION = r"\"?\$\([^()\n]{0,512}+\)\"?|`[^`\n]{0,512}+`|\$\{[^{}\n]{0,128}+\}|"
 _VALUE = (
-    r"(?P<val>\[REDACTED\]|\"(?:[^\"\\\n]|\\.){0,4096}+\"?|'(?:[^'\\\n]|\\.){0,4096}+'?"
+    r"(?P<val>\[REDACTED\]|" + _EXPANSION + r"\"(?:[^\"\\\n]|\\.){0,4096}+\"?|'(?:[^'\\\n]|\\.){0,4096}+'?"
     r"|\\[\"'][^\\\n\"']{0,4096}+(?:\\[\"'])?|[^\s\"',;&)}\]]++)"  # \"json in json\"
 )
 _ASSIGNMENT = re.compile(
@@ -140,6 +143,19 @@ def _program_before(text: str) -> str:
     return found[1].rsplit("/", 1)[-1] if found else ""
 
 
+# A secret-named value that only says where the secret comes from: a variable (`$HF_TOKEN`,
+# `${HF_TOKEN}`) or a command that reads or fetches it (`$(cat ~/.hf-token)`, `$(< f)`,
+# `$(pass show hf)`, `$(gcloud auth print-access-token)`): kept, so the line stays one the
+# agent can run again. Fail closed: quotes, `=`, a nested expansion, a here-string or a
+# program that prints its own arguments make the value redacted whole.
+_REFERENCE = re.compile(
+    r"\$(?:[A-Za-z_]\w{0,127}|\{[A-Za-z_]\w{0,127}\})"
+    r"|(?:\$\(|`)[ \t]*(?:<[ \t]*[\w./~@%+,:-]{1,256}"
+    r"|(?!(?:\S*/)?(?:echo|printf|base64|xxd|openssl|python\d?[\d.]*|perl|ruby|node|sh|bash|zsh)\b)"
+    r"[\w./~-]{1,64}(?:[ \t]+[\w./~@%+,:-]{1,256}){0,16})[ \t]*(?:\)|`)"
+)
+
+
 def _named_value(m: re.Match[str]) -> str:
     head = m[0][: m.start("val") - m.start()]
     if not is_secret_name(m["name"]):
@@ -150,6 +166,8 @@ def _named_value(m: re.Match[str]) -> str:
     val = m["val"]
     quote = next((q for q in ('\\"', "\\'", '"', "'") if val.startswith(q)), "")
     close = quote if quote and len(val) >= 2 * len(quote) and val.endswith(quote) else ""
+    if quote in ("", '"') and _REFERENCE.fullmatch(val[len(quote) : len(val) - len(close)]):
+        return m[0]
     if m["sep"] == "=" and _ENV_NAME.fullmatch(m["name"]):
         # `PGPASSWORD=v psql` in a command: v is redacted in its output and later lines too.
         # Only for environment names: learning is costly, and `token=` in every line of a
