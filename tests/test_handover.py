@@ -103,6 +103,7 @@ def test_a_version_served_later_says_when_it_was_taken_and_how_long_ago(snap: Sn
     dump = recovery.for_model(snap, taken, 8_000, served_at=served)
     at = f"{taken.header.taken_at:%Y-%m-%d %H:%M:%S} UTC"
     assert f"Every age, duration and idle time below is as of {at}" in dump
+    assert "when this version was taken; idle means under 1% CPU." in dump  # what "idle" is
     assert "30 s after it was taken" in dump
     # the handover's ages are of that instant: the launch and the dump one clock
     launched = T0 + timedelta(minutes=2)

@@ -23,6 +23,7 @@ from ctxd.render import handover, ray_tasks, reuse, slurm_tasks, stacks
 from ctxd.render import processes as render_processes
 from ctxd.render.dump_files import DumpLocation
 from ctxd.signals import ranks
+from ctxd.thresholds import IDLE_CPU_PERCENT
 
 TEMPLATES = shipped("templates")
 
@@ -99,6 +100,7 @@ def environment() -> jinja2.Environment:
         true_start=lambda p: true_start(p.started_at, p.host),
         local_start=true_start,  # a start time of this machine's process, as a clock reads it
     )
+    env.globals["idle_cpu_percent"] = IDLE_CPU_PERCENT
     env.globals["process_view"] = render_processes.view
     env.globals["handover"] = handover.lines
     env.globals["told_in_handover"] = handover.told
