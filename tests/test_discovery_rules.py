@@ -149,3 +149,48 @@ def test_a_ray_cluster_started_or_submitted_to_is_watched_by_its_dashboard():
         "http://10.0.0.5:8265"
     ]
     assert rays("ray status") == []
+
+
+@pytest.mark.parametrize(
+    ("command", "url"),
+    [
+        ("curl -sf http://127.0.0.1:30000/health", "http://127.0.0.1:30000/health"),
+        ("curl -s localhost:30000/health_generate", "http://localhost:30000/health_generate"),
+        ("wget -qO- http://localhost:30000/v1/models", "http://localhost:30000/v1/models"),
+        ("python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:30000/health\")'",
+         "http://127.0.0.1:30000/health"),
+        ("sleep 5; curl -s -o /dev/null -w '%{http_code}' http://[::1]:30000/readyz",
+         "http://[::1]:30000/readyz"),
+    ],
+)  # fmt: skip
+def test_the_health_url_the_agent_asks_of_its_server_is_watched(command: str, url: str):
+    """A look at a health URL of a server the session expects (its process watch's port) makes
+    a port watch with that URL, so ctxd asks it too and "serving" rests on its answer."""
+    server = {"kind": "process", "match": r"serve\.py", "expect_ports": [30000], "auto": True}
+    proposals = propose_for_command(parse_command(command), cwd="/w", at=AT, existing=[server])
+    assert [(p["kind"], p["port"], p["url"]) for p in proposals] == [("port", 30000, url)]
+    assert proposals[0]["reason"] == "health URL the command at 12:01 asked"
+    # launched and checked in one line: the launch's own port
+    both = propose_for_command(
+        parse_command(f"nohup python3 serve.py --port 30000 > s.log 2>&1 & sleep 3; {command}"),
+        cwd="/w", at=AT,
+    )  # fmt: skip
+    assert ("port", 30000, url) in [(p["kind"], p.get("port"), p.get("url")) for p in both]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "curl -X POST http://127.0.0.1:30000/health",  # another method
+        "curl http://127.0.0.1:30000/health -d '{}'",  # a body
+        "curl -s http://127.0.0.1:30000/generate",  # not a health URL: it may do work
+        "curl -s http://127.0.0.1:30000/health?text=x",  # a query: not a plain look
+        "curl -s http://10.0.0.7:30000/health",  # another machine
+        "curl -s http://127.0.0.1:9999/health",  # a port no watch expects
+        "python3 -c 'import urllib.request as u;"
+        " u.urlopen(\"http://127.0.0.1:30000/health\", data=b\"x\")'",
+    ],
+)  # fmt: skip
+def test_a_request_that_is_more_than_a_look_or_not_to_its_server_is_not_watched(command: str):
+    server = {"kind": "process", "match": r"serve\.py", "expect_ports": [30000], "auto": True}
+    assert propose_for_command(parse_command(command), cwd="/w", at=AT, existing=[server]) == []

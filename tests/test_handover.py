@@ -375,9 +375,12 @@ def test_serving_says_what_it_rests_on():
     ), running
     snapshot.observations.ports = PortsSection(items=[PortInfo(
         host="127.0.0.1", port=30000, listening=True, url="http://127.0.0.1:30000/health",
-        health_status=200)])  # fmt: skip
+        health_status=200, health_body="ok")])  # fmt: skip
     running = next(line for line in handover.lines(snapshot) if "Running now" in line)
-    assert "port 30000 open (its health URL: HTTP 200)" in running, running
+    assert (
+        "port 30000 open (ctxd asked its health URL: http://127.0.0.1:30000/health answered"
+        " HTTP 200 “ok”)" in running
+    ), running
 
 
 def test_now_says_whether_it_is_quiet_or_the_handover_said_it_all(snap: Snapshotter):

@@ -57,10 +57,14 @@ SERVER = textwrap.dedent(
     listener = socket.create_server(("127.0.0.1", port))
     print("NCCL INFO comm initialised: 8 ranks; waiting for the first request", flush=True)
     served = 0
-    while True:
-        listener.accept()[0].close()
+    while True:  # HTTP, as a server answers its health check
+        conn = listener.accept()[0]
+        request = conn.recv(4096).decode(errors="replace").split(" ")
         served += 1
-        print(f"NCCL INFO request {served} served by 8 ranks", flush=True)
+        conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 14\\r\\n\\r\\nok: 8 ranks up")
+        conn.close()
+        path = request[1] if len(request) > 1 else "?"
+        print(f"NCCL INFO request {served}: GET {path} 200, served by 8 ranks", flush=True)
     """
 )
 # The last instruction says what fixes it: the NIC, not the algorithm the others kept trying.
@@ -85,10 +89,10 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
 
     hook = claude_hooks(client, "long-1", workspace)
 
-    def bash(command: str, n: int) -> None:
+    def bash(command: str, n: int, stdout: str = "") -> None:
         hook("PostToolUse", tool_name="Bash", tool_use_id=f"toolu_{n}",
              tool_input={"command": command},
-             tool_response={"stdout": "", "stderr": "", "interrupted": False})  # fmt: skip
+             tool_response={"stdout": stdout, "stderr": "", "interrupted": False})  # fmt: skip
 
     # the agent's shell finds this interpreter as `python3`, as a person types it
     shell = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -120,13 +124,14 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     # The settling snapshot after the last launch (a second after it) judges the one before:
     # any earlier snapshot may come within the second a launch's process may take to start.
     wait_until(lambda: ended(LAUNCHES - 1), "the last failed run seen to end")
-    # the agent sends the server a request, as one checks that a server serves
-    check = (
-        f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {50000 + LAUNCHES}))'"
-    )
-    subprocess.run(["bash", "-c", check], cwd=workspace, check=True, timeout=30)
+    # the agent asks the server for its health, as one checks that a server serves
+    url = f"http://127.0.0.1:{50000 + LAUNCHES}/health"
+    check = f"python3 -c 'import urllib.request as u; print(u.urlopen(\"{url}\").read())'"
+    answer = subprocess.run(["bash", "-c", check], cwd=workspace, check=True, timeout=30,
+                            capture_output=True, text=True).stdout  # fmt: skip
+    assert "ok: 8 ranks up" in answer, answer
     calls += 1
-    bash(check, calls)
+    bash(check, calls, answer)
     time.sleep(3)  # the user comes back once the last run has outlived the ones that died
 
     dump = hook("UserPromptSubmit", prompt="continue")["context"]
@@ -137,6 +142,8 @@ def test_two_hundred_launches_and_two_thousand_commands_fit_one_continue(
     assert "dies with NCCL errors" in dump  # the objective
     assert latest in dump  # the latest instruction
     assert f"(pid {live})" in dump and f"--run {LAUNCHES}" in dump  # the running attempt
+    # serving, as the health URL the agent asked answers ctxd too (not a bare open port)
+    assert f"ctxd asked its health URL: {url} answered HTTP 200 “ok: 8 ranks up”" in dump, dump
     last_failed = LAUNCHES - 1
     assert f"--run {last_failed} " in dump  # the last failed attempt's flags ...
     assert f"Connect to 10.0.3.7<{51000 + last_failed}> failed" in dump  # ... its error

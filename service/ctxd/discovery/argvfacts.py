@@ -1,4 +1,5 @@
-"""Facts one program's argv states: ports it will listen on, log files, files it reads, builds.
+"""Facts one program's argv states: ports it will listen on, log files, files it reads, builds,
+the health URLs it asks.
 
 Pure and tolerant: any list of strings is accepted, nothing raises.
 """
@@ -63,6 +64,34 @@ def ports_of(argv: list[str]) -> list[int]:
             found.append(match[1])
     ports = [int(p) for p in found if p.isdigit() and 0 < int(p) < 65536]
     return list(dict.fromkeys(ports))
+
+
+# A health or readiness URL on this machine, as an agent checks a server it started (curl,
+# wget, httpx, a `python3 -c` with urllib): the URL and its port.
+_HEALTH_URL = re.compile(
+    r"(?:https?://|(?<![\w.:/@-]))(?:127\.0\.0\.1|localhost|\[::1\]):([0-9]{1,5})"
+    r"/(?:health[\w-]{0,32}|healthz|readyz?|livez?|ping|v1/models|get_model_info|get_server_info)"
+    r"/?(?![\w/?&.=-])"
+)
+# What makes a request more than a look (a body, another method, an upload): never repeated.
+_NOT_A_LOOK = re.compile(
+    r"(?:^|\s)(?:-X|--request|-d|--data[\w-]*|-F|--form|-T|--upload-file|--json|--post[\w-]*)\b"
+    r"|\b(?:data|method|json|content)\s*="
+)
+
+
+def health_urls(argv: list[str]) -> list[tuple[int, str]]:
+    """(port, URL) of each loopback health URL the program only looks at (a GET): a URL with
+    a body, another method or an upload anywhere on the line is not one."""
+    line = " ".join(argv)
+    if _NOT_A_LOOK.search(line):
+        return []
+    found = [
+        (int(m[1]), m[0] if m[0].startswith("http") else f"http://{m[0]}")  # curl's default
+        for m in _HEALTH_URL.finditer(line)
+        if 0 < int(m[1]) < 65536
+    ]
+    return list(dict.fromkeys(found))
 
 
 def _http_server_port(args: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ctxd.collectors.proc.argv import is_python
+from ctxd.discovery.argvfacts import health_urls
 from ctxd.discovery.procscan import Candidate, is_excluded
 from ctxd.discovery.shellparse import CommandFacts, SimpleCommand
 from ctxd.discovery.workspace import is_secret_path
@@ -124,6 +125,18 @@ def _at(at: datetime) -> str:
     return at.strftime("%H:%M")
 
 
+def _expected_ports(existing: Iterable[Mapping[str, Any]]) -> set[int]:
+    """The ports the session's watches expect a server on: its watched ports and those its
+    watched processes are expected to open."""
+    ports: set[int] = set()
+    for watch in existing:
+        if watch.get("kind") == "port":
+            ports.add(int(watch.get("port") or 0))
+        elif watch.get("kind") == "process":
+            ports.update(int(p) for p in watch.get("expect_ports") or ())
+    return ports
+
+
 class _Proposals:
     """Collects proposals, skipping duplicates, secrets, disallowed paths and the cap."""
 
@@ -194,6 +207,12 @@ def propose_for_command(
     for command in facts.commands:
         if cluster := ray_dashboard(command):
             out.add({"kind": "ray", **cluster}, f"Ray cluster of the command at {when}")
+    served = _expected_ports(existing) | (set(facts.ports) if launches else set())
+    for command in facts.commands:
+        for port, url in health_urls(list(command.argv)):
+            if port in served:  # a server this session started, not any URL the agent reads
+                out.add({"kind": "port", "port": port, "url": url},
+                        f"health URL the command at {when} asked")  # fmt: skip
     for build in facts.builds:
         outputs = build.outputs or (
             (_DEFAULT_OUTPUTS[build.tool],) if build.tool in _DEFAULT_OUTPUTS else ()

@@ -210,9 +210,16 @@ def _health(item: HistoryItem, s: Snapshot) -> str:
     asked = [p for p in s.observations.ports.items if p.port in item.ports and p.url]
     if not asked:
         return " (listening; no health URL watched: ctxd sent it no request)"
-    said = [f"HTTP {p.health_status}" if p.health_status is not None
-            else (p.health_error or "no answer") for p in asked]  # fmt: skip
-    return f" (its health URL: {', '.join(said)})"
+    said = [f"{p.url} answered HTTP {p.health_status}{_body(p.health_body)}"
+            if p.health_status is not None
+            else f"{p.url}: {p.health_error or 'no answer'}" for p in asked]  # fmt: skip
+    return f" (ctxd asked its health URL: {'; '.join(said)})"
+
+
+def _body(body: str | None) -> str:
+    """The start of a health answer, quoted when it is one short line."""
+    text = (body or "").strip()
+    return f" “{text}”" if text and len(text) <= 60 and "\n" not in text else ""
 
 
 def _agent_said(s: Snapshot, at: datetime, text: str) -> str:
