@@ -52,7 +52,9 @@ _COOKIE = re.compile(
 # it holds spaces, quotes or braces.
 _EXPANSION = r"\"?\$\([^()\n]{0,512}+\)\"?|`[^`\n]{0,512}+`|\$\{[^{}\n]{0,128}+\}|"
 _VALUE = (
-    r"(?P<val>\[REDACTED\]|" + _EXPANSION + r"\"(?:[^\"\\\n]|\\.){0,4096}+\"?|'(?:[^'\\\n]|\\.){0,4096}+'?"
+    r"(?P<val>\[REDACTED\]|"
+    + _EXPANSION
+    + r"\"(?:[^\"\\\n]|\\.){0,4096}+\"?|'(?:[^'\\\n]|\\.){0,4096}+'?"
     r"|\\[\"'][^\\\n\"']{0,4096}+(?:\\[\"'])?|[^\s\"',;&)}\]]++)"  # \"json in json\"
 )
 _ASSIGNMENT = re.compile(
