@@ -23,6 +23,7 @@ from tests.scripted_gemini import MODEL, ScriptedGemini
 from tests.scripted_model import Step
 from tests.test_harness_claude import (
     ASK,
+    LAST_WORDS,
     SECRET,
     check_scenario_dump,
     come_back_later,
@@ -81,7 +82,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash="sleep 2; tail -2 server.log"),
-            Step(text="Relaunched with debug flags; next I check that all 8 ranks report ready."),
+            Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]
     )

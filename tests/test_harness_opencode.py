@@ -26,6 +26,13 @@ from tests.test_harness_claude import come_back_later, gpu_server  # noqa: F401 
 
 OPENCODE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "opencode"
 SECRET = "dst_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"  # the datastore's token
+# read from the checkout's ignored file as the agent launches (opencode refuses a command that
+# reads outside it): the line shown as typed holds no secret
+TOKEN_FROM_FILE = "DATASTORE_TOKEN=$(cat .datastore-token)"
+LAST_WORDS = (
+    "Relaunched with --batch-size 64 (256 ran out of memory); next I check that it gets past"
+    " step 3."
+)
 
 TRAINER = '''\
 """A training run that stalls: its 4 data loader workers (processes, as torch's DataLoader
@@ -96,7 +103,7 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     top = tmp_path / "trainer"
     top.mkdir()
     (top / "train.py").write_text(TRAINER)
-    (top / ".gitignore").write_text("*.log\n.data-cache/\n")
+    (top / ".gitignore").write_text("*.log\n.data-cache/\n.datastore-token\n")
     git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
@@ -187,13 +194,14 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     home = tmp_path / "home"
     home.mkdir()
     env = offline_env(home, workspace)
+    (workspace / ".datastore-token").write_text(SECRET)  # the user's, kept out of git
     model = ScriptedOpenAI(
         [
-            Step(bash=f"DATASTORE_TOKEN={SECRET} {LAUNCH} --batch-size 256 > train1.log 2>&1 &"),
+            Step(bash=f"{TOKEN_FROM_FILE} {LAUNCH} --batch-size 256 > train1.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train1.log"),
-            Step(bash=f"DATASTORE_TOKEN={SECRET} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
+            Step(bash=f"{TOKEN_FROM_FILE} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train.log"),
-            Step(text="Relaunched with batch size 64; after step 3 it waits for loader 3."),
+            Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]
     )
@@ -247,6 +255,9 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert "--batch-size 256 > train1.log" in attempts and "torch.OutOfMemoryError" in first
     assert f"(pid {run.pid})" in second and "--batch-size 256 → 64" in second
     assert "OutOfMemoryError" not in second
+    # the line as typed (it reads its token from a file); the tree's token redacted by name
+    assert f"&& {TOKEN_FROM_FILE} nohup python3 train.py --lr" in attempts, attempts
+    assert "DATASTORE_TOKEN=[REDACTED]" in context, context
     # a loader forked from the trainer waits in its own code, not in the parent's `w.start()`
     assert "w.start()" not in context and "Popen._launch" not in context, context
     # ctxd's MCP tools, from the entry `ctxd install opencode` merged into opencode.json
@@ -263,7 +274,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
         json.dumps(m) for m in model.requests[0]["messages"] if m["role"] == "user"
     )
     assert "## Handover" not in first_turn
-    # the token the agent put on a command line: never in what ctxd adds, nor in its files
+    # the token in the run's environment: never in what ctxd adds, nor in its files
     assert SECRET not in context
     for path in server.data_dir.rglob("*"):
         if path.is_file():
