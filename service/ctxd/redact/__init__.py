@@ -1,7 +1,8 @@
 """The one choke point every observed string passes before it is kept, served or logged.
 
 Three kinds of rule: by name (an env var, flag or key that says it holds a secret has its value
-replaced whatever the value is), by content (token shapes from redact_shapes, PEM blocks, URL
+replaced whatever the value is, unless in free text the value only says where the secret comes
+from: `$VAR`, `$(cat FILE)`, `$(gcloud auth print-access-token)`), by content (token shapes from redact_shapes, PEM blocks, URL
 passwords, auth headers, `name=value` in free text, URL query parameters, `-p` and `-u`) and
 known values (a value once seen under a secret name or in a URL's password, see redact_known;
 kept across restarts as keyed digests, see redact_learned). `cut` redacts before it cuts and
