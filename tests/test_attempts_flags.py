@@ -112,6 +112,25 @@ def test_the_shells_own_variables_are_not_added_when_the_attempt_before_was_neve
     ]
 
 
+def test_a_value_the_line_reads_from_elsewhere_is_no_change_from_the_value_seen():
+    """Attempt 1 died unseen, its line read the token from a file (`$(cat …)`, the shell's
+    words); attempt 2's is read from /proc (redacted): the same token, not "changed"."""
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    line = "DATASTORE_TOKEN=$(cat .token) nohup python3 train.py --batch-size {} > t.log &"
+    first = Attempt(pid=None, argv=("python3", "train.py", "--batch-size", "256"),
+                    started_at=at, env={"DATASTORE_TOKEN": "$(cat .token)"},
+                    command=line.format(256), seen=False)  # fmt: skip
+    second = Attempt(pid=7, argv=("python3", "train.py", "--batch-size", "64"), started_at=at,
+                     env={"DATASTORE_TOKEN": "[REDACTED]"}, command=line.format(64))  # fmt: skip
+    diff = attempt_diff(first, second)
+    assert diff.env == [] and diff.changed == ["--batch-size 256 → 64"], diff
+    # in either order, and a name one side lacks is still added or removed
+    assert attempt_diff(second, first).env == []
+    third = Attempt(pid=None, argv=first.argv, started_at=at, env={**first.env, "X": "$(cat x)"},
+                    command="X=$(cat x) " + line.format(256), seen=False)  # fmt: skip
+    assert attempt_diff(second, third).env == ["X=$(cat x) added"]
+
+
 def test_an_attempt_is_named_as_a_person_would_type_its_program():
     from ctxd.attempts.flags import program_name
 

@@ -254,6 +254,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     first, second = [line for line in attempts.splitlines() if line.startswith("| **attempt")]
     assert "--batch-size 256 > train1.log" in attempts and "torch.OutOfMemoryError" in first
     assert f"(pid {run.pid})" in second and "--batch-size 256 → 64" in second
+    assert "DATASTORE_TOKEN" not in second, second  # read from the file both times: no change
     assert "OutOfMemoryError" not in second
     # the line as typed (it reads its token from a file); the tree's token redacted by name
     assert f"&& {TOKEN_FROM_FILE} nohup python3 train.py --lr" in attempts, attempts

@@ -128,13 +128,18 @@ def attempt_diff(previous: Attempt, attempt: Attempt) -> FlagDiff:
     the agent's shell passed to every launch (PYTHONPATH, PATH's kin); one known only from
     its command line (a launch that died before it was seen) holds what that line set. Such
     two are compared by the names either command line sets, so the shell's own variables are
-    not "added"."""
+    not "added". A value such a line gives as the shell's words (`$(cat ~/.token)`, `$TOKEN`)
+    says where the value came from, not what it was: it is no change from the value seen."""
     old, new = previous.env, attempt.env
     if previous.seen != attempt.seen:
         written = {name for a in (previous, attempt) if a.command for name in a.env
                    if f"{name}=" in a.command or not a.seen}  # fmt: skip
         old = {k: v for k, v in old.items() if k in written}
         new = {k: v for k, v in new.items() if k in written}
+        typed = (attempt if previous.seen else previous).env
+        for name in set(old) & set(new):
+            if "$" in typed[name] or "`" in typed[name]:
+                new[name] = old[name]
     return flag_diff(previous.argv, attempt.argv, old, new)
 
 
