@@ -53,7 +53,7 @@ def test_shell_calls_become_commands_with_no_exit_status():
         "kind": "command", "command": "nohup python3 serve.py > s.log 2>&1 &",
         "cwd": "/home/u/repo", "exit_status": None, "duration_s": None,
         "output_tail": "started\n", "background": False, "tool_id": "call_0001",
-        "harness": "codex",
+        "harness": "codex", "refused": None,
     }  # fmt: skip
     # a command that exits 1 reaches the hook as an empty output, like any other
     assert from_codex(shell("false"))[0]["exit_status"] is None

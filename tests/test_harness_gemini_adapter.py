@@ -58,7 +58,7 @@ def test_shell_calls_become_commands_with_their_exit_status():
     assert action == {
         "kind": "command", "command": "nohup python3 serve.py > s.log 2>&1 &",
         "cwd": "/home/u/repo", "exit_status": 0, "duration_s": None, "output_tail": "started",
-        "background": False, "tool_id": None, "harness": "gemini",
+        "background": False, "tool_id": None, "harness": "gemini", "refused": None,
     }  # fmt: skip
     failed = result(
         "Output: make: *** [wheel] Error 2\nmore", "Exit Code: 2", "Process Group PGID: 7"
@@ -75,11 +75,34 @@ def test_shell_calls_become_commands_with_their_exit_status():
     assert bg["background"] is True and bg["exit_status"] is None and bg["output_tail"] == moved
     cancelled = "Command was cancelled by user before it could complete. There was no output."
     assert from_gemini(shell("make", cancelled))[0]["exit_status"] is None
+    assert from_gemini(shell("make", cancelled))[0]["refused"] is None  # it ran, then stopped
     assert from_gemini(shell("make", result("Output: ok"), dir_path="build"))[0]["cwd"] == (
         "/home/u/repo/build"
     )
     long = from_gemini(shell("echo " + "x" * 20_000, result("Output: " + "y" * 10_000)))[0]
     assert long["command"].endswith("…[cut]") and long["output_tail"].startswith("…[cut]")
+
+
+def test_a_command_gemini_blocked_or_cancelled_before_its_start_is_one_it_never_ran():
+    """Gemini CLI 0.61 runs no command with `$(…)` or backticks (its shell tool's text, as
+    the real CLI sent it when driven offline here): the agent asked, nothing ran."""
+    line = "WEIGHTS_TOKEN=$(cat ~/.token) nohup python3 serve.py > s.log 2>&1 &"
+    blocked = payload(
+        "AfterTool", "/home/u/repo", tool_name="run_shell_command",
+        tool_input={"command": line},
+        tool_response={
+            "llmContent": "Command injection detected: command substitution syntax ($(),"
+            " backticks, <() or >()) found in command arguments. On PowerShell, @() array"
+            " subexpressions and $() subexpressions are also blocked. This is a security risk"
+            " and the command was blocked.",
+            "returnDisplay": "Blocked: command substitution detected in shell command.",
+        },
+    )  # fmt: skip
+    [action] = from_gemini(blocked)
+    assert action["refused"] == "Blocked: command substitution detected in shell command."
+    assert action["exit_status"] is None and action["command"] == line
+    before = "Command was cancelled by user before it could start."
+    assert from_gemini(shell("make", before))[0]["refused"] == "…"  # its returnDisplay
 
 
 def test_file_edits_and_what_is_not_an_action():
@@ -213,6 +236,35 @@ def test_hook_runner_records_then_hands_back_the_state_on_resume(server: Server,
             ["note"] for v in versions
         ]  # fmt: skip
     assert "Gemini CLI: compaction (auto trigger)" in notes, notes
+
+
+def test_a_blocked_launch_is_no_attempt_and_its_line_says_it_never_ran(
+    server: Server, tmp_path: Path
+):
+    """Through `ctxd hook gemini` to a real server: the launch Gemini blocked makes no attempt
+    (it never "died within 1 s") and no watch; its recent line says the harness refused it."""
+    repo = tmp_path / "serve"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    line = "TOKEN=$(cat ~/.token) nohup python3 serve.py --port 30000 > s.log 2>&1 &"
+    blocked = {
+        **shell(line, "Command injection detected: … This is a security risk and the command"
+                " was blocked."),
+        "cwd": str(repo),
+    }  # fmt: skip
+    blocked["tool_response"]["returnDisplay"] = "Blocked: command substitution detected."
+    for body in (payload("SessionStart", repo, source="startup"),
+                 payload("BeforeAgent", repo, prompt="serve it"), blocked):  # fmt: skip
+        assert hook(server.url, body).returncode == 0
+    with server.client() as client:
+        taken = client.post("/api/sessions/serve/snapshots", json={"force": True}).json()
+        narrative = taken["narrative"]
+        watches = client.get("/api/sessions/serve/watches").json()
+    assert narrative["history"] == [] and watches == [], (narrative["history"], watches)
+    (recent,) = narrative["recent_commands"]
+    assert recent.endswith(
+        "→ not run, the harness refused it: Blocked: command substitution detected."
+    ), recent
 
 
 THEIRS = {

@@ -16,6 +16,7 @@ from ctxd.discovery.payloads import (
     OUTPUT_TAIL_MAX_CHARS,
     PATH_MAX_CHARS,
     PROMPT_MAX_CHARS,
+    REFUSAL_MAX_CHARS,
 )
 from ctxd.harness.adapter import HarnessName
 
@@ -37,6 +38,9 @@ class CommandAction(_Action):
     output_tail: str = ""
     background: bool = False
     tool_id: str | None = Field(default=None, max_length=200)
+    # the harness's words when it refused to run the command (a policy block, a cancel
+    # before it started): the agent asked for it, nothing ran
+    refused: str | None = Field(default=None, max_length=REFUSAL_MAX_CHARS)
 
     @field_validator("command")
     @classmethod

@@ -12,6 +12,7 @@ COMMAND_MAX_CHARS = 8_192  # the start of a command says what it is; the rest is
 OUTPUT_TAIL_MAX_CHARS = 4_096  # the end of an output holds the error and the exit
 PROMPT_MAX_CHARS = 8_192  # a prompt's start states the request
 PATH_MAX_CHARS = 4_096
+REFUSAL_MAX_CHARS = 300  # a harness's reason for not running a command: one sentence
 CUT = "…[cut]"
 
 
@@ -47,6 +48,7 @@ def command_action(
     background: bool = False,
     tool_id: str = "",
     harness: str = "",
+    refused: str = "",
 ) -> dict[str, Any]:
     return {
         "kind": "command",
@@ -58,6 +60,7 @@ def command_action(
         "background": background,
         "tool_id": head(tool_id, 200) or None,
         "harness": harness or None,
+        "refused": head(refused, REFUSAL_MAX_CHARS) or None,
     }
 
 

@@ -29,6 +29,7 @@ class CommandLike(Protocol):
     exit_status: int | None
     output_tail: str
     background: bool
+    refused: str | None
 
 
 @dataclass
@@ -41,13 +42,16 @@ class RecentCommand:
     runs: int = 1  # how many times it (or one alike but for its numbers) ran in the window
     alike: bool = False  # some of those runs had other numbers (`tail -n 3`, `tail -n 10`)
     attempt: str | None = None  # what it launched: "attempt 2 (pid 4242)"
+    refused: str | None = None  # the harness's words: it never ran
 
     def line(self) -> str:
         """One line, like: 12:03 `make -j8` → exit 2: make: *** No targets (3 runs)."""
         # a launch's whole line is its attempt's, under Attempts: its start says which it is
         limit = LAUNCH_CHARS if self.attempt else LINE_MAX_CHARS
         text = f"{self.at.strftime('%H:%M')} `{_one_line(self.command, limit)}`"
-        if self.attempt:
+        if self.refused:
+            text += f" → not run, the harness refused it: {_one_line(self.refused)}"
+        elif self.attempt:
             # the shell's exit status says nothing of what it sent off
             text += f" → started in the background → {self.attempt}"
         elif self.background:
@@ -119,6 +123,7 @@ def recent_commands(
             runs=(previous.runs + 1) if previous else 1,
             alike=previous is not None and (previous.alike or before != flat),
             attempt=attempt,
+            refused=action.refused,
         )
         last = flat
     return list(folded.values())[-limit:]

@@ -39,6 +39,8 @@ sent it when driven offline here; the shell tool's text from its `shell.ts`):
   "Process Group PGID: N", one per line; a command sent to the background or cancelled has a
   sentence instead ("Command moved to background (PID: N). …", "Command was cancelled …").
   So an exit status is known: N, or 0 when the command ended with no "Exit Code" line.
+  A command it blocks (command substitution: `$(…)`, backticks) or that was cancelled before
+  it started has no sections, only a sentence ("… the command was blocked."): not run.
   write_file / replace: tool_input {"file_path", …}; an edit that failed has an "error".
 """
 
@@ -207,6 +209,9 @@ GEMINI_EDIT_TOOLS = ("write_file", "replace")
 _GEMINI_SECTION = re.compile(
     r"^(Output|Error|Exit Code|Signal|Background PIDs|Process Group PGID): ", re.MULTILINE
 )
+# The sentences of a shell call Gemini CLI never ran: its command-substitution block, and a
+# cancel before the start ("Command injection detected: … the command was blocked.").
+_NOT_RUN = re.compile(r"the command was blocked|cancelled by user before it could start")
 _GEMINI_WRAPPER = re.compile(r"^\s*<untrusted_context>\n?|\n?</untrusted_context>\s*$")
 
 
@@ -257,6 +262,9 @@ def tool_actions(data: Any) -> list[dict[str, Any]]:
     output = "\n".join(sections[k] for k in ("Output", "Error") if k in sections)
     if not sections:
         output = _GEMINI_WRAPPER.sub("", text)  # a cancelled or backgrounded command's sentence
+    refused = ""
+    if not sections and not background and _NOT_RUN.search(output):
+        refused = as_text(response.get("returnDisplay")) or output
     action = command_action(
         command,
         cwd=_under(cwd, as_text(tool_input.get("dir_path"))) or cwd,
@@ -264,5 +272,6 @@ def tool_actions(data: Any) -> list[dict[str, Any]]:
         output="" if output == "(empty)" else output,
         background=background,
         harness="gemini",
+        refused=refused,
     )
     return [action]

@@ -2,11 +2,12 @@
 
 Three kinds of rule: by name (an env var, flag or key that says it holds a secret has its value
 replaced whatever the value is, unless in free text the value only says where the secret comes
-from: `$VAR`, `$(cat FILE)`, `$(gcloud auth print-access-token)`), by content (token shapes from redact_shapes, PEM blocks, URL
-passwords, auth headers, `name=value` in free text, URL query parameters, `-p` and `-u`) and
-known values (a value once seen under a secret name or in a URL's password, see redact_known;
-kept across restarts as keyed digests, see redact_learned). `cut` redacts before it cuts and
-`lines` withholds PEM body lines of a window that shows neither BEGIN nor END.
+from: `$VAR`, `$(cat FILE)`, `$(gcloud auth print-access-token)`), by content (token shapes
+from redact_shapes, PEM blocks, URL passwords, auth headers, `name=value` in free text, URL
+query parameters, `-p` and `-u`) and known values (a value once seen under a secret name or in
+a URL's password, see redact_known; kept across restarts as keyed digests, see
+redact_learned). `cut` redacts before it cuts and `lines` withholds PEM body lines of a
+window that shows neither BEGIN nor END.
 What it returns is printable (fmt.printable): control and bidi characters read escaped
 (`\\x1b`, `\\u202e`) in every dump, page, answer and log line, and a variable name is one line.
 Everything fails closed: if a rule raises or the time budget runs out, the value is withheld.

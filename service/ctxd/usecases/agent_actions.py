@@ -100,6 +100,8 @@ class ActionIntake:
         return added
 
     def _command(self, sid: str, action: CommandAction) -> list[Watch]:
+        if action.refused:  # the harness never ran it: no launch, no build, nothing to watch
+            return []
         facts = parse_command(action.command)
         launches = rules.launched(facts, action.background)
         counts = self._reads.setdefault(sid, Counter())
