@@ -131,11 +131,17 @@ def test_stuck_names_its_evidence() -> None:
     found = signals.derive(current, None)
     assert found[0].code == "stuck"
     assert found[0].text == (
-        "stuck: all 9 processes in tree 10 (its top and 8 below it) idle for at least 4 min,"
+        "stuck: all 9 processes in tree 10 (its top and 8 below it) idle for 4 min,"
         " past the 2 min it takes to call a tree stuck; port 8000 expected, not listening; "
         "log /x.log silent 4 min, last line: “Capturing batches (bs=1): 0%”"
     )
     assert "all_idle" not in [s.code for s in found]
+    # members idle for different spans: the range, as the process table shows each
+    current.processes.items[0].idle_for_s = 250.0
+    current.processes.items[1].idle_for_s = 9.0 * 60
+    assert "idle for 4\N{EN DASH}9 min, past" in signals.derive(current, None)[0].text
+    current.processes.items[1].idle_for_s = 7300.0
+    assert "idle for 4 min to 2 h 1 min, past" in signals.derive(current, None)[0].text
 
 
 def test_idle_but_serving_is_not_stuck() -> None:

@@ -82,17 +82,32 @@ def _idle_for(members: list[ProcessInfo]) -> float | None:
     return shortest if shortest > 0 else None
 
 
+def _idle_range(members: list[ProcessInfo], shortest: float) -> str:
+    """ "13-16 s" (an en dash): from the least idle member's span to the most idle's, as the
+    process table shows each (one figure when they read the same)."""
+    longest = max((p.idle_for_s or 0.0 for p in members if p.state != "zombie"), default=0.0)
+    low, high = human_duration(shortest), human_duration(max(longest, shortest))
+    if low == high:
+        return low
+    (low_n, _, low_unit), (high_n, _, high_unit) = low.partition(" "), high.partition(" ")
+    if low_unit == high_unit and low_n.isdigit() and high_n.isdigit():
+        return f"{low_n}\N{EN DASH}{high}"
+    return f"{low} to {high}"
+
+
 def _of_age(span: float, members: list[ProcessInfo], at: datetime | None) -> str:
-    """ "7 s of its 11 s": a span next to the age of the oldest member (too early to call a
-    hang?), counted to the version's instant `at` as the process table counts it."""
+    """ "7-9 s of its 11 s": the members' idle spans next to the age of the oldest member (too
+    early to call a hang?), counted to the version's instant `at` as the process table counts
+    it."""
+    idle = _idle_range(members, span)
     if not members:
-        return human_duration(span)
+        return idle
     oldest = min(members, key=lambda p: p.started_at)
     born = true_start(oldest.started_at, oldest.host)
     age = oldest.age_s if at is None else int(at.timestamp()) - int(born.timestamp())
     if age < span:
-        return human_duration(span)
-    return f"{human_duration(span)} of its {human_duration(age)}"
+        return idle
+    return f"{idle} of its {human_duration(age)}"
 
 
 def stuck_trees(
@@ -139,7 +154,7 @@ def stuck_trees(
         below = f" (its top and {len(members) - 1} below it)" if len(members) > 2 else ""
         text = (
             f"stuck: all {len(members)} processes in tree {tree}{below} idle for"
-            f" {'at least ' if len(members) > 1 else ''}{_of_age(idle, members, at)},"
+            f" {_of_age(idle, members, at)},"
             f" past the {human_duration(threshold)} it takes to call a tree stuck"
         )
         signals.append(
