@@ -30,8 +30,9 @@ from tests.scripted_model import ScriptedModel, Step
 
 CLAUDE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "claude"
 SECRET = "wst_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"  # the weight store's token
-# Read from the user's file as the agent launches (Codex and Gemini type SECRET itself): the line
-# holds no secret, so it is shown as typed and runs again as it is.
+# Read from the user's file as the agent launches: the line holds no secret, so it is shown as
+# typed and runs again as it is. Codex types SECRET itself, and so does Gemini (Gemini CLI runs
+# no command with `$(…)`: test_harness_gemini_adapter).
 TOKEN_FROM_FILE = "WEIGHTS_TOKEN=$(cat ~/.weights-token)"
 # The user's first prompt: the hang is the user's report; the conversation reproduces it.
 ASK = (
