@@ -64,7 +64,7 @@ SERVER = textwrap.dedent(
         conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 14\\r\\n\\r\\nok: 8 ranks up")
         conn.close()
         path = request[1] if len(request) > 1 else "?"
-        print(f"NCCL INFO request {served}: GET {path} 200, served by 8 ranks", flush=True)
+        print(f"serve.py: request {served}: GET {path} 200, served by 8 ranks", flush=True)
     """
 )
 # The last instruction says what fixes it: the NIC, not the algorithm the others kept trying.
