@@ -205,7 +205,7 @@ def test_workers_without_ranks_and_all_ranks_in_one_place():
         StuckStack(tree=10, pids=[13], lines=LATE_RANK),
     ]
     (line,) = ranks.apart(members, stacks, "10")
-    assert line.startswith("2 workers (pids 11, 12) wait in main at serve_tp.py:12")
+    assert line.startswith("2 of its 3 workers (pids 11, 12) wait in main at serve_tp.py:12")
     assert "; pid 13 in main at serve_tp.py:11" in line
     together = [StuckStack(tree=10, pids=[11, 12, 13], lines=TORCH_RANK)]
     assert ranks.apart(members, together, "10") == []

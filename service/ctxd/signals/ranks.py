@@ -211,7 +211,7 @@ def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: st
     ordered = sorted(places.items(), key=lambda item: (-len(item[1]), min(item[1])))
     parts = []
     for i, (said, pids) in enumerate(ordered[: APART_SHOWN + 1]):
-        who = _who(sorted(pids), by_pid, ranked)
+        who = _who(sorted(pids), by_pid, ranked, len(workers) if i == 0 else 0)
         verb = ("waits" if len(pids) == 1 else "wait") if i == 0 else ""
         parts.append(f"{who} {verb + ' ' if verb else ''}in {said}{_on(pids, by_pid)}")
     if len(ordered) > APART_SHOWN + 1:
@@ -224,9 +224,13 @@ def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: st
     return ["; ".join(parts)]
 
 
-def _who(pids: list[int], by_pid: dict[int, ProcessInfo], ranked: dict[int, str]) -> str:
-    """ "ranks 0-2 (pid by rank: 0=11, 1=12, 2=13)", "rank 3 (pid 14)", "pids 11, 12"
-    (without ranks); ranked pids in their ranks' order ("pids by rank 11, 12, 14" for ranks
+def _who(
+    pids: list[int], by_pid: dict[int, ProcessInfo], ranked: dict[int, str], of: int = 0
+) -> str:
+    """ "ranks 0-2 (pid by rank: 0=11, 1=12, 2=13)", "rank 3 (pid 14)"; without ranks, the
+    first group counted against the `of` workers ("3 of its 4 workers (pids 11, 12, 13)") and
+    the others by their pids ("pid 14"): "3 workers" beside "4 child processes" read as a
+    contradiction. Ranked pids go in their ranks' order ("pids by rank 11, 12, 14" for ranks
     0-1, 3 read as three pids to map by counting)."""
     ranks = sorted({int(ranked[pid]) for pid in pids if pid in ranked})
     if ranks:
@@ -235,6 +239,8 @@ def _who(pids: list[int], by_pid: dict[int, ProcessInfo], ranked: dict[int, str]
     shown = ", ".join(str(pid) for pid in pids[:PIDS_SHOWN]) + more
     pid_word = "pid" if len(pids) == 1 else "pids"
     if not ranks:
+        if of > len(pids):
+            return f"{len(pids)} of its {of} workers ({pid_word} {shown})"
         return f"{pid_word} {shown}" if len(pids) == 1 else f"{len(pids)} workers (pids {shown})"
     noun = "rank" if len(ranks) == 1 else "ranks"
     if len(ranks) > 1 and len(ranks) == len(pids):  # each pid beside its rank, none to count
