@@ -36,8 +36,9 @@ SECRET = "wst_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE"  # the weight store's token
 TOKEN_FROM_FILE = "WEIGHTS_TOKEN=$(cat ~/.weights-token)"
 # The user's first prompt: the hang is the user's report; the conversation reproduces it.
 ASK = (
-    "Bring up our SGLang server for Llama-3.1-8B-Instruct on this 8-GPU box: it hangs while loading"
-    " the weights and never opens its port. Find out why."
+    "Bring up our SGLang server for Llama-3.1-8B-Instruct on this 8-GPU box, with our kernel"
+    " rebuilt from source (`make wheel`): it hangs while loading the weights and never opens its"
+    " port. Find out why."
 )
 # What the agent says at the end of its first turn: what it changed, and what it checks next.
 LAST_WORDS = (
@@ -326,7 +327,7 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # the handover: the objective, what runs now in its phase with its workers, the failure
     handover = context.split("## Handover", 1)[1].split("\n## ", 1)[0]
     assert (
-        f"(pid {launcher.pid})" in handover and "8 workers expected (--tp 8), 8 running" in handover
+        f"(pid {launcher.pid})" in handover and "8 workers expected (--tp 8), 8 alive" in handover
     )
     assert (
         "**stuck**" in handover

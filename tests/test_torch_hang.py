@@ -151,7 +151,7 @@ def test_a_real_gloo_hang_is_handed_over_with_its_odd_rank(tmp_path: Path, tag: 
     assert "Find which rank and why" in handover
     assert "keep NCCL_DEBUG=INFO" in handover  # the user's latest instruction
     assert "waiting for the all_reduce" in handover  # the agent's own last words
-    assert "**stuck**" in handover and "4 workers expected (--nproc-per-node 4), 4 running" in (
+    assert "**stuck**" in handover and "4 workers expected (--nproc-per-node 4), 4 alive" in (
         handover
     )
     # the odd rank, by its own source line and what it opens; the others in the collective

@@ -185,7 +185,7 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     workers = max(len(rows), grouped)
     if expected:
         flag = expected.group(0).strip().replace("=", " ")
-        words.append(f"{expected.group(1)} workers expected ({flag}), {workers} running")
+        words.append(f"{expected.group(1)} workers expected ({flag}), {workers} alive")
     elif workers:
         words.append(f"{workers} child process{'es' if workers > 1 else ''}")
     pids = _pids(item, s)
