@@ -84,8 +84,9 @@ def stream_slice(path, rank, debug):
     if rank == 3:
         time.sleep(1.5)
         if debug:
-            log("DEBUG stage_weights: GET http://weights.lab:8081/llama-8b/tp3.safetensors:"
-                " 404 Not Found (7 other slices: 200)", who="")
+            token = os.environ.get("WEIGHTS_TOKEN", "")  # debug logging prints the header
+            log("DEBUG stage_weights: GET http://weights.lab:8081/llama-8b/tp3.safetensors"
+                f" (Authorization: Bearer {token}): 404 Not Found (7 other slices: 200)", who="")
         log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s (the"
             " weight store answered 404 Not Found); nothing writes rank 3's pipe now", who="")
         return
@@ -369,6 +370,8 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # the rebuilt wheel and the recent commands
     assert "kernel-0.2-py3-none-any.whl" in context
     assert "make wheel" in context
+    # the token the launcher's debug line printed is shown redacted, the line kept
+    assert "(Authorization: Bearer [REDACTED]): 404 Not Found" in context
     # the token the agent put on a command line: never in what ctxd adds, nor in its files
     assert SECRET not in context
     for path in data_dir.rglob("*"):
