@@ -131,10 +131,10 @@ def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(
     together = ", ".join(f"{r}={ranks[r]}" for r in "012")  # each pid beside its rank
     # where the job's own code waits, with the text of its line and the library call it is in
     assert (
-        f"ranks 0\N{EN DASH}2 (pid by rank: {together}) wait in `barrier.wait()` at launch.py:5 "
-        "(threading Barrier.wait)" in stuck
+        f"ranks 0\N{EN DASH}2 (pid by rank: {together}) wait in `barrier.wait()` in all_reduce"
+        " at launch.py:5 (threading Barrier.wait)" in stuck
     )
-    assert f"rank 3 (pid {ranks['3']}) in `time.sleep(600)` at launch.py:8" in stuck
+    assert f"rank 3 (pid {ranks['3']}) in `time.sleep(600)` in load_shard at launch.py:8" in stuck
     # the launcher waits for its ranks by design: said apart, not counted among them
     assert "; the launcher (pid " in stuck and ") in `p.join()` at launch.py:" in stuck
     assert "as it does while they run" not in stuck  # the job's own code: no launcher's loop
@@ -182,10 +182,10 @@ def test_ranks_are_named_by_the_job_line_they_wait_at_with_its_text_and_library_
     ]  # fmt: skip
     (line,) = ranks.apart(members, stacks, "10")
     assert line == (
-        "ranks 0\N{EN DASH}2 (pid by rank: 0=11, 1=12, 2=13) wait in `dist.all_reduce(t)` at "
-        "serve_tp.py:12 (torch.distributed all_reduce); rank 3 (pid 14) in `time.sleep(3600)` at "
-        "serve_tp.py:11; the launcher (pid 10, torchrun) waits on its workers, as it does while "
-        "they run, in _invoke_run at api.py:835 "
+        "ranks 0\N{EN DASH}2 (pid by rank: 0=11, 1=12, 2=13) wait in `dist.all_reduce(t)` in main"
+        " at serve_tp.py:12 (torch.distributed all_reduce); rank 3 (pid 14) in `time.sleep(3600)`"
+        " in main at serve_tp.py:11; the launcher (pid 10, torchrun) waits on its workers, as it"
+        " does while they run, in _invoke_run at api.py:835 "
         "(torch.distributed)"  # its own loop: torchrun's entry point script is no job code
     )
 
@@ -195,7 +195,9 @@ def test_without_the_source_text_the_job_frame_is_named_and_not_a_decorator():
     assert ranks.where(stack) == "main at serve_tp.py:12 (torch.distributed all_reduce)"
     # a backtick in the line does not close the code span early
     stack.source = {"serve_tp.py:12": "run(`x`)"}
-    assert ranks.where(stack) == "``run(`x`)`` at serve_tp.py:12 (torch.distributed all_reduce)"
+    assert ranks.where(stack) == (
+        "``run(`x`)`` in main at serve_tp.py:12 (torch.distributed all_reduce)"
+    )
 
 
 def test_workers_without_ranks_and_all_ranks_in_one_place():

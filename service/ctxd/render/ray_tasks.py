@@ -17,7 +17,7 @@ def _where(task: RayTask) -> str:
     if not task.stack:
         return ""
     place = ranks.place(StuckStack(tree=0, lines=task.stack, source=task.source))
-    return place.words() if place else ""
+    return place.words(function=place.name != task.name) if place else ""  # a task's own: named
 
 
 def _who(tasks: list[RayTask]) -> str:

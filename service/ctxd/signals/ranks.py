@@ -47,9 +47,17 @@ class Place:
     call: str = ""  # "torch.distributed all_reduce"
     own: bool = True
 
-    def words(self) -> str:
+    def words(self, function: bool = True) -> str:
+        """ "`time.sleep(0.5)` in wait_for_all_ranks at launch.py:23 (…)": the line's text and
+        the function it is in (a module's top level has none; `function` False where the
+        reader already has its name), else the function alone."""
         at = f"{_short(self.file)}:{self.line}"
-        said = f"{_code(self.text)} at {at}" if self.text else f"{self.name} at {at}"
+        if not self.text:
+            said = f"{self.name} at {at}"
+        elif self.name.startswith("<") or not function:
+            said = f"{_code(self.text)} at {at}"
+        else:
+            said = f"{_code(self.text)} in {self.name} at {at}"
         return f"{said} ({self.call})" if self.call else said
 
 
