@@ -104,6 +104,37 @@ def test_a_launchers_library_stack_and_kernel_stacks_go_before_any_log_line():
     assert steps.index(recovery._stack_frames) < first_logs  # the job's own lines stay
 
 
+def test_stacks_the_handovers_line_gives_go_before_any_log_line():
+    """A running attempt whose ranks wait apart: the handover's line says where each group
+    waits (the line and its function), so its stacks go; another tree's, whose place no line
+    says, stay."""
+    from ctxd.models import HistoryItem, ProcessInfo
+
+    s = Snapshot(header=SnapshotHeader(session="s", version=1, taken_at=T0, trigger="t"))
+    late = StuckStack(tree=10, pids=[14], lines=['thread "MainThread" (idle)',
+                      "  load_shard (serve_tp.py:21)"],
+                      source={"serve_tp.py:21": "open(path)"})  # fmt: skip
+    waiting = StuckStack(tree=10, pids=[11, 12, 13], lines=['thread "MainThread" (idle)',
+                         "  all_reduce (c10d.py:3252)", "  main (serve_tp.py:30)"],
+                         source={"serve_tp.py:30": "dist.all_reduce(t)"})  # fmt: skip
+    other = StuckStack(tree=20, pids=[21], lines=['thread "MainThread"', "  run (x.py:1)"])
+    s.observations.processes.stuck_stacks = [late, waiting, other]
+    s.observations.processes.items = [
+        ProcessInfo(watch_id=1, pid=pid, ppid=10 if pid != 10 else 1, name="python3", tree=10,
+                    state="sleeping", started_at=T0, age_s=60, root=pid == 10,
+                    env={"RANK": str(pid - 11)} if pid != 10 else {})
+        for pid in (10, 11, 12, 13, 14)
+    ]  # fmt: skip
+    s.narrative.history = [HistoryItem(source="launch", label="attempt 2", at=T0, pid=10, text="",
+                                       status="running")]  # fmt: skip
+    said = recovery._stacks_said(s, {})
+    assert said == "the stuck stacks the handover's line gives"
+    assert s.observations.processes.stuck_stacks == [other]
+    steps = recovery.SHRINK_STEPS
+    first_logs = next(i for i, step in enumerate(steps) if "_logs_to" in step.__qualname__)
+    assert steps.index(recovery._stacks_said) < first_logs
+
+
 def test_the_cut_leaves_the_snapshot_it_cuts_as_it_was(snap: Snapshotter):
     # the steps cut a copy: the version as stored, or kept in memory, is not shortened
     snapshot = snap.take("cut")

@@ -9,6 +9,7 @@ from ctxd.errors import Invalid
 from ctxd.models import Diff, LogInfo, Snapshot, StuckStack, Trigger
 from ctxd.render import handover, reuse, stacks
 from ctxd.render import markdown as render
+from ctxd.signals import ranks
 from ctxd.snapshotter import changes
 from ctxd.snapshotter.snapshotter import Snapshotter
 
@@ -201,6 +202,22 @@ def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
     return "the launcher's stack below its innermost frame"
 
 
+def _stacks_said(s: Snapshot, left: dict[str, str]) -> str:
+    """A running attempt's stuck stacks go whole when the handover's line already says where
+    each of its groups waits, the line's text and its function ("`time.sleep(0.5)` in
+    wait_for_all_ranks at launch.py:23"): the callers below say less than a log line."""
+    stacks = s.observations.processes.stuck_stacks
+    said = set()
+    for item in s.narrative.history:
+        if item.status not in ("running", "started") or not item.pid:
+            continue
+        tree = [p for p in s.observations.processes.items if item.pid in (p.pid, p.tree)]
+        if ranks.apart(tree, stacks, str(item.pid)):
+            said.add(str(item.pid))
+    s.observations.processes.stuck_stacks = [st for st in stacks if st.tree_ref not in said]
+    return "the stuck stacks the handover's line gives"
+
+
 def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's kernel stacks go where its job's own lines stay, before any log line or
     command: each process row still says the kernel function it waits in, and a reader acts on
@@ -240,6 +257,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _changes,
     _launcher_frames,
     _kernel_stacks,
+    _stacks_said,
     _stack_frames,
     _logs_to(10),
     _recent_commands(5),
