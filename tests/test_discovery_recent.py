@@ -36,8 +36,8 @@ def test_repeats_fold_at_their_latest_run_and_failures_keep_their_error() -> Non
     assert [r.command.split()[0] for r in recent] == ["nvidia-smi", "make", "tail", "nohup"]
     tail = recent[2]
     assert tail.runs == 2 and tail.at == T0 + timedelta(minutes=4)
-    assert recent[1].line() == "12:03 `make -j8` → exit 2: make: *** [a.o] Error 1"
-    assert recent[2].line() == "12:04 `tail -n 50 server.log` → exit 0 (2 runs)"
+    assert recent[1].line() == "12:03:00 `make -j8` → exit 2: make: *** [a.o] Error 1"
+    assert recent[2].line() == "12:04:00 `tail -n 50 server.log` → exit 0 (2 runs)"
     assert recent[3].line().endswith("→ sent to the background")
 
 

@@ -45,10 +45,10 @@ class RecentCommand:
     refused: str | None = None  # the harness's words: it never ran
 
     def line(self) -> str:
-        """One line, like: 12:03 `make -j8` → exit 2: make: *** No targets (3 runs)."""
+        """One line, like: 12:03:10 `make -j8` → exit 2: make: *** No targets (3 runs)."""
         # a launch's whole line is its attempt's, under Attempts: its start says which it is
         limit = LAUNCH_CHARS if self.attempt else LINE_MAX_CHARS
-        text = f"{self.at.strftime('%H:%M')} `{_one_line(self.command, limit)}`"
+        text = f"{self.at.strftime('%H:%M:%S')} `{_one_line(self.command, limit)}`"
         if self.refused:
             text += f" → not run, the harness refused it: {_one_line(self.refused)}"
         elif self.attempt:
