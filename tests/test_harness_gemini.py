@@ -110,6 +110,10 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
     assert context.count("## Handover") == 1, context
     assert context.count("<hook_context>") == 1 and context.startswith("continue\n<hook_context>")
     assert "[ctxd] Saved working state of session" in context
+    # Gemini writes `>` as `&gt;` in it (`… > server.log` reads `&gt; server.log`): the lead
+    # says so in words, and those words reach the model as written
+    assert "&gt; server.log 2>&1" not in context and "&gt; server.log" in context
+    assert "writes each less-than sign in it as &lt; and each greater-than sign as &gt;" in context
     # ctxd's MCP server, from the entry install wrote into settings.json, offered to the model
     assert any(name.startswith("mcp_ctxd_") for name in model.tool_names()), model.tool_names()
     check_scenario_dump(context, launcher, server.data_dir)

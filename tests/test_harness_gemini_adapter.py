@@ -83,6 +83,17 @@ def test_shell_calls_become_commands_with_their_exit_status():
     assert long["command"].endswith("…[cut]") and long["output_tail"].startswith("…[cut]")
 
 
+def test_the_lead_of_its_context_says_how_gemini_shows_it():
+    said = HOOKS["gemini"].output("BeforeAgent", {"session": "s", "context": "# s\n"})
+    assert said is not None
+    lead = said["hookSpecificOutput"]["additionalContext"].split("\n", 1)[0]
+    assert lead.endswith("less-than sign in it as &lt; and each greater-than sign as &gt;:"
+                         " a command holding them runs with the signs.")  # fmt: skip
+    assert "<" not in lead and ">" not in lead  # Gemini would rewrite the signs themselves
+    other = HOOKS["codex"].output("UserPromptSubmit", {"session": "s", "context": "# s\n"})
+    assert other is not None and "&lt;" not in other["hookSpecificOutput"]["additionalContext"]
+
+
 def test_a_command_gemini_blocked_or_cancelled_before_its_start_is_one_it_never_ran():
     """Gemini CLI 0.61 runs no command with `$(…)` or backticks (its shell tool's text, as
     the real CLI sent it when driven offline here): the agent asked, nothing ran."""

@@ -21,13 +21,14 @@ class CommandHook:
 
     def __init__(
         self, name: str, label: str, slow_events: "dict[str, float]",
-        tell_events: "tuple[str, ...]", inject_events: "tuple[str, ...]",
+        tell_events: "tuple[str, ...]", inject_events: "tuple[str, ...]", shows_as: str = "",
     ) -> None:  # fmt: skip
         self.name = name
         self.label = label  # its name for people
         self.slow_events = slow_events  # events a person waits on, with their time budget (s)
         self.tell_events = tell_events  # events whose trouble the person should see
         self.inject_events = inject_events  # events whose context reaches the model
+        self.shows_as = shows_as  # how the harness changes the context on its way to the model
 
     def event_name(self, payload: "dict[str, Any]") -> "str | None":
         """The payload's event name; None when it names none (not this harness's)."""
@@ -43,7 +44,8 @@ class CommandHook:
         if context and event in self.inject_events:
             output["hookSpecificOutput"] = {
                 "hookEventName": event,
-                "additionalContext": context_lead(answer.get("session", "")) + context,
+                "additionalContext": context_lead(answer.get("session", ""), self.shows_as)
+                + context,
             }
         if message:
             output["systemMessage"] = f"ctxd: {message}"
@@ -104,10 +106,12 @@ def sends_off(command: str) -> bool:
     return re.search(r"(?<![&>])&(?![&>])|(?:^|[\s;|(])(?:nohup|setsid)\s", command) is not None
 
 
-def context_lead(sid: str) -> str:
+def context_lead(sid: str, shows_as: str = "") -> str:
     """The line before a dump handed to the model: what it is, as a fact (the harnesses ask
-    that injected context read as information, not orders); its last line says where more is."""
-    return f"[ctxd] Saved working state of session `{sid}`, as ctxd recorded it.\n\n"
+    that injected context read as information, not orders), and how the harness shows it
+    (`shows_as`); its last line says where more is."""
+    told = f" {shows_as}" if shows_as else ""
+    return f"[ctxd] Saved working state of session `{sid}`, as ctxd recorded it.{told}\n\n"
 
 
 # Events a person waits on get the time a fresh snapshot may take; the others are quick.
@@ -131,6 +135,9 @@ HOOKS: "dict[str, CommandHook]" = {
         {"SessionStart": 30.0, "BeforeAgent": 30.0, "PreCompress": 60.0},
         ("SessionStart", "BeforeAgent"),
         ("SessionStart", "BeforeAgent"),  # inside the turn's prompt, as <hook_context>
+        # in words: the signs themselves would read as the entities (readers retyped `&gt;`)
+        "Gemini CLI writes each less-than sign in it as &lt; and each greater-than sign as"
+        " &gt;: a command holding them runs with the signs.",
     ),
 }  # fmt: skip
 COMMAND_HOOKS = tuple(HOOKS)  # opencode runs ctxd's plugin instead
