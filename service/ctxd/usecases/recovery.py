@@ -21,12 +21,27 @@ SERVED_LATE = timedelta(seconds=10)
 # leave out (`left`, section name -> its words) and says in a few words what it cut.
 Step = Callable[[Snapshot, dict[str, str]], str]
 
+# The fields of the snapshot each step may change (none: only `left`), so that telling
+# whether it cut anything reads those alone (`reuse.Sections.follow`); a step not listed
+# here is compared whole.
+TOUCHES: dict[Step, tuple[str, ...]] = {}
 
+
+def _touches(*fields: str) -> Callable[[Step], Step]:
+    def mark(step: Step) -> Step:
+        TOUCHES[step] = fields
+        return step
+
+    return mark
+
+
+@_touches()
 def _host(s: Snapshot, left: dict[str, str]) -> str:
     left["host"] = "the host"
     return "the host"
 
 
+@_touches("observations.gpus", "signals")
 def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
     """GPUs no watched process holds tell a resuming agent nothing about its attempt."""
     gpus = s.observations.gpus
@@ -38,6 +53,7 @@ def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
     return "idle GPUs"
 
 
+@_touches("observations.logs")
 def _ended_logs(s: Snapshot, left: dict[str, str]) -> str:
     """The logs of attempts that ended, and any no process writes that stopped before the
     newest run started: each one's error is in its attempt's row under Attempts."""
@@ -60,6 +76,7 @@ def _stale(log: LogInfo) -> bool:
     return log.writer_pid is None and newest is not None and log.modified_at < newest
 
 
+@_touches()
 def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
     """The ports and GPUs of the running attempts, when that is all there is: the handover's
     line for each attempt says its port and the GPUs it holds."""
@@ -88,6 +105,7 @@ def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
 def _logs_to(lines: int) -> Step:
     """Shorter log tails; what runs keeps its own log's last 3 lines."""
 
+    @_touches("observations.logs")
     def cut(s: Snapshot, left: dict[str, str]) -> str:
         live = {i.pid for i in s.narrative.history if i.status in ("running", "started")}
         trees = {p.pid for p in s.observations.processes.items if {p.pid, p.tree} & live}
@@ -99,6 +117,7 @@ def _logs_to(lines: int) -> Step:
     return cut
 
 
+@_touches("changes")
 def _changes(s: Snapshot, left: dict[str, str]) -> str:
     """The list of changes since the version before: the handover says what happened since,
     Now the signals raised; the list itself is the full dump's."""
@@ -107,6 +126,7 @@ def _changes(s: Snapshot, left: dict[str, str]) -> str:
 
 
 def _recent_commands(keep: int) -> Step:
+    @_touches("narrative.recent_commands")
     def cut(s: Snapshot, left: dict[str, str]) -> str:
         s.narrative.recent_commands = s.narrative.recent_commands[-keep:]
         return f"recent commands but {keep}"
@@ -114,6 +134,7 @@ def _recent_commands(keep: int) -> Step:
     return cut
 
 
+@_touches("observations.artifacts")
 def _artifacts(s: Snapshot, left: dict[str, str]) -> str:
     s.observations.artifacts.items = s.observations.artifacts.items[:3]
     return "artifacts but 3"
@@ -126,6 +147,7 @@ def _live_trees(s: Snapshot) -> set[int]:
     return {p.pid for p in s.observations.processes.items if {p.pid, p.tree} & live}
 
 
+@_touches("observations.processes")
 def _tables(s: Snapshot, left: dict[str, str]) -> str:
     procs = s.observations.processes.items
     kept = _live_trees(s)
@@ -136,6 +158,7 @@ def _tables(s: Snapshot, left: dict[str, str]) -> str:
 
 
 def _older_narrative(keep: int) -> Step:
+    @_touches("narrative.findings", "narrative.decisions", "narrative.notes")
     def cut(s: Snapshot, left: dict[str, str]) -> str:
         n = s.narrative
         n.findings, n.decisions, n.notes = n.findings[-keep:], n.decisions[-keep:], n.notes[-keep:]
@@ -146,6 +169,7 @@ def _older_narrative(keep: int) -> Step:
     return cut
 
 
+@_touches("observations.processes")
 def _workers_environments(s: Snapshot, left: dict[str, str]) -> str:
     """The environment of each tree's top stays: it is what the agent relaunches with."""
     for p in s.observations.processes.items:
@@ -154,6 +178,9 @@ def _workers_environments(s: Snapshot, left: dict[str, str]) -> str:
     return "workers' environments"
 
 
+@_touches(
+    "observations.processes", "observations.artifacts", "observations.commands", "observations.logs"
+)
 def _observed(s: Snapshot, left: dict[str, str]) -> str:
     """Fewer rows, not empty sections: an emptied section would read "no log watched"."""
     o = s.observations
@@ -169,6 +196,7 @@ def _observed(s: Snapshot, left: dict[str, str]) -> str:
     return "relaunch blocks and minor rows" if relaunched else "minor rows"
 
 
+@_touches("narrative.history")
 def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
     """An attempt's row keeps what it changed and its error, shortened."""
     for item in s.narrative.history:
@@ -177,6 +205,7 @@ def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
     return "long attempt cells"
 
 
+@_touches("observations.processes")
 def _stack_frames(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's py-spy frames go; the job's own lines, with their text, stay."""
     for stack in s.observations.processes.stuck_stacks:
@@ -191,6 +220,7 @@ def _shows_own_line(stack: StuckStack) -> bool:
     return any(stack.source.values())
 
 
+@_touches("observations.processes")
 def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's top waiting in its library's own loop (torchrun's agent, a launcher's
     `Popen.wait`) keeps its innermost frame: the handover says where it waits, and the rest of
@@ -201,6 +231,7 @@ def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
     return "the launcher's stack below its innermost frame"
 
 
+@_touches("observations.processes")
 def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's kernel stacks go where its job's own lines stay, before any log line or
     command: each process row still says the kernel function it waits in, and a reader acts on
@@ -211,6 +242,7 @@ def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
     return "kernel stacks below the function each process waits in"
 
 
+@_touches("narrative.history")
 def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
     """The newest failure's whole line goes last: the running row says what it changed."""
     running = any(i.status in ("running", "started") for i in s.narrative.history)
@@ -220,6 +252,7 @@ def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
     return "the newest failure's line"
 
 
+@_touches("signals", "narrative.history")
 def _shorter_lines(s: Snapshot, left: dict[str, str]) -> str:
     for signal in s.signals:  # a stuck tree's line says where its ranks wait: it stays whole
         signal.text = redact.cut(signal.text, 240) if signal.code != "stuck" else signal.text
@@ -276,13 +309,15 @@ def for_model(
     markdown = snap.render(copy, for_model=True, served_at=served_at, reused=reused)
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
+    # the copy's JSON part by part: what tells a step that cut nothing, and what the
+    # sections of each render are keyed by
+    state = (reused.follow(copy), len(left))
     reused.keep()  # before any step cuts what its sections read
     told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
-    state = (copy.model_dump_json(), len(left))
     shown = markdown
     for step in SHRINK_STEPS:
         said = step(copy, left)
-        now = (copy.model_dump_json(), len(left))
+        now = (reused.follow(copy, TOUCHES.get(step)), len(left))
         if now == state:  # a step that found nothing to cut is not named, nor rendered for
             continue
         state = now
