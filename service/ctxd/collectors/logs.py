@@ -95,7 +95,7 @@ def observe_log(
         return Unavailable(watch_id=watch_id, target=path, reason="no such file"), cursor
     except OSError as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc)), cursor
-    if roots and not confine.allowed(path, roots):
+    if roots and not confine.allowed(path, roots, real):
         # checked again before every read: a glob match or a symlink can point outside later
         os.close(fd)
         return Unavailable(watch_id=watch_id, target=path, reason=OUTSIDE), cursor
