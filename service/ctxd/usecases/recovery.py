@@ -297,11 +297,14 @@ def for_model(
     snapshot: Snapshot,
     max_chars: int | None,
     served_at: datetime | None = None,
+    *,
+    in_place: bool = False,
 ) -> str:
     """The dump a model is handed: without ctxd's own chatter, cut by value, step by step,
-    to `max_chars`, saying what it left out and the command that shows it all."""
-    # a copy the steps cut, through its JSON as stored: a deep copy of the models cost twice
-    copy = Snapshot.model_validate_json(snapshot.model_dump_json())
+    to `max_chars`, saying what it left out and the command that shows it all. `in_place`:
+    the steps cut `snapshot` itself, one the caller read for this alone, instead of a copy."""
+    # else a copy the steps cut, through its JSON as stored: a deep copy of the models cost twice
+    copy = snapshot if in_place else Snapshot.model_validate_json(snapshot.model_dump_json())
     left: dict[str, str] = {}
     cuts: list[str] = []
     sid = copy.header.session
@@ -313,7 +316,7 @@ def for_model(
     # sections of each render are keyed by
     state = (reused.follow(copy), len(left))
     reused.keep()  # before any step cuts what its sections read
-    told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
+    told = handover.lines(snapshot)  # of the whole snapshot, no step ran: the cuts never shorten it
     shown = markdown
     for step in SHRINK_STEPS:
         said = step(copy, left)
@@ -352,7 +355,8 @@ def unsaved(snap: Snapshotter, sid: str, max_chars: int | None) -> str:
     """The dump as a model is handed it, built now and not stored: what a continue gets while
     the data directory cannot be written (read-only at start), instead of nothing."""
     snapshot, _ = snap.preview(sid)
-    markdown = for_model(snap, snapshot, max_chars - len(_UNSAVED) if max_chars else None)
+    budget = max_chars - len(_UNSAVED) if max_chars else None
+    markdown = for_model(snap, snapshot, budget, in_place=True)  # a preview of its own
     return _with_note(markdown, _UNSAVED)
 
 
@@ -397,7 +401,8 @@ def resume(
         served = datetime.now(UTC)
         late = served - (snapshot.header.confirmed_at or snapshot.header.taken_at)
         budget = max(200, max_chars - len(lead))
-        markdown = for_model(snap, snapshot, budget, served if late > SERVED_LATE else None)
+        at = served if late > SERVED_LATE else None
+        markdown = for_model(snap, snapshot, budget, at, in_place=True)  # read for this alone
     if lead:
         title, _, rest = markdown.partition("\n\n")
         markdown = f"{title}\n\n{lead}{rest}"
