@@ -143,3 +143,17 @@ def test_the_cut_leaves_the_snapshot_it_cuts_as_it_was(snap: Snapshotter):
     assert "Kept under 3000 characters" in dump and len(dump) <= 3000
     assert snapshot.model_dump_json() == before
     assert recovery.for_model(snap, snapshot, 3000) == dump
+
+
+@pytest.mark.parametrize("budget", [None, 8000, 3000, 1500])
+def test_a_cut_in_place_is_the_cut_of_a_copy(snap: Snapshotter, budget: int | None):
+    # resume reads the version for the cut alone and lets the steps cut it, not a copy of it:
+    # the same dump, the version as stored untouched
+    version = snap.take("cut").header.version
+    copied = recovery.for_model(snap, snap.store.get_snapshot("cut", version), budget)
+    read = snap.store.get_snapshot("cut", version)
+    assert recovery.for_model(snap, read, budget, in_place=True) == copied
+    if budget is not None and budget < 8000:
+        assert read.model_dump_json() != snap.store.get_snapshot("cut", version).model_dump_json()
+    if budget is not None:  # resume's own cut, of the version it reads: the same text
+        assert recovery.resume(snap, "cut", fresh=False, max_chars=budget) == copied

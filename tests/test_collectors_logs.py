@@ -599,3 +599,30 @@ def test_a_log_shown_without_its_tail_says_no_empty_last_lines(tmp_path: Path) -
     )
     markdown = render_dump(snap)
     assert "NCCL error in run 7" in markdown and "Last 0 lines" not in markdown
+
+
+def test_a_logs_path_resolved_through_its_directory_once_is_its_real_path(tmp_path: Path):
+    # the logs of one run share their directories' resolution: every path still comes out
+    # as os.path.realpath gives it, through a linked directory, a linked file, a file that
+    # is not there yet, `..`, and a link whose directory changes between two runs
+    real_dir = tmp_path / "real"
+    (real_dir / "sub").mkdir(parents=True)
+    (real_dir / "a.log").write_text("a\n")
+    (real_dir / "sub" / "b.log").write_text("b\n")
+    (tmp_path / "linked").symlink_to(real_dir)
+    (real_dir / "c.log").symlink_to(real_dir / "sub" / "b.log")
+    (real_dir / "d.log").symlink_to("sub/b.log")  # relative to its own directory
+    (real_dir / "up.log").symlink_to("../real/a.log")
+    (tmp_path / "deep").symlink_to(real_dir / "sub")
+    names = ["linked/a.log", "linked/c.log", "linked/d.log", "linked/up.log", "real/a.log",
+             "linked/missing.log", "linked/sub/../a.log", "real/sub/b.log", "linked/sub",
+             "deep/../a.log", "deep/b.log", "deep/.."]  # fmt: skip
+    dirs: dict[str, str] = {}
+    for name in names * 2:  # the second time from the directories resolved the first
+        path = str(tmp_path / name)
+        assert logs.real_path(path, dirs) == os.path.realpath(path), name
+    heads = {os.path.dirname(str(tmp_path / name)) for name in names if not name.endswith("..")}
+    assert len(dirs) == len(heads)  # each directory resolved once, the second time none
+    (tmp_path / "linked").unlink()
+    (tmp_path / "linked").symlink_to(real_dir / "sub")  # a new run resolves afresh
+    assert logs.real_path(str(tmp_path / "linked/b.log"), {}) == str(real_dir / "sub" / "b.log")

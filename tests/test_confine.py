@@ -54,6 +54,19 @@ def test_symlink_escape_is_refused(root: Path, tmp_path: Path) -> None:
     assert confine.allowed(str(root / "logs" / "a.log"), [root])
 
 
+def test_a_path_resolved_by_the_caller_is_judged_as_resolved(root: Path, tmp_path: Path) -> None:
+    # a collector that resolved a log's path to open it passes that real path along instead
+    # of resolving it again: the real path given is the one judged, beside the path as named
+    (tmp_path / "outside").mkdir()
+    (root / "link").symlink_to(tmp_path / "outside")
+    escaping = str(root / "link" / "secret.log")
+    assert not confine.allowed(escaping, [root], os.path.realpath(escaping))
+    inside = str(root / "logs" / "a.log")
+    assert confine.allowed(inside, [root], os.path.realpath(inside))
+    assert not confine.allowed(inside, [root], "/etc/passwd")
+    assert not confine.allowed(str(root / ".." / "x.log"), [root], inside)  # `..` as named
+
+
 def test_symlink_inside_the_root_is_fine(root: Path) -> None:
     (root / "current").symlink_to(root / "logs")
     confine.check_path(str(root / "current" / "a.log"), [root])

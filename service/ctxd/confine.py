@@ -97,10 +97,13 @@ def resolve(raw: str) -> str:
     return os.path.join(real, rest) if rest else real
 
 
-def check_path(raw: str, allowed: Sequence[Path], what: str = "path") -> None:
-    """Raise Refused (403) for a path outside the roots or inside /proc, /sys, /dev."""
+def check_path(
+    raw: str, allowed: Sequence[Path], what: str = "path", real: str | None = None
+) -> None:
+    """Raise Refused (403) for a path outside the roots or inside /proc, /sys, /dev.
+    `real`: `raw` resolved by the caller just before (not resolved again)."""
     lexical = os.path.abspath(os.path.expanduser(raw.replace("\x00", "")))
-    real = resolve(raw)
+    real = real or resolve(raw)
     for candidate in (lexical, real):
         for refused in REFUSED:
             if _under(candidate, refused):
@@ -124,11 +127,12 @@ def within_roots(spec: object, settings: Settings) -> None:
         check_path(spec.cwd, allowed, what="cwd")
 
 
-def allowed(path: str, roots_: Iterable[Path]) -> bool:
+def allowed(path: str, roots_: Iterable[Path], real: str | None = None) -> bool:
     """Whether one concrete file (a glob match, say) really lies under a root: for collectors,
-    since a symlink created after the watch was added is only seen when it is read."""
+    since a symlink created after the watch was added is only seen when it is read. `real`:
+    `path` resolved by the caller just before (not resolved again)."""
     try:
-        check_path(path, list(roots_))
+        check_path(path, list(roots_), real=real)
     except (Refused, Invalid):
         return False
     return True

@@ -95,7 +95,7 @@ def observe_log(
         return Unavailable(watch_id=watch_id, target=path, reason="no such file"), cursor
     except OSError as exc:
         return Unavailable(watch_id=watch_id, target=path, reason=explain_error(exc)), cursor
-    if roots and not confine.allowed(path, roots):
+    if roots and not confine.allowed(path, roots, real):
         # checked again before every read: a glob match or a symlink can point outside later
         os.close(fd)
         return Unavailable(watch_id=watch_id, target=path, reason=OUTSIDE), cursor
@@ -171,8 +171,10 @@ def collect_watch(
     seen: dict,
     roots: tuple[Path, ...] = (),
     from_end: bool = False,
+    dirs: dict[str, str] | None = None,
 ) -> list[LogInfo | Unavailable]:
-    """Observations for one log watch: its file, or the newest files matching its glob."""
+    """Observations for one log watch: its file, or the newest files matching its glob
+    (`dirs`: the directories resolved in this run, see `real_path`)."""
     target = os.path.expanduser(spec.path)
     now = time.time()
     if is_glob(target):
@@ -186,7 +188,7 @@ def collect_watch(
         paths = [target]
     results = []
     for path in paths:
-        real = os.path.realpath(path)  # its cursor's key, resolved once
+        real = real_path(path, {} if dirs is None else dirs)  # its cursor's key, resolved once
         result, cursor = observe_log(
             watch_id, path, spec, limits, cursors, now, roots, from_end, real
         )
@@ -194,6 +196,22 @@ def collect_watch(
             seen[(watch_id, real)] = cursor
         results.append(result)
     return results
+
+
+def real_path(path: str, dirs: dict[str, str]) -> str:
+    """`os.path.realpath(path)`, its directory resolved once for all the files of one run
+    (`dirs`: directory as named -> resolved): a session's logs sit in a few directories,
+    and resolving each one's whole path again costs a system call per component. What is
+    then opened is still verified by its descriptor (`open_confined`)."""
+    # not abspath: it folds `..` before a link is resolved, and realpath does not
+    head, tail = os.path.split(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
+    if tail in ("", ".", ".."):
+        return os.path.realpath(path)
+    resolved = dirs.get(head)
+    if resolved is None:
+        resolved = dirs[head] = os.path.realpath(head)
+    joined = os.path.join(resolved, tail)
+    return os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
 @dataclass
@@ -213,11 +231,13 @@ def collect(watches: list[Watch], ctx: CollectContext) -> LogsSection:
     # A probe's very first look is its baseline: what the logs already hold is no news to it
     # (a snapshot read it), so it starts at their ends; a log it meets later is read as ever.
     baseline = ctx.probe and not memory.cursors
+    dirs: dict[str, str] = {}  # resolved once in this run
 
     def observe(watch: Watch) -> list[LogInfo | Unavailable]:
         assert isinstance(watch.spec, LogWatch)
         limits = ctx.settings.limits
-        return collect_watch(watch.id, watch.spec, limits, memory.cursors, seen, roots, baseline)
+        cursors = memory.cursors
+        return collect_watch(watch.id, watch.spec, limits, cursors, seen, roots, baseline, dirs)
 
     items, unavailable = per_watch(watches, LogWatch, observe, _target)
     memory.cursors = seen  # only files still watched: memory stays bounded

@@ -3,7 +3,7 @@ each partial's text kept by the values it reads, so a section the cut left as it
 text it was, not rendered again. Nothing is kept beyond one cut of one snapshot."""
 
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jinja2
@@ -20,17 +20,41 @@ class Sections:
     """The partials' texts of the renders of one cut. The first render only notes what each
     partial read (a dump that fits needs no more); `keep` then keys its texts by those
     values, before any step cuts them, and every later render reuses a text whose partial
-    reads the same values."""
+    reads the same values. `follow` gives the JSON of each part of the snapshot as it
+    stands, so that the next render keys its partials by those texts instead of encoding
+    what they read again."""
 
     def __init__(self) -> None:
-        self.texts: dict[bytes, str] = {}
+        self.texts: dict[Key, str] = {}
         self._noted: list[tuple[str, dict[str, Any], str]] = []
         self._keeping = False
+        self._parts: Parts = {}
+        self._of = 0  # the id of the snapshot `_parts` are of
+
+    def follow(
+        self, snapshot: BaseModel, touched: Iterable[str] | None = None
+    ) -> tuple[bytes, ...]:
+        """The JSON of each field of `snapshot` and of each model it holds (its header, its
+        narrative, its observations), one text per field: later renders (and `keep`) key a
+        partial by these rather than by encoding what it reads, and the texts, compared,
+        tell whether anything in the snapshot changed. Call it after every change of the
+        snapshot, before the next render; `touched`: the only fields the change could
+        reach ("observations.logs", "signals"), whose JSON alone is taken again."""
+        if touched is None or self._of != id(snapshot) or not self._parts:
+            self._parts, self._of = parts(snapshot), id(snapshot)
+        else:
+            for path in touched:
+                *holders, field = path.split(".")
+                model = snapshot
+                for holder in holders:
+                    model = getattr(model, holder)
+                self._parts[(id(model), field)] = pydantic_core.to_json(getattr(model, field))
+        return tuple(self._parts.values())
 
     def keep(self) -> None:
         """Key the texts of the render just made (call it before its snapshot is cut)."""
         for name, values, text in self._noted:
-            key = _key(name, values)
+            key = _key(name, values, self._parts)
             if key is not None:
                 self.texts[key] = text
         self._noted.clear()
@@ -42,13 +66,35 @@ class Sections:
             text = "".join(render(context))
             self._noted.append((name, dict(values), text))
             return text
-        key = _key(name, values)
+        key = _key(name, values, self._parts)
         if key is None:
             return "".join(render(context))
         kept = self.texts.get(key)
         if kept is None:
             kept = self.texts[key] = "".join(render(context))
         return kept
+
+
+Parts = dict[tuple[int, str], bytes]  # (a model's id, one of its fields) -> that field's JSON
+Key = tuple[bytes, ...]
+
+
+def parts(snapshot: BaseModel) -> Parts:
+    """The JSON of each field of `snapshot`, those of the models it holds field by field
+    instead: together, all of the snapshot's JSON, each part found by the model that holds
+    it (a partial reads `o.logs`: the observations' `logs`)."""
+    found: Parts = {}
+    models = [snapshot]
+    for field in type(snapshot).model_fields:
+        value = getattr(snapshot, field)
+        if isinstance(value, BaseModel):
+            models.append(value)
+        else:
+            found[(id(snapshot), field)] = pydantic_core.to_json(value)
+    for model in models[1:]:
+        for field in type(model).model_fields:
+            found[(id(model), field)] = pydantic_core.to_json(getattr(model, field))
+    return found
 
 
 _ACTIVE: contextvars.ContextVar[Sections | None] = contextvars.ContextVar("sections", default=None)
@@ -114,22 +160,30 @@ def _reads(env: jinja2.Environment, name: str) -> Reads | None:
 _MISSING = object()
 
 
-def _key(name: str, values: dict[str, Any]) -> bytes | None:
+def _key(name: str, values: dict[str, Any], known: Parts | None = None) -> Key | None:
     """What a partial's text follows from: the JSON of the values it reads (of a model it
     reads attributes of, those attributes'), a function by its identity, in one encoding;
-    None when it reads anything else (an object whose JSON would not tell its content),
-    and is then rendered."""
+    an attribute of a model `known` holds (`Sections.follow`) by that JSON, with its place
+    marked in the rest. None when it reads anything else (an object whose JSON would not
+    tell its content), and is then rendered."""
     reads = _READS[name]
     assert reads is not None
     picked: list[object] = [name]
+    found: list[bytes] = []
     for var, attributes in reads.items():
         value = values.get(var, _MISSING)
         if attributes is not None and isinstance(value, BaseModel):
-            picked += (getattr(value, a, _MISSING) for a in attributes)
+            for attribute in attributes:
+                part = known.get((id(value), attribute)) if known else None
+                if part is None:
+                    picked.append(getattr(value, attribute, _MISSING))
+                else:  # its JSON as `follow` took it, after the rest, in the order of reads
+                    picked.append(f"\0part {var}.{attribute}")
+                    found.append(part)
         else:
             picked.append(value)
     try:
-        return pydantic_core.to_json(picked, fallback=_function)
+        return (pydantic_core.to_json(picked, fallback=_function), *found)
     except pydantic_core.PydanticSerializationError:  # what `_function` refused
         return None
 

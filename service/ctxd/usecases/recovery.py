@@ -22,12 +22,27 @@ SERVED_LATE = timedelta(seconds=10)
 # leave out (`left`, section name -> its words) and says in a few words what it cut.
 Step = Callable[[Snapshot, dict[str, str]], str]
 
+# The fields of the snapshot each step may change (none: only `left`), so that telling
+# whether it cut anything reads those alone (`reuse.Sections.follow`); a step not listed
+# here is compared whole.
+TOUCHES: dict[Step, tuple[str, ...]] = {}
 
+
+def _touches(*fields: str) -> Callable[[Step], Step]:
+    def mark(step: Step) -> Step:
+        TOUCHES[step] = fields
+        return step
+
+    return mark
+
+
+@_touches()
 def _host(s: Snapshot, left: dict[str, str]) -> str:
     left["host"] = "the host"
     return "the host"
 
 
+@_touches("observations.gpus", "signals")
 def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
     """GPUs no watched process holds tell a resuming agent nothing about its attempt."""
     gpus = s.observations.gpus
@@ -39,6 +54,7 @@ def _idle_gpus(s: Snapshot, left: dict[str, str]) -> str:
     return "idle GPUs"
 
 
+@_touches("observations.logs")
 def _ended_logs(s: Snapshot, left: dict[str, str]) -> str:
     """The logs of attempts that ended, and any no process writes that stopped before the
     newest run started: each one's error is in its attempt's row under Attempts."""
@@ -61,6 +77,7 @@ def _stale(log: LogInfo) -> bool:
     return log.writer_pid is None and newest is not None and log.modified_at < newest
 
 
+@_touches()
 def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
     """The ports and GPUs of the running attempts, when that is all there is: the handover's
     line for each attempt says its port and the GPUs it holds."""
@@ -89,6 +106,7 @@ def _said_in_handover(s: Snapshot, left: dict[str, str]) -> str:
 def _logs_to(lines: int) -> Step:
     """Shorter log tails; what runs keeps its own log's last 3 lines."""
 
+    @_touches("observations.logs")
     def cut(s: Snapshot, left: dict[str, str]) -> str:
         live = {i.pid for i in s.narrative.history if i.status in ("running", "started")}
         trees = {p.pid for p in s.observations.processes.items if {p.pid, p.tree} & live}
@@ -100,6 +118,7 @@ def _logs_to(lines: int) -> Step:
     return cut
 
 
+@_touches("changes")
 def _changes(s: Snapshot, left: dict[str, str]) -> str:
     """The list of changes since the version before: the handover says what happened since,
     Now the signals raised; the list itself is the full dump's."""
@@ -108,6 +127,7 @@ def _changes(s: Snapshot, left: dict[str, str]) -> str:
 
 
 def _recent_commands(keep: int) -> Step:
+    @_touches("narrative.recent_commands")
     def cut(s: Snapshot, left: dict[str, str]) -> str:
         s.narrative.recent_commands = s.narrative.recent_commands[-keep:]
         return f"recent commands but {keep}"
@@ -115,6 +135,7 @@ def _recent_commands(keep: int) -> Step:
     return cut
 
 
+@_touches("observations.artifacts")
 def _artifacts(s: Snapshot, left: dict[str, str]) -> str:
     s.observations.artifacts.items = s.observations.artifacts.items[:3]
     return "artifacts but 3"
@@ -127,6 +148,7 @@ def _live_trees(s: Snapshot) -> set[int]:
     return {p.pid for p in s.observations.processes.items if {p.pid, p.tree} & live}
 
 
+@_touches("observations.processes")
 def _tables(s: Snapshot, left: dict[str, str]) -> str:
     procs = s.observations.processes.items
     kept = _live_trees(s)
@@ -137,6 +159,7 @@ def _tables(s: Snapshot, left: dict[str, str]) -> str:
 
 
 def _older_narrative(keep: int) -> Step:
+    @_touches("narrative.findings", "narrative.decisions", "narrative.notes")
     def cut(s: Snapshot, left: dict[str, str]) -> str:
         n = s.narrative
         n.findings, n.decisions, n.notes = n.findings[-keep:], n.decisions[-keep:], n.notes[-keep:]
@@ -147,6 +170,7 @@ def _older_narrative(keep: int) -> Step:
     return cut
 
 
+@_touches("observations.processes")
 def _workers_environments(s: Snapshot, left: dict[str, str]) -> str:
     """The environment of each tree's top stays: it is what the agent relaunches with."""
     for p in s.observations.processes.items:
@@ -155,6 +179,9 @@ def _workers_environments(s: Snapshot, left: dict[str, str]) -> str:
     return "workers' environments"
 
 
+@_touches(
+    "observations.processes", "observations.artifacts", "observations.commands", "observations.logs"
+)
 def _observed(s: Snapshot, left: dict[str, str]) -> str:
     """Fewer rows, not empty sections: an emptied section would read "no log watched"."""
     o = s.observations
@@ -170,6 +197,7 @@ def _observed(s: Snapshot, left: dict[str, str]) -> str:
     return "relaunch blocks and minor rows" if relaunched else "minor rows"
 
 
+@_touches("narrative.history")
 def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
     """An attempt's row keeps what it changed and its error, shortened."""
     for item in s.narrative.history:
@@ -178,6 +206,7 @@ def _shorter_rows(s: Snapshot, left: dict[str, str]) -> str:
     return "long attempt cells"
 
 
+@_touches("observations.processes")
 def _stack_frames(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's py-spy frames go; the job's own lines, with their text, stay."""
     for stack in s.observations.processes.stuck_stacks:
@@ -192,6 +221,7 @@ def _shows_own_line(stack: StuckStack) -> bool:
     return any(stack.source.values())
 
 
+@_touches("observations.processes")
 def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's top waiting in its library's own loop (torchrun's agent, a launcher's
     `Popen.wait`) keeps its innermost frame: the handover says where it waits, and the rest of
@@ -202,6 +232,7 @@ def _launcher_frames(s: Snapshot, left: dict[str, str]) -> str:
     return "the launcher's stack below its innermost frame"
 
 
+@_touches("observations.processes")
 def _stacks_said(s: Snapshot, left: dict[str, str]) -> str:
     """A running attempt's stuck stacks go whole when the handover's line already says where
     each of its groups waits, the line's text and its function ("`time.sleep(0.5)` in
@@ -218,6 +249,7 @@ def _stacks_said(s: Snapshot, left: dict[str, str]) -> str:
     return "the stuck stacks the handover's line gives"
 
 
+@_touches("observations.processes")
 def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
     """A stuck tree's kernel stacks go where its job's own lines stay, before any log line or
     command: each process row still says the kernel function it waits in, and a reader acts on
@@ -228,6 +260,7 @@ def _kernel_stacks(s: Snapshot, left: dict[str, str]) -> str:
     return "kernel stacks below the function each process waits in"
 
 
+@_touches("narrative.history")
 def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
     """The newest failure's whole line goes last: the running row says what it changed."""
     running = any(i.status in ("running", "started") for i in s.narrative.history)
@@ -237,6 +270,7 @@ def _failed_command(s: Snapshot, left: dict[str, str]) -> str:
     return "the newest failure's line"
 
 
+@_touches("signals", "narrative.history")
 def _shorter_lines(s: Snapshot, left: dict[str, str]) -> str:
     for signal in s.signals:  # a stuck tree's line says where its ranks wait: it stays whole
         signal.text = redact.cut(signal.text, 240) if signal.code != "stuck" else signal.text
@@ -282,11 +316,14 @@ def for_model(
     snapshot: Snapshot,
     max_chars: int | None,
     served_at: datetime | None = None,
+    *,
+    in_place: bool = False,
 ) -> str:
     """The dump a model is handed: without ctxd's own chatter, cut by value, step by step,
-    to `max_chars`, saying what it left out and the command that shows it all."""
-    # a copy the steps cut, through its JSON as stored: a deep copy of the models cost twice
-    copy = Snapshot.model_validate_json(snapshot.model_dump_json())
+    to `max_chars`, saying what it left out and the command that shows it all. `in_place`:
+    the steps cut `snapshot` itself, one the caller read for this alone, instead of a copy."""
+    # else a copy the steps cut, through its JSON as stored: a deep copy of the models cost twice
+    copy = snapshot if in_place else Snapshot.model_validate_json(snapshot.model_dump_json())
     left: dict[str, str] = {}
     cuts: list[str] = []
     sid = copy.header.session
@@ -294,13 +331,15 @@ def for_model(
     markdown = snap.render(copy, for_model=True, served_at=served_at, reused=reused)
     if max_chars is None or len(markdown) <= max_chars:
         return markdown
+    # the copy's JSON part by part: what tells a step that cut nothing, and what the
+    # sections of each render are keyed by
+    state = (reused.follow(copy), len(left))
     reused.keep()  # before any step cuts what its sections read
-    told = handover.lines(snapshot)  # of the whole snapshot: the cuts never shorten it
-    state = (copy.model_dump_json(), len(left))
+    told = handover.lines(snapshot)  # of the whole snapshot, no step ran: the cuts never shorten it
     shown = markdown
     for step in SHRINK_STEPS:
         said = step(copy, left)
-        now = (copy.model_dump_json(), len(left))
+        now = (reused.follow(copy, TOUCHES.get(step)), len(left))
         if now == state:  # a step that found nothing to cut is not named, nor rendered for
             continue
         state = now
@@ -335,7 +374,8 @@ def unsaved(snap: Snapshotter, sid: str, max_chars: int | None) -> str:
     """The dump as a model is handed it, built now and not stored: what a continue gets while
     the data directory cannot be written (read-only at start), instead of nothing."""
     snapshot, _ = snap.preview(sid)
-    markdown = for_model(snap, snapshot, max_chars - len(_UNSAVED) if max_chars else None)
+    budget = max_chars - len(_UNSAVED) if max_chars else None
+    markdown = for_model(snap, snapshot, budget, in_place=True)  # a preview of its own
     return _with_note(markdown, _UNSAVED)
 
 
@@ -380,7 +420,8 @@ def resume(
         served = datetime.now(UTC)
         late = served - (snapshot.header.confirmed_at or snapshot.header.taken_at)
         budget = max(200, max_chars - len(lead))
-        markdown = for_model(snap, snapshot, budget, served if late > SERVED_LATE else None)
+        at = served if late > SERVED_LATE else None
+        markdown = for_model(snap, snapshot, budget, at, in_place=True)  # read for this alone
     if lead:
         title, _, rest = markdown.partition("\n\n")
         markdown = f"{title}\n\n{lead}{rest}"
