@@ -89,3 +89,14 @@ def test_a_launch_is_named_by_its_start_since_its_attempt_holds_the_line():
     assert len(said.split("`")[1]) == LAUNCH_CHARS
     plain = RecentCommand(line, datetime.now(UTC), 0).line()
     assert "> run.log 2>&1 &` → exit 0" in plain  # any other command keeps its whole line
+
+
+def test_a_launch_line_is_dated_when_its_attempt_was_launched():
+    """The harness reports a command when its call returns (a second after the launch): the
+    line that made an attempt says the attempt's launch time, as the attempts table does."""
+    launch = "nohup python3 serve.py > s.log 2>&1 &"
+    history = [cmd(launch, 1, bg=True), cmd("tail -2 s.log", 2)]
+    started = history[0].at - timedelta(seconds=1)
+    recent = recent_commands(history, attempts={launch: "attempt 1"}, launched={launch: started})
+    assert recent[0].at == started and recent[0].line().startswith(f"{started:%H:%M:%S} `")
+    assert recent[1].at == history[1].at  # any other command: when the harness reported it

@@ -44,12 +44,14 @@ def enrich(
     if commands is None:
         commands = store.list_actions(sid, "command")
     recorded = [CommandAction.model_validate(a) for a in commands]
-    made = {
-        item.command: f"{item.label}" + (f" (pid {item.pid})" if item.pid else "")
+    launches = [
+        (item.command, item)
         for item in narrative.history
         if item.source == "launch" and item.command and item.status != "folded"
-    }
-    recent = recent_commands(recorded, RECENT_COMMANDS, made)
+    ]
+    made = {line: f"{i.label}" + (f" (pid {i.pid})" if i.pid else "") for line, i in launches}
+    launched = {line: i.at for line, i in launches}
+    recent = recent_commands(recorded, RECENT_COMMANDS, made, launched)
     narrative.recent_commands = [c.line() for c in recent]
     narrative.workspace = _workspace(store, session, git)
     slept = store.list_actions(sid, "dormant", 1)
