@@ -140,3 +140,11 @@ def test_a_render_asks_the_filesystem_nothing(monkeypatch):
     assert render.render_dump(snapshot).startswith("# s")
     templating.ENV.get_template("_style.html").render()
     assert asked == []
+
+
+def test_a_cpu_share_under_the_idle_line_never_reads_as_on_it():
+    """0.97 % is idle (under 1 %): the table says 0.9, not 1.0 beside "idle for 16 s"."""
+    from ctxd.render.markdown import cpu_text
+
+    assert [cpu_text(x) for x in (0.0, 0.5, 0.97, 1.0, 12.34)] == ["0.0", "0.5", "0.9", "1.0",
+                                                                    "12.3"]  # fmt: skip

@@ -1,5 +1,6 @@
 """Jinja2 rendering: a Snapshot to its Markdown dump, that dump cut to a budget or made HTML."""
 
+import math
 import re
 import shlex
 from collections.abc import Mapping, Set
@@ -26,6 +27,12 @@ from ctxd.signals import ranks
 from ctxd.thresholds import IDLE_CPU_PERCENT
 
 TEMPLATES = shipped("templates")
+
+
+def cpu_text(percent: float) -> str:
+    """A CPU share to one decimal, rounded down: 0.97 % reads 0.9, under the 1 % that makes a
+    process idle, not 1.0 beside "idle for 16 s"."""
+    return f"{math.floor(percent * 10) / 10:.1f}"
 
 
 def fence(lines: list[str], info: str = "text") -> str:
@@ -94,6 +101,7 @@ def environment() -> jinja2.Environment:
         utc=utc,
         flag=flag_text,
         clock=lambda at: f"{at:%H:%M:%S}",
+        cpu=cpu_text,
         shell_quote=shlex.quote,
         called=process_name,
         between=between,
