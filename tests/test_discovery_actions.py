@@ -191,6 +191,10 @@ def test_caps_cut_command_start_kept_output_end_kept() -> None:
     assert action.output_tail.endswith("END")
     prompt = actions.parse_action({"kind": "prompt", "text": "p" * 100_000})
     assert isinstance(prompt, PromptAction) and len(prompt.text) == payloads.PROMPT_MAX_CHARS
+    # a client's over-long refusal is cut like the rest, not refused
+    refused = actions.parse_action({"kind": "command", "command": "x", "refused": "r" * 5_000})
+    assert isinstance(refused, CommandAction)
+    assert refused.refused is not None and len(refused.refused) == payloads.REFUSAL_MAX_CHARS
 
 
 def test_one_megabyte_of_output_is_cut_fast() -> None:

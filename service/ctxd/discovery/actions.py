@@ -40,7 +40,7 @@ class CommandAction(_Action):
     tool_id: str | None = Field(default=None, max_length=200)
     # the harness's words when it refused to run the command (a policy block, a cancel
     # before it started): the agent asked for it, nothing ran
-    refused: str | None = Field(default=None, max_length=REFUSAL_MAX_CHARS)
+    refused: str | None = None
 
     @field_validator("command")
     @classmethod
@@ -51,6 +51,11 @@ class CommandAction(_Action):
     @classmethod
     def _cap_output(cls, value: str) -> str:
         return payloads.tail(value, OUTPUT_TAIL_MAX_CHARS)
+
+    @field_validator("refused")
+    @classmethod
+    def _cap_refused(cls, value: str | None) -> str | None:
+        return payloads.head(value, REFUSAL_MAX_CHARS) if value else None
 
     @field_validator("cwd")
     @classmethod
