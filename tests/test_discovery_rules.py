@@ -194,3 +194,12 @@ def test_the_health_url_the_agent_asks_of_its_server_is_watched(command: str, ur
 def test_a_request_that_is_more_than_a_look_or_not_to_its_server_is_not_watched(command: str):
     server = {"kind": "process", "match": r"serve\.py", "expect_ports": [30000], "auto": True}
     assert propose_for_command(parse_command(command), cwd="/w", at=AT, existing=[server]) == []
+
+
+def test_a_variable_the_line_exports_is_one_the_process_watch_shows():
+    """`export HF_TOKEN=…; nohup …`: the launch's watch names it, so the running attempt's
+    environment block shows it (redacted), as for `HF_TOKEN=… nohup …`."""
+    line = "export HF_TOKEN=hf_x NCCL_DEBUG=INFO; nohup python serve.py --port 8000 > s.log 2>&1 &"
+    (process,) = [p for p in propose_for_command(parse_command(line), cwd="/w", at=AT)
+                  if p["kind"] == "process"]  # fmt: skip
+    assert process["env"] == ["HF_TOKEN", "NCCL_DEBUG"]

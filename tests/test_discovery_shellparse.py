@@ -193,3 +193,20 @@ def test_parse_command_never_raises(text: str) -> None:
     facts = parse_command(text)
     assert isinstance(facts, CommandFacts)
     assert all(isinstance(port, int) and 0 < port < 65536 for port in facts.ports)
+
+
+@pytest.mark.parametrize(
+    ("line", "env"),
+    [
+        ("export HF_TOKEN=t; nohup python3 x.py &", {"HF_TOKEN": "t"}),
+        ("B=2; export B && nohup python3 x.py &", {"B": "2"}),
+        ("set -a; C=3; set +a; D=4; nohup python3 x.py &", {"C": "3"}),  # D: not exported
+        ("declare -x F=6; A=1 nohup python3 x.py &", {"F": "6", "A": "1"}),
+        ("export E=5 && cd w && NCCL_DEBUG=INFO setsid python3 x.py &",
+         {"E": "5", "NCCL_DEBUG": "INFO"}),
+        ("G=7; nohup python3 x.py &", {}),  # a shell variable, not exported: not its
+    ],
+)  # fmt: skip
+def test_what_the_line_exports_before_a_launch_is_in_its_environment(line: str, env: dict):
+    (launch,) = parse_command(line).launches
+    assert launch.env == env

@@ -170,14 +170,44 @@ def _inner_script(argv: list[str]) -> str | None:
     return None
 
 
+_EXPORTERS = {"export", "declare", "typeset"}
+
+
+def _exported(argv: list[str], assigned: dict[str, str]) -> dict[str, str]:
+    """What `export A=1 B`, `declare -x A=1` (or `typeset -x`) exports: each name with its
+    value as given, a bare name with the value an earlier `B=2` of the line gave it."""
+    if argv[0] != "export" and "-x" not in argv[1:]:
+        return {}
+    out: dict[str, str] = {}
+    for word in argv[1:]:
+        if match := _ASSIGNMENT.match(word):
+            out[match[1]] = match[2]
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word):
+            out[word] = assigned.get(word, "")
+    return out
+
+
 def _collect(text: str, depth: int, cwd: str = "") -> list[SimpleCommand]:
     commands: list[SimpleCommand] = []
+    # what the line's shell exports before a program runs: every later program inherits it
+    # (`export HF_TOKEN=…; nohup …`, `set -a; A=1; set +a`)
+    exported: dict[str, str] = {}
+    assigned: dict[str, str] = {}
+    allexport = False
     for pipeline, ampersand in pipelines(tokens(text)):
         # A pipeline sent off with '&' is a launch as a whole; its first program is the one.
         for position, words in enumerate(pipeline):
             argv, env, targets = _split_words(words)
+            if not argv and env:  # `A=1` alone: the shell's variable, exported under `set -a`
+                assigned.update(env)
+                if allexport:
+                    exported.update(env)
+            elif argv and argv[0] in _EXPORTERS:
+                exported.update(_exported(argv, assigned))
+            elif argv[:1] == ["set"] and len(argv) > 1 and argv[1] in ("-a", "+a"):
+                allexport = argv[1] == "-a"
             argv, way, wrapped_env = _unwrap(argv)
-            env.update(wrapped_env)
+            env = {**exported, **env, **wrapped_env} if argv else {**env, **wrapped_env}
             if ampersand and position == 0:
                 way = way or "&"
             if argv and argv[0] == "disown" and commands:
