@@ -166,11 +166,11 @@ def _user(s: Snapshot) -> list[str]:
 
 
 def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
-    tree = _tree(item, s)
+    members = tree(item, s)
     ago = f", {between(item.at, at)} before this dump"
     pid = f" (pid {item.pid})" if item.pid else ""
     now = phase(item, s.signals, s.observations, at)
-    where = ranks.apart(tree, s.observations.processes.stuck_stacks, str(item.pid))
+    where = ranks.apart(members, s.observations.processes.stuck_stacks, str(item.pid))
     words = [f"**Running now**: {item.label}, {_program(item)}{pid}, launched "
              f"{_clock(item.at)}{ago}: **{now}**"]  # fmt: skip
     if item.ports:
@@ -180,7 +180,7 @@ def _live(item: HistoryItem, s: Snapshot, at: datetime) -> str:
     if now == "serving" and (early := _younger_than_failures(item, s.narrative.history, at)):
         words.append(early)
     expected = _WORKERS.search(" " + (item.command or ""))
-    rows = [p for p in tree if not p.root and p.state != "zombie"]
+    rows = [p for p in members if not p.root and p.state != "zombie"]
     grouped = sum(g.count for g in s.observations.processes.workers if g.tree == item.pid)
     workers = max(len(rows), grouped)
     if expected:
@@ -315,12 +315,13 @@ def _news(s: Snapshot) -> list[Change]:
 def _pids(item: HistoryItem, s: Snapshot) -> set[int]:
     """The pids of an attempt's tree, its folded workers' included."""
     workers = s.observations.processes.workers
-    return {p.pid for p in _tree(item, s)} | {
+    return {p.pid for p in tree(item, s)} | {
         pid for g in workers if g.tree == item.pid for pid in g.pids
     }
 
 
-def _tree(item: HistoryItem, s: Snapshot) -> list[ProcessInfo]:
+def tree(item: HistoryItem, s: Snapshot) -> list[ProcessInfo]:
+    """The process rows of an attempt's tree: its top and those below it."""
     if not item.pid:
         return []
     return [p for p in s.observations.processes.items if item.pid in (p.pid, p.tree)]

@@ -109,7 +109,7 @@ def _logs_to(lines: int) -> Step:
     @_touches("observations.logs")
     def cut(s: Snapshot, left: dict[str, str]) -> str:
         live = {i.pid for i in s.narrative.history if i.status in ("running", "started")}
-        trees = {p.pid for p in s.observations.processes.items if {p.pid, p.tree} & live}
+        trees = _live_trees(s)
         for log in s.observations.logs.items:
             keep = max(lines, 3) if log.writer_pid in trees | live else lines
             log.lines = log.lines[-keep:] if keep else []
@@ -242,8 +242,7 @@ def _stacks_said(s: Snapshot, left: dict[str, str]) -> str:
     for item in s.narrative.history:
         if item.status not in ("running", "started") or not item.pid:
             continue
-        tree = [p for p in s.observations.processes.items if item.pid in (p.pid, p.tree)]
-        if ranks.apart(tree, stacks, str(item.pid)):
+        if ranks.apart(handover.tree(item, s), stacks, str(item.pid)):
             said.add(str(item.pid))
     s.observations.processes.stuck_stacks = [st for st in stacks if st.tree_ref not in said]
     return "the stuck stacks the handover's line gives"
