@@ -51,7 +51,7 @@ def test_a_poll_alike_but_for_its_numbers_is_one_line_and_a_launch_its_own() -> 
     launch = "nohup python3 serve.py --port 8001 > s1.log 2>&1 &"
     history = [cmd(launch, 0, bg=True), *(cmd(f"tail -n {n} s1.log", n) for n in range(1, 9))]
     history += [cmd("nvidia-smi", 10), cmd("tail -n 3 s1.log", 11)]
-    recent = recent_commands(history, attempts={launch: "attempt 4 (pid 4242)"})
+    recent = recent_commands(history, attempts={launch: ("attempt 4 (pid 4242)", history[0].at)})
     assert [r.command for r in recent] == [launch, "tail -n 8 s1.log", "nvidia-smi",
                                            "tail -n 3 s1.log"]  # fmt: skip
     assert recent[0].line().endswith("→ started in the background → attempt 4 (pid 4242)")
@@ -97,6 +97,6 @@ def test_a_launch_line_is_dated_when_its_attempt_was_launched():
     launch = "nohup python3 serve.py > s.log 2>&1 &"
     history = [cmd(launch, 1, bg=True), cmd("tail -2 s.log", 2)]
     started = history[0].at - timedelta(seconds=1)
-    recent = recent_commands(history, attempts={launch: "attempt 1"}, launched={launch: started})
+    recent = recent_commands(history, attempts={launch: ("attempt 1", started)})
     assert recent[0].at == started and recent[0].line().startswith(f"{started:%H:%M:%S} `")
     assert recent[1].at == history[1].at  # any other command: when the harness reported it

@@ -94,21 +94,19 @@ def first_error_line(output: str) -> str | None:
 def recent_commands(
     actions: Iterable[CommandLike],
     limit: int = RECENT_MAX,
-    attempts: Mapping[str, str] | None = None,
-    launched: Mapping[str, datetime] | None = None,
+    attempts: Mapping[str, tuple[str, datetime]] | None = None,
 ) -> list[RecentCommand]:
     """The last `limit` distinct commands, oldest first; a command run again is shown once, at
     its latest run, with its run count, and so is a run of commands in a row alike but for
     their numbers (`tail -n 3 …`, `tail -n 10 …`: a poll). A failure carries its first error
-    line; a launch says which attempt it made (`attempts`: command line -> "attempt 2 (pid
-    4242)"), and stays a line of its own, at the time its attempt was launched (`launched`:
-    command line -> that time; the harness reports the command when its call returns, a
-    second later)."""
+    line; a launch says which attempt it made and stays a line of its own, at the time that
+    attempt was launched (`attempts`: command line -> ("attempt 2 (pid 4242)", its launch):
+    the harness reports the command when its call returns, a second later)."""
     folded: dict[str, RecentCommand] = {}
     last = ""
     for action in actions:
         flat = " ".join(action.command.split())
-        attempt = (attempts or {}).get(action.command)
+        attempt, launched = (attempts or {}).get(action.command, (None, action.at))
         key = flat
         shape = _DIGITS.sub("N", flat)
         if not attempt and flat not in folded and last and _DIGITS.sub("N", last) == shape:
@@ -119,7 +117,7 @@ def recent_commands(
         before = " ".join(previous.command.split()) if previous else flat
         folded[flat] = RecentCommand(
             command=action.command,
-            at=(launched or {}).get(action.command, action.at) if attempt else action.at,
+            at=launched,
             exit_status=action.exit_status,
             background=action.background,
             first_error=error,

@@ -49,9 +49,9 @@ def enrich(
         for item in narrative.history
         if item.source == "launch" and item.command and item.status != "folded"
     ]
-    made = {line: f"{i.label}" + (f" (pid {i.pid})" if i.pid else "") for line, i in launches}
-    launched = {line: i.at for line, i in launches}
-    recent = recent_commands(recorded, RECENT_COMMANDS, made, launched)
+    made = {line: (f"{i.label}" + (f" (pid {i.pid})" if i.pid else ""), i.at)
+            for line, i in launches}  # fmt: skip
+    recent = recent_commands(recorded, RECENT_COMMANDS, made)
     narrative.recent_commands = [c.line() for c in recent]
     narrative.workspace = _workspace(store, session, git)
     slept = store.list_actions(sid, "dormant", 1)
