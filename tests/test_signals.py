@@ -170,6 +170,39 @@ def test_exit_names_last_seen_and_last_error_line() -> None:
     )
 
 
+def test_a_crash_names_its_own_log_not_the_next_launchs() -> None:
+    """Launches a fraction of a second apart, each with its own log: the one that crashed
+    ends with its own log's error, though the next launch's log (made after it was last seen
+    alive, by the next line's redirection) is newer and ends with an error too."""
+    from ctxd.models import ExitedProcess
+
+    launch = proc(7257, root=True)
+    key = launch.key
+
+    def run_log(n: int, at: datetime) -> LogInfo:
+        return LogInfo(
+            watch_id=2,
+            path=f"/x/run{n}.log",
+            size=1,
+            modified_at=at,
+            silent_for_s=(T0 + timedelta(seconds=9) - at).total_seconds(),
+            lines=[f"NCCL WARN socketStartConnect: Connect to 10.0.3.7<51{n}> failed"],
+        )
+
+    own, later = run_log(197, T0 + timedelta(seconds=1)), run_log(199, T0 + timedelta(seconds=2))
+    gone = ExitedProcess(watch_id=1, pid=7257, name="python", root=True, key=key, last_seen_at=T0)
+    before = obs(launch, logs=[run_log(197, T0)])
+    current = obs(logs=[own, later])
+    current.processes.exited = [gone]
+    (found,) = signals.exited_processes(current, before)
+    assert "10.0.3.7<51197> failed (in /x/run197.log)" in found.text, found.text
+    # seen writing it: that log, whatever else was written since
+    before.logs.items[0].writer_pid = 7257
+    before.logs.items.append(run_log(199, T0))
+    (found,) = signals.exited_processes(current, before)
+    assert "(in /x/run197.log)" in found.text, found.text
+
+
 def test_a_shell_gone_with_the_program_it_started_leaves_the_news_to_the_program() -> None:
     """`bash -c 'nohup python serve.py … &'` and its child both gone: the program crashed,
     with its log's error; the shell, which only started it, says nothing of its own."""

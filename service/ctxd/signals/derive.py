@@ -196,7 +196,7 @@ def exited_processes(current: Observations, previous: Observations | None) -> li
         lead = p.root or p.tree in launched
         seen = last_seen.get(p.key) or p.seen_at
         when = f", last seen alive {seen:%H:%M:%S} UTC" if seen else ""
-        error = root_cause(current, _its_logs(current, p, seen)) if lead else None
+        error = root_cause(current, _its_logs(current, previous, p, seen)) if lead else None
         # the evidence leads: what a reader acts on is the cause, not the exit
         crashed = f": {error[1]} (in {error[0]});" if error else ""
         verb = "crashed" if crashed else "exited"
@@ -213,14 +213,24 @@ def _shell(p: ProcessInfo) -> bool:
     return (p.argv[0] if p.argv else p.name).rsplit("/", 1)[-1] in SHELLS
 
 
-def _its_logs(current: Observations, p: ProcessInfo, seen: datetime | None) -> list[LogInfo]:
-    """The logs an exited process may have ended with: its run's (`logs_of`) last written
-    while it could still write, never a later run's (the next launch's error is not its)."""
-    theirs = logs_of(current, {p.pid}, p.started_at)
-    if seen is None:
-        return theirs
-    latest = seen + timedelta(seconds=EXIT_WRITE_SLACK_S)
-    return [log for log in theirs if log.modified_at <= latest]
+def _its_logs(
+    current: Observations, previous: Observations, p: ProcessInfo, seen: datetime | None
+) -> list[LogInfo]:
+    """The logs an exited process may have ended with: those it was last seen writing, else
+    its run's (`logs_of`) last written while it could still write, never a later run's (the
+    next launch's error is not its): of those, the ones already there when it was last seen
+    alive come first (a shell's redirection makes the log before the program starts, so a
+    log made after that is a later launch's, where several start in one second)."""
+    wrote = {log.path for log in previous.logs.items if log.writer_pid == p.pid}
+    if wrote:
+        return [log for log in current.logs.items if log.path in wrote]
+    others = {log.path for log in previous.logs.items if log.writer_pid not in (None, p.pid)}
+    theirs = [log for log in logs_of(current, {p.pid}, p.started_at) if log.path not in others]
+    if seen is not None:
+        latest = seen + timedelta(seconds=EXIT_WRITE_SLACK_S)
+        theirs = [log for log in theirs if log.modified_at <= latest]
+    there = {log.path for log in previous.logs.items}
+    return [log for log in theirs if log.path in there] or theirs
 
 
 def idle_processes(current: Observations, at: datetime | None = None) -> list[Signal]:
