@@ -39,11 +39,16 @@ ASK = (
     "Bring up our SGLang server for Llama-3.1-8B-Instruct on this 8-GPU box: it hangs while loading"
     " the weights and never opens its port. Find out why."
 )
-# What the agent says at the end of its first turn: what it changed, and what it checks next.
+# What the agent says at the end of its first turn, having read the relaunch's log: what it
+# changed, what that log told it, and what it does next (its tail shows the store's 404).
 LAST_WORDS = (
     "Relaunched with --mem-fraction-static 0.85 (0.95 ran out of memory), CUDA graphs off and"
-    " debug logging; next I check that all 8 ranks report ready."
+    " debug logging: it got past the OOM, but the weight store answered 404 for"
+    " tp3.safetensors, so rank 3 never gets its slice. Next I ask the store what it holds"
+    " under llama-8b/ and read how stage_weights names the slices."
 )
+# The agent's look at the relaunch's log before it answers: 3 s, past the store's answer.
+LOOK = "sleep 3; tail -3 server.log"
 
 LAUNCHER = '''\
 """An SGLang-like launcher: it starts its 8 tensor-parallel workers (RANK set, `--tp-rank N`,
@@ -407,7 +412,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
                 " --disable-cuda-graph --log-level debug > server.log 2>&1 &"
             ),
             Step(bash="make wheel"),
-            Step(bash="sleep 2; tail -2 server.log"),
+            Step(bash=LOOK),
             Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]

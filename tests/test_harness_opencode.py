@@ -29,9 +29,12 @@ SECRET = "dst_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"  # the datastore's token
 # read from the checkout's ignored file as the agent launches (opencode refuses a command that
 # reads outside it): the line shown as typed holds no secret
 TOKEN_FROM_FILE = "DATASTORE_TOKEN=$(cat .datastore-token)"
+# What the agent says at the end of its first turn, having read the relaunch's log (its tail
+# shows the store's 404).
 LAST_WORDS = (
-    "Relaunched with --batch-size 64 (256 ran out of memory); next I check that it gets past"
-    " step 3."
+    "Relaunched with --batch-size 64 (256 ran out of memory): it stalls after step 3 again,"
+    " and the data store answered 404 for shard-3.bin, so loader 3's pipe never fills. Next I"
+    " ask the store what corpus-v2 holds and read how stage_shards names the shards."
 )
 
 TRAINER = '''\
@@ -200,7 +203,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
             Step(bash=f"{TOKEN_FROM_FILE} {LAUNCH} --batch-size 256 > train1.log 2>&1 &"),
             Step(bash="sleep 2; tail -2 train1.log"),
             Step(bash=f"{TOKEN_FROM_FILE} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
-            Step(bash="sleep 2; tail -2 train.log"),
+            Step(bash="sleep 3; tail -2 train.log"),
             Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]
