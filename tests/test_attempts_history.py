@@ -67,6 +67,28 @@ def test_older_attempts_fold_by_the_shape_of_their_error_as_now_reads_it(tmp_pat
     assert fold.changed == "varied: --run 0, 1", fold.changed
 
 
+def test_a_folded_flag_of_a_few_words_names_the_attempts_each_value_held_for(tmp_path):
+    """Thirty launches that cycle an algorithm every five runs: the fold says which
+    attempts ran which (was NVLS tried after the user asked?), the first five with the value
+    the first was launched with, though no diff of theirs names it; a number-valued flag
+    keeps its range."""
+    store = _store(tmp_path)
+    algos = ["Ring", "Tree", "NVLS"]
+    ended = T0 + timedelta(hours=1)
+    rows = [
+        _launch(n, ["python", "serve.py", "--run", str(n), "--algo", algos[(n - 1) // 5 % 3]],
+                T0 + timedelta(minutes=n), ended_at=ended, error="RuntimeError: NCCL error")
+        for n in range(1, 31)
+    ]  # fmt: skip
+    _save(store, *rows)
+    (fold, *shown) = history.history(store, "s", [])
+    assert len(shown) == 6 and fold.first == 1 and fold.last == 24
+    assert fold.changed == (
+        "varied: --algo Ring (1\N{EN DASH}5, 16\N{EN DASH}20), Tree (6\N{EN DASH}10,"
+        " 21\N{EN DASH}24), NVLS (11\N{EN DASH}15); --run 1\N{HORIZONTAL ELLIPSIS}24 (24 values)"
+    ), fold.changed
+
+
 def test_launches_of_one_program_with_other_flags_do_not_fold(tmp_path):
     store = _store(tmp_path)
     _save(store,

@@ -378,8 +378,8 @@ def test_serving_says_what_it_rests_on():
         health_status=200, health_body="ok")])  # fmt: skip
     running = next(line for line in handover.lines(snapshot) if "Running now" in line)
     assert (
-        "port 30000 open (ctxd asked its health URL: http://127.0.0.1:30000/health answered"
-        " HTTP 200 “ok”)" in running
+        "port 30000 open (ctxd asked its health URL as it took this dump:"
+        " http://127.0.0.1:30000/health answered HTTP 200 “ok”)" in running
     ), running
 
 

@@ -6,14 +6,16 @@ import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ctxd.attempts.flags import attempt_diff, changed_values, program_name
+from ctxd.attempts.flags import attempt_diff, changed_values, parse_flags, program_name, program_of
 from ctxd.attempts.model import Attempt
 from ctxd.collectors._logtext import error_shape
-from ctxd.fmt import attempts, flags_said
+from ctxd.fmt import attempts, flags_said, ranges, values_said
 from ctxd.models import HistoryItem
 
 Numbered = tuple[int, Attempt]  # an attempt and its number in the session, from 1
 ERROR_CHARS = 160  # of a folded kind of error, its newest line
+FLAGS_NAMED = 8  # of the flags that varied among the folded attempts, those named
+WORDED_VALUES = 8  # a flag of this many worded values at most names the attempts of each
 
 
 def runs(numbered: list[Numbered]) -> list[list[Numbered]]:
@@ -103,9 +105,13 @@ def _light(run: list[Numbered], previous: Attempt | None, following: Attempt | N
                  newest.cwd)  # fmt: skip
 
 
-def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
+def folded(
+    older: list[Light], before: int, sid: str, first_attempt: Attempt | None = None
+) -> HistoryItem:
     """The attempts older than the newest few, in one line: how many ended how (the same error
-    once, with its count) and which flags varied among them."""
+    once, with its count) and which flags varied among them; given the first of them
+    (`first_attempt`, where every one of them was compared with the one before), a flag of a
+    few worded values names the attempts each value held for."""
     first, last = older[0].first, older[-1].last
     outcomes: dict[str, int] = {}
     example: dict[str, str] = {}  # each kind of error as its newest one read, digits and all
@@ -118,7 +124,11 @@ def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
         f"{n} {_outcome_words(example[shape])}"
         for shape, n in sorted(outcomes.items(), key=lambda x: -x[1])
     )
-    varied, _ = flags_said((pair for item in older for pair in item.flags), 8)
+    varied = (
+        _held(older, first_attempt)
+        if first_attempt is not None
+        else flags_said((pair for item in older for pair in item.flags), FLAGS_NAMED)[0]
+    )
     flags = f"; flags that varied: {varied}" if varied else ""
     earlier = f" (and {before} before them)" if before else ""
     failed = [item for item in older if item.error]
@@ -141,6 +151,39 @@ def folded(older: list[Light], before: int, sid: str) -> HistoryItem:
         status="folded",
         outcome=f"each one: `ctxd search {sid} WORDS`",
     )
+
+
+def _held(older: list[Light], first_attempt: Attempt) -> str:
+    """Which flags varied among the folded attempts, each with its values in the order tried;
+    one of a few worded values (an algorithm, a backend) with the attempts each held for:
+    "--nccl-algo Ring (1-9, 70-79), Tree (10-19, 80-89)", so a reader knows what each tried.
+    A value holds from the attempt that set it to the next that changed it."""
+    changes: dict[str, list[tuple[int, str]]] = {}
+    for item in older:
+        for name, value in item.flags:
+            changes.setdefault(name, []).append((item.first, value))
+    start, end = older[0].first, older[-1].last
+    launched = _values(first_attempt)
+    said = []
+    for name in sorted(changes)[:FLAGS_NAMED]:
+        points = changes[name]
+        if points[0][0] > start and name in launched:
+            points = [(start, launched[name]), *points]
+        values = list(dict.fromkeys(value for _, value in points))
+        if len(values) > WORDED_VALUES or all(v.lstrip("-").isdigit() for v in values):
+            said.append(f"{name} {values_said(values)}")
+            continue
+        held: dict[str, list[int]] = {}
+        for (at, value), (following, _) in zip(points, [*points[1:], (end + 1, "")], strict=True):
+            held.setdefault(value, []).extend(range(at, following))
+        said.append(f"{name} " + ", ".join(f"{v} ({ranges(n)})" for v, n in held.items()))
+    return "; ".join(said)
+
+
+def _values(attempt: Attempt) -> dict[str, str]:
+    """Its flags and variables with the values it was launched with, as a diff names them."""
+    flags, _ = parse_flags(program_of(list(attempt.argv))[1])
+    return {**attempt.env, **{k: "(bare)" if v is None else v for k, v in flags.items()}}
 
 
 def earlier(before: int, sid: str, at: datetime) -> HistoryItem:

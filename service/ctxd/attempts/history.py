@@ -113,7 +113,9 @@ def _fold(newest_attempts: list[Attempt], total: int, sid: str) -> Fold:
         previous = run[-1][1]
     head = None
     if older:
-        head = folded(older, first_number - 1, sid)
+        every_compared = full_from <= FLAGS_COMPARED
+        first = numbered_runs[0][0][1] if every_compared else None
+        head = folded(older, first_number - 1, sid, first)
     elif first_number > 1:
         head = earlier(first_number - 1, sid, newest_attempts[0].started_at)
     shown, before, against = numbered_runs[full_from:], previous, []

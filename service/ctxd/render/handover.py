@@ -213,7 +213,7 @@ def _health(item: HistoryItem, s: Snapshot) -> str:
     said = [f"{p.url} answered HTTP {p.health_status}{_body(p.health_body)}"
             if p.health_status is not None
             else f"{p.url}: {p.health_error or 'no answer'}" for p in asked]  # fmt: skip
-    return f" (ctxd asked its health URL: {'; '.join(said)})"
+    return f" (ctxd asked its health URL as it took this dump: {'; '.join(said)})"
 
 
 def _body(body: str | None) -> str:
