@@ -9,7 +9,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -211,3 +211,62 @@ def test_workers_without_ranks_and_all_ranks_in_one_place():
     assert "; pid 13 in main at serve_tp.py:11" in line
     together = [StuckStack(tree=10, pids=[11, 12, 13], lines=TORCH_RANK)]
     assert ranks.apart(members, together, "10") == []
+
+
+def test_a_fifo_older_than_the_run_that_waits_to_open_it_says_so():
+    """Rank 3 waits to open a FIFO no process writes: one last written 15 h before its tree's
+    top started is older than the run (an earlier one left it, and nothing here will write
+    it); one the launcher made as it started says nothing more."""
+    members = [_member(10, None, root=True)] + [_member(11 + r, str(r)) for r in range(4)]
+    for m in members[1:]:
+        m.waiting = "hrtimer_nanosleep (clock_nanosleep)"
+    rank3 = members[4]
+    rank3.waiting, rank3.waiting_on = "wait_for_partner (openat)", "/w/.cache/tp3.safetensors"
+    stacks = [
+        StuckStack(tree=10, pids=[11, 12, 13], lines=TORCH_RANK),
+        StuckStack(tree=10, pids=[14], lines=LATE_RANK),
+    ]
+    rank3.waiting_on_written_at = T0 - timedelta(hours=15, minutes=3)
+    (line,) = ranks.apart(members, stacks, "10")
+    assert (
+        "rank 3 (pid 14) in main at serve_tp.py:11, opening /w/.cache/tp3.safetensors, a FIFO no"
+        " process writes (the open waits for a writer); unchanged since 2026-11-29 20:57:00 UTC,"
+        " 15 h 3 min before pid 10 (the top of its tree) started: older than this run" in line
+    ), line
+    rank3.waiting_on_written_at = T0 + timedelta(seconds=1)  # made by its launcher
+    (line,) = ranks.apart(members, stacks, "10")
+    assert line.endswith("a FIFO no process writes (the open waits for a writer)"), line
+
+
+def test_the_time_a_fifo_waited_on_was_last_written_is_read_from_a_real_process(tmp_path):
+    """A real process blocked opening a FIFO nothing writes: ctxd reads where it waits and
+    what it opens from /proc, and the FIFO's last write from the file; a regular file, or
+    another wait, is not stat'ed."""
+    import subprocess
+    import time
+
+    from ctxd.collectors.proc import procfs
+
+    fifo = tmp_path / "tp3.safetensors"
+    os.mkfifo(fifo)
+    made = time.time() - 15 * 3600
+    os.utime(fifo, (made, made))
+    opener = subprocess.Popen([sys.executable, "-c", f"open({str(fifo)!r}, 'rb')"])
+    try:
+
+        def blocked() -> tuple[str | None, str | None] | None:
+            waiting, on = procfs.waiting(opener.pid)
+            fifo_open = waiting is not None and ("fifo" in waiting or "partner" in waiting)
+            return (waiting, on) if fifo_open and on == str(fifo) else None
+
+        waiting, on = wait_until(blocked, "the opener blocked in the FIFO's open")
+        assert on == str(fifo), (waiting, on)
+        written = procfs.fifo_written_at(waiting, on)
+        assert written is not None and abs(written.timestamp() - made) < 1, written
+        assert procfs.fifo_written_at("hrtimer_nanosleep (clock_nanosleep)", on) is None
+        plain = tmp_path / "plain"
+        plain.write_text("x")
+        assert procfs.fifo_written_at(waiting, str(plain)) is None
+    finally:
+        opener.kill()
+        opener.wait()

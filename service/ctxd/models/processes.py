@@ -56,6 +56,8 @@ class ProcessInfo(BaseModel):
     )
     # what that call waits on, when it names it: the path it opens, the file or socket it reads
     waiting_on: Annotated[str | None, VOLATILE] = None
+    # a FIFO it waits to open: when it was last written (made, where nothing wrote it since)
+    waiting_on_written_at: Annotated[datetime | None, VOLATILE] = None
     # roots: lines that start it again as it ran (_relaunch.py)
     relaunch: list[str] = Field(default_factory=list)
     host: str | None = None  # the peer it was observed on; None: this host

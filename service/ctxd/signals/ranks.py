@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxd.attempts.flags import process_name
-from ctxd.fmt import ranges
+from ctxd.fmt import human_duration, ranges
 from ctxd.models import ProcessInfo, StuckStack
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")
@@ -180,7 +180,8 @@ def _library(path: str) -> bool:
 
 def _on(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
     """ ", opening /data/tp3.safetensors": what the call they all sit in waits on, when the
-    kernel names one thing for all of them (the path being opened, the file or socket read)."""
+    kernel names one thing for all of them (the path being opened, the file or socket read);
+    a FIFO older than their tree's top says so (an earlier run left it)."""
     found = {(p.waiting or "", p.waiting_on) for pid in pids if (p := by_pid.get(pid))}
     if len(found) != 1:
         return ""
@@ -190,8 +191,29 @@ def _on(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
     if "(open" not in waiting:
         return f", on {on}"
     if "wait_for_partner" in waiting or "fifo" in waiting:  # the kernel's FIFO open
-        return f", opening {on}, a FIFO no process writes (the open waits for a writer)"
+        left = _left_before(pids, by_pid)
+        return f", opening {on}, a FIFO no process writes (the open waits for a writer){left}"
     return f", opening {on}"
+
+
+# A FIFO written this long before its tree's top started is older than the run: a launcher
+# makes its FIFOs after it starts; a kernel start time is read a second coarse
+_BEFORE_RUN_S = 2.0
+
+
+def _left_before(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
+    """ "; unchanged since 2026-12-06 23:12:40 UTC, 15 h before pid 40 (the top of its tree)
+    started: older than this run", where the FIFO they wait to open is that old."""
+    first = by_pid[pids[0]]
+    written, top = first.waiting_on_written_at, by_pid.get(first.tree or first.pid, first)
+    if written is None or (top.started_at - written).total_seconds() < _BEFORE_RUN_S:
+        return ""
+    before = human_duration((top.started_at - written).total_seconds())
+    whose = f"pid {top.pid} (the top of its tree)" if top.pid not in pids else f"pid {top.pid}"
+    return (
+        f"; unchanged since {written:%Y-%m-%d %H:%M:%S} UTC, {before} before {whose} started:"
+        " older than this run"
+    )
 
 
 def apart(members: Sequence[ProcessInfo], stacks: Sequence[StuckStack], tree: str) -> list[str]:

@@ -10,8 +10,9 @@ import socket
 import struct
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from stat import S_ISFIFO
 from typing import NamedTuple
 
 import psutil
@@ -325,6 +326,20 @@ def waiting(pid: int, proc: Path = PROC) -> tuple[str | None, str | None]:
     fields = _syscall(pid, proc)
     point = _point(pid, fields, proc)
     return point, (_target(pid, fields, proc) if point else None)
+
+
+def fifo_written_at(waiting: str | None, path: str | None) -> datetime | None:
+    """When the FIFO a process waits to open (`waiting` names the kernel's FIFO open) was last
+    written, or made where nothing wrote it since: its mtime. A FIFO older than the run that
+    opens it was left by an earlier one. Stat'ed only for that wait: the open already found
+    the file, so its metadata is at hand (another path, on a stalled mount, could block)."""
+    if not path or not waiting or not ("wait_for_partner" in waiting or "fifo" in waiting):
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return datetime.fromtimestamp(st.st_mtime, UTC) if S_ISFIFO(st.st_mode) else None
 
 
 def blocked_on(pid: int, proc: Path = PROC) -> str | None:

@@ -40,6 +40,7 @@ class Unmoved:
     info: dict[str, Any]  # cmdline, cwd, exe
     waiting: str | None
     waiting_on: str | None
+    waiting_on_written_at: datetime | None
     descriptors: tuple[int, set[int]] | None  # None: not permitted
 
 
@@ -128,13 +129,18 @@ def _describe(
         "cpu_percent": _cpu_since_last(key, stat.cpu_ticks, state),
         "waiting": None,
         "waiting_on": None,
+        "waiting_on_written_at": None,
     }
     known, descriptors = True, kept.descriptors if kept is not None else None
     if kept is not None:
         fields["waiting"], fields["waiting_on"] = kept.waiting, kept.waiting_on
+        fields["waiting_on_written_at"] = kept.waiting_on_written_at
     else:
         if status in (psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP):
             fields["waiting"], fields["waiting_on"] = procfs.waiting(proc.pid)
+            fields["waiting_on_written_at"] = procfs.fifo_written_at(
+                fields["waiting"], fields["waiting_on"]
+            )
         known, descriptors = _read_descriptors(proc.pid, state)
     if known and descriptors is None:
         denied.append("open files and sockets")
@@ -173,7 +179,8 @@ def _describe(
     if runs is not None and kept is None and known:
         now = time.monotonic()
         state.unmoved[key] = Unmoved(runs, now, stat, (rss, vms), info, fields["waiting"],
-                                     fields["waiting_on"], descriptors)  # fmt: skip
+                                     fields["waiting_on"], fields["waiting_on_written_at"],
+                                     descriptors)  # fmt: skip
     return row
 
 
