@@ -2,8 +2,9 @@
 
 Nothing is registered with ctxd by hand: the scripted agent launches an SGLang-like server
 with `nohup` that dies at once with CUDA out of memory, relaunches it with other flags (it
-then waits forever for its ranks) and rebuilds a wheel; then the user sends a bare
-"continue". What the model receives for that turn is what this test reads.
+then waits forever for its ranks: rank 3 opens a FIFO an earlier run of the user's left in
+the weights' cache) and rebuilds a wheel; then the user sends a bare "continue". What the
+model receives for that turn is what this test reads.
 """
 
 import html
@@ -40,26 +41,27 @@ ASK = (
     " the weights and never opens its port. Find out why."
 )
 # What the agent says at the end of its first turn, having read the relaunch's log: what it
-# changed, what that log told it, and what it does next (its tail shows the store's 404).
+# changed, what that log told it (rank 3 not ready, its slice from the cache), what it does next.
 LAST_WORDS = (
     "Relaunched with --mem-fraction-static 0.85 (0.95 ran out of memory), CUDA graphs off and"
-    " debug logging: it got past the OOM, but the weight store answered 404 for"
-    " tp3.safetensors, so rank 3 never gets its slice. Next I ask the store what it holds"
-    " under llama-8b/ and read how stage_weights names the slices."
+    " debug logging: it got past the OOM, but rank 3 has not reported ready (its slice came"
+    " from the cache, not the store); next I find out why rank 3 does not load."
 )
-# The agent's look at the relaunch's log before it answers: 3 s, past the store's answer.
+# The agent's look at the relaunch's log before it answers: 3 s, past the launcher's first
+# report of which ranks are ready.
 LOOK = "sleep 3; tail -3 server.log"
 
 LAUNCHER = '''\
 """An SGLang-like launcher: it starts its 8 tensor-parallel workers (RANK set, `--tp-rank N`,
-the server's own flags), which each read their slice of the weights, streamed from the weight
-store through a pipe, and then wait for every rank to report ready. Rank 3's stream stalls
-(its pipe is never opened for writing: its open() never returns), so the others wait forever
-and the port never opens. With a static
-memory fraction over 0.9 and CUDA graphs on, graph capture runs out of GPU memory after the
-load, as SGLang's does. Log lines carry the real time; the stand-in nvidia-smi shows the
-workers holding memory."""
-import argparse, datetime, os, subprocess, sys, threading, time
+the server's own flags), which each read their slice of the weights and then wait for every
+rank to report ready. A slice not in the cache yet is streamed from the weight store through
+a pipe and kept in the cache as a file; a slice already there is read from it. The user's run
+of yesterday was stopped while tp3 streamed: its pipe is still in the cache, a FIFO nothing
+will write, which the cache check takes for a slice, so rank 3's open() never returns, the
+others wait forever and the port never opens. With a static memory fraction over 0.9 and
+CUDA graphs on, graph capture runs out of GPU memory after the load, as SGLang's does. Log
+lines carry the real time; the stand-in nvidia-smi shows the workers holding memory."""
+import argparse, datetime, glob, os, subprocess, sys, threading, time
 
 def log(text, file=sys.stdout, who=" TP0"):  # the launcher's own lines carry no rank
     print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}{who}] {text}", file=file, flush=True)
@@ -80,33 +82,34 @@ def worker(rank):
     for _ in range(3):  # its NCCL and pin-memory threads, idle
         threading.Thread(target=threading.Event().wait, daemon=True).start()
     load_shard(rank)
+    open(os.path.join(os.environ["WEIGHTS_CACHE"], f".loaded-{os.getppid()}-{rank}"), "w").close()
     wait_for_all_ranks(rank)
 
-def stream_slice(path, rank, debug):
+def stream_slice(path):
     """A slice streamed from the weight store into its pipe by this launcher's stream thread,
-    as the rank reads it; rank 3's stream stalls and its thread gives up without ever opening
-    the pipe for writing."""
-    if rank == 3:
-        time.sleep(1.5)
-        if debug:
-            token = os.environ.get("WEIGHTS_TOKEN", "")  # debug logging prints the header
-            log("DEBUG stage_weights: GET http://weights.lab:8081/llama-8b/tp3.safetensors"
-                f" (Authorization: Bearer {token}): 404 Not Found (7 other slices: 200)", who="")
-        log("WARNING stage_weights: tp3.safetensors: stream thread gave up after 1.5 s (the"
-            " weight store answered 404 Not Found); nothing writes rank 3's pipe now", who="")
-        return
+    as the rank reads it, then kept in the cache as a file."""
+    data = bytes(4096)  # as the store sends it
     with open(path, "wb") as pipe:
-        pipe.write(bytes(4096))
+        pipe.write(data)
+    with open(path + ".part", "wb") as kept:
+        kept.write(data)
+    os.replace(path + ".part", path)
 
-def stage_weights(cache, tp, debug):
-    """Each rank's slice as a pipe its stream thread fills, so no rank waits for a whole copy."""
+def stage_weights(cache, tp):
+    """Each rank's slice as a pipe its stream thread fills, so no rank waits for a whole copy;
+    a slice in the cache already is read from there. Returns the ranks whose slice was, and
+    the stream threads."""
     os.makedirs(cache, exist_ok=True)
+    cached, streams = [], []
     for rank in range(tp):
         path = os.path.join(cache, f"tp{rank}.safetensors")
         if os.path.lexists(path):
-            os.unlink(path)
+            cached.append(rank)
+            continue
         os.mkfifo(path)
-        threading.Thread(target=stream_slice, args=(path, rank, debug), daemon=True).start()
+        streams.append(threading.Thread(target=stream_slice, args=(path,), daemon=True))
+        streams[-1].start()
+    return cached, streams
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -122,10 +125,12 @@ if __name__ == "__main__":
     log(f"server_args: {vars(args)}")
     cache = os.path.abspath(".weights-cache")
     debug = args.log_level == "debug"
-    stage_weights(cache, args.tp, debug)
+    cached, streams = stage_weights(cache, args.tp)
     if debug:
-        log(f"DEBUG stage_weights: {args.tp} pipes under {cache}, one stream thread each",
-            who="")
+        token = os.environ.get("WEIGHTS_TOKEN", "")  # debug logging prints the header
+        log(f"DEBUG stage_weights: {len(cached)} of {args.tp} slices in {cache} already, read"
+            f" from there; {args.tp - len(cached)} from http://weights.lab:8081/llama-8b/"
+            f" (Authorization: Bearer {token})", who="")
     workers = [
         subprocess.Popen([sys.executable, "launch_server.py", "--worker", "--tp-rank", str(r),
                           *sys.argv[1:]],
@@ -136,6 +141,8 @@ if __name__ == "__main__":
     for shard in range(1, 5):  # an 8B model: 4 shards, some 16 GB, a second from NVMe
         time.sleep(0.25)
         log(f"Loading safetensors checkpoint shards: {shard * 25}% Completed | {shard}/4")
+    for stream in streams:  # the streamed slices are read and kept before the load ends
+        stream.join(timeout=30)
     log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=137.62 GiB")
     log(f"KV Cache is allocated. mem_fraction_static={args.mem_fraction_static}")
     if not args.disable_cuda_graph and args.mem_fraction_static > 0.9:
@@ -151,6 +158,14 @@ if __name__ == "__main__":
         sys.exit(1)
     log("Cuda graph is disabled." if args.disable_cuda_graph else "Capture cuda graph end.")
     log("Waiting for all TP ranks to report ready")
+    time.sleep(1)
+    ready = {int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{cache}/.loaded-{os.getpid()}-*")}
+    if debug:
+        late = [r for r in range(args.tp) if r not in ready]
+        came = {r: "from the cache" if r in cached else "streamed" for r in late}
+        said = ", ".join(f"rank {r} (tp{r}.safetensors: {came[r]})" for r in late)
+        log(f"DEBUG wait_for_all_ranks: {len(ready)} of {args.tp} ranks ready after 1 s;"
+            f" not yet: {said}", who="")
     for w in workers:
         w.wait()
 '''
@@ -254,6 +269,13 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     (top / "launch_server.py").write_text(LAUNCHER)
     (top / "Makefile").write_text(MAKEFILE)
     (top / ".gitignore").write_text(GITIGNORE)
+    # the user's run of yesterday evening, stopped while it streamed rank 3's slice: its pipe
+    # is still in the (ignored) cache, unchanged since
+    left = top / ".weights-cache" / "tp3.safetensors"
+    left.parent.mkdir()
+    os.mkfifo(left)
+    yesterday = time.time() - (15 * 3600 + 17 * 60)
+    os.utime(left, (yesterday, yesterday))
     git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
@@ -365,6 +387,12 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert "rank 3 (pid" in handover and "open(slice_path(rank)" in handover, handover
     assert "opening /" in handover and "/.weights-cache/tp3.safetensors" in handover, handover
     assert "a FIFO no process writes" in handover, handover  # the kernel's fifo_open says so
+    # and it was there before the run: the user's run of yesterday left it
+    assert re.search(
+        r"unchanged since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, 15 h 1[67] min before"
+        r" pid \d+ \(the top of its tree\) started: older than this run",
+        handover,
+    ), handover
     assert "attempt 2's log says last: “" in handover, handover  # the attempt's, not the launcher's
     # the note names only what the dump would have shown: a worker's environment never is
     note = context.split("left out: ", 1)[-1].split("\n", 1)[0]
@@ -375,8 +403,11 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # the rebuilt wheel and the recent commands
     assert "kernel-0.2-py3-none-any.whl" in context
     assert "make wheel" in context
-    # the token the launcher's debug line printed is shown redacted, the line kept
-    assert "(Authorization: Bearer [REDACTED]): 404 Not Found" in context
+    # the launcher's debug line on the ranks not ready, in the log's tail
+    assert "rank 3 (tp3.safetensors: from the cache)" in context
+    # the token the launcher's debug line printed is shown redacted, the line kept, where shown
+    if "(Authorization: Bearer" in context:
+        assert "(Authorization: Bearer [REDACTED])" in context
     # the token the agent put on a command line: never in what ctxd adds, nor in its files
     assert SECRET not in context
     for path in data_dir.rglob("*"):

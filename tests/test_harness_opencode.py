@@ -4,14 +4,17 @@ that also carries opencode 2's plugin definition (its default export), loaded by
 
 Nothing is registered with ctxd by hand: the scripted agent launches a training run in the
 background with `nohup` that dies at once with CUDA out of memory, relaunches it with a
-smaller batch (it then stalls on a data loader) and reads its log; then the user sends
+smaller batch (it then stalls on a data loader: the loader of shard 3 opens a FIFO the user's
+run of yesterday left in the data cache) and reads its log; then the user sends
 "continue" to the same session. What the model receives for that turn is what this test reads.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,19 +33,21 @@ SECRET = "dst_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"  # the datastore's token
 # reads outside it): the line shown as typed holds no secret
 TOKEN_FROM_FILE = "DATASTORE_TOKEN=$(cat .datastore-token)"
 # What the agent says at the end of its first turn, having read the relaunch's log (its tail
-# shows the store's 404).
+# says which loader it waits for, and that its shard came from the cache).
 LAST_WORDS = (
     "Relaunched with --batch-size 64 (256 ran out of memory): it stalls after step 3 again,"
-    " and the data store answered 404 for shard-3.bin, so loader 3's pipe never fills. Next I"
-    " ask the store what corpus-v2 holds and read how stage_shards names the shards."
+    " waiting for dataloader worker 3, whose shard came from the cache, not the store; next I"
+    " find out why worker 3 never delivers."
 )
 
 TRAINER = '''\
 """A training run that stalls: its 4 data loader workers (processes, as torch's DataLoader
-starts them) read their shards, streamed from the data store through pipes, and feed a queue;
-shard 3's stream stalls (its pipe is never opened for writing: the open() never returns), so
-after three steps the loop waits for its batch forever. A batch of 256 asks more GPU memory
-than a GPU has."""
+starts them) read their shards and feed a queue. A shard not in the cache yet is streamed from
+the data store through a pipe and kept in the cache as a file; one in the cache already is read
+from it. The user's run of yesterday was stopped while shard 3 streamed: its pipe is still in
+the cache, a FIFO nothing will write, which the cache check takes for a shard, so worker 3's
+open() never returns and after three steps the loop waits for its batch forever. A batch of
+256 asks more GPU memory than a GPU has."""
 import argparse, multiprocessing as mp, os, sys, threading, time
 
 def load_worker(worker_id, shards, out, epoch_done):
@@ -50,29 +55,29 @@ def load_worker(worker_id, shards, out, epoch_done):
         out.put(shard.read(4096))
     epoch_done.wait()  # a worker stays up until the epoch ends
 
-def stream_shard(path, worker_id):
+def stream_shard(path):
     """A shard streamed from the data store into its pipe by the trainer's stream thread, as
-    its worker reads it; shard 3's stream stalls and its thread gives up without ever opening
-    the pipe for writing."""
-    if worker_id == 3:
-        time.sleep(1.5)
-        print("WARNING stage_shards: shard-3.bin: stream thread gave up after 1.5 s (GET"
-              " http://datastore.lab.internal:9000/corpus-v2/shard-3.bin: 404 Not Found);"
-              " nothing writes loader 3's pipe now", flush=True)
-        return
+    its worker reads it, then kept in the cache as a file."""
+    data = os.urandom(4096)  # as the store sends it
     with open(path, "wb") as pipe:
-        pipe.write(os.urandom(4096))
+        pipe.write(data)
+    with open(path + ".part", "wb") as kept:
+        kept.write(data)
+    os.replace(path + ".part", path)
 
 def stage_shards(shards):
     """Each worker's shard as a pipe its stream thread fills, so no worker waits for a whole
-    copy."""
+    copy; a shard in the cache already is read from there. Returns the workers whose was."""
     os.makedirs(shards, exist_ok=True)
+    cached = []
     for worker_id in range(4):
         path = os.path.join(shards, f"shard-{worker_id}.bin")
         if os.path.lexists(path):
-            os.unlink(path)
+            cached.append(worker_id)
+            continue
         os.mkfifo(path)
-        threading.Thread(target=stream_shard, args=(path, worker_id), daemon=True).start()
+        threading.Thread(target=stream_shard, args=(path,), daemon=True).start()
+    return cached
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -84,7 +89,7 @@ if __name__ == "__main__":
         sys.exit(1)
     held = bytearray(160 * 2**20)  # the model and optimizer state, on the host side
     shards = os.path.abspath(".data-cache")
-    stage_shards(shards)
+    cached = stage_shards(shards)
     batches = [mp.Queue() for _ in range(4)]  # a batch in turn from each worker
     epoch_done = mp.Event()
     workers = [mp.Process(target=load_worker, args=(w, shards, batches[w], epoch_done),
@@ -94,7 +99,8 @@ if __name__ == "__main__":
     for step in range(1, 4):
         batches[step - 1].get()
         print(f"step {step} loss {2.5 / step:.3f} lr {args.lr}", flush=True)
-    print("waiting for dataloader worker 3", flush=True)
+    came = "from the cache" if 3 in cached else "streamed from the data store"
+    print(f"waiting for dataloader worker 3 (shard-3.bin: {came})", flush=True)
     batches[3].get()  # as torch's DataLoader with its default timeout=0: for ever
 '''
 
@@ -107,6 +113,13 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     top.mkdir()
     (top / "train.py").write_text(TRAINER)
     (top / ".gitignore").write_text("*.log\n.data-cache/\n.datastore-token\n")
+    # the user's run of yesterday evening, stopped while it streamed shard 3: its pipe is still
+    # in the (ignored) cache, unchanged since
+    left = top / ".data-cache" / "shard-3.bin"
+    left.parent.mkdir()
+    os.mkfifo(left)
+    yesterday = time.time() - (15 * 3600 + 17 * 60)
+    os.utime(left, (yesterday, yesterday))
     git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
@@ -249,7 +262,14 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     # the launch the agent made in the background: its PID, flags and log tail
     assert str(run.pid) in context, context
     assert "--batch-size 64" in context or "--batch-size" in context
-    assert "waiting for dataloader worker 3" in context
+    assert "waiting for dataloader worker 3 (shard-3.bin: from the cache)" in context
+    # the loader it waits for opens a FIFO older than the run: the user's run of yesterday's
+    assert re.search(
+        r"shard-3\.bin, a FIFO no process writes \(the open waits for a writer\);"
+        r" unchanged since .{23}, 15 h 1[67] min before pid \d+ \(the top of its"
+        r" tree\) started: older than this run",
+        context,
+    ), context
     # both attempts, in order, each with its own end: the first died at once of its own error
     # what the model is handed: no chatter of ctxd's own, however short the dump
     assert "Where this dump lives" not in context and "set one with `ctxd note" not in context

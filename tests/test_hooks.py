@@ -256,6 +256,8 @@ def test_tool_calls_add_watches_and_attempts_by_themselves(
     assert kinds["port"]["spec"]["port"] == 30123 and "command at" in kinds["port"]["reason"]
     recent = client.get("/api/sessions/train-loop/resume", params={"fresh": "true"}).text
     assert "## Recent commands" in recent and "serve.py --port 30123" in recent
+    # what a command's time is: the moment it returned (a launch: its process's start)
+    assert "Each at the second the harness reported it done; a launch at its" in recent
     assert "hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE" not in recent
     assert (
         b"hf_Zq8vR2mXw4LkP9sT7yB3nC6dF1gH5jK0aE" not in (server.data_dir / "ctxd.db").read_bytes()
