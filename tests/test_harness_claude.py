@@ -40,16 +40,20 @@ ASK = (
     "Bring up our SGLang server for Llama-3.1-8B-Instruct on this 8-GPU box: it hangs while loading"
     " the weights and never opens its port. Find out why."
 )
-# What the agent says at the end of its first turn, having read the relaunch's log: what it
-# changed, what that log told it (rank 3 not ready, its slice from the cache), what it does next.
+# What the agent says at the end of its first turn, having read the relaunch's log and the
+# launcher's staging code: what it changed, what the log told it (rank 3 not ready, its slice
+# from the cache), what the code does with the cache, and what it does next.
 LAST_WORDS = (
     "Relaunched with --mem-fraction-static 0.85 (0.95 ran out of memory), CUDA graphs off and"
-    " debug logging: it got past the OOM, but rank 3 has not reported ready (its slice came"
-    " from the cache, not the store); next I find out why rank 3 does not load."
+    " debug logging: it got past the OOM, but rank 3 has not reported ready, and its slice came"
+    " from the cache. stage_weights streams from the store only the slices missing from"
+    " .weights-cache: any file there, whatever its type, counts as cached. Next I find out why"
+    " rank 3 does not load its cached slice."
 )
 # The agent's look at the relaunch's log before it answers: 3 s, past the launcher's first
-# report of which ranks are ready.
+# report of which ranks are ready; then at the code that decides where a slice comes from.
 LOOK = "sleep 3; tail -3 server.log"
+READ = 'grep -n -A12 "def stage_weights" launch_server.py'
 
 LAUNCHER = '''\
 """An SGLang-like launcher: it starts its 8 tensor-parallel workers (RANK set, `--tp-rank N`,
@@ -389,8 +393,8 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     assert "a FIFO no process writes" in handover, handover  # the kernel's fifo_open says so
     # and it was there before the run: the user's run of yesterday left it
     assert re.search(
-        r"unchanged since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, 15 h 1[67] min before"
-        r" pid \d+ \(the top of its tree\) started: older than this run",
+        r"the FIFO is older than this run: unchanged since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC,"
+        r" 15 h 1[67] min before pid \d+ \(the top of its tree\) started",
         handover,
     ), handover
     assert "attempt 2's log says last: “" in handover, handover  # the attempt's, not the launcher's
@@ -444,6 +448,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash=LOOK),
+            Step(bash=READ),
             Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]

@@ -27,6 +27,7 @@ from tests.test_harness_claude import (
     ASK,
     LAST_WORDS,
     LOOK,
+    READ,
     SECRET,
     TOKEN_FROM_FILE,
     check_scenario_dump,
@@ -97,6 +98,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash=LOOK),
+            Step(bash=READ),
             Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]

@@ -25,6 +25,7 @@ from tests.test_harness_claude import (
     ASK,
     LAST_WORDS,
     LOOK,
+    READ,
     SECRET,
     check_scenario_dump,
     come_back_later,
@@ -87,6 +88,7 @@ def test_continue_after_unregistered_work_carries_what_the_agent_did(
             ),
             Step(bash="make wheel"),
             Step(bash=LOOK),
+            Step(bash=READ),
             Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]

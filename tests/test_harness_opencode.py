@@ -33,11 +33,13 @@ SECRET = "dst_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"  # the datastore's token
 # reads outside it): the line shown as typed holds no secret
 TOKEN_FROM_FILE = "DATASTORE_TOKEN=$(cat .datastore-token)"
 # What the agent says at the end of its first turn, having read the relaunch's log (its tail
-# says which loader it waits for, and that its shard came from the cache).
+# says which loader it waits for, and that its shard came from the cache) and the trainer's
+# staging code.
 LAST_WORDS = (
     "Relaunched with --batch-size 64 (256 ran out of memory): it stalls after step 3 again,"
-    " waiting for dataloader worker 3, whose shard came from the cache, not the store; next I"
-    " find out why worker 3 never delivers."
+    " waiting for dataloader worker 3, whose shard came from the cache. stage_shards fetches"
+    " from the store only the shards missing from .data-cache: any file there, whatever its"
+    " type, counts as cached. Next I find out why worker 3 never delivers."
 )
 
 TRAINER = '''\
@@ -217,6 +219,7 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
             Step(bash="sleep 2; tail -2 train1.log"),
             Step(bash=f"{TOKEN_FROM_FILE} {LAUNCH} --batch-size 64 > train.log 2>&1 &"),
             Step(bash="sleep 3; tail -2 train.log"),
+            Step(bash='grep -n -A12 "def stage_shards" train.py'),
             Step(text=LAST_WORDS),
             Step(text="Picking up where we were."),
         ]
@@ -265,9 +268,9 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert "waiting for dataloader worker 3 (shard-3.bin: from the cache)" in context
     # the loader it waits for opens a FIFO older than the run: the user's run of yesterday's
     assert re.search(
-        r"shard-3\.bin, a FIFO no process writes \(the open waits for a writer\);"
-        r" unchanged since .{23}, 15 h 1[67] min before pid \d+ \(the top of its"
-        r" tree\) started: older than this run",
+        r"shard-3\.bin, a FIFO no process writes \(the open waits for a writer\); the FIFO is"
+        r" older than this run: unchanged since .{23}, 15 h 1[67] min before pid \d+ \(the top"
+        r" of its tree\) started",
         context,
     ), context
     # both attempts, in order, each with its own end: the first died at once of its own error

@@ -230,8 +230,9 @@ def test_a_fifo_older_than_the_run_that_waits_to_open_it_says_so():
     (line,) = ranks.apart(members, stacks, "10")
     assert (
         "rank 3 (pid 14) in main at serve_tp.py:11, opening /w/.cache/tp3.safetensors, a FIFO no"
-        " process writes (the open waits for a writer); unchanged since 2026-11-29 20:57:00 UTC,"
-        " 15 h 3 min before pid 10 (the top of its tree) started: older than this run" in line
+        " process writes (the open waits for a writer); the FIFO is older than this run: unchanged"
+        " since 2026-11-29 20:57:00 UTC, 15 h 3 min before pid 10 (the top of its tree) started"
+        in line
     ), line
     rank3.waiting_on_written_at = T0 + timedelta(seconds=1)  # made by its launcher
     (line,) = ranks.apart(members, stacks, "10")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxd.attempts.flags import process_name
-from ctxd.fmt import human_duration, ranges
+from ctxd.fmt import between, ranges
 from ctxd.models import ProcessInfo, StuckStack
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")
@@ -202,17 +202,16 @@ _BEFORE_RUN_S = 2.0
 
 
 def _left_before(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
-    """ "; unchanged since 2026-12-06 23:12:40 UTC, 15 h before pid 40 (the top of its tree)
-    started: older than this run", where the FIFO they wait to open is that old."""
+    """"; the FIFO is older than this run: unchanged since 2026-12-06 23:12:40 UTC, 15 h
+    before pid 40 (the top of its tree) started", where the FIFO they wait to open is."""
     first = by_pid[pids[0]]
     written, top = first.waiting_on_written_at, by_pid.get(first.tree or first.pid, first)
     if written is None or (top.started_at - written).total_seconds() < _BEFORE_RUN_S:
         return ""
-    before = human_duration((top.started_at - written).total_seconds())
     whose = f"pid {top.pid} (the top of its tree)" if top.pid not in pids else f"pid {top.pid}"
     return (
-        f"; unchanged since {written:%Y-%m-%d %H:%M:%S} UTC, {before} before {whose} started:"
-        " older than this run"
+        f"; the FIFO is older than this run: unchanged since {written:%Y-%m-%d %H:%M:%S} UTC,"
+        f" {between(written, top.started_at)} before {whose} started"
     )
 
 
