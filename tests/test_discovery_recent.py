@@ -3,7 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 from ctxd.discovery.actions import CommandAction
-from ctxd.discovery.recent import first_error_line, recent_commands
+from ctxd.discovery.recent import first_error_line, last_read, recent_commands
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TRACEBACK = """Loading weights: 100%|██████████| 64/64
@@ -100,3 +100,42 @@ def test_a_launch_line_is_dated_when_its_attempt_was_launched():
     recent = recent_commands(history, attempts={launch: ("attempt 1", started)})
     assert recent[0].at == started and recent[0].line().startswith(f"{started:%H:%M:%S} `")
     assert recent[1].at == history[1].at  # any other command: when the harness reported it
+
+
+def test_the_newest_look_at_a_file_keeps_what_it_showed() -> None:
+    """The agent's newest read of code (grep, sed -n, cat, piped to nl) is kept with its last
+    lines: a reader of the dump sees what the agent saw. A log's tail (the Logs section's), a
+    failed read, a launch, a command that also runs something else, or an empty output is
+    no read."""
+    code = "\n".join(f"{n}:    line {n}" for n in range(1, 31))
+    history = [
+        cmd(
+            'grep -n -A12 "def stage_weights" launch_server.py', 1, output="40:def stage_weights\n"
+        ),
+        cmd("sed -n 1,30p train.py | nl", 2, output=code),
+        cmd("tail -3 server.log", 3, output="Waiting for all TP ranks\n"),  # a log
+        cmd("cat logs/run7.txt", 4, output="x\n"),  # in a logs folder
+        cmd("grep -n cache missing.py", 5, 2, output="grep: missing.py: No such file"),
+        cmd("cat a.py && python3 a.py", 6, output="ran\n"),  # runs something too
+        cmd("head -5 empty.py", 7, output="\n"),
+        cmd("nohup python3 serve.py > s.log 2>&1 &", 8, None, bg=True),
+    ]
+    read = last_read(history)
+    assert read is not None and read.command == "sed -n 1,30p train.py | nl"
+    assert read.lines == [f"{n}:    line {n}" for n in range(17, 31)] and read.above == 16
+    assert read.at == T0 + timedelta(minutes=2)
+    assert last_read(history[2:]) is None
+    # a long line's output keeps what fits, from the end
+    wide = "\n".join("y" * 400 for _ in range(10))
+    wide_read = last_read([cmd("cat wide.py", 1, output=wide)])
+    assert wide_read is not None and len(wide_read.lines) == 3 and wide_read.above == 7
+
+
+def test_a_look_whose_exit_the_harness_never_told_counts_unless_it_complained() -> None:
+    """Codex tells no exit status: a read with output counts, unless a line is the reader's
+    own complaint."""
+    fine = cmd("grep -n cache train.py", 1, None, output="12:    cache = {}\n")
+    missing = cmd(
+        "grep -n cache gone.py", 2, None, output="grep: gone.py: No such file or directory\n"
+    )
+    assert last_read([fine]) is not None and last_read([fine, missing]).command == fine.command

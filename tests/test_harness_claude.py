@@ -407,8 +407,11 @@ def check_scenario_dump(context: str, launcher: psutil.Process, data_dir: Path) 
     # the rebuilt wheel and the recent commands
     assert "kernel-0.2-py3-none-any.whl" in context
     assert "make wheel" in context
-    # the launcher's debug line on the ranks not ready, in the log's tail
+    # the launcher's debug line on the ranks not ready, in the handover or the log's tail
     assert "rank 3 (tp3.safetensors: from the cache)" in context
+    # what the agent's newest look at the code showed it: the cache check it read
+    assert f"What `{READ}` showed you at " in context, context
+    assert "        if os.path.lexists(path):" in context, context
     # the token the launcher's debug line printed is shown redacted, the line kept, where shown
     if "(Authorization: Bearer" in context:
         assert "(Authorization: Bearer [REDACTED])" in context

@@ -266,6 +266,9 @@ def test_continue_after_a_background_launch_carries_what_the_agent_did(
     assert str(run.pid) in context, context
     assert "--batch-size 64" in context or "--batch-size" in context
     assert "waiting for dataloader worker 3 (shard-3.bin: from the cache)" in context
+    # what the agent's newest look at the code showed it: the cache check it read
+    assert 'What `grep -n -A12 "def stage_shards" train.py` showed you at ' in context, context
+    assert "        if os.path.lexists(path):" in context, context
     # the loader it waits for opens a FIFO older than the run: the user's run of yesterday's
     assert re.search(
         r"shard-3\.bin, a FIFO no process writes \(the open waits for a writer\); the FIFO is"

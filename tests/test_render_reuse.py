@@ -20,6 +20,7 @@ from ctxd.models import (
     HostInfo,
     JournalEntry,
     JournalIn,
+    LastRead,
     LogInfo,
     LogWatch,
     Observations,
@@ -231,6 +232,8 @@ def everything_to_cut() -> Snapshot:
     ]
     s.changes = [Change(kind="log", text="a new error")]
     n.recent_commands = [f"tail -n {k} logs/run0.log" for k in range(8)]
+    n.last_read = LastRead(command="grep -n -A11 'def main' serve.py", at=at,
+                           lines=[f"{k}:    step({k})" for k in range(12)])  # fmt: skip
     n.findings = [
         JournalEntry(id=k, session="s", kind="finding", text=long, created_at=at) for k in range(8)
     ]

@@ -91,6 +91,69 @@ def first_error_line(output: str) -> str | None:
     return None
 
 
+# Programs that show a file's text: what they print is what the agent read. A log's tail is
+# the Logs section's (read fresh there), so a look at a log is not one.
+_READERS = frozenset(
+    {"cat", "head", "tail", "sed", "grep", "egrep", "rg", "awk", "nl", "bat", "less", "more"}
+)
+_LOG = re.compile(r"\.(?:log|out|err)\b|(?:^|[\s/])logs?/")
+_SEGMENTS = re.compile(r"\|\||&&|[;|\n]")
+READ_LINES = 14  # of what the newest look at a file showed, the last lines kept
+READ_CHARS = 1400
+
+
+@dataclass
+class Read:
+    """The newest look at a file: its command, when, the last lines it showed, and how many
+    lines were above those."""
+
+    command: str
+    at: datetime
+    lines: list[str]
+    above: int
+
+
+def last_read(actions: Iterable[CommandLike]) -> Read | None:
+    """What the agent's newest look at a file showed it: the newest command that ran in the
+    foreground, exited 0 and printed something, whose programs are all file readers (`grep
+    -n -A12 "def stage" launch.py`, `sed -n 1,40p train.py | nl`) and which reads no log."""
+    found = None
+    for action in actions:
+        if _a_read(action):
+            found = action
+    if found is None:
+        return None
+    lines = found.output_tail.rstrip("\n").splitlines()
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines[-READ_LINES:]):
+        size += len(line) + 1
+        if size > READ_CHARS:
+            break
+        kept.append(line)
+    kept.reverse()
+    return Read(found.command, found.at, kept, len(lines) - len(kept))
+
+
+def _a_read(action: CommandLike) -> bool:
+    """A look at a file that worked: exit 0, or no exit status told (Codex tells none) and
+    no line of the reader's own complaint (`grep: x.py: No such file or directory`)."""
+    if action.exit_status not in (0, None) or action.background or action.refused:
+        return False
+    if not action.output_tail.strip() or _LOG.search(action.command):
+        return False
+    programs = []
+    for segment in _SEGMENTS.split(action.command):
+        words = [w for w in segment.split() if "=" not in w.split("/")[0]]  # no VAR=value
+        if words:
+            programs.append(words[0].rsplit("/", 1)[-1])
+    if not programs or not all(p in _READERS for p in programs):
+        return False
+    complaints = tuple(f"{p}: " for p in programs)
+    told = action.exit_status is not None
+    return told or not any(line.startswith(complaints) for line in action.output_tail.splitlines())
+
+
 def recent_commands(
     actions: Iterable[CommandLike],
     limit: int = RECENT_MAX,

@@ -114,6 +114,16 @@ class Said(BaseModel):
     text: str
 
 
+class LastRead(BaseModel):
+    """What the agent's newest look at a file showed it (a `grep`, `sed -n`, `cat` of code or
+    config, as the harness reported its output, redacted): the last lines of that output."""
+
+    command: str
+    at: datetime
+    lines: list[str]
+    above: int = 0  # lines of that output above those kept
+
+
 class Narrative(BaseModel):
     """The journal as a dump shows it: current state, grouped by kind."""
 
@@ -137,6 +147,7 @@ class Narrative(BaseModel):
     # first (a bare "continue" is an empty text), and what the agent last said it did or thought.
     user_messages: list[Said] = []
     agent_said: Said | None = None
+    last_read: LastRead | None = None  # what the agent's newest look at a file showed it
     # The news ctxd woke the agent with (issue 40), newest last: what it was told unasked.
     wakes: list[Said] = []
     # Since when the session slept unwatched before this version (issue 43), if it did

@@ -138,19 +138,13 @@ def stuck_trees(
                 evidence.append(f"log {log.path} silent {silent_for(log, at)}{tail}")
         if not evidence:
             continue  # idle and serving (or nothing expected of it): waiting, not stuck
-        # where they wait, one entry per distinct point (eight in one call is one), the tree's
-        # top apart: a launcher polling its workers is not one of them
-        waits = Counter(p.waiting for p in members if p.waiting and not p.root)
-        top = next((p for p in members if p.root and p.waiting), None)
-        if top is not None:
-            evidence.append(f"its top (pid {top.pid}) waiting in {top.waiting}")
-        if waits:
-            points = (
-                f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
-            )
-            evidence.append(("the others " if top else "") + "waiting in " + ", ".join(points))
+        # where they wait: the job's own lines, rank by rank, where they differ; else the
+        # kernel's wait points, one entry per distinct point (eight in one call is one), the
+        # tree's top apart (a launcher polling its workers is not one of them), and the
+        # Python stacks (the process rows give each one's kernel wait either way)
         apart = ranks.apart(members, current.processes.stuck_stacks, tree)
-        evidence += [] if apart else _python_waits(current, tree)
+        if not apart:
+            evidence += _kernel_waits(members) + _python_waits(current, tree)
         below = f" (its top and {len(members) - 1} below it)" if len(members) > 2 else ""
         text = (
             f"stuck: all {len(members)} processes in tree {tree}{below} idle for"
@@ -162,6 +156,18 @@ def stuck_trees(
                    text="; ".join([text, *apart, *evidence]))
         )  # fmt: skip
     return signals
+
+
+def _kernel_waits(members: list[ProcessInfo]) -> list[str]:
+    waits = Counter(p.waiting for p in members if p.waiting and not p.root)
+    top = next((p for p in members if p.root and p.waiting), None)
+    said = [f"its top (pid {top.pid}) waiting in {top.waiting}"] if top is not None else []
+    if waits:
+        points = (
+            f"{w} \N{MULTIPLICATION SIGN}{n}" if n > 1 else w for w, n in waits.most_common(4)
+        )
+        said.append(("the others " if top else "") + "waiting in " + ", ".join(points))
+    return said
 
 
 def _python_waits(current: Observations, tree: str) -> list[str]:

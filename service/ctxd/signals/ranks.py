@@ -202,7 +202,7 @@ _BEFORE_RUN_S = 2.0
 
 
 def _left_before(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
-    """"; the FIFO is older than this run: unchanged since 2026-12-06 23:12:40 UTC, 15 h
+    """ "; the FIFO is older than this run: unchanged since 2026-12-06 23:12:40 UTC, 15 h
     before pid 40 (the top of its tree) started", where the FIFO they wait to open is."""
     first = by_pid[pids[0]]
     written, top = first.waiting_on_written_at, by_pid.get(first.tree or first.pid, first)

@@ -135,6 +135,23 @@ def _recent_commands(keep: int) -> Step:
     return cut
 
 
+def _last_read_to(lines: int) -> Step:
+    """What the agent's newest look at a file showed, its last `lines` lines (none: the agent
+    can look again)."""
+
+    @_touches("narrative.last_read")
+    def cut(s: Snapshot, left: dict[str, str]) -> str:
+        read = s.narrative.last_read
+        if read is None or not lines:
+            s.narrative.last_read = None
+            return "what your newest look at a file showed"
+        read.above += max(0, len(read.lines) - lines)
+        read.lines = read.lines[-lines:]
+        return f"what your newest look at a file showed but its last {lines} lines"
+
+    return cut
+
+
 @_touches("observations.artifacts")
 def _artifacts(s: Snapshot, left: dict[str, str]) -> str:
     s.observations.artifacts.items = s.observations.artifacts.items[:3]
@@ -294,6 +311,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _stack_frames,
     _logs_to(10),
     _recent_commands(5),
+    _last_read_to(8),
     _artifacts,
     _logs_to(6),
     _logs_to(3),
@@ -301,6 +319,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _older_narrative(5),
     _workers_environments,
     _logs_to(0),
+    _last_read_to(0),
     _observed,
     _recent_commands(2),
     _older_narrative(1),
