@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxd.attempts.flags import process_name
+from ctxd.collectors.proc.procfs import true_start
 from ctxd.fmt import between, ranges
 from ctxd.models import ProcessInfo, StuckStack
 
@@ -206,12 +207,13 @@ def _left_before(pids: list[int], by_pid: dict[int, ProcessInfo]) -> str:
     before pid 40 (the top of its tree) started", where the FIFO they wait to open is."""
     first = by_pid[pids[0]]
     written, top = first.waiting_on_written_at, by_pid.get(first.tree or first.pid, first)
-    if written is None or (top.started_at - written).total_seconds() < _BEFORE_RUN_S:
+    started = true_start(top.started_at, top.host)  # as the dump's other start times read
+    if written is None or (started - written).total_seconds() < _BEFORE_RUN_S:
         return ""
     whose = f"pid {top.pid} (the top of its tree)" if top.pid not in pids else f"pid {top.pid}"
     return (
         f"; the FIFO is older than this run: unchanged since {written:%Y-%m-%d %H:%M:%S} UTC,"
-        f" {between(written, top.started_at)} before {whose} started"
+        f" {between(written, started)} before {whose} started"
     )
 
 
