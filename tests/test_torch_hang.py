@@ -137,9 +137,12 @@ def test_a_real_gloo_hang_is_handed_over_with_its_odd_rank(tmp_path: Path, tag: 
         wait_until(lambda: (workspace / "logs" / "tp2.log").read_text().count("shard loaded")
                    == 3, "three ranks to load their shards", limit=90)  # fmt: skip
         bash("tail -3 logs/tp2.log")
+        # the agent looks at the code the missing rank runs, and says what it saw
+        bash('grep -n -B2 -A4 "def load_shard" serve_tp.py')
         hook("Stop", stop_hook_active=False,
-             last_assistant_message="Relaunched on gloo; waiting for the all_reduce and for"
-             f" rank 0 to listen on {port}.")  # fmt: skip
+             last_assistant_message="Relaunched on gloo: ranks 0-2 loaded their shards, rank 3"
+             " has not, and load_shard opens shards/shard-3.bin as it does the others; waiting"
+             f" for the all_reduce and for rank 0 to listen on {port}.")  # fmt: skip
         time.sleep(STUCK_AFTER_S + 6)  # the user comes back once it has hung
         dump = hook("UserPromptSubmit", prompt="continue")["context"]
         (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
@@ -151,6 +154,8 @@ def test_a_real_gloo_hang_is_handed_over_with_its_odd_rank(tmp_path: Path, tag: 
     assert "Find which rank and why" in handover
     assert "keep NCCL_DEBUG=INFO" in handover  # the user's latest instruction
     assert "waiting for the all_reduce" in handover  # the agent's own last words
+    # and what its look at the code showed it
+    assert 'What `grep -n -B2 -A4 "def load_shard" serve_tp.py` showed you at ' in dump, dump
     assert "**stuck**" in handover and "4 workers expected (--nproc-per-node 4), 4 alive" in (
         handover
     )
