@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from ctxd.models.journal import LastRead
+
 RECENT_MAX = 10
 LAUNCH_CHARS = 100
 LINE_MAX_CHARS = 200
@@ -102,18 +104,7 @@ READ_LINES = 14  # of what the newest look at a file showed, the last lines kept
 READ_CHARS = 1400
 
 
-@dataclass
-class Read:
-    """The newest look at a file: its command, when, the last lines it showed, and how many
-    lines were above those."""
-
-    command: str
-    at: datetime
-    lines: list[str]
-    above: int
-
-
-def last_read(actions: Iterable[CommandLike]) -> Read | None:
+def last_read(actions: Iterable[CommandLike]) -> LastRead | None:
     """What the agent's newest look at a file showed it: the newest command that ran in the
     foreground, exited 0 and printed something, whose programs are all file readers (`grep
     -n -A12 "def stage" launch.py`, `sed -n 1,40p train.py | nl`) and which reads no log."""
@@ -132,7 +123,7 @@ def last_read(actions: Iterable[CommandLike]) -> Read | None:
             break
         kept.append(line)
     kept.reverse()
-    return Read(found.command, found.at, kept, len(lines) - len(kept))
+    return LastRead(command=found.command, at=found.at, lines=kept, above=len(lines) - len(kept))
 
 
 def _a_read(action: CommandLike) -> bool:

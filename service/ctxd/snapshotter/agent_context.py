@@ -10,7 +10,7 @@ from ctxd.attempts.model import AttemptUpdate
 from ctxd.discovery.actions import CommandAction
 from ctxd.discovery.recent import last_read, recent_commands
 from ctxd.discovery.workspace import GitSection, git_section
-from ctxd.models import LastRead, Narrative, Said, Session, Watch
+from ctxd.models import Narrative, Said, Session, Watch
 from ctxd.store.database import Store
 
 RECENT_COMMANDS = 8
@@ -53,10 +53,7 @@ def enrich(
             for line, i in launches}  # fmt: skip
     recent = recent_commands(recorded, RECENT_COMMANDS, made)
     narrative.recent_commands = [c.line() for c in recent]
-    if (read := last_read(recorded)) is not None:
-        narrative.last_read = LastRead(
-            command=read.command, at=read.at, lines=read.lines, above=read.above
-        )
+    narrative.last_read = last_read(recorded)
     narrative.workspace = _workspace(store, session, git)
     slept = store.list_actions(sid, "dormant", 1)
     if slept and (since := datetime.fromisoformat(slept[-1]["at"])) > store.last_snapshot_at(sid):
