@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
 from ctxd.collectors import CollectContext, processes
 from ctxd.discovery import procscan
@@ -89,6 +90,42 @@ def test_argv_inside_the_workspace_counts_and_one_shot_tools_do_not(tmp_path: Pa
         for child in (job, nap):
             child.kill()
             child.wait(timeout=10)
+
+
+def test_what_started_the_harness_and_the_harness_own_shells_are_not_found(
+    tmp_path: Path,
+) -> None:
+    """`npx claude -p …` leaves `npm exec claude -p …` above the harness in the project's
+    folder, with a shell between them and the harness's tool shell and its `sleep` below: none
+    of them is the agent's work; the app the agent started from that shell is."""
+    work, bin_dir = tmp_path / "shop", tmp_path / "bin"
+    work.mkdir()
+    bin_dir.mkdir()
+    (work / "app.py").write_text("import time; time.sleep(60)\n")
+    harness = bin_dir / "claude"  # the harness: runs the agent's command in a shell
+    harness.write_text(
+        f"#!{sys.executable}\nimport subprocess, time\n"
+        "subprocess.Popen(['bash', '-c', 'python3 app.py & sleep 60'])\ntime.sleep(60)\n"
+    )
+    harness.chmod(0o755)
+    (bin_dir / "wrapper.py").write_text("import subprocess, sys; subprocess.run(sys.argv[1:])\n")
+    (bin_dir / "npm").symlink_to(sys.executable)  # a program of its own name, as npm is
+    npm = subprocess.Popen(
+        [str(bin_dir / "npm"), str(bin_dir / "wrapper.py"), "sh", "-c", f"{harness} -p 'why?'"],
+        cwd=work, start_new_session=True,
+    )  # fmt: skip
+    try:
+
+        def app() -> list[procscan.Candidate]:
+            found = procscan.workspace_processes([str(work)], min_age_s=0)
+            return found if any(c.argv[-1:] == ["app.py"] for c in found) else []
+
+        found = wait_for(app)
+        assert [c.argv[-1] for c in found] == ["app.py"], found
+        assert psutil.Process(npm.pid).name() == "npm"  # not excluded by its own name
+    finally:
+        os.killpg(npm.pid, 9)
+        npm.wait(timeout=10)
 
 
 @pytest.mark.parametrize(

@@ -73,23 +73,46 @@ def harness_programs() -> frozenset[str]:
     return frozenset(programs() | OTHER_HARNESSES)
 
 
+def is_harness(name: str, argv: list[str]) -> bool:
+    """An agent harness's own process: `claude`, `node …/claude-code/cli.js`, `bun …/opencode`,
+    `node …/.bin/codex` (its npm launcher), `node …/gemini`, `python -m aider`."""
+    program = os.path.basename(argv[0]) if argv else name
+    harnesses = harness_programs()
+    if name in harnesses or program in harnesses:
+        return True
+    if program in _JS_RUNTIMES or program.startswith("python"):
+        tail = " ".join(argv[1:4]).lower()
+        return any(word in tail for word in harnesses)
+    return False
+
+
 def is_excluded(name: str, argv: list[str]) -> bool:
     """The harness, ctxd, an editor, a shell or a one-shot tool."""
     program = os.path.basename(argv[0]) if argv else name
     names = {name, program}
-    harnesses = harness_programs()
-    if names & (harnesses | EDITORS | SHELLS | ONE_SHOT) or "ctxd" in names:
+    if names & (EDITORS | SHELLS | ONE_SHOT) or "ctxd" in names or is_harness(name, argv):
         return True
-    if program in _JS_RUNTIMES or program.startswith("python"):
-        # `node …/claude-code/cli.js`, `bun …/opencode`, `node …/.bin/codex` (its npm
-        # launcher), `node …/gemini`, `python -m ctxd serve` (ctxd); a
-        # program that only has "ctxd" in an argument (`--tag ctxd-run-1`) is not ctxd.
-        tail = " ".join(argv[1:4]).lower()
-        if any(word in tail for word in harnesses):
-            return True
-        if any(arg == "ctxd" or arg.endswith("/ctxd") for arg in argv[1:4]):
-            return True
-    return False
+    # `python -m ctxd serve`: ctxd; a program that only has "ctxd" in an argument
+    # (`--tag ctxd-run-1`) is not ctxd
+    return program.startswith("python") and any(
+        arg == "ctxd" or arg.endswith("/ctxd") for arg in argv[1:4]
+    )
+
+
+def _wrappers(reads: dict[int, "Read"]) -> set[int]:
+    """The processes above a harness among `reads`: what started the agent's harness
+    (`npm exec claude`, `uv run`, a script that drives it) is never the agent's work, and its
+    tree holds the harness's own shells and helpers."""
+    above: set[int] = set()
+    for pid, (name, ppid, _, argv, _) in reads.items():
+        if not is_harness(name, list(argv)):
+            continue
+        seen = {pid}
+        while ppid in reads and ppid not in seen:
+            above.add(ppid)
+            seen.add(ppid)
+            ppid = reads[ppid][1]
+    return above
 
 
 def _read(pid: int, proc: str) -> tuple[str, int, float, list[str]] | None:
@@ -116,11 +139,9 @@ def _read(pid: int, proc: str) -> tuple[str, int, float, list[str]] | None:
 Read = tuple[str, int, float, Sequence[str], str | None]
 
 
-def _inside_table(
-    proc: str, inside: _Inside, own: frozenset[int], started_before: float
-) -> Iterator[tuple[int, Read]]:
-    """(pid, (name, ppid, start in ticks after boot, argv, cwd)) of each process started
-    before `started_before` (ticks after boot) whose cwd or an argument lies inside.
+def _inside_table(proc: str, inside: _Inside, own: frozenset[int]) -> Iterator[tuple[int, Read]]:
+    """(pid, (name, ppid, start in ticks after boot, argv, cwd)) of each process but ctxd's
+    own whose cwd or an argument lies inside.
 
     /proc itself is read through the process collector's table, which reads only processes
     it has not seen before (a crowd of 5,000 costs a listing, not 10,000 reads) and keeps each
@@ -128,7 +149,7 @@ def _inside_table(
     if proc != PROC:
         for entry in os.listdir(proc):
             read = _read(int(entry), proc) if entry.isdigit() else None
-            if read is None or int(entry) in own or read[2] > started_before:
+            if read is None or int(entry) in own:
                 continue
             cwd = _cwd(int(entry), proc)
             if inside(cwd) or any(inside(arg) for arg in read[3]):
@@ -148,7 +169,7 @@ def _inside_table(
     found = proctree.kept_matches(("inside", *inside.roots), table, is_inside, CWD_MAX_AGE_S)
     for pid in sorted(found):
         e = table[pid]
-        if e.start_ticks <= started_before and pid not in own:
+        if pid not in own:
             cwd = e.working_dir(pid, CWD_MAX_AGE_S)
             yield pid, (e.name, e.ppid, float(e.start_ticks), e.argv, cwd)
 
@@ -174,10 +195,11 @@ def workspace_processes(
     started_before = (now - min_age_s - boot) * ticks
     found: dict[int, Candidate] = {}
     inside = _Inside(roots)
-    for pid, (name, ppid, start, argv, cwd) in _inside_table(
-        proc, inside, proctree.own_family(), started_before
-    ):
-        if is_excluded(name, list(argv)):  # asked of the few inside: a crowd costs nothing
+    reads = dict(_inside_table(proc, inside, proctree.own_family()))
+    wrappers = _wrappers(reads)  # of every age: a harness starts after what started it
+    for pid, (name, ppid, start, argv, cwd) in reads.items():
+        # asked of the few inside: a crowd costs nothing
+        if start > started_before or pid in wrappers or is_excluded(name, list(argv)):
             continue
         found[pid] = Candidate(pid, ppid, name, list(argv), cwd, boot + start / ticks)
     for candidate in found.values():
