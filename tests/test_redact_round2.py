@@ -29,6 +29,13 @@ pytestmark = pytest.mark.usefixtures("fresh_redaction")
         (["gcc", "-pthread", "a.c"], ["gcc", "-pthread", "a.c"]),
         (["python", "-m", "pytest", "-p", "no:cacheprovider"], None),
         (["curl", "-u", "justauser", "h"], ["curl", "-u", "justauser", "h"]),
+        # an agent harness's -p is the user's prompt, as npx's is a package; a program ctxd
+        # does not know still has its -p value taken for a password
+        (["/usr/bin/claude", "-p", "why does it crash?"], None),
+        (["gemini", "-p", "fix the build"], None),
+        (["npm exec claude -p why does it crash --dangerously-skip-permissions"], None),
+        (["npx", "-p", "cowsay", "cowsay", "hi"], None),
+        (["mytool", "-p", "Hunter2Secret"], ["mytool", "-p", REDACTED]),
     ],
 )
 def test_password_flags(args: list[str], expected: list[str] | None) -> None:
@@ -187,3 +194,12 @@ def test_scrub_a_dumped_fact() -> None:
     assert redact.text("canary-fact-9901") == REDACTED, "and learned"
     plain = {"kind": "fact", "key": "gpu_count", "text": "eight GPUs"}
     assert redact.scrub(plain) == plain
+
+
+def test_a_harness_prompt_is_neither_redacted_nor_learned() -> None:
+    """`claude -p PROMPT` seen on the machine: the prompt stays, and is not learned, so the
+    user's words read as they were typed wherever else they show."""
+    prompt = "Get the shop app serving on a port"
+    assert redact.argv(["claude", "-p", prompt]) == ["claude", "-p", prompt]
+    assert redact.text(f'cd shop && claude -p "{prompt}"') == f'cd shop && claude -p "{prompt}"'
+    assert redact.text(prompt) == prompt

@@ -33,6 +33,7 @@ from ctxd.redact import learned as redact_learned
 from ctxd.redact import shapes as redact_shapes
 from ctxd.redact.names import is_secret_name
 from ctxd.redact.rules import (
+    _P_NOT_A_PASSWORD,
     _PASSWORD_PROGRAMS,
     _RULES,
     _TRIGGER,
@@ -185,12 +186,15 @@ def argv(args: Sequence[str]) -> list[str]:
     flag: str | None = None
     program = os.path.basename(args[0]) if args else ""
     password_program = bool(_PASSWORD_PROGRAMS.fullmatch(program))
+    p_not_a_password = program in _P_NOT_A_PASSWORD  # `claude -p PROMPT`, `ssh -p 2222`
     for arg in args:
         try:
             out.append(printable(_arg(arg, flag, password_program)))  # a flag's name too
         except Exception:
             out.append(WITHHELD)
         flag = arg if arg.startswith("-") and "=" not in arg else None
+        if flag == "-p" and p_not_a_password:
+            flag = None
     return out
 
 

@@ -128,13 +128,15 @@ def _flag_value(name: str, val: str, program_sets_p: bool = False) -> str | None
     return None
 
 
-# Programs whose `-p VALUE` is a port, pid, parent switch or plugin, never a password: in
-# free text, `mkdir -p logs` keeps its folder.
+# Programs whose `-p VALUE` is a port, pid, parent switch, plugin, package or an agent
+# harness's prompt, never a password: in free text, `mkdir -p logs` keeps its folder, and on a
+# command line `claude -p "why does it hang?"` keeps the user's words.
 _P_NOT_A_PASSWORD = frozenset({
     "mkdir", "cp", "mv", "ln", "install", "rsync", "scp", "sftp", "ssh", "docker", "podman",
     "kubectl", "ps", "pgrep", "pkill", "kill", "pidstat", "top", "htop", "strace", "gdb",
     "perf", "py-spy", "lsof", "taskset", "nc", "ncat", "ping", "iperf3", "pytest", "patch",
     "git", "tar", "xargs", "read", "uvicorn", "gunicorn", "ip", "ss", "netstat", "nvidia-smi",
+    "claude", "codex", "gemini", "opencode", "npm", "npx", "pnpm", "yarn", "bunx",
 })  # fmt: skip
 _COMMAND_START = re.compile(r"(?:^|[;&|\n(`]|\$\()\s*(?:sudo\s+)?([^\s;&|()]+)[^;&|\n(`]*$")
 
