@@ -314,3 +314,20 @@ def test_a_long_session_watches_the_logs_of_its_newest_launches(
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_relaunch_that_exports_a_variable_shows_it_on_the_program_it_runs(
+    server: Server, client: httpx.Client, tmp_path: Path
+):
+    """The first launch set nothing; the relaunch's line exports APP_DEBUG=1 before `nohup`:
+    the program's watch, kept from the first launch, now reads that variable too."""
+    client.put("/api/sessions/relaunch-env", json={"cwd": str(tmp_path)})
+    first = {"kind": "command", "command": "nohup python3 serve.py --port 30777 > a.log 2>&1 &",
+             "cwd": str(tmp_path)}  # fmt: skip
+    relaunch = "export APP_DEBUG=1; " + first["command"].replace("a.log", "b.log")
+    again = {**first, "command": relaunch}
+    for action in (first, again):
+        client.post("/api/sessions/relaunch-env/actions", json={"actions": [action]})
+    watches = client.get("/api/sessions/relaunch-env/watches").json()
+    (process,) = [w for w in watches if w["spec"]["kind"] == "process"]
+    assert process["spec"]["env"] == ["APP_DEBUG"], process

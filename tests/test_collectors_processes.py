@@ -46,6 +46,7 @@ def tree() -> Iterator[tuple[subprocess.Popen[str], int, str]]:
     argv = [sys.executable, "-c", PARENT, "--tp", "2", "--port", "8000"]
     argv += ["--disable-cuda-graph", "--api-key", SECRET, "--tag", tag]
     env = {**os.environ, "HF_TOKEN": "hf_secretvalue123456", "NCCL_DEBUG": "INFO"}
+    env |= {"APP_MODE": "canary", "LANG_SEEN": "x"}
     child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     grand = 0
     try:
@@ -94,16 +95,24 @@ def test_match_finds_root_with_flags_env_and_descendant(tree) -> None:
     assert leaf.env == {}
 
 
-def test_env_patterns_select_variables(tree) -> None:
+def test_env_patterns_add_variables_to_the_default_ones(tree) -> None:
+    """A watch's names are shown besides the defaults: a launch's `export APP_MODE=x` and the
+    debugging families both show, secrets redacted; what neither names stays out."""
     child, _, _ = tree
-    section = processes.collect([watch(pid=child.pid, env=["NCCL_*"])], context())
-    assert section.items[0].env == {"NCCL_DEBUG": "INFO"}
+    section = processes.collect([watch(pid=child.pid, env=["APP_*", "HF_TOKEN"])], context())
+    env = section.items[0].env
+    assert env["APP_MODE"] == "canary" and env["NCCL_DEBUG"] == "INFO"
+    assert env["HF_TOKEN"] == "[REDACTED]" and "LANG_SEEN" not in env
 
 
 def test_default_env_keeps_the_relevant_names_only() -> None:
     """A watch that names no `env` keeps what changes how GPU / ML servers behave."""
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "LANG": "C", "NCCL_DEBUG": "INFO", "TERM": "x"}
-    assert select(env, DEFAULT_ENV) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO"}
+    env |= {"APP_DEBUG": "1", "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "DEBUGGER": "x"}
+    assert select(env, DEFAULT_ENV) == {
+        "CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO", "APP_DEBUG": "1",
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    }  # fmt: skip
 
 
 def test_pid_watch_without_children(tree) -> None:
@@ -426,7 +435,7 @@ def test_a_kept_description_follows_secrets_learned_later_and_the_watch_spec() -
         rows = processes.collect([watch(match=tag)], ctx).items
         assert value not in " ".join(rows[0].argv) and "[REDACTED]" in rows[0].argv
         rows = processes.collect([watch(match=tag, env=["KEPT_*"])], ctx).items
-        assert rows[0].env == {"KEPT_MODE": "fast"}
+        assert rows[0].env["KEPT_MODE"] == "fast" and rows[0].env["NCCL_DEBUG"] == "INFO"
     finally:
         proc.kill()
         proc.wait(timeout=10)

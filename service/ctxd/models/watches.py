@@ -25,7 +25,10 @@ class ProcessWatch(Strict):
     cwd: Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^/")] | None = None
     expect_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default=[], max_length=32)
     env: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
-        default=[], max_length=64
+        default=[],
+        max_length=64,
+        description="variables (names or globs) to show besides the ones always shown: the"
+        " CUDA_, NCCL_, TORCH_, HF_, SGLANG_, VLLM_ and *_DEBUG* families, paths and ranks",
     )
     packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]] = Field(
         default=[], max_length=32

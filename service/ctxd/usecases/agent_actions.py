@@ -154,7 +154,8 @@ class ActionIntake:
 
     def _follow_newest(self, sid: str, attempts: list[Attempt]) -> None:
         """An automatic process watch of a program launched again expects what the newest
-        attempt expects, in its folder (the ports of run 1 are not run 24's)."""
+        attempt expects, in its folder (the ports of run 1 are not run 24's), and shows the
+        variables its line sets (`export APP_DEBUG=1; nohup …`) besides the earlier ones'."""
         for watch in self.store.list_watches(sid):
             spec = watch.spec
             if not watch.auto or not isinstance(spec, ProcessWatch):
@@ -162,8 +163,11 @@ class ActionIntake:
             for attempt in attempts:
                 if rules.program_pattern(attempt.argv) != spec.match:
                     continue
-                update = {"expect_ports": list(attempt.expected_ports), "cwd": attempt.cwd}
-                if update != {"expect_ports": spec.expect_ports, "cwd": spec.cwd}:
+                env = list(dict.fromkeys([*sorted(attempt.env), *spec.env]))[: rules.ENV_NAMES_MAX]
+                update: dict[str, object] = {
+                    "expect_ports": list(attempt.expected_ports), "cwd": attempt.cwd, "env": env
+                }  # fmt: skip
+                if update != {"expect_ports": spec.expect_ports, "cwd": spec.cwd, "env": spec.env}:
                     self.store.replace_spec(sid, watch.id, spec.model_copy(update=update))
 
     def _make_room(self, sid: str, wanted: int) -> int:

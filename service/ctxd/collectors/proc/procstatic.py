@@ -17,8 +17,9 @@ from ctxd.collectors.proc.argv import is_python, parse_flags
 from ctxd.models import Flag, ProcessWatch
 from ctxd.redact import known as redact_known
 
-# What decides how a GPU job behaves, and which Python and libraries it actually loads.
-_ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*")
+# What decides how a GPU job behaves, how loudly a program logs (`APP_DEBUG`,
+# `TORCH_DISTRIBUTED_DEBUG`), and which Python and libraries it actually loads.
+_ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*", "*_DEBUG*")
 _PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 # Which rank a process of a distributed job is: read whatever else a watch asks for.
 RANK_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
@@ -81,7 +82,7 @@ def describe(
     # the generation is read before redacting: a secret learned meanwhile re-describes
     known = signature(info, root, spec, zombie)
     argv = redact.argv(info["cmdline"] or [])
-    patterns = (tuple(spec.env) + RANK_ENV if spec.env else DEFAULT_ENV) if root else RANK_ENV
+    patterns = DEFAULT_ENV + tuple(spec.env) if root else RANK_ENV  # a watch's names add
     again = []
     if root and not zombie:
         again = relaunch.block(
