@@ -1,0 +1,140 @@
+"""A newcomer's own small project under the real Claude Code, started the way a newcomer starts
+it: `npx claude -p "…"` in the project's folder, ctxd installed with one command, nothing
+registered by hand.
+
+npx leaves `npm exec claude -p <the prompt>` running above the harness, in the project's
+folder, for as long as the harness runs: ctxd must not take it for the agent's work (an
+attempt that "ended after 6 s", its shells and `sleep` "crashed" with the app's error), nor its
+`-p` for a password (the user's objective shown as "[REDACTED]"). The agent's app dies at once
+with `--workers 0`; the relaunch exports APP_DEBUG=1 before `nohup` and serves; the user then
+asks to keep APP_DEBUG=1, and comes back with "continue".
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import Server, free_port
+from tests.scripted_model import ScriptedModel, Step
+from tests.test_harness_claude import CLAUDE
+
+HARNESS = CLAUDE.parents[2]  # the npm prefix that holds Claude Code
+NPX = shutil.which("npx")
+ASK = "Get the shop app serving on a port and find out why it crashes at start."
+LATER = "Keep APP_DEBUG=1 on whatever you run next."
+APP = '''\
+"""The shop's web app: it serves on --port with --workers threads, and refuses 0 workers."""
+import argparse, datetime, http.server, os, socketserver
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int); parser.add_argument("--workers", type=int, default=1)
+args = parser.parse_args()
+
+def log(text):
+    print(f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S} {text}", flush=True)
+
+debug = os.environ.get("APP_DEBUG")
+log(f"starting on port {args.port} with {args.workers} workers, debug={debug}")
+if args.workers < 1:
+    raise ValueError(f"--workers must be at least 1, got {args.workers}")
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *_):
+        log("GET " + self.path)
+
+server = socketserver.ThreadingTCPServer(("127.0.0.1", args.port), Handler)
+log("serving")
+server.serve_forever()
+'''
+
+
+@pytest.fixture
+def shop() -> Iterator[Path]:
+    top = Path(tempfile.mkdtemp(prefix="work-")) / "shop"
+    top.mkdir()
+    (top / "app.py").write_text(APP)
+    git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "the shop's app"], check=True)
+    yield top
+    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
+        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
+            proc.kill()
+    shutil.rmtree(top.parent, ignore_errors=True)
+
+
+def npx_claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": model.url,
+        "ANTHROPIC_API_KEY": "sk-ant-scripted-model",
+        "IS_SANDBOX": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "npm_config_offline": "true",  # the installed package, never the registry
+    }
+    argv = [str(NPX), "--prefix", str(HARNESS), "claude", *args, "--dangerously-skip-permissions"]
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(
+    not CLAUDE.exists() or NPX is None, reason="Claude Code or npx not installed (`make test`)"
+)
+def test_a_newcomers_app_under_npx_claude_reads_true(server: Server, shop: Path, tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(
+        [sys.executable, "-m", "ctxd", "--url", server.url, "install", "claude"],
+        capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    port = free_port()
+    launch = f"nohup python3 app.py --port {port} --workers {{}} > {{}} 2>&1 &"
+    model = ScriptedModel(
+        [
+            Step(bash=launch.format(0, "app1.log")),
+            # long enough for ctxd to scan the folder while `npm exec claude` runs above
+            Step(bash="sleep 6; tail -3 app1.log"),
+            Step(bash="export APP_DEBUG=1; " + launch.format(2, "app2.log")),
+            Step(bash=f"sleep 2; curl -s 127.0.0.1:{port}/"),
+            Step(text="It crashed on --workers 0; relaunched with 2 workers and APP_DEBUG=1."),
+            Step(text="I will keep APP_DEBUG=1."),
+            Step(text="Picking up where we were."),
+        ]
+    )
+    try:
+        npx_claude(["-p", ASK], shop, home, model)
+        npx_claude(["--continue", "-p", LATER], shop, home, model)
+        time.sleep(3)
+        npx_claude(["--continue", "-p", "continue"], shop, home, model)
+    finally:
+        model.close()
+    context = model.context_of_last_turn()
+    (Path(__file__).parent / "artifacts").mkdir(exist_ok=True)
+    (Path(__file__).parent / "artifacts" / "harness_claude_npx_continue.txt").write_text(context)
+
+    # the user's words as they typed them: `-p` before a harness's prompt is no password
+    assert "**Objective** (the user's first prompt" in context and ASK in context, context
+    assert LATER in context and "[REDACTED]" not in context
+    # two attempts, both the app's; npx, Claude Code and its shells are none of them
+    attempts = context[context.index("## Attempts") : context.index("## Recent commands")]
+    assert re.findall(r"\*\*attempt (\d+)\*\*", attempts) == ["1", "2"], attempts
+    assert "claude" not in attempts and "npm" not in context.split("## Processes")[1]
+    assert "crashed" not in context and "**critical**" not in context, context
+    assert "ValueError: --workers must be at least 1, got 0" in attempts
+    # the variable the relaunch exported, read from the running app's own environment
+    running = context[context.index("## Processes") : context.index("## Ports")]
+    assert "Environment:" in running and "APP_DEBUG=1" in running, running
