@@ -109,6 +109,7 @@ def test_default_env_keeps_the_relevant_names_only() -> None:
     """A watch that names no `env` keeps what changes how GPU / ML servers behave."""
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "LANG": "C", "NCCL_DEBUG": "INFO", "TERM": "x"}
     env |= {"APP_DEBUG": "1", "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "DEBUGGER": "x"}
+    env |= {"NVPL_BLAS_DEBUG_CPU_TYPE": "1"}  # a library's own switch, not a log level
     assert select(env, DEFAULT_ENV) == {
         "CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO", "APP_DEBUG": "1",
         "TORCH_DISTRIBUTED_DEBUG": "DETAIL",

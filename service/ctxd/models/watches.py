@@ -28,7 +28,7 @@ class ProcessWatch(Strict):
         default=[],
         max_length=64,
         description="variables (names or globs) to show besides the ones always shown: the"
-        " CUDA_, NCCL_, TORCH_, HF_, SGLANG_, VLLM_ and *_DEBUG* families, paths and ranks",
+        " CUDA_, NCCL_, TORCH_, HF_, SGLANG_, VLLM_ and *_DEBUG families, paths and ranks",
     )
     packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]] = Field(
         default=[], max_length=32

@@ -19,7 +19,7 @@ from ctxd.redact import known as redact_known
 
 # What decides how a GPU job behaves, how loudly a program logs (`APP_DEBUG`,
 # `TORCH_DISTRIBUTED_DEBUG`), and which Python and libraries it actually loads.
-_ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*", "*_DEBUG*")
+_ML_ENV = ("CUDA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "HF_*", "SGLANG_*", "VLLM_*", "*_DEBUG")
 _PATH_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 # Which rank a process of a distributed job is: read whatever else a watch asks for.
 RANK_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
