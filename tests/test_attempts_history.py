@@ -77,15 +77,19 @@ def test_a_folded_flag_of_a_few_words_names_the_attempts_each_value_held_for(tmp
     ended = T0 + timedelta(hours=1)
     rows = [
         _launch(n, ["python", "serve.py", "--run", str(n), "--algo", algos[(n - 1) // 5 % 3]],
-                T0 + timedelta(minutes=n), ended_at=ended, error="RuntimeError: NCCL error")
+                T0 + timedelta(minutes=n), ended_at=ended, error="RuntimeError: NCCL error",
+                env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN" if n < 12 else "INFO"})
         for n in range(1, 31)
     ]  # fmt: skip
     _save(store, *rows)
     (fold, *shown) = history.history(store, "s", [])
     assert len(shown) == 6 and fold.first == 1 and fold.last == 24
+    # the variable none of them changed is said once, for all; the one that changed, by value
     assert fold.changed == (
         "varied: --algo Ring (1\N{EN DASH}5, 16\N{EN DASH}20), Tree (6\N{EN DASH}10,"
-        " 21\N{EN DASH}24), NVLS (11\N{EN DASH}15); --run 1\N{HORIZONTAL ELLIPSIS}24 (24 values)"
+        " 21\N{EN DASH}24), NVLS (11\N{EN DASH}15); --run 1\N{HORIZONTAL ELLIPSIS}24 (24 values);"
+        " NCCL_DEBUG WARN (1\N{EN DASH}11), INFO (12\N{EN DASH}24);"
+        " all with NCCL_SOCKET_IFNAME=eth0"
     ), fold.changed
 
 

@@ -177,7 +177,10 @@ def _held(older: list[Light], first_attempt: Attempt) -> str:
         for (at, value), (following, _) in zip(points, [*points[1:], (end + 1, "")], strict=True):
             held.setdefault(value, []).extend(range(at, following))
         said.append(f"{name} " + ", ".join(f"{v} ({ranges(n)})" for v, n in held.items()))
-    return "; ".join(said)
+    # the variables every one of them ran with: no diff names them, and a reader asked
+    # which interface the first 194 runs used before the one that served
+    kept = [f"{k}={v}" for k, v in sorted(first_attempt.env.items()) if k not in changes]
+    return "; ".join([*said, *(["all with " + " ".join(kept)] if kept else [])])
 
 
 def _values(attempt: Attempt) -> dict[str, str]:
