@@ -139,3 +139,20 @@ def test_a_look_whose_exit_the_harness_never_told_counts_unless_it_complained() 
         "grep -n cache gone.py", 2, None, output="grep: gone.py: No such file or directory\n"
     )
     assert last_read([fine]) is not None and last_read([fine, missing]).command == fine.command
+
+
+def test_a_page_asked_of_a_server_is_a_look_and_a_request_that_sends_is_not() -> None:
+    """`sleep 2; curl -s 127.0.0.1:8000/` shows the agent what its server answered: kept. A
+    POST, a form, a download to a file, or `sleep` alone is no look."""
+    page = cmd("sleep 2; curl -s 127.0.0.1:8000/", 1, output="ok\n")
+    read = last_read([page])
+    assert read is not None and read.lines == ["ok"] and read.command == page.command
+    for other in (
+        "curl -s -X POST 127.0.0.1:8000/reload",
+        "curl -s -d '{}' 127.0.0.1:8000/v1/completions",
+        "curl -s --data-binary @q.json 127.0.0.1:8000/",
+        "curl -sO https://example.com/model.bin",
+        "sleep 5",
+        "curl -s 127.0.0.1:8000/ && python3 check.py",
+    ):
+        assert last_read([page, cmd(other, 2, output="done\n")]) == read, other

@@ -33,7 +33,7 @@ ASK = "Get the shop app serving on a port and find out why it crashes at start."
 LATER = "Keep APP_DEBUG=1 on whatever you run next."
 APP = '''\
 """The shop's web app: it serves on --port with --workers threads, and refuses 0 workers."""
-import argparse, datetime, http.server, os, socketserver
+import argparse, datetime, http.server, os, queue, socketserver, threading
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int); parser.add_argument("--workers", type=int, default=1)
@@ -53,8 +53,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *_):
         log("GET " + self.path)
 
-server = socketserver.ThreadingTCPServer(("127.0.0.1", args.port), Handler)
-log("serving")
+class Server(socketserver.TCPServer):
+    """Each request handed to one of --workers threads, started up front."""
+    def process_request(self, request, address):
+        requests.put((request, address))
+
+def work():
+    while True:
+        request, address = requests.get()
+        server.finish_request(request, address)
+        server.shutdown_request(request)
+
+requests = queue.Queue()
+server = Server(("127.0.0.1", args.port), Handler)
+for _ in range(args.workers):
+    threading.Thread(target=work, daemon=True).start()
+log(f"serving with {args.workers} worker threads")
 server.serve_forever()
 '''
 
@@ -138,3 +152,6 @@ def test_a_newcomers_app_under_npx_claude_reads_true(server: Server, shop: Path,
     # the variable the relaunch exported, read from the running app's own environment
     running = context[context.index("## Processes") : context.index("## Ports")]
     assert "Environment:" in running and "APP_DEBUG=1" in running, running
+    assert "| 3 |" in running  # its main thread and its two workers
+    # what the server answered the agent's own request, as the harness reported it
+    assert f"What `sleep 2; curl -s 127.0.0.1:{port}/` showed you at " in context, context

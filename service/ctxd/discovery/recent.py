@@ -98,6 +98,14 @@ def first_error_line(output: str) -> str | None:
 _READERS = frozenset(
     {"cat", "head", "tail", "sed", "grep", "egrep", "rg", "awk", "nl", "bat", "less", "more"}
 )
+# A page asked of a server, as `curl -s 127.0.0.1:8000/health` asks it: a look too, but for a
+# request that sends or changes something, or writes the answer to a file.
+_URL_READER = "curl"
+_NOT_A_LOOK = re.compile(
+    r"\s(?:-[A-Za-z]*[dFTXoO]|--(?:data|form|upload|request|output|remote-name))"
+)
+# Programs that print nothing of their own: allowed beside a reader (`sleep 2; curl …`).
+_QUIET = frozenset({"sleep", "cd", "true"})
 _LOG = re.compile(r"\.(?:log|out|err)\b|(?:^|[\s/])logs?/")
 _SEGMENTS = re.compile(r"\|\||&&|[;|\n]")
 READ_LINES = 14  # of what the newest look at a file showed, the last lines kept
@@ -107,7 +115,8 @@ READ_CHARS = 1400
 def last_read(actions: Iterable[CommandLike]) -> LastRead | None:
     """What the agent's newest look at a file showed it: the newest command that ran in the
     foreground, exited 0 and printed something, whose programs are all file readers (`grep
-    -n -A12 "def stage" launch.py`, `sed -n 1,40p train.py | nl`) and which reads no log."""
+    -n -A12 "def stage" launch.py`, `sed -n 1,40p train.py | nl`) or a page asked of a server
+    (`sleep 2; curl -s 127.0.0.1:8000/`), and which reads no log."""
     found = None
     for action in actions:
         if _a_read(action):
@@ -138,9 +147,12 @@ def _a_read(action: CommandLike) -> bool:
         words = [w for w in segment.split() if "=" not in w.split("/")[0]]  # no VAR=value
         if words:
             programs.append(words[0].rsplit("/", 1)[-1])
-    if not programs or not all(p in _READERS for p in programs):
+        if programs and programs[-1] == _URL_READER and _NOT_A_LOOK.search(segment):
+            return False
+    readers = [p for p in programs if p not in _QUIET]
+    if not readers or not all(p in _READERS or p == _URL_READER for p in readers):
         return False
-    complaints = tuple(f"{p}: " for p in programs)
+    complaints = tuple(f"{p}: " for p in readers)
     told = action.exit_status is not None
     return told or not any(line.startswith(complaints) for line in action.output_tail.splitlines())
 
