@@ -69,7 +69,9 @@ def test_parse_os_release(text: str, expected: str) -> None:
     assert parse_os_release(text) == expected
 
 
-def test_disks_for_data_dir_and_watched_paths(tmp_path: Path) -> None:
+def test_disks_for_watched_paths_and_the_data_dir(tmp_path: Path) -> None:
+    """The disk of the work (a watched log's folder, as far as it exists) is named first; ctxd's
+    store, on the same filesystem, adds no line; with nothing watched, the store's is shown."""
     from datetime import UTC, datetime
 
     from ctxd.models import LogWatch, Watch
@@ -78,8 +80,9 @@ def test_disks_for_data_dir_and_watched_paths(tmp_path: Path) -> None:
                 spec=LogWatch(path=str(tmp_path / "not-yet" / "*.log")))  # fmt: skip
     ctx = CollectContext(settings=Settings(data_dir=tmp_path / "data"))
     info = host.collect([log], ctx)
-    assert info.disks and info.disks[0].path.endswith("data")
+    assert info.disks and info.disks[0].path == str(tmp_path)
     assert len(info.disks) == 1  # the same filesystem is listed once
+    assert host.collect([], ctx).disks[0].path.endswith("data")
     assert 0 < info.disks[0].free_bytes <= info.disks[0].total_bytes
     assert info.uptime_s and info.uptime_s > 0 and info.swap_total_bytes is not None
 

@@ -80,8 +80,8 @@ def _watched_paths(watches: list[Watch]) -> list[str]:
     paths = []
     for watch in watches:
         if isinstance(watch.spec, LogWatch | ArtifactWatch) and watch.spec.path.startswith("/"):
-            paths.append(watch.spec.path)
-    return paths
+            paths.append(_existing_folder(watch.spec.path) or watch.spec.path)
+    return list(dict.fromkeys(paths))
 
 
 def parse_os_release(text: str) -> str:
@@ -154,8 +154,9 @@ def collect(watches: list[Watch], ctx: CollectContext, os_release: Path = OS_REL
                 "swap_total_bytes": lambda: psutil.swap_memory().total,
                 "swap_used_bytes": lambda: psutil.swap_memory().used,
                 "uptime_s": lambda: max(0.0, time.time() - psutil.boot_time()),
+                # the work's own disk first, named by its folder; ctxd's store on another
                 "disks": lambda: disks(
-                    [str(ctx.settings.data_dir.resolve()), *_watched_paths(watches)]
+                    [*_watched_paths(watches), str(ctx.settings.data_dir.resolve())]
                 ),
             }
         )
