@@ -69,8 +69,9 @@ SERVER = textwrap.dedent(
 )
 # The last instruction says what fixes it: the NIC, not the algorithm the others kept trying.
 LAST = (
-    "Instruction 20: NCCL dials 10.0.3.7 over eth0 and nothing listens there now; bind NCCL to the"
-    " loopback (NCCL_SOCKET_IFNAME=lo) and go back to --nccl-algo PAT"
+    "Instruction 20: NCCL dials 10.0.3.7 over eth0, our old head node, retired last week:"
+    " nothing listens there now. Bind NCCL to the loopback (NCCL_SOCKET_IFNAME=lo) and go back"
+    " to --nccl-algo PAT"
 )
 
 
