@@ -152,14 +152,45 @@ def test_a_command_reported_after_a_snapshot_saw_its_process_is_one_attempt(tmp_
                       started_at=T0 + timedelta(seconds=1), command="nohup python3 serve.py …",
                       tool_id="toolu_1", logs=("/srv/run7.log",), expected_ports=(),
                       pid=None)  # fmt: skip
-    key = binding.seen_before(store, "s", attempt)
-    assert key == f"4242:{T0.timestamp()}"
+    seen = binding.seen_before(store, "s", attempt)
+    assert seen is not None and seen.start_key == f"4242:{T0.timestamp()}"
     other = replace(attempt, argv=("python3", "serve.py", "--run", "8"))
     assert binding.seen_before(store, "s", other) is None  # other flags: a new attempt
+    key = seen.start_key
     joined = AttemptUpdate(key, bound_from=key, command=attempt.command, logs=attempt.logs)
     store.save_attempts("s", [joined])
     (row,) = store.list_attempts("s")
     assert row.command == "nohup python3 serve.py …" and list(row.logs) == ["/srv/run7.log"]
+
+
+def test_a_process_read_as_it_exited_keeps_the_variables_its_line_set(tmp_path):
+    """A snapshot saw the launch's process as it exited (/proc gave no environment), then the
+    harness reported its line `NCCL_SOCKET_IFNAME=eth0 nohup python3 serve.py …`: the attempt
+    keeps the line's variables, so the next attempt's diff does not say they were removed;
+    a process bound as it ran keeps its line's too, beside what /proc showed."""
+    store = _store(tmp_path)
+    argv = ["/usr/bin/python3", "serve.py", "--run", "7"]
+    _save(store, _launch(4242, argv, T0))  # seen first, exiting: no environment read
+    attempt = Attempt(start_key="cmd:x", argv=("python3", "serve.py", "--run", "7"), cwd="/srv",
+                      started_at=T0 + timedelta(seconds=1), command="… nohup python3 serve.py …",
+                      tool_id="toolu_1", logs=(), expected_ports=(), pid=None,
+                      env={"NCCL_SOCKET_IFNAME": "eth0"})  # fmt: skip
+    store.save_attempts("s", [binding.joining(store, "s", attempt)])
+    (row,) = store.list_attempts("s")
+    assert row.env == {"NCCL_SOCKET_IFNAME": "eth0"}
+    # bound as it ran: /proc's values (as they ran) beside the line's
+    bound = binding._bound(
+        replace(attempt, env={"NCCL_SOCKET_IFNAME": "$NIC", "NCCL_DEBUG": "INFO"}),
+        AttemptUpdate(
+            "4243:x",
+            started_at=T0,
+            logs=(),
+            env={"NCCL_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": "0"},
+        ),  # fmt: skip
+    )
+    assert bound.env == {
+        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0"
+    }  # fmt: skip
 
 
 def test_an_attempt_whose_process_is_a_zombie_has_ended_with_its_logs_error(tmp_path):

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
 from ctxd.attempts.flags import program_of
-from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given
+from ctxd.attempts.model import UNCHANGED, Attempt, AttemptUpdate, given, given_or, reported
 from ctxd.collectors.logs import last_error
 from ctxd.collectors.proc import procevents
 from ctxd.collectors.proc.procfs import true_start
@@ -208,12 +208,14 @@ def _passing(p: ProcessInfo) -> bool:
 def _bound(born: Attempt, update: AttemptUpdate) -> AttemptUpdate:
     """What a root process's update takes from the attempt its command made: that attempt's
     place (`bound_from`), its command, its time (the earlier: a kernel start time is a
-    second coarse) and expected ports, and its logs beside those the process writes."""
+    second coarse) and expected ports, its logs beside those the process writes, and the
+    variables its line set beside those /proc shows (none, for a process already exiting)."""
     return replace(
         update,
         bound_from=born.start_key,
         seen=True,
         command=born.command,
+        env={**born.env, **given_or(update.env, {})},
         started_at=min(born.started_at, given(update.started_at)),
         expected_ports=born.expected_ports,
         logs=tuple(sorted(set(born.logs) | set(given(update.logs)))),
@@ -244,15 +246,35 @@ def _born_with(
     return None
 
 
-def seen_before(store: Store, sid: str, attempt: Attempt) -> str | None:
-    """The start key of the attempt a snapshot already saw running for this attempt's command
-    (a snapshot can come between the command and the harness's report of it): the newest
-    root process no command accounts for, of the same program and arguments in the same
-    folder, started around the command. None: the attempt is new."""
+def joining(store: Store, sid: str, attempt: Attempt) -> AttemptUpdate:
+    """The attempt a command makes, to save: a new one, or, when a snapshot already saw its
+    process before the harness reported the command, that attempt given its command (one
+    attempt, not two: a process seen early and a command that 'died before ctxd saw it')."""
+    seen = seen_before(store, sid, attempt)
+    if seen is None:
+        return reported(attempt)
+    return AttemptUpdate(
+        start_key=seen.start_key,
+        bound_from=seen.start_key,
+        command=attempt.command,
+        tool_id=attempt.tool_id,
+        logs=attempt.logs,
+        expected_ports=attempt.expected_ports,
+        # the variables its line set beside what /proc showed, which tells their values as
+        # they ran (none, for a process read as it exited)
+        env={**attempt.env, **seen.env},
+    )
+
+
+def seen_before(store: Store, sid: str, attempt: Attempt) -> Attempt | None:
+    """The attempt a snapshot already saw running for this attempt's command (a snapshot can
+    come between the command and the harness's report of it): the newest root process no
+    command accounts for, of the same program and arguments in the same folder, started
+    around the command. None: the attempt is new."""
     for other in reversed(store.list_attempts(sid, limit=SEEN_BEFORE_READ)):
         unaccounted = other.command is None and other.seen and other.pid is not None
         if unaccounted and _born_with(other.argv, other.cwd, other.started_at, [attempt], set()):
-            return other.start_key
+            return other
     return None
 
 

@@ -202,7 +202,9 @@ def _with_pending(stored: list[Attempt], pending: Sequence[AttemptUpdate]) -> li
                 # as stored: a process's argv is written once, when it binds its attempt
                 argv=given(update.argv) if update.bound_from is not UNCHANGED else current.argv,
                 started_at=given_or(update.started_at, current.started_at),
-                env=given_or(update.env, current.env),
+                # one exec's environment: what /proc read adds to what its line set (a read
+                # of an exiting process finds none, and takes nothing away)
+                env={**current.env, **given_or(update.env, {})},
                 seen=bool(given_or(update.seen, current.seen)),
                 ended_at=given_or(update.ended_at, current.ended_at),
                 port_opened=None if opened is None else bool(opened),

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ctxd import confine, redact
 from ctxd.attempts import binding
-from ctxd.attempts.model import Attempt, AttemptUpdate, reported
+from ctxd.attempts.model import Attempt
 from ctxd.discovery import procscan, rules
 from ctxd.discovery.actions import Action, CommandAction
 from ctxd.discovery.shellparse import CommandFacts, SimpleCommand, parse_command
@@ -127,7 +127,9 @@ class ActionIntake:
             attempts = [_attempt(action, facts, *each) for each in zip(launches, logs, strict=True)]
             self._follow_newest(sid, attempts)
             with self.store.held():  # see binding.save
-                self.store.save_attempts(sid, [self._reported(sid, a) for a in attempts])
+                self.store.save_attempts(
+                    sid, [binding.joining(self.store, sid, a) for a in attempts]
+                )
         if facts.builds:
             with self._lock:
                 since = self._last_at.get(sid) or action.at - timedelta(seconds=BUILD_WINDOW_S)
@@ -135,22 +137,6 @@ class ActionIntake:
         if facts.launches or action.background or facts.builds:
             self._settle_later(sid)
         return added
-
-    def _reported(self, sid: str, attempt: Attempt) -> AttemptUpdate:
-        """The attempt to save: a new one, or, when a snapshot already saw its process before
-        the harness reported the command, that attempt given its command (one attempt, not
-        two: a process seen early and a command that 'died before ctxd saw it')."""
-        key = binding.seen_before(self.store, sid, attempt)
-        if key is None:
-            return reported(attempt)
-        return AttemptUpdate(
-            start_key=key,
-            bound_from=key,
-            command=attempt.command,
-            tool_id=attempt.tool_id,
-            logs=attempt.logs,
-            expected_ports=attempt.expected_ports,
-        )
 
     def _follow_newest(self, sid: str, attempts: list[Attempt]) -> None:
         """An automatic process watch of a program launched again expects what the newest
