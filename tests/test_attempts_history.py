@@ -186,7 +186,7 @@ def test_a_process_read_as_it_exited_keeps_the_variables_its_line_set(tmp_path):
             started_at=T0,
             logs=(),
             env={"NCCL_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": "0"},
-        ),  # fmt: skip
+        ),
     )
     assert bound.env == {
         "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0"

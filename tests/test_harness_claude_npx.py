@@ -5,9 +5,10 @@ registered by hand.
 npx leaves `npm exec claude -p <the prompt>` running above the harness, in the project's
 folder, for as long as the harness runs: ctxd must not take it for the agent's work (an
 attempt that "ended after 6 s", its shells and `sleep` "crashed" with the app's error), nor its
-`-p` for a password (the user's objective shown as "[REDACTED]"). The agent's app dies at once
-with `--workers 0`; the relaunch exports APP_DEBUG=1 before `nohup` and serves; the user then
-asks to keep APP_DEBUG=1, and comes back with "continue".
+`-p` for a password (the user's objective shown as "[REDACTED]"). The app, launched as it is,
+dies at once: the project's config.ini sets 0 workers, which it refuses; the agent reads why,
+and its relaunch with `--workers 2` exports APP_DEBUG=1 before `nohup` and serves; the user
+then asks to keep APP_DEBUG=1, and comes back with "continue".
 """
 
 import os
@@ -31,12 +32,22 @@ HARNESS = CLAUDE.parents[2]  # the npm prefix that holds Claude Code
 NPX = shutil.which("npx")
 ASK = "Get the shop app serving on a port and find out why it crashes at start."
 LATER = "Keep APP_DEBUG=1 on whatever you run next."
+# last week's change: the number of workers moved into the config, and 0 was committed
+WHY = (
+    "It crashed at start because config.ini sets workers = 0 and app.py refuses 0 workers."
+    " Relaunched with --workers 2 and APP_DEBUG=1: it serves and answers ok."
+)
+CONFIG = "[server]\n# threads that answer requests\nworkers = 0\n"
 APP = '''\
-"""The shop's web app: it serves on --port with --workers threads, and refuses 0 workers."""
-import argparse, datetime, http.server, os, queue, socketserver, threading
+"""The shop's web app: it serves on --port with --workers threads (config.ini's by default),
+and refuses 0 workers."""
+import argparse, configparser, datetime, http.server, os, queue, socketserver, threading
 
+config = configparser.ConfigParser()
+config.read("config.ini")
 parser = argparse.ArgumentParser()
-parser.add_argument("--port", type=int); parser.add_argument("--workers", type=int, default=1)
+parser.add_argument("--port", type=int)
+parser.add_argument("--workers", type=int, default=config.getint("server", "workers"))
 args = parser.parse_args()
 
 def log(text):
@@ -45,7 +56,7 @@ def log(text):
 debug = os.environ.get("APP_DEBUG")
 log(f"starting on port {args.port} with {args.workers} workers, debug={debug}")
 if args.workers < 1:
-    raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    raise ValueError(f"workers must be at least 1, got {args.workers} (config.ini or --workers)")
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -78,6 +89,7 @@ def shop() -> Iterator[Path]:
     top = Path(tempfile.mkdtemp(prefix="work-")) / "shop"
     top.mkdir()
     (top / "app.py").write_text(APP)
+    (top / "config.ini").write_text(CONFIG)
     git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
@@ -116,16 +128,20 @@ def test_a_newcomers_app_under_npx_claude_reads_true(server: Server, shop: Path,
         capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
     )  # fmt: skip
     port = free_port()
-    launch = f"nohup python3 app.py --port {port} --workers {{}} > {{}} 2>&1 &"
+    launch = f"nohup python3 app.py --port {port}{{}} > {{}} 2>&1 &"
     model = ScriptedModel(
         [
-            Step(bash=launch.format(0, "app1.log")),
+            Step(bash=launch.format("", "app1.log")),  # as it is
             # long enough for ctxd to scan the folder while `npm exec claude` runs above
             Step(bash="sleep 6; tail -3 app1.log"),
-            Step(bash="export APP_DEBUG=1; " + launch.format(2, "app2.log")),
+            Step(bash="grep -n workers config.ini"),
+            Step(bash="export APP_DEBUG=1; " + launch.format(" --workers 2", "app2.log")),
             Step(bash=f"sleep 2; curl -s 127.0.0.1:{port}/"),
-            Step(text="It crashed on --workers 0; relaunched with 2 workers and APP_DEBUG=1."),
-            Step(text="I will keep APP_DEBUG=1."),
+            Step(text=WHY),
+            Step(
+                text="I will keep APP_DEBUG=1 on every run. Next I set workers = 2 in"
+                " config.ini, so the app starts as it is, and relaunch it that way."
+            ),
             Step(text="Picking up where we were."),
         ]
     )
@@ -148,7 +164,8 @@ def test_a_newcomers_app_under_npx_claude_reads_true(server: Server, shop: Path,
     assert re.findall(r"\*\*attempt (\d+)\*\*", attempts) == ["1", "2"], attempts
     assert "claude" not in attempts and "npm" not in context.split("## Processes")[1]
     assert "crashed" not in context and "**critical**" not in context, context
-    assert "ValueError: --workers must be at least 1, got 0" in attempts
+    assert "ValueError: workers must be at least 1, got 0 (config.ini or --workers)" in attempts
+    assert "--workers 2 added; env APP_DEBUG=1 added" in attempts, attempts
     # the variable the relaunch exported, read from the running app's own environment
     running = context[context.index("## Processes") : context.index("## Ports")]
     assert "Environment:" in running and "APP_DEBUG=1" in running, running

@@ -1,9 +1,10 @@
 """A real torch.distributed hang, as an agent meets it on a box without GPUs: the first
 launch asks torchrun for NCCL and dies with torch's own error; the relaunch on gloo brings up
 4 ranks, three of which wait in a real gloo all_reduce for the fourth, which blocks opening its
-weight shard (a FIFO: a stalled mount). Through the hook endpoint as Claude Code sends it, then
-"continue": the handover names the hang, the odd rank with its source line, the ranks'
-collective, the first attempt's error, the user's latest instruction and the agent's words.
+weight shard (a FIFO that last night's stopped export left). Through the hook endpoint as
+Claude Code sends it, then "continue": the handover names the hang, the odd rank with its
+source line, the ranks' collective, the first attempt's error, the user's latest instruction
+and the agent's words.
 
 Needs torch: the interpreter running the tests, or the one `CTXD_TORCH_PYTHON` names (CI
 installs no torch: a 500 MB wheel for one test; it is run where torch is)."""
@@ -89,7 +90,11 @@ def test_a_real_gloo_hang_is_handed_over_with_its_odd_rank(tmp_path: Path, tag: 
     (workspace / "serve_tp.py").write_text(SERVE_TP)
     for rank in range(3):
         (workspace / "shards" / f"shard-{rank}.bin").write_bytes(bytes(4096))
-    os.mkfifo(workspace / "shards" / "shard-3.bin")  # a stalled mount: the open never returns
+    # last night's export was stopped while it streamed shard 3: its pipe is still there,
+    # unchanged since, and the open never returns
+    os.mkfifo(workspace / "shards" / "shard-3.bin")
+    last_night = time.time() - (9 * 3600 + 41 * 60)
+    os.utime(workspace / "shards" / "shard-3.bin", (last_night, last_night))
     env = {"CTXD_WATCH_ROOTS": f'["{tmp_path}"]', "CTXD_STUCK_AFTER_S": str(STUCK_AFTER_S)}
     server = start_server(tmp_path / "data", tmp_path / "ctxd.log", env=env)
     client = httpx.Client(base_url=server.url, timeout=60)
@@ -162,6 +167,7 @@ def test_a_real_gloo_hang_is_handed_over_with_its_odd_rank(tmp_path: Path, tag: 
     # the odd rank, by its own source line and what it opens; the others in the collective
     assert "rank 3 (pid" in handover and "with open(os.path.join(" in handover, handover
     assert "shard-3.bin, a FIFO no process writes" in handover, handover
+    assert "the FIFO is older than this run" in handover and " 9 h 41 min before pid" in handover
     assert "`dist.all_reduce(t)`" in handover and "torch.distributed all_reduce" in handover
     # the first attempt ended with torch's own error, read from its own log
     # (torch's CUDA builds: no GPU found; its CPU builds: no NCCL in the build)
