@@ -78,7 +78,8 @@ def test_a_folded_flag_of_a_few_words_names_the_attempts_each_value_held_for(tmp
     rows = [
         _launch(n, ["python", "serve.py", "--run", str(n), "--algo", algos[(n - 1) // 5 % 3]],
                 T0 + timedelta(minutes=n), ended_at=ended, error="RuntimeError: NCCL error",
-                env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN" if n < 12 else "INFO"})
+                env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN" if n < 12 else "INFO",
+                     "HF_TOKEN": "[REDACTED]"})
         for n in range(1, 31)
     ]  # fmt: skip
     _save(store, *rows)

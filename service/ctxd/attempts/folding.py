@@ -179,7 +179,11 @@ def _held(older: list[Light], first_attempt: Attempt) -> str:
         said.append(f"{name} " + ", ".join(f"{v} ({ranges(n)})" for v, n in held.items()))
     # the variables every one of them ran with: no diff names them, and a reader asked
     # which interface the first 194 runs used before the one that served
-    kept = [f"{k}={v}" for k, v in sorted(first_attempt.env.items()) if k not in changes]
+    kept = [
+        f"{k}={v}"
+        for k, v in sorted(first_attempt.env.items())
+        if k not in changes and "[REDACTED]" not in v  # a token tells nothing of the runs
+    ]
     return "; ".join([*said, *(["all with " + " ".join(kept)] if kept else [])])
 
 
