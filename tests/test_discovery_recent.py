@@ -3,7 +3,15 @@
 from datetime import UTC, datetime, timedelta
 
 from ctxd.discovery.actions import CommandAction
-from ctxd.discovery.recent import first_error_line, last_read, recent_commands
+from ctxd.discovery.recent import first_error_line, last_reads, recent_commands
+from ctxd.models.journal import LastRead
+
+
+def last_read(actions: list[CommandAction]) -> LastRead | None:
+    """The newest look alone."""
+    reads = last_reads(actions, 1)
+    return reads[0] if reads else None
+
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TRACEBACK = """Loading weights: 100%|██████████| 64/64
@@ -156,3 +164,15 @@ def test_a_page_asked_of_a_server_is_a_look_and_a_request_that_sends_is_not() ->
         "curl -s 127.0.0.1:8000/ && python3 check.py",
     ):
         assert last_read([page, cmd(other, 2, output="done\n")]) == read, other
+
+
+def test_the_two_newest_looks_are_kept_oldest_first_each_line_once() -> None:
+    """The config the agent read, then what its server answered: both, oldest first; a look
+    run again counts once, at its newest run."""
+    config = cmd("grep -n workers config.ini", 1, output="3:workers = 0\n")
+    page = cmd("sleep 2; curl -s 127.0.0.1:8000/", 2, output="ok\n")
+    again = cmd("grep -n workers config.ini", 3, output="3:workers = 2\n")
+    assert [r.command for r in last_reads([config, page])] == [config.command, page.command]
+    (before, newest) = last_reads([config, page, again])
+    assert before.command == page.command and newest.lines == ["3:workers = 2"]
+    assert last_reads([]) == []

@@ -170,5 +170,8 @@ def test_a_newcomers_app_under_npx_claude_reads_true(server: Server, shop: Path,
     running = context[context.index("## Processes") : context.index("## Ports")]
     assert "Environment:" in running and "APP_DEBUG=1" in running, running
     assert "| 3 |" in running  # its main thread and its two workers
-    # what the server answered the agent's own request, as the harness reported it
-    assert f"What `sleep 2; curl -s 127.0.0.1:{port}/` showed you at " in context, context
+    # what the agent read of the config, then what the server answered its own request, as
+    # the harness reported them
+    config = context.index("What `grep -n workers config.ini` showed you at ")
+    assert "3:workers = 0" in context[config:], context
+    assert f"What `sleep 2; curl -s 127.0.0.1:{port}/` showed you at " in context[config:]

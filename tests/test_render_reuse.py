@@ -234,6 +234,7 @@ def everything_to_cut() -> Snapshot:
     n.recent_commands = [f"tail -n {k} logs/run0.log" for k in range(8)]
     n.last_read = LastRead(command="grep -n -A11 'def main' serve.py", at=at,
                            lines=[f"{k}:    step({k})" for k in range(12)])  # fmt: skip
+    n.read_before = LastRead(command="curl -s 127.0.0.1:8000/health", at=at, lines=["ok"])
     n.findings = [
         JournalEntry(id=k, session="s", kind="finding", text=long, created_at=at) for k in range(8)
     ]

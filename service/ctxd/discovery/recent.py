@@ -108,21 +108,25 @@ _NOT_A_LOOK = re.compile(
 _QUIET = frozenset({"sleep", "cd", "true"})
 _LOG = re.compile(r"\.(?:log|out|err)\b|(?:^|[\s/])logs?/")
 _SEGMENTS = re.compile(r"\|\||&&|[;|\n]")
-READ_LINES = 14  # of what the newest look at a file showed, the last lines kept
+READ_LINES = 14  # of what a look showed, the last lines kept
 READ_CHARS = 1400
 
 
-def last_read(actions: Iterable[CommandLike]) -> LastRead | None:
-    """What the agent's newest look at a file showed it: the newest command that ran in the
-    foreground, exited 0 and printed something, whose programs are all file readers (`grep
-    -n -A12 "def stage" launch.py`, `sed -n 1,40p train.py | nl`) or a page asked of a server
-    (`sleep 2; curl -s 127.0.0.1:8000/`), and which reads no log."""
-    found = None
+def last_reads(actions: Iterable[CommandLike], count: int = 2) -> list[LastRead]:
+    """What the agent's newest looks showed it, oldest first: the newest `count` commands
+    (each line once) that ran in the foreground, exited 0 and printed something, whose
+    programs are all file readers (`grep -n -A12 "def stage" launch.py`, `sed -n 1,40p
+    train.py | nl`) or a page asked of a server (`sleep 2; curl -s 127.0.0.1:8000/`), and
+    which read no log: the config the agent read, then what its server answered."""
+    found: dict[str, CommandLike] = {}
     for action in actions:
         if _a_read(action):
-            found = action
-    if found is None:
-        return None
+            found.pop(action.command, None)  # a line run again is shown at its newest run
+            found[action.command] = action
+    return [_read(action) for action in list(found.values())[-count:]]
+
+
+def _read(found: CommandLike) -> LastRead:
     lines = found.output_tail.rstrip("\n").splitlines()
     kept: list[str] = []
     size = 0

@@ -115,8 +115,9 @@ class Said(BaseModel):
 
 
 class LastRead(BaseModel):
-    """What the agent's newest look at a file showed it (a `grep`, `sed -n`, `cat` of code or
-    config, as the harness reported its output, redacted): the last lines of that output."""
+    """What a look of the agent's showed it (a `grep`, `sed -n`, `cat` of code or config, a
+    `curl -s` of its server, as the harness reported its output, redacted): the last lines of
+    that output."""
 
     command: str
     at: datetime
@@ -148,6 +149,7 @@ class Narrative(BaseModel):
     user_messages: list[Said] = []
     agent_said: Said | None = None
     last_read: LastRead | None = None  # what the agent's newest look at a file showed it
+    read_before: LastRead | None = None  # and the look before that one, at another file or page
     # The news ctxd woke the agent with (issue 40), newest last: what it was told unasked.
     wakes: list[Said] = []
     # Since when the session slept unwatched before this version (issue 43), if it did

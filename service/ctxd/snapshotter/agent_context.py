@@ -8,7 +8,7 @@ from ctxd import redact
 from ctxd.attempts import history
 from ctxd.attempts.model import AttemptUpdate
 from ctxd.discovery.actions import CommandAction
-from ctxd.discovery.recent import last_read, recent_commands
+from ctxd.discovery.recent import last_reads, recent_commands
 from ctxd.discovery.workspace import GitSection, git_section
 from ctxd.models import Narrative, Said, Session, Watch
 from ctxd.store.database import Store
@@ -53,7 +53,8 @@ def enrich(
             for line, i in launches}  # fmt: skip
     recent = recent_commands(recorded, RECENT_COMMANDS, made)
     narrative.recent_commands = [c.line() for c in recent]
-    narrative.last_read = last_read(recorded)
+    *before, narrative.last_read = [None, None, *last_reads(recorded)][-2:]
+    narrative.read_before = before[0]
     narrative.workspace = _workspace(store, session, git)
     slept = store.list_actions(sid, "dormant", 1)
     if slept and (since := datetime.fromisoformat(slept[-1]["at"])) > store.last_snapshot_at(sid):

@@ -135,6 +135,13 @@ def _recent_commands(keep: int) -> Step:
     return cut
 
 
+@_touches("narrative.read_before")
+def _read_before(s: Snapshot, left: dict[str, str]) -> str:
+    """The look before the newest: the agent can look again."""
+    s.narrative.read_before = None
+    return "what your look before the newest showed"
+
+
 def _last_read_to(lines: int) -> Step:
     """What the agent's newest look at a file showed, its last `lines` lines (none: the agent
     can look again)."""
@@ -311,6 +318,7 @@ SHRINK_STEPS: tuple[Step, ...] = (
     _stack_frames,
     _logs_to(10),
     _recent_commands(5),
+    _read_before,
     _last_read_to(8),
     _artifacts,
     _logs_to(6),
