@@ -291,8 +291,10 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     shutil.rmtree(top.parent, ignore_errors=True)
 
 
-def claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None:
-    env = {
+def claude_env(home: Path, model: ScriptedModel) -> dict[str, str]:
+    """Claude Code's environment offline: the scripted model, a home of its own, no ctxd
+    setting of the test run's."""
+    return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": model.url,
@@ -301,6 +303,10 @@ def claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
+
+
+def claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None:
+    env = claude_env(home, model)
     argv = [str(CLAUDE), *args, "--dangerously-skip-permissions", "--output-format", "json"]
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -26,7 +26,7 @@ import pytest
 
 from tests.conftest import Server, free_port
 from tests.scripted_model import ScriptedModel, Step
-from tests.test_harness_claude import CLAUDE
+from tests.test_harness_claude import CLAUDE, claude_env
 
 HARNESS = CLAUDE.parents[2]  # the npm prefix that holds Claude Code
 NPX = shutil.which("npx")
@@ -102,16 +102,7 @@ def shop() -> Iterator[Path]:
 
 
 def npx_claude(args: list[str], cwd: Path, home: Path, model: ScriptedModel) -> None:
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "ANTHROPIC_"))},
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": model.url,
-        "ANTHROPIC_API_KEY": "sk-ant-scripted-model",
-        "IS_SANDBOX": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "npm_config_offline": "true",  # the installed package, never the registry
-    }
+    env = {**claude_env(home, model), "npm_config_offline": "true"}  # never the registry
     argv = [str(NPX), "--prefix", str(HARNESS), "claude", *args, "--dangerously-skip-permissions"]
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
