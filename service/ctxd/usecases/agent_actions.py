@@ -53,6 +53,8 @@ SETTLE_S = 1.0  # a launch has forked its workers and opened its log by then
 # The settling snapshot takes the process table its workspace scan read just before, unless
 # the steps between (stdout files, a build's walk) took longer than this.
 SCAN_TABLE_AGE_S = 0.5
+# Ended attempts whose logs stay watched: the newest failure's, as its log says it last.
+ENDED_LOGS_KEPT = 1
 BUILD_WINDOW_S = 600.0  # without a previous action, a build looked this far back
 ARTIFACT_SUFFIXES: tuple[str, ...] = (".whl", ".so", ".a", ".tar.gz", ".zip", ".egg", ".jar")
 ARTIFACT_SUFFIXES += (".deb", ".rpm", ".bin", ".exe", ".cubin", ".fatbin", ".ptx", ".dylib", ".pyd")
@@ -104,6 +106,8 @@ class ActionIntake:
             return []
         facts = parse_command(action.command)
         launches = rules.launched(facts, action.background)
+        if launches:
+            self._retire_ended(sid)
         counts = self._reads.setdefault(sid, Counter())
         existing = self._existing(sid)
         proposals = rules.propose_for_command(
@@ -162,6 +166,24 @@ class ActionIntake:
         with is kept with its attempt), then those of attempts launched and not seen running
         (a burst of launches faster than any snapshot); never one a running attempt writes.
         How many were retired."""
+        ended, unseen = self._idle_log_watches(sid)
+        retired = (ended + unseen)[:wanted]
+        for watch_id in retired:
+            self.store.delete_watch(sid, watch_id)
+        return len(retired)
+
+    def _retire_ended(self, sid: str) -> None:
+        """At a launch, retire the automatic log watches of attempts that ended but the
+        newest one's: each ended attempt keeps its error and the log it is in, and a long
+        session's snapshots read, store and show its live runs' logs and its newest failure's,
+        not fifteen of old runs (which every budget cut then dropped)."""
+        ended, _ = self._idle_log_watches(sid)
+        for watch_id in ended[:-ENDED_LOGS_KEPT]:
+            self.store.delete_watch(sid, watch_id)
+
+    def _idle_log_watches(self, sid: str) -> tuple[list[int], list[int]]:
+        """The automatic log watches, oldest first, of attempts that all ended, and of
+        attempts launched and not seen running."""
         logs = [
             (w.id, w.spec.path)
             for w in self.store.list_watches(sid)
@@ -170,10 +192,7 @@ class ActionIntake:
         idle = self.store.idle_logs(sid, [path for _, path in logs])
         ended = [watch_id for watch_id, path in logs if idle.get(path) is True]
         unseen = [watch_id for watch_id, path in logs if idle.get(path) is False]
-        retired = (ended + unseen)[:wanted]
-        for watch_id in retired:
-            self.store.delete_watch(sid, watch_id)
-        return len(retired)
+        return ended, unseen
 
     def _existing(self, sid: str) -> list[dict]:
         return [{**w.spec.model_dump(), "auto": w.auto} for w in self.store.list_watches(sid)]
