@@ -162,13 +162,22 @@ if __name__ == "__main__":
         sys.exit(1)
     log("Cuda graph is disabled." if args.disable_cuda_graph else "Capture cuda graph end.")
     log("Waiting for all TP ranks to report ready")
-    time.sleep(1)
-    ready = {int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{cache}/.loaded-{os.getpid()}-*")}
+    began = since = time.monotonic()
+    ready = set()
+    while time.monotonic() - began < 30:  # at least a second, until no rank came for one
+        time.sleep(0.25)  # (a busy box loads slower)
+        now = {int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{cache}/.loaded-{os.getpid()}-*")}
+        if now != ready:
+            ready, since = now, time.monotonic()
+        settled = time.monotonic() - since >= 1 and time.monotonic() - began >= 1
+        if len(ready) == args.tp or settled:
+            break
     if debug:
         late = [r for r in range(args.tp) if r not in ready]
         came = {r: "from the cache" if r in cached else "streamed" for r in late}
         said = ", ".join(f"rank {r} (tp{r}.safetensors: {came[r]})" for r in late)
-        log(f"DEBUG wait_for_all_ranks: {len(ready)} of {args.tp} ranks ready after 1 s;"
+        waited = round(time.monotonic() - began)
+        log(f"DEBUG wait_for_all_ranks: {len(ready)} of {args.tp} ranks ready after {waited} s;"
             f" not yet: {said}", who="")
     for w in workers:
         w.wait()
