@@ -276,7 +276,7 @@ def test_a_long_session_watches_the_logs_of_its_newest_launches(
     cases: "UseCases", tmp_path: Path, tag: str
 ):
     """Sixteen automatic watches at most: a launch retires the logs of attempts that ended
-    but the newest failure's, and a new launch's log takes the place of the oldest one of an
+    but the newest two failures', and a new launch's log takes the place of the oldest one of an
     attempt that ended, then of one launched and never seen running (a burst of launches
     faster than any snapshot); the log a running attempt writes stays watched."""
     from datetime import UTC, datetime, timedelta
@@ -309,11 +309,11 @@ def test_a_long_session_watches_the_logs_of_its_newest_launches(
         assert [r.pid for r in runs if not r.ended_at] == [proc.pid]
 
         launch(full + 1)
-        # the next launch retires the ended attempts' logs but the newest failure's (15)
-        assert watched() == [1, full, full + 1]
+        # the next launch retires the ended attempts' logs but the newest two failures' (14, 15)
+        assert watched() == [1, full - 1, full, full + 1]
         for run in range(full + 2, 2 * full + 1):
             launch(run)
-        # 15 made room, then 16, launched and not seen, for 30
+        # 14 and 15 made room, then 16, launched and not seen, for 30
         assert watched() == [1, *range(full + 2, 2 * full + 1)]
     finally:
         proc.kill()

@@ -53,8 +53,8 @@ SETTLE_S = 1.0  # a launch has forked its workers and opened its log by then
 # The settling snapshot takes the process table its workspace scan read just before, unless
 # the steps between (stdout files, a build's walk) took longer than this.
 SCAN_TABLE_AGE_S = 0.5
-# Ended attempts whose logs stay watched: the newest failure's, as its log says it last.
-ENDED_LOGS_KEPT = 1
+# Ended attempts whose logs stay watched: the newest two failures', as their logs end.
+ENDED_LOGS_KEPT = 2
 BUILD_WINDOW_S = 600.0  # without a previous action, a build looked this far back
 ARTIFACT_SUFFIXES: tuple[str, ...] = (".whl", ".so", ".a", ".tar.gz", ".zip", ".egg", ".jar")
 ARTIFACT_SUFFIXES += (".deb", ".rpm", ".bin", ".exe", ".cubin", ".fatbin", ".ptx", ".dylib", ".pyd")
@@ -174,8 +174,8 @@ class ActionIntake:
 
     def _retire_ended(self, sid: str) -> None:
         """At a launch, retire the automatic log watches of attempts that ended but the
-        newest one's: each ended attempt keeps its error and the log it is in, and a long
-        session's snapshots read, store and show its live runs' logs and its newest failure's,
+        newest two's: each ended attempt keeps its error and the log it is in, and a long
+        session's snapshots read, store and show its live runs' logs and its newest failures',
         not fifteen of old runs (which every budget cut then dropped)."""
         ended, _ = self._idle_log_watches(sid)
         for watch_id in ended[:-ENDED_LOGS_KEPT]:
