@@ -7,6 +7,7 @@ the weights' cache) and rebuilds a wheel; then the user sends a bare "continue".
 model receives for that turn is what this test reads.
 """
 
+import contextlib
 import html
 import json
 import os
@@ -274,6 +275,22 @@ def gpu_server(tmp_path: Path) -> Iterator[Server]:
         stop_server(srv)
 
 
+@contextlib.contextmanager
+def checkout(top: Path, message: str) -> Iterator[None]:
+    """`top` committed as a git checkout of its own; after, the processes working in it (this
+    test's own) are killed."""
+    git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", message], check=True)
+    try:
+        yield
+    finally:
+        for proc in psutil.process_iter(["cwd"]):
+            if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
+                proc.kill()
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Iterator[Path]:
     # a checkout as a person has one, not under pytest's folders: the model reads its path
@@ -289,14 +306,8 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     os.mkfifo(left)
     yesterday = time.time() - (15 * 3600 + 17 * 60)
     os.utime(left, (yesterday, yesterday))
-    git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "SGLang launcher and the kernel's Makefile"], check=True)
-    yield top
-    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
-        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
-            proc.kill()
+    with checkout(top, "SGLang launcher and the kernel's Makefile"):
+        yield top
     shutil.rmtree(top.parent, ignore_errors=True)
 
 

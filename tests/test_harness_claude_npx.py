@@ -21,12 +21,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import Server, free_port
 from tests.scripted_model import ScriptedModel, Step
-from tests.test_harness_claude import CLAUDE, claude_env
+from tests.test_harness_claude import CLAUDE, checkout, claude_env
 
 HARNESS = CLAUDE.parents[2]  # the npm prefix that holds Claude Code
 NPX = shutil.which("npx")
@@ -90,14 +89,8 @@ def shop() -> Iterator[Path]:
     top.mkdir()
     (top / "app.py").write_text(APP)
     (top / "config.ini").write_text(CONFIG)
-    git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "the shop's app"], check=True)
-    yield top
-    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
-        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
-            proc.kill()
+    with checkout(top, "the shop's app"):
+        yield top
     shutil.rmtree(top.parent, ignore_errors=True)
 
 

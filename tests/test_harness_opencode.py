@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import Server
 from tests.scripted_model import Step
 from tests.scripted_openai import MODEL, ScriptedOpenAI
-from tests.test_harness_claude import come_back_later, gpu_server  # noqa: F401  (a fixture)
+from tests.test_harness_claude import checkout, come_back_later, gpu_server  # noqa: F401
 
 OPENCODE = Path(__file__).resolve().parents[1] / ".harness" / "node_modules" / ".bin" / "opencode"
 SECRET = "dst_Wq3vT8mLx2KpR7sY4bN9cD6fG1hJ5kZ0aQ"  # the datastore's token
@@ -122,14 +122,8 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     os.mkfifo(left)
     yesterday = time.time() - (15 * 3600 + 17 * 60)
     os.utime(left, (yesterday, yesterday))
-    git = ["git", "-C", str(top), "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "trainer"], check=True)
-    yield top
-    for proc in psutil.process_iter(["cwd"]):  # this test's own: they work in its folder
-        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(top):
-            proc.kill()
+    with checkout(top, "trainer"):
+        yield top
 
 
 def offline_env(home: Path, work: Path) -> dict[str, str]:
